@@ -1,0 +1,228 @@
+"""Batched MAP-Elites insertion: one jitted call per batch, all islands at once.
+
+Semantics follow pyribs's ``add`` (see ``tests/qd/archive/test_parity_pyribs.py``):
+every candidate is judged against the archive as it was *before* the batch; per
+(island, cell) the best eligible candidate wins and ties go to the lowest batch
+position; a candidate is eligible only if its fitness beats the cell's threshold.
+Unlike pyribs, invalid candidates (``valid=False``, NaN/inf fitness or descriptor,
+island out of range) are masked out instead of raising, and never block others.
+
+Cost is O(B) per call apart from the cell lookup: no temporary as large as the
+archive. The per-cell reductions run over "batch-local" segment ids: each
+candidate learns the lowest batch position that shares its cell by a scatter-min
+of negative codes into the donated ``genome_id`` buffer (every cell that receives
+a code also receives a winner, so the codes are always overwritten).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from qd.archive.state import ArchiveState, CellSpec, init
+
+PAD_SIZES = (64, 256, 1024, 4096, 16384)
+
+NOT_ADDED, IMPROVED, NEW_CELL = 0, 1, 2
+
+
+class InsertResult(NamedTuple):
+    """Per-candidate outcome of an insert.
+
+    Attributes:
+        status: i32[B]; 0 not added, 1 improved an existing elite, 2 filled a new
+            cell (pyribs's codes).
+        improvement: f32[B]; fitness minus the cell's previous threshold (minus 0
+            for a new cell when ``threshold_min = -inf``), as pyribs's ``value``.
+            0 for invalid candidates.
+        cell: i32[B]; the cell index in ``[0, C)`` (meaningless when invalid).
+        displaced_id: i32[B]; genome id of the elite this candidate replaced, -1
+            if it did not win or the cell was empty.
+    """
+
+    status: jax.Array
+    improvement: jax.Array
+    cell: jax.Array
+    displaced_id: jax.Array
+
+
+def padded_size(n: int) -> int:
+    """The fixed batch size a batch of ``n`` is padded to (limits recompiles)."""
+    for size in PAD_SIZES:
+        if n <= size:
+            return size
+    top = PAD_SIZES[-1]
+    return -(-n // top) * top
+
+
+def insert(
+    spec: CellSpec,
+    state: ArchiveState,
+    island: jax.Array | int,
+    descriptor: jax.Array,
+    fitness: jax.Array,
+    genome_id: jax.Array,
+    valid: jax.Array | None = None,
+    learning_rate: float = 1.0,
+) -> tuple[ArchiveState, InsertResult]:
+    """Inserts a batch of B candidates; ``state`` is donated (do not reuse it).
+
+    Args:
+        spec: the cell tessellation (GridSpec or CVTSpec).
+        state: archive with I islands and C cells.
+        island: i32[B] (or a scalar for all) target island of each candidate.
+        descriptor: f32[B, D].
+        fitness: f32[B].
+        genome_id: i32[B], the candidates' store ids.
+        valid: bool[B]; False for failed evaluations. Defaults to all True.
+        learning_rate: CMA-MAE threshold learning rate; used only when the
+            archive's ``threshold_min`` is finite (pyribs's rule).
+    Returns:
+        The new state and an InsertResult with arrays of length B.
+    """
+    fitness = np.asarray(fitness, np.float32).reshape(-1)
+    n = fitness.shape[0]
+    size = padded_size(n)
+    pad = size - n
+
+    def padded(x, dtype, fill):
+        x = np.asarray(x, dtype)
+        if x.ndim == 0:
+            x = np.broadcast_to(x, (n,))
+        return np.concatenate([x, np.full((pad, *x.shape[1:]), fill, dtype)])
+
+    dim = state.descriptor.shape[-1]
+    descriptor = np.asarray(descriptor, np.float32).reshape(n, dim)
+    new_state, result = _insert_jit(
+        spec,
+        state,
+        padded(island, np.int32, 0),
+        padded(descriptor, np.float32, 0.0),
+        padded(fitness, np.float32, -np.inf),
+        padded(genome_id, np.int32, -1),
+        padded(True if valid is None else valid, np.bool_, False),
+        float(learning_rate),
+    )
+    return new_state, InsertResult(*(x[:n] for x in result))
+
+
+def insert_batch(
+    spec: CellSpec,
+    state: ArchiveState,
+    island: jax.Array,
+    descriptor: jax.Array,
+    fitness: jax.Array,
+    genome_id: jax.Array,
+    valid: jax.Array,
+    learning_rate: float = 1.0,
+) -> tuple[ArchiveState, InsertResult]:
+    """The traceable insert (no padding, no donation): use inside other jitted code."""
+    num_islands, num_cells = state.fitness.shape
+    size = fitness.shape[0]
+    dim = state.descriptor.shape[-1]
+    out_of_bounds = num_islands * num_cells
+
+    cell = spec.index(descriptor)
+    valid = (
+        valid
+        & jnp.isfinite(fitness)
+        & jnp.all(jnp.isfinite(descriptor), axis=1)
+        & (island >= 0)
+        & (island < num_islands)
+    )
+    flat = jnp.where(valid, island * num_cells + cell, 0)
+
+    fitness_flat = state.fitness.reshape(-1)
+    threshold_flat = state.threshold.reshape(-1)
+    id_flat = state.genome_id.reshape(-1)
+    descriptor_flat = state.descriptor.reshape(-1, dim)
+
+    old_threshold = threshold_flat[flat]
+    old_id = id_flat[flat]
+    occupied = old_id >= 0
+    eligible = valid & (fitness > old_threshold)
+
+    # Batch-local segment id: lowest batch position sharing the (island, cell).
+    position = jnp.arange(size, dtype=jnp.int32)
+    code = position - (size + 2)  # always < -1, so never mistaken for an id
+    scratch_id = id_flat.at[jnp.where(eligible, flat, out_of_bounds)].min(
+        code, mode="drop"
+    )
+    segment = jnp.where(eligible, scratch_id[flat] + size + 2, size)
+    num_segments = size + 1
+
+    eligible_fitness = jnp.where(eligible, fitness, -jnp.inf)
+    best = jax.ops.segment_max(eligible_fitness, segment, num_segments)
+    is_best = eligible & (fitness == best[segment])
+    winner_position = jax.ops.segment_min(
+        jnp.where(is_best, position, size), segment, num_segments
+    )
+    winner = eligible & (position == winner_position[segment])
+
+    count = jax.ops.segment_sum(eligible.astype(jnp.float32), segment, num_segments)
+    total = jax.ops.segment_sum(
+        jnp.where(eligible, fitness, 0.0), segment, num_segments
+    )
+    ratio = jnp.float32(1.0 - learning_rate) ** count[segment]
+    soft_threshold = ratio * old_threshold + (1.0 - ratio) * (
+        total[segment] / count[segment]
+    )
+    new_threshold = jnp.where(
+        jnp.isfinite(state.threshold_min), soft_threshold, best[segment]
+    )
+
+    target = jnp.where(winner, flat, out_of_bounds)
+    new_state = ArchiveState(
+        fitness=fitness_flat.at[target].set(fitness, mode="drop").reshape(
+            state.fitness.shape
+        ),
+        descriptor=descriptor_flat.at[target]
+        .set(descriptor, mode="drop")
+        .reshape(state.descriptor.shape),
+        genome_id=scratch_id.at[target].set(genome_id, mode="drop").reshape(
+            state.genome_id.shape
+        ),
+        threshold=threshold_flat.at[target].set(new_threshold, mode="drop").reshape(
+            state.threshold.shape
+        ),
+        threshold_min=state.threshold_min,
+    )
+
+    status = jnp.where(eligible, jnp.where(occupied, 1, 2), 0).astype(jnp.int32)
+    baseline = jnp.where(~occupied & jnp.isneginf(old_threshold), 0.0, old_threshold)
+    improvement = jnp.where(valid, fitness - baseline, 0.0)
+    displaced = jnp.where(winner & occupied, old_id, -1)
+    return new_state, InsertResult(status, improvement, cell, displaced)
+
+
+_insert_jit = jax.jit(insert_batch, static_argnums=(7,), donate_argnums=(1,))
+
+
+def rebuild(
+    spec: CellSpec,
+    islands: int,
+    island: jax.Array,
+    descriptor: jax.Array,
+    fitness: jax.Array,
+    genome_id: jax.Array,
+    valid: jax.Array | None = None,
+    threshold_min: float = -np.inf,
+    learning_rate: float = 1.0,
+) -> ArchiveState:
+    """A fresh archive holding the elites of all given candidates, in one insert.
+
+    Used when descriptors change (a refit projection) and to check a resumed run
+    against its store. With ``threshold_min = -inf`` the result does not depend on
+    how the candidates were batched originally; with soft thresholds it equals a
+    single-batch history.
+
+    Args: as :func:`insert`, arrays of length N.
+    """
+    state = init(spec, islands, spec.descriptor_dim, threshold_min)
+    return insert(
+        spec, state, island, descriptor, fitness, genome_id, valid, learning_rate
+    )[0]

@@ -1,0 +1,62 @@
+"""Archive statistics, one convention (pyribs's), per island and over all islands."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from qd.archive.state import ArchiveState
+
+
+class ArchiveStats(NamedTuple):
+    """Each field is f32[I + 1]: one entry per island, then the global value.
+
+    The global entry treats the islands as one archive of I*C cells.
+
+    Attributes:
+        num_elites: filled cells.
+        coverage: filled cells / cells (a fraction in [0, 1], not a percentage).
+        qd_score: sum over filled cells of (fitness - offset) — pyribs's convention
+            (QDax adds the offset instead).
+        norm_qd_score: qd_score / cells.
+        max_fitness: best elite fitness (-inf when empty).
+        mean_fitness: mean elite fitness (NaN when empty).
+    """
+
+    num_elites: jax.Array
+    coverage: jax.Array
+    qd_score: jax.Array
+    norm_qd_score: jax.Array
+    max_fitness: jax.Array
+    mean_fitness: jax.Array
+
+
+@jax.jit
+def stats(state: ArchiveState, offset: float | jax.Array = 0.0) -> ArchiveStats:
+    """Statistics of ``state``; ``offset`` is subtracted from each elite's fitness."""
+    filled = state.genome_id >= 0
+    cells = jnp.float32(state.num_cells)
+    fitness_sum = jnp.sum(jnp.where(filled, state.fitness, 0.0), axis=1)
+    num = jnp.sum(filled, axis=1).astype(jnp.float32)
+    best = jnp.max(state.fitness, axis=1)
+
+    def with_global(per_island: jax.Array, reduce) -> jax.Array:
+        return jnp.concatenate([per_island, reduce(per_island)[None]])
+
+    num = with_global(num, jnp.sum)
+    fitness_sum = with_global(fitness_sum, jnp.sum)
+    best = with_global(best, jnp.max)
+    cells = jnp.concatenate(
+        [jnp.full((state.num_islands,), cells), cells[None] * state.num_islands]
+    )
+    qd_score = fitness_sum - num * offset
+    return ArchiveStats(
+        num_elites=num,
+        coverage=num / cells,
+        qd_score=qd_score,
+        norm_qd_score=qd_score / cells,
+        max_fitness=best,
+        mean_fitness=fitness_sum / num,
+    )
