@@ -11,7 +11,7 @@ from qd.archive.insert import (
     padded_size,
     rebuild,
 )
-from qd.archive.migration import TOPOLOGIES, migrate
+from qd.archive.migration import TOPOLOGIES, Migrants, migrate, select_migrants
 from qd.archive.novelty import NoveltyState, novelty, novelty_add, novelty_init
 from qd.archive.select import Elites, elites, sample
 from qd.archive.state import ArchiveState, init, reset
@@ -19,7 +19,7 @@ from qd.archive.stats import ArchiveStats, stats
 
 __all__ = [
     "ArchiveState", "ArchiveStats", "Elites", "GridSpec", "IMPROVED", "InsertResult",
-    "NEW_CELL", "NOT_ADDED", "NoveltyState", "TOPOLOGIES", "elites", "init", "insert",
+    "Migrants", "NEW_CELL", "NOT_ADDED", "NoveltyState", "TOPOLOGIES", "elites", "init", "insert",
     "insert_batch", "migrate", "novelty", "novelty_add", "novelty_init",
-    "padded_size", "rebuild", "reset", "sample", "stats",
+    "padded_size", "rebuild", "reset", "sample", "select_migrants", "stats",
 ]

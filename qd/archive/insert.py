@@ -42,12 +42,16 @@ class InsertResult(NamedTuple):
         cell: i32[B]; the cell index in ``[0, C)`` (meaningless when invalid).
         displaced_id: i32[B]; genome id of the elite this candidate replaced, -1
             if it did not win or the cell was empty.
+        is_elite: bool[B]; the candidate is now the cell's elite (it won its cell).
+            Several candidates of one cell can have status > 0 (judged against
+            the archive before the batch) but only one becomes the elite.
     """
 
     status: jax.Array
     improvement: jax.Array
     cell: jax.Array
     displaced_id: jax.Array
+    is_elite: jax.Array
 
 
 def padded_size(n: int) -> int:
@@ -196,7 +200,7 @@ def insert_batch(
     baseline = jnp.where(~occupied & jnp.isneginf(old_threshold), 0.0, old_threshold)
     improvement = jnp.where(valid, fitness - baseline, 0.0)
     displaced = jnp.where(winner & occupied, old_id, -1)
-    return new_state, InsertResult(status, improvement, cell, displaced)
+    return new_state, InsertResult(status, improvement, cell, displaced, winner)
 
 
 _insert_jit = jax.jit(insert_batch, static_argnums=(7,), donate_argnums=(1,))

@@ -7,6 +7,7 @@ cell (same descriptor) and only replace a worse elite there.
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +16,28 @@ from qd.archive.insert import InsertResult, insert_batch
 from qd.archive.state import ArchiveState, CellSpec
 
 TOPOLOGIES = ("ring", "random", "complete")
+
+
+class Migrants(NamedTuple):
+    """The M = I*T*k migrants (source island-major, then target, then rank).
+
+    Attributes:
+        source_island, source_cell, island (target): i32[M]; descriptor f32[M, D];
+        fitness f32[M]; genome_id i32[M]; valid bool[M] (False for empty sources).
+    """
+
+    source_island: jax.Array
+    source_cell: jax.Array
+    island: jax.Array
+    descriptor: jax.Array
+    fitness: jax.Array
+    genome_id: jax.Array
+    valid: jax.Array
+
+
+def _check_topology(topology: str) -> None:
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"islands.topology={topology!r} is not one of {TOPOLOGIES}")
 
 
 def _targets(key: jax.Array, num_islands: int, topology: str) -> jax.Array:
@@ -26,11 +49,35 @@ def _targets(key: jax.Array, num_islands: int, topology: str) -> jax.Array:
         # A uniformly random *other* island for each source.
         shift = jax.random.randint(key, (num_islands,), 1, max(num_islands, 2))
         return ((source + shift) % num_islands)[:, None]
-    if topology == "complete":
-        shift = jnp.arange(1, num_islands)
-        return (source[:, None] + shift[None, :]) % num_islands
-    raise ValueError(
-        f"islands.topology={topology!r} is not one of {TOPOLOGIES}"
+    shift = jnp.arange(1, num_islands)  # complete: every other island
+    return (source[:, None] + shift[None, :]) % num_islands
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def select_migrants(state: ArchiveState, key: jax.Array, topology: str, k: int) -> Migrants:
+    """The top-``k`` elites of every island, addressed to its targets."""
+    _check_topology(topology)
+    num_islands = state.num_islands
+    top_fitness, top_cell = jax.lax.top_k(state.fitness, k)  # [I, k]
+    targets = _targets(key, num_islands, topology)  # [I, T]
+    num_targets = targets.shape[1]
+    source = jnp.arange(num_islands, dtype=jnp.int32)[:, None]
+
+    def fan_out(x: jax.Array) -> jax.Array:
+        x = jnp.broadcast_to(x[:, None], (num_islands, num_targets, *x.shape[1:]))
+        return x.reshape(-1, *x.shape[3:])
+
+    genome_id = state.genome_id[source, top_cell]
+    return Migrants(
+        source_island=fan_out(jnp.broadcast_to(source, top_cell.shape)),
+        source_cell=fan_out(top_cell.astype(jnp.int32)),
+        island=jnp.broadcast_to(targets[:, :, None], (num_islands, num_targets, k))
+        .reshape(-1)
+        .astype(jnp.int32),
+        descriptor=fan_out(state.descriptor[source, top_cell]),
+        fitness=fan_out(top_fitness),
+        genome_id=fan_out(genome_id),
+        valid=fan_out(genome_id >= 0),
     )
 
 
@@ -40,33 +87,14 @@ def migrate(
 ) -> tuple[ArchiveState, InsertResult]:
     """Copies the ``k`` best elites of every island to its targets.
 
-    Returns the new state and the InsertResult of the I*T*k migrants (source
-    island-major, then target, then rank).
+    Returns the new state and the InsertResult of the migrants, ordered as in
+    :class:`Migrants`. With a single island nothing moves.
     """
-    num_islands = state.num_islands
-    if topology not in TOPOLOGIES:
-        raise ValueError(f"islands.topology={topology!r} is not one of {TOPOLOGIES}")
-    if num_islands < 2:
+    _check_topology(topology)
+    if state.num_islands < 2:
         empty = jnp.zeros((0,), jnp.int32)
-        return state, InsertResult(empty, empty.astype(jnp.float32), empty, empty)
-    top_fitness, top_cell = jax.lax.top_k(state.fitness, k)  # [I, k]
-    targets = _targets(key, num_islands, topology)  # [I, T]
-    num_targets = targets.shape[1]
-    source = jnp.arange(num_islands)[:, None]
-
-    def per_target(x: jax.Array) -> jax.Array:
-        return jnp.broadcast_to(x[:, None], (num_islands, num_targets, *x.shape[1:]))
-
-    descriptor = state.descriptor[source, top_cell]  # [I, k, D]
-    genome_id = state.genome_id[source, top_cell]
-    island = jnp.broadcast_to(targets[:, :, None], (num_islands, num_targets, k))
-    dim = state.descriptor.shape[-1]
-    return insert_batch(
-        spec,
-        state,
-        island.reshape(-1),
-        per_target(descriptor).reshape(-1, dim),
-        per_target(top_fitness).reshape(-1),
-        per_target(genome_id).reshape(-1),
-        (per_target(genome_id) >= 0).reshape(-1),
-    )
+        return state, InsertResult(
+            empty, empty.astype(jnp.float32), empty, empty, empty.astype(bool)
+        )
+    m = select_migrants(state, key, topology, k)
+    return insert_batch(spec, state, m.island, m.descriptor, m.fitness, m.genome_id, m.valid)

@@ -1,0 +1,66 @@
+"""Atomic checkpoints: archive, RNG key and counters in one ``.npz``.
+
+Written to a temporary file, fsynced, then renamed over the old one (and the
+directory fsynced), so a crash leaves either the old or the new checkpoint.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from qd.archive import ArchiveState
+from qd.errors import CheckpointError
+
+FILE = "checkpoint.npz"
+
+
+def save(directory: Path, state: ArchiveState, key: jax.Array, counters: dict[str, Any]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / FILE
+    buffer = io.BytesIO()
+    np.savez(
+        buffer,
+        **{f"archive.{k}": np.asarray(v) for k, v in state._asdict().items()},
+        key=np.asarray(jax.random.key_data(key)),
+        counters=np.frombuffer(json.dumps(counters).encode(), np.uint8),
+    )
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        f.write(buffer.getvalue())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return path
+
+
+def load(directory: Path) -> tuple[ArchiveState, jax.Array, dict[str, Any]] | None:
+    """The last checkpoint in ``directory``, or None if there is none."""
+    path = directory / FILE
+    if not path.exists():
+        return None
+    try:
+        with np.load(path) as data:
+            state = ArchiveState(**{
+                k: jax.numpy.asarray(data[f"archive.{k}"]) for k in ArchiveState._fields
+            })
+            key = jax.random.wrap_key_data(data["key"])
+            counters = json.loads(data["counters"].tobytes().decode())
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile, json.JSONDecodeError) as e:
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt ({type(e).__name__}: {e}); delete it to "
+            "resume by replaying the store from the start"
+        ) from None
+    return state, key, counters

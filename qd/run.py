@@ -1,0 +1,247 @@
+"""``qd-run``: the hydra entry point (single runs, ``-m`` sweeps, ``resume=RUN_DIR``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from qd import archive
+from qd.config import Config, register
+from qd.errors import CheckpointError, ConfigError
+from qd.evaluator import InProcessEvaluator, PoolEvaluator
+from qd.loop import Budget, Engine, Migration
+from qd.paths import conf_dir
+from qd.task import load_task
+
+register()
+
+
+def _check_archive(cfg: DictConfig, descriptor_dim: int) -> None:
+    a = cfg.archive
+    if a.kind not in ("grid", "cvt"):
+        raise ConfigError("archive.kind", f"unknown kind {a.kind!r}", "use grid or cvt")
+    for name in ("lower", "upper") + (("bins",) if a.kind == "grid" else ()):
+        if len(a[name]) != descriptor_dim:
+            raise ConfigError(
+                f"archive.{name}", f"has {len(a[name])} entries but the task has "
+                f"{descriptor_dim} descriptors", f"give {descriptor_dim} values",
+            )
+    if a.kind == "grid":
+        try:
+            archive.GridSpec(tuple(a.bins), tuple(a.lower), tuple(a.upper))
+        except ValueError as e:
+            raise ConfigError("archive.bins", str(e).split(": ", 1)[-1]) from None
+    elif a.cells < 1:
+        raise ConfigError("archive.cells", "must be >= 1")
+
+
+def build_spec(cfg: DictConfig, run_dir: Path):
+    """The tessellation; CVT centroids are saved in the run so a resume reuses them."""
+    a = cfg.archive
+    if a.kind == "grid":
+        return archive.GridSpec(tuple(a.bins), tuple(a.lower), tuple(a.upper))
+    from qd.archive.cvt import CVTSpec, cvt_centroids
+
+    path = run_dir / "centroids.npy"
+    if path.exists():
+        centroids = np.load(path)
+    else:
+        centroids = cvt_centroids(a.cells, list(a.lower), list(a.upper), a.cvt_samples, a.cvt_seed)
+        np.save(path, centroids)
+    return CVTSpec.create(centroids)
+
+
+def build_operators(cfg: DictConfig, task: Any) -> list[tuple[Any, float]]:
+    from operators import make_numeric_operator
+
+    lower, upper = getattr(task, "genome_bounds", (-np.inf, np.inf))
+    if not cfg.operators.mix:
+        raise ConfigError("operators.mix", "is empty", "pick a group, e.g. operators=gaussian")
+    ops = []
+    for i, o in enumerate(cfg.operators.mix):
+        params = {k: v for k, v in o.items() if k not in ("name", "weight")}
+        try:
+            ops.append((make_numeric_operator(o.name, lower, upper, **params), float(o.weight)))
+        except ValueError as e:
+            field, problem = str(e).split(": ", 1)
+            raise ConfigError(f"operators.mix[{i}].{field}", problem) from None
+    if sum(w for _, w in ops) <= 0 or any(w < 0 for _, w in ops):
+        raise ConfigError("operators.mix", "weights must be >= 0 with a positive sum")
+    return ops
+
+
+def check_config(cfg: DictConfig) -> Any:
+    """Validates every field that can be checked without running; returns the task."""
+    OmegaConf.to_object(cfg)  # types and missing values
+    params = OmegaConf.to_container(cfg.experiment.params, resolve=True)
+    task = load_task(cfg.experiment.task, params)
+    _check_archive(cfg, task.descriptor_dim)
+    r = cfg.runner
+    at_least_one = {
+        "runner.batch_size": r.batch_size, "runner.in_flight": r.in_flight,
+        "runner.workers": r.workers, "runner.checkpoint_every": r.checkpoint_every,
+        "islands.count": cfg.islands.count, "islands.migrants": cfg.islands.migrants,
+    }
+    for field, value in at_least_one.items():
+        if value < 1:
+            raise ConfigError(field, f"must be >= 1, got {value}")
+    if cfg.islands.topology not in archive.TOPOLOGIES:
+        raise ConfigError("islands.topology", f"unknown topology {cfg.islands.topology!r}",
+                          f"use one of {list(archive.TOPOLOGIES)}")
+    if r.evaluator not in ("inprocess", "pool"):
+        raise ConfigError("runner.evaluator", f"unknown evaluator {r.evaluator!r}", "use inprocess or pool")
+    build_operators(cfg, task)
+    return task
+
+
+def build_engine(cfg: DictConfig, run_dir: Path) -> Engine:
+    """Everything a run needs, from a config (checked first)."""
+    task = check_config(cfg)
+    params = OmegaConf.to_container(cfg.experiment.params, resolve=True)
+    r = cfg.runner
+    if r.evaluator == "pool":
+        evaluator = PoolEvaluator(cfg.experiment.task, params, r.workers)
+    else:
+        evaluator = InProcessEvaluator(task)
+    return Engine(
+        task=task, spec=build_spec(cfg, run_dir), operators=build_operators(cfg, task),
+        evaluator=evaluator, run_dir=run_dir, islands=cfg.islands.count,
+        batch_size=r.batch_size, in_flight=r.in_flight,
+        budget=Budget(r.max_evaluations, r.max_seconds), checkpoint_every=r.checkpoint_every,
+        seed=cfg.seed, learning_rate=cfg.archive.learning_rate,
+        threshold_min=cfg.archive.threshold_min, qd_offset=cfg.archive.qd_offset,
+        migration=Migration(cfg.islands.migrate_every, cfg.islands.topology, cfg.islands.migrants),
+        progress=r.progress,
+    )
+
+
+def run_in(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """Runs (or continues) the experiment in ``run_dir`` and prints its summary."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    engine = build_engine(cfg, run_dir)
+    try:
+        summary = engine.run()
+    finally:
+        engine.close()
+    print(f"run_dir={run_dir}")
+    print("summary=" + json.dumps(summary["global"]))
+    return summary
+
+
+def _hydra_task(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    # Hydra logs at INFO; JAX's backend probing (no TPU here) is noise to a user.
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+
+    run_in(cfg, Path(HydraConfig.get().runtime.output_dir))
+
+
+def one_line(error: BaseException) -> str:
+    """A config/compose error squeezed to one line: the field, the problem, the fix."""
+    if isinstance(error, ConfigError):
+        return str(error)
+    chain = [error]
+    while chain[-1].__cause__ is not None:
+        chain.append(chain[-1].__cause__)
+    for e in chain:
+        if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None):
+            msg = str(getattr(e, "msg", None) or e).splitlines()[0]
+            if re.match(r"Key '.*' not in '.*'", msg) or "not in struct" in msg:
+                return f"{e.full_key}: unknown config key ({_known_keys(e.full_key)})"
+            return f"{e.full_key}: {msg}"
+    text = " ".join(str(error).split())
+    missing = re.search(r"Could not find '([\w/]+)/([^']+)' Available options in '[^']+': (.*?) Config search", text)
+    if missing:
+        group, name, options = missing.groups()
+        return f"{group}: no config {name!r} (available: {', '.join(options.split())})"
+    text = re.sub(r"\s*(Config search path|Set the environment variable HYDRA_FULL_ERROR).*", "", text)
+    return text
+
+
+def _known_keys(full_key: str) -> str:
+    """The valid keys beside a misspelled one, closest first."""
+    import difflib
+
+    node: Any = OmegaConf.structured(Config)
+    *parents, leaf = re.sub(r"\[\d+\]", "", full_key).split(".")
+    for part in parents:
+        node = node.get(part) if isinstance(node, DictConfig) else None
+    if not isinstance(node, DictConfig):
+        return "see `qd-run --cfg job` for every key"
+    keys = [str(k) for k in node.keys()]
+    close = difflib.get_close_matches(leaf, keys, n=1)
+    hint = f"did you mean {'.'.join([*parents, close[0]])}? " if close else ""
+    return f"{hint}valid keys here: {', '.join(keys)}"
+
+
+def _first_of_sweeps(overrides: list[str]) -> list[str]:
+    """Replaces each sweep (``a=1,2``) by its first value, to validate one job up front."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    out = []
+    for o in parsed:
+        if o.is_sweep_override():
+            first = next(iter(o.sweep_string_iterator()))
+            out.append(f"{o.get_key_element()}={first}")
+        else:
+            out.append(o.input_line)
+    return out
+
+
+def _compose(overrides: list[str]) -> DictConfig:
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(str(conf_dir()), version_base=None, job_name="qd"):
+        return compose("config", overrides=overrides)
+
+
+def _resume(run_dir: Path, overrides: list[str]) -> None:
+    saved = run_dir / "config.yaml"
+    if not saved.exists():
+        raise ConfigError("resume", f"{run_dir} has no config.yaml", "pass a run directory made by qd-run")
+    cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(saved))
+    cfg.merge_with_dotlist([o for o in overrides if not o.startswith("resume=")])
+    cfg.resume = str(run_dir)
+    check_config(cfg)
+    run_in(cfg, run_dir)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    flags = {"-m", "--multirun"}
+    plain = [a for a in argv if not a.startswith("-") and not a.startswith("hydra.")]
+    info_only = any(a in ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i") or a.startswith("--cfg") for a in argv)
+    try:
+        resume = [a.split("=", 1)[1] for a in plain if a.startswith("resume=")]
+        if resume and resume[0] not in ("", "null"):
+            _resume(Path(resume[0]), plain)
+            return
+        if not info_only:
+            check_config(_compose(_first_of_sweeps(plain)))
+    except (ConfigError, CheckpointError, OmegaConfBaseException, ValueError, KeyError) as e:
+        print(f"qd-run: error: {one_line(e)}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except Exception as e:  # hydra's compose errors
+        if type(e).__module__.startswith("hydra"):
+            print(f"qd-run: error: {one_line(e)}", file=sys.stderr)
+            raise SystemExit(2) from None
+        raise
+    import hydra
+
+    sys.argv = [sys.argv[0], *argv]
+    hydra.main(config_path=str(conf_dir()), config_name="config", version_base=None)(_hydra_task)()
+
+
+if __name__ == "__main__":
+    main()

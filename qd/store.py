@@ -1,0 +1,254 @@
+"""The genome store: every candidate, append-only, in SQLite (WAL: one writer, many readers).
+
+The store is the source of truth. A candidate is committed here *before* it is
+inserted into the archive, so a crash never loses an evaluated candidate: on
+restart, rows newer than the last checkpoint are replayed into the archive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS candidates (
+    id INTEGER PRIMARY KEY,
+    created REAL NOT NULL,
+    kind TEXT NOT NULL,
+    text TEXT,
+    vector BLOB,
+    parent_ids TEXT NOT NULL,
+    island INTEGER NOT NULL,
+    operator TEXT,
+    model TEXT,
+    prompt TEXT,
+    response TEXT,
+    tokens_in INTEGER NOT NULL DEFAULT 0,
+    tokens_out INTEGER NOT NULL DEFAULT 0,
+    cost REAL NOT NULL DEFAULT 0,
+    fitness REAL,
+    descriptor BLOB,
+    valid INTEGER NOT NULL,
+    metrics TEXT,
+    error TEXT,
+    eval_seconds REAL
+);
+CREATE TABLE IF NOT EXISTS migrations (
+    seq INTEGER PRIMARY KEY,
+    after_id INTEGER NOT NULL,
+    genome_id INTEGER NOT NULL,
+    island INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+_COLUMNS = (
+    "created", "kind", "text", "vector", "parent_ids", "island", "operator", "model",
+    "prompt", "response", "tokens_in", "tokens_out", "cost", "fitness", "descriptor",
+    "valid", "metrics", "error", "eval_seconds",
+)
+
+
+@dataclasses.dataclass
+class Candidate:
+    """One evaluated candidate. ``vector`` (f32[n]) for numeric genomes, else ``text``."""
+
+    kind: str
+    island: int
+    fitness: float
+    descriptor: np.ndarray
+    valid: bool
+    text: str | None = None
+    vector: np.ndarray | None = None
+    parent_ids: Sequence[int] = ()
+    operator: str | None = None
+    model: str | None = None
+    prompt: str | None = None
+    response: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+    metrics: dict | None = None
+    error: str | None = None
+    eval_seconds: float | None = None
+    id: int | None = None
+    created: float | None = None
+
+    @property
+    def genome(self) -> str | np.ndarray:
+        return self.vector if self.vector is not None else self.text
+
+
+def _blob(x: np.ndarray | None) -> bytes | None:
+    return None if x is None else np.asarray(x, np.float32).tobytes()
+
+
+class Store:
+    """Append-only candidate store at ``path`` (created if missing)."""
+
+    def __init__(self, path: str | Path, readonly: bool = False):
+        self.path = Path(path)
+        if readonly:
+            if not self.path.exists():
+                raise FileNotFoundError(f"store: no store at {self.path}")
+            uri = f"file:{self.path}?mode=ro"
+            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        else:
+            self._db = sqlite3.connect(self.path, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            self._db.commit()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def add(self, candidates: Sequence[Candidate]) -> list[int]:
+        """Commits a batch in one transaction; sets and returns their ids (ascending)."""
+        now = time.time()
+        rows = []
+        for c in candidates:
+            c.created = now if c.created is None else c.created
+            rows.append((
+                c.created, c.kind, c.text, _blob(c.vector), json.dumps(list(map(int, c.parent_ids))),
+                int(c.island), c.operator, c.model, c.prompt, c.response,
+                int(c.tokens_in), int(c.tokens_out), float(c.cost),
+                float(c.fitness) if c.fitness is not None else None,
+                _blob(c.descriptor), int(bool(c.valid)),
+                json.dumps(c.metrics) if c.metrics is not None else None,
+                c.error, c.eval_seconds,
+            ))
+        with self._db:
+            start = self._next_id()
+            self._db.executemany(
+                f"INSERT INTO candidates (id, {', '.join(_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})",
+                [(start + i, *row) for i, row in enumerate(rows)],
+            )
+        ids = list(range(start, start + len(rows)))
+        for c, i in zip(candidates, ids):
+            c.id = i
+        return ids
+
+    def _next_id(self) -> int:
+        (last,) = self._db.execute("SELECT COALESCE(MAX(id), -1) FROM candidates").fetchone()
+        return last + 1
+
+    def add_migrations(self, after_id: int, genome_id: Iterable[int], island: Iterable[int]) -> None:
+        """Records elites copied between islands, so ``rebuild`` can replay them."""
+        with self._db:
+            self._db.executemany(
+                "INSERT INTO migrations (after_id, genome_id, island) VALUES (?, ?, ?)",
+                [(int(after_id), int(g), int(i)) for g, i in zip(genome_id, island)],
+            )
+
+    def set_meta(self, key: str, value: object) -> None:
+        with self._db:
+            self._db.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value))
+            )
+
+    def get_meta(self, key: str, default: object = None) -> object:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return default if row is None else json.loads(row[0])
+
+    def count(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM candidates").fetchone()[0]
+
+    def last_id(self) -> int:
+        return self._next_id() - 1
+
+    def get(self, ids: Iterable[int]) -> list[Candidate]:
+        """Candidates by id, in the order asked (missing ids raise KeyError)."""
+        ids = [int(i) for i in ids]
+        if not ids:
+            return []
+        found: dict[int, Candidate] = {}
+        for chunk_start in range(0, len(ids), 900):
+            chunk = ids[chunk_start : chunk_start + 900]
+            cursor = self._db.execute(
+                f"SELECT id, {', '.join(_COLUMNS)} FROM candidates WHERE id IN "
+                f"({', '.join('?' * len(chunk))})",
+                chunk,
+            )
+            for row in cursor:
+                found[row[0]] = _candidate(row)
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise KeyError(f"store: no candidate with id {missing[0]}")
+        return [found[i] for i in ids]
+
+    def iter(self, after_id: int = -1) -> Iterable[Candidate]:
+        cursor = self._db.execute(
+            f"SELECT id, {', '.join(_COLUMNS)} FROM candidates WHERE id > ? ORDER BY id",
+            (after_id,),
+        )
+        for row in cursor:
+            yield _candidate(row)
+
+    def placements(self, after_id: int = -1, descriptor_dim: int | None = None) -> dict[str, np.ndarray]:
+        """Every archive offer in history order: stored candidates and recorded migrations.
+
+        Returns arrays of length N: ``id`` i64, ``island`` i32, ``fitness`` f32,
+        ``descriptor`` f32[N, D], ``valid`` bool — what ``qd.archive.rebuild`` takes.
+        Only candidates with ``id > after_id`` (and migrations after them) are included.
+        """
+        rows = self._db.execute(
+            "SELECT id, island, fitness, descriptor, valid FROM candidates WHERE id > ? ORDER BY id",
+            (after_id,),
+        ).fetchall()
+        migrants = self._db.execute(
+            "SELECT m.after_id, m.genome_id, m.island, c.fitness, c.descriptor, c.valid "
+            "FROM migrations m JOIN candidates c ON c.id = m.genome_id "
+            "WHERE m.after_id > ? ORDER BY m.seq",
+            (after_id,),
+        ).fetchall()
+        order = [(2 * r[0], r[0], r[1], r[2], r[3], r[4]) for r in rows]
+        order += [(2 * m[0] + 1, m[1], m[2], m[3], m[4], m[5]) for m in migrants]
+        order.sort(key=lambda r: r[0])
+        dim = descriptor_dim
+        descriptors = []
+        for r in order:
+            d = np.frombuffer(r[4], np.float32) if r[4] is not None else None
+            if d is not None:
+                dim = d.size if dim is None else dim
+            descriptors.append(d)
+        dim = dim or 0
+        desc = np.stack([
+            d if d is not None and d.size == dim else np.full(dim, np.nan, np.float32)
+            for d in descriptors
+        ]) if order else np.zeros((0, dim), np.float32)
+        return {
+            "id": np.array([r[1] for r in order], np.int64),
+            "island": np.array([r[2] for r in order], np.int32),
+            "fitness": np.array([np.nan if r[3] is None else r[3] for r in order], np.float32),
+            "descriptor": desc.astype(np.float32),
+            "valid": np.array([bool(r[5]) for r in order], bool),
+        }
+
+
+def _candidate(row: tuple) -> Candidate:
+    (id_, created, kind, text, vector, parent_ids, island, operator, model, prompt, response,
+     tokens_in, tokens_out, cost, fitness, descriptor, valid, metrics, error, eval_seconds) = row
+    return Candidate(
+        id=id_, created=created, kind=kind, text=text,
+        vector=None if vector is None else np.frombuffer(vector, np.float32).copy(),
+        parent_ids=json.loads(parent_ids), island=island, operator=operator, model=model,
+        prompt=prompt, response=response, tokens_in=tokens_in, tokens_out=tokens_out,
+        cost=cost, fitness=fitness,
+        descriptor=None if descriptor is None else np.frombuffer(descriptor, np.float32).copy(),
+        valid=bool(valid), metrics=None if metrics is None else json.loads(metrics),
+        error=error, eval_seconds=eval_seconds,
+    )

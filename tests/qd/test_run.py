@@ -1,0 +1,112 @@
+"""qd-run end to end, as a user calls it: subprocesses, exit codes, one-line errors."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from qd import archive, checkpoint
+from qd.store import Store
+
+SMALL = [
+    "experiment.params.dim=10", "archive.bins=[20,20]", "archive.lower=[-26,-26]",
+    "archive.upper=[26,26]", "runner.batch_size=32", "runner.progress=false",
+    "runner.checkpoint_every=2",
+]
+
+
+def qd_run(*args, cwd, check=True, timeout=300):
+    proc = subprocess.run(
+        [sys.executable, "-m", "qd.run", *args], cwd=cwd, capture_output=True, text=True,
+        timeout=timeout,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("runner.batch_sise=3", "runner.batch_sise: unknown config key (did you mean runner.batch_size?"),
+        ("runner.batch_size=abc", "runner.batch_size: Value 'abc' of type 'str' could not be converted to Integer"),
+        ("experiment=nope", "experiment: no config 'nope' (available: arm, sphere)"),
+        ("archive.bins=[10]", "archive.bins: has 1 entries but the task has 2 descriptors"),
+        ("islands.topology=star", "islands.topology: unknown topology 'star'"),
+        ("experiment.params.function=cube", "experiment.params.function: unknown function 'cube'"),
+        ("operators.mix.0.name=cauchy", "operators.mix[0].name: unknown operator 'cauchy'"),
+        ("runner.batch_size=0", "runner.batch_size: must be >= 1"),
+    ],
+)
+def test_bad_config_fails_at_start_with_one_line(tmp_path, override, message):
+    proc = qd_run(override, cwd=tmp_path, check=False, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("qd-run: error: " + message), lines[0]
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_multirun_sweeps_seeds(tmp_path):
+    proc = qd_run("-m", "experiment=sphere", "seed=0,1", "runner.max_evaluations=64", *SMALL, cwd=tmp_path)
+    runs = sorted((tmp_path / "outputs" / "sphere" / "multirun").glob("*/[0-9]*"))
+    assert [r.name for r in runs] == ["0", "1"]
+    for r in runs:
+        assert (r / "config.yaml").exists() and (r / "store.sqlite").exists()
+        assert (r / "events.jsonl").read_text().strip()
+    assert proc.stdout.count("summary=") == 2
+
+
+def test_arm_experiment_runs(tmp_path):
+    proc = qd_run("experiment=arm", "runner.max_evaluations=512", "runner.progress=false", cwd=tmp_path)
+    summary = json.loads(proc.stdout.split("summary=")[-1])
+    assert summary["num_elites"] > 20 and summary["max_fitness"] <= 0
+
+
+@pytest.mark.slow
+def test_kill9_then_resume_counts_every_candidate_once(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [sys.executable, "-m", "qd.run", "runner.max_evaluations=20000", f"hydra.run.dir={run_dir}", *SMALL]
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    store_path = run_dir / "store.sqlite"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # wait until it is evaluating
+        if store_path.exists() and (run_dir / "checkpoints").exists():
+            break
+        time.sleep(0.1)
+    time.sleep(random.uniform(0.2, 2.5))  # a random point mid-run
+    assert proc.poll() is None, proc.stderr.read()[-2000:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with Store(store_path, readonly=True) as store:
+        before = store.count()
+    assert 0 < before < 20000
+
+    qd_run(f"resume={run_dir}", cwd=tmp_path)
+
+    with Store(store_path, readonly=True) as store:
+        ids = [c.id for c in store.iter()]
+        offers = store.placements()
+    assert ids == list(range(20000))  # every candidate exactly once, none lost
+    state, _, counters = checkpoint.load(run_dir / "checkpoints")
+    assert counters["last_id"] == 19999
+    spec = archive.GridSpec((20, 20), (-26, -26), (26, 26))
+    rebuilt = archive.rebuild(spec, 1, offers["island"], offers["descriptor"], offers["fitness"], offers["id"], offers["valid"])
+    for field in ("fitness", "genome_id", "descriptor", "threshold"):
+        np.testing.assert_array_equal(np.asarray(getattr(state, field)), np.asarray(getattr(rebuilt, field)))
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert events[-1]["evaluations"] == 20000
+
+
+def test_resume_of_a_missing_run_is_a_one_line_error(tmp_path):
+    proc = qd_run(f"resume={tmp_path / 'nothing'}", cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"qd-run: error: resume: {tmp_path / 'nothing'} has no config.yaml (pass a run directory made by qd-run)"
+    ]

@@ -1,0 +1,71 @@
+import sqlite3
+
+import numpy as np
+import pytest
+
+from qd.store import Candidate, Store
+
+
+def make(i: int, island: int = 0, valid: bool = True) -> Candidate:
+    return Candidate(
+        kind="vector", island=island, fitness=float(i), descriptor=np.array([i, -i], np.float32),
+        valid=valid, vector=np.arange(3, dtype=np.float32) + i, parent_ids=[i - 1] if i else [],
+        operator="gaussian", metrics={"m": i}, error=None if valid else "boom",
+        tokens_in=i, tokens_out=2 * i, cost=0.5 * i, eval_seconds=0.01,
+    )
+
+
+def test_add_assigns_ascending_ids_and_roundtrips(tmp_path):
+    with Store(tmp_path / "s.sqlite") as store:
+        ids = store.add([make(0), make(1), make(2, valid=False)])
+        assert ids == [0, 1, 2]
+        assert store.add([make(3)]) == [3]
+        got = store.get([2, 0])
+        assert [c.id for c in got] == [2, 0]
+        assert got[0].error == "boom" and not got[0].valid
+        np.testing.assert_array_equal(got[1].vector, np.arange(3, dtype=np.float32))
+        np.testing.assert_array_equal(got[1].descriptor, [0, -0])
+        assert got[1].metrics == {"m": 0} and got[1].parent_ids == []
+        assert store.count() == 4 and store.last_id() == 3
+        assert [c.id for c in store.iter(after_id=1)] == [2, 3]
+        with pytest.raises(KeyError, match="no candidate with id 9"):
+            store.get([9])
+
+
+def test_wal_mode_allows_a_reader_while_writing(tmp_path):
+    path = tmp_path / "s.sqlite"
+    with Store(path) as writer:
+        writer.add([make(0)])
+        assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        reader = Store(path, readonly=True)
+        writer.add([make(1)])
+        assert reader.count() == 2
+        reader.close()
+
+
+def test_survives_reopen(tmp_path):
+    with Store(tmp_path / "s.sqlite") as store:
+        store.add([make(0), make(1)])
+        store.set_meta("seed", 3)
+    with Store(tmp_path / "s.sqlite") as store:
+        assert store.count() == 2 and store.get_meta("seed") == 3
+        assert store.add([make(2)]) == [2]
+
+
+def test_placements_interleave_migrations_in_history_order(tmp_path):
+    with Store(tmp_path / "s.sqlite") as store:
+        store.add([make(0), make(1)])
+        store.add_migrations(after_id=1, genome_id=[1], island=[2])
+        store.add([make(2, valid=False)])
+        offers = store.placements()
+        assert offers["id"].tolist() == [0, 1, 1, 2]
+        assert offers["island"].tolist() == [0, 0, 2, 0]
+        assert offers["valid"].tolist() == [True, True, True, False]
+        assert offers["descriptor"].shape == (4, 2)
+        later = store.placements(after_id=1)
+        assert later["id"].tolist() == [2]
+
+
+def test_readonly_missing_store_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no store at"):
+        Store(tmp_path / "nope.sqlite", readonly=True)
