@@ -47,6 +47,16 @@ class Migration:
     migrants: int = 1
 
 
+@jax.jit
+def _proposal_keys(key: jax.Array, log_weights: jax.Array) -> tuple[jax.Array, ...]:
+    """One dispatch for all of a proposal's randomness: next key, operator index,
+    a seed for the task's initial genomes, and keys for sampling and the operator."""
+    key, choice_key, seed_key, sample_key, op_key = jax.random.split(key, 5)
+    choice = jax.random.categorical(choice_key, log_weights)
+    seed = jax.random.randint(seed_key, (), 0, 2**31 - 1)
+    return key, choice, seed, sample_key, op_key
+
+
 @dataclasses.dataclass
 class _Proposal:
     island: int
@@ -103,7 +113,7 @@ class Engine:
         weights = np.asarray([w for _, w in operators], np.float64)
         if len(weights) == 0 or np.any(weights < 0) or weights.sum() <= 0:
             raise ValueError("operators.mix: need at least one operator with a positive weight")
-        self._weights = weights / weights.sum()
+        self._log_weights = np.log(weights / weights.sum()).astype(np.float32)
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.islands, self.batch_size, self.in_flight = islands, batch_size, in_flight
@@ -132,7 +142,7 @@ class Engine:
         self._genomes = self._empty_genome_table()
         self._replay_store()
         self._fill_genome_table()
-        self._stats = archive.stats(self.state, qd_offset)
+        self._stats = jax.device_get(archive.stats(self.state, qd_offset))
 
     # ----- resume -------------------------------------------------------------
 
@@ -191,19 +201,19 @@ class Engine:
         island_cycle = 0
         try:
             while True:
-                while not self._should_stop() and len(pending) < self.in_flight:
-                    size = self._next_size(sum(pending.values()))
-                    if size == 0:
-                        break
-                    fut = asyncio.ensure_future(self._propose(island_cycle % self.islands, size))
-                    pending[fut] = size
-                    island_cycle += 1
+                island_cycle = self._refill(pending, island_cycle)
                 if not pending:
                     break
                 done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for fut in done:
                     del pending[fut]
-                self._commit([fut.result() for fut in done])
+                results = [fut.result() for fut in done]
+                if self.in_flight > 1:
+                    # Refill first: new proposals run while this batch is written
+                    # (they sample the archive as it was before this batch).
+                    writing = sum(len(r.evaluation.fitness) for r in results)
+                    island_cycle = self._refill(pending, island_cycle, writing)
+                await self._commit(results)
         finally:
             for fut in pending:
                 fut.cancel()
@@ -215,6 +225,20 @@ class Engine:
             summary = self.summary()
             self._progress.close(self._status_line("done"))
         return summary
+
+    def _refill(self, pending: dict[asyncio.Future, int], island_cycle: int, writing: int = 0) -> int:
+        """Starts proposals until ``in_flight`` run or a budget says stop.
+
+        ``writing`` counts finished candidates not yet in the store.
+        """
+        while not self._should_stop() and len(pending) < self.in_flight:
+            size = self._next_size(sum(pending.values()) + writing)
+            if size == 0:
+                break
+            fut = asyncio.ensure_future(self._propose(island_cycle % self.islands, size))
+            pending[fut] = size
+            island_cycle += 1
+        return island_cycle
 
     def close(self) -> None:
         self._events.close()
@@ -242,17 +266,19 @@ class Engine:
         return sub
 
     async def _propose(self, island: int, size: int) -> _Proposal:
-        key = self._split()
-        if float(self._stats.num_elites[island]) == 0:
-            seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
-            genomes = self.task.initial(np.random.default_rng(seed), size)
+        self.key, choice, seed, sample_key, op_key = _proposal_keys(self.key, self._log_weights)
+        op = self.operators[int(choice)]
+        if self._stats.num_elites[island] == 0:
+            # An empty island starts from the task's initial genomes; vector genomes
+            # are varied once (as pyribs's emitters start from x0 plus noise).
+            initial = self.task.initial(np.random.default_rng(int(seed)), size)
             parent_ids = np.zeros((size, 0), np.int64)
-            name = "init"
+            if self.task.kind != "vector":
+                genomes, name = initial, "init"
+            else:
+                parents = np.repeat(np.asarray(initial)[:, None], op.num_parents, axis=1)
+                genomes, name = await op(op_key, parents, {"island": island}), f"init+{op.name}"
         else:
-            choice_key, sample_key, op_key = jax.random.split(key, 3)
-            op = self.operators[
-                int(jax.random.choice(choice_key, len(self.operators), p=self._weights))
-            ]
             ids, cells = archive.sample(self.state, sample_key, island, size * op.num_parents)
             cells = np.asarray(cells).reshape(size, op.num_parents)
             parent_ids = np.asarray(ids, np.int64).reshape(size, op.num_parents)
@@ -262,7 +288,7 @@ class Engine:
         evaluation = await self.evaluator(genomes)
         return _Proposal(island, name, parent_ids, genomes, evaluation)
 
-    def _commit(self, proposals: list[_Proposal]) -> None:
+    async def _commit(self, proposals: list[_Proposal]) -> None:
         candidates: list[Candidate] = []
         for p in proposals:
             ev = p.evaluation
@@ -279,7 +305,9 @@ class Engine:
                 ))
         if not candidates:
             return
-        ids = np.asarray(self.store.add(candidates))  # committed before it counts
+        # Committed before it counts; SQLite releases the GIL, so proposals in flight
+        # keep running while the batch is written.
+        ids = np.asarray(await asyncio.to_thread(self.store.add, candidates))
         self._count += len(ids)
         island = np.asarray([c.island for c in candidates], np.int32)
         self.state, result = archive.insert(
@@ -296,7 +324,7 @@ class Engine:
         self.counters["batches"] += 1
         if self.migration.every and self.counters["batches"] % self.migration.every == 0:
             self._migrate()
-        self._stats = archive.stats(self.state, self.qd_offset)
+        self._stats = jax.device_get(archive.stats(self.state, self.qd_offset))
         self._write_event(len(candidates), result)
         if self.counters["batches"] % self.checkpoint_every == 0:
             self._checkpoint()
@@ -361,4 +389,5 @@ class Engine:
         }
         self._events.write(json.dumps(event) + "\n")
         self._events.flush()
-        self._progress.update(self.evaluations, self._status_line())
+        if self._progress_enabled:
+            self._progress.update(self.evaluations, self._status_line())

@@ -21,7 +21,7 @@ class RunProgress:
         if self._live:
             self._bar = Progress(
                 TextColumn("[bold]qd"),
-                BarColumn(),
+                BarColumn(bar_width=20),
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[info]}"),
                 TimeElapsedColumn(),

@@ -89,6 +89,10 @@ def _blob(x: np.ndarray | None) -> bytes | None:
     return None if x is None else np.asarray(x, np.float32).tobytes()
 
 
+def _ids_json(ids: Sequence[int]) -> str:
+    return "[" + ",".join(str(int(i)) for i in ids) + "]"
+
+
 class Store:
     """Append-only candidate store at ``path`` (created if missing)."""
 
@@ -118,18 +122,17 @@ class Store:
     def add(self, candidates: Sequence[Candidate]) -> list[int]:
         """Commits a batch in one transaction; sets and returns their ids (ascending)."""
         now = time.time()
-        rows = []
-        for c in candidates:
-            c.created = now if c.created is None else c.created
-            rows.append((
-                c.created, c.kind, c.text, _blob(c.vector), json.dumps(list(map(int, c.parent_ids))),
-                int(c.island), c.operator, c.model, c.prompt, c.response,
-                int(c.tokens_in), int(c.tokens_out), float(c.cost),
-                float(c.fitness) if c.fitness is not None else None,
-                _blob(c.descriptor), int(bool(c.valid)),
-                json.dumps(c.metrics) if c.metrics is not None else None,
+        rows = [
+            (
+                c.created if c.created is not None else now, c.kind, c.text, _blob(c.vector),
+                _ids_json(c.parent_ids), int(c.island), c.operator, c.model, c.prompt,
+                c.response, c.tokens_in, c.tokens_out, c.cost,
+                None if c.fitness is None else float(c.fitness), _blob(c.descriptor),
+                bool(c.valid), None if c.metrics is None else json.dumps(c.metrics),
                 c.error, c.eval_seconds,
-            ))
+            )
+            for c in candidates
+        ]
         with self._db:
             start = self._next_id()
             self._db.executemany(
@@ -138,8 +141,8 @@ class Store:
                 [(start + i, *row) for i, row in enumerate(rows)],
             )
         ids = list(range(start, start + len(rows)))
-        for c, i in zip(candidates, ids):
-            c.id = i
+        for c, i, row in zip(candidates, ids, rows):
+            c.id, c.created = i, row[0]
         return ids
 
     def _next_id(self) -> int:

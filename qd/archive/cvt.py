@@ -143,10 +143,10 @@ class CVTSpec:
             a per-query constant.
         grid_lo: (D,) float32 lower corner of the bucket grid, or None without a grid.
         grid_inv_width: (D,) float32 buckets per unit length along each axis, or None.
-        bucket_centroids: (NB, W, D) float32 coordinates of each bucket's candidates,
-            or None. NB = prod(grid_shape); W is the widest candidate list.
-        bucket_index: (NB, W) int32 centroid index of each candidate, ascending; C marks
-            padding. Or None.
+        bucket_table: (NB, W, D + 1) float32 candidates of each bucket, or None.
+            NB = prod(grid_shape); W is the longest candidate list. Each candidate is
+            its coordinates followed by its index (exact in float32, which keeps the
+            lookup in fast float reductions), ascending; index C marks padding.
         grid_shape: Buckets along each axis (static); ``()`` when there is no grid.
     """
 
@@ -157,8 +157,7 @@ class CVTSpec:
     score_mat: jax.Array
     grid_lo: jax.Array | None
     grid_inv_width: jax.Array | None
-    bucket_centroids: jax.Array | None
-    bucket_index: jax.Array | None
+    bucket_table: jax.Array | None
     grid_shape: tuple[int, ...] = dataclasses.field(metadata={"static": True})
 
     @classmethod
@@ -173,8 +172,10 @@ class CVTSpec:
             unevenly spread that some bucket would need more than 64 candidates.
         """
         c32 = np.asarray(centroids, dtype=np.float32)
-        if c32.ndim != 2 or c32.shape[0] < 1 or c32.shape[1] < 1:
-            raise ValueError(f"centroids must have shape (C, D), got {c32.shape}")
+        if c32.ndim != 2 or not 1 <= c32.shape[0] < 2**24 or c32.shape[1] < 1:
+            raise ValueError(
+                f"centroids must have shape (C, D) with 1 <= C < 2**24, got {c32.shape}"
+            )
         if not np.all(np.isfinite(c32)):
             raise ValueError("centroids must be finite")
         c64 = c32.astype(np.float64)
@@ -195,13 +196,19 @@ class CVTSpec:
 
         grid = _build_grid(c64) if dim <= _GRID_MAX_DIM else None
         if grid is None:
-            grid_arrays: tuple[jax.Array | None, ...] = (None,) * 4
+            grid_arrays: tuple[jax.Array | None, ...] = (None,) * 3
             grid_shape: tuple[int, ...] = ()
         else:
             grid_lo, grid_inv_width, bucket_index, grid_shape = grid
-            bucket_centroids = c32[np.minimum(bucket_index, num_cells - 1)]
+            bucket_table = np.concatenate(
+                [
+                    c32[np.minimum(bucket_index, num_cells - 1)],
+                    bucket_index[..., None].astype(np.float32),
+                ],
+                axis=2,
+            )
             grid_arrays = tuple(
-                map(jnp.asarray, (grid_lo, grid_inv_width, bucket_centroids, bucket_index))
+                map(jnp.asarray, (grid_lo, grid_inv_width, bucket_table))
             )
         return cls(
             jnp.asarray(c32),
@@ -256,9 +263,7 @@ class CVTSpec:
         bucket = jnp.sum(cell * strides, axis=1)
         return lax.cond(
             on_grid,
-            lambda: _exact_pick(
-                x, self.bucket_centroids[bucket], self.bucket_index[bucket], self.num_cells
-            ),
+            lambda: _exact_pick(x, self.bucket_table[bucket], self.num_cells),
             lambda: self._matmul_chunk(x),
         )
 
@@ -302,22 +307,28 @@ class CVTSpec:
         )
 
         pair = jnp.stack([first, last], axis=1)
-        picked = _exact_pick(x, self.centroids[pair], pair, self.num_cells)
+        # A lone candidate appears twice; the second copy becomes padding.
+        pair_index = jnp.stack([first, jnp.where(last > first, last, self.num_cells)], 1)
+        cand = jnp.concatenate(
+            [self.centroids[pair], pair_index[..., None].astype(jnp.float32)], axis=2
+        )
+        picked = _exact_pick(x, cand, self.num_cells)
         return lax.cond(
             jnp.any(crowded), lambda: self._rescan(x, crowded, picked), lambda: picked
         )
 
     def _rescan(self, x: jax.Array, crowded: jax.Array, picked: jax.Array) -> jax.Array:
         """Exact scan of all centroids for the crowded rows of (b, D) ``x``; (b,) cells."""
-        every = jnp.arange(self.num_cells, dtype=jnp.int32)[None]
+        every = jnp.concatenate(
+            [self.centroids, jnp.arange(self.num_cells, dtype=jnp.float32)[:, None]],
+            axis=1,
+        )[None]
 
         def row(args: tuple[jax.Array, jax.Array, jax.Array]) -> jax.Array:
             xr, crowded_r, picked_r = args
             return lax.cond(
                 crowded_r,
-                lambda: _exact_pick(xr[None], self.centroids[None], every, self.num_cells)[
-                    0
-                ],
+                lambda: _exact_pick(xr[None], every, self.num_cells)[0],
                 lambda: picked_r,
             )
 
@@ -340,49 +351,43 @@ def _map_chunks(
     return out.reshape(-1)[:total]
 
 
-def _exact_pick(
-    x: jax.Array, cand: jax.Array, cand_index: jax.Array, num_cells: int
-) -> jax.Array:
+def _exact_pick(x: jax.Array, cand: jax.Array, num_cells: int) -> jax.Array:
     """Nearest of each query's candidates, exactly, lowest index on ties.
 
     Args:
         x: (b, D) queries.
-        cand: (b, K, D) candidate coordinates, or (1, K, D) shared by all queries.
-        cand_index: (b, K) or (1, K) int32 centroid indices; ``num_cells`` marks
-            padding.
+        cand: (b, K, D + 1) candidates (coordinates, then index as float32), or
+            (1, K, D + 1) shared by all queries; index ``num_cells`` marks padding.
         num_cells: Number of centroids C.
 
     Returns:
         (b,) int32 index of the nearest candidate. Float32 distances decide when the
-        runner-up is farther than their relative error bound ((D + 2) u, quadrupled);
+        best one is alone within their relative error bound ((D + 2) u, quadrupled);
         otherwise the whole batch is redone in float-float.
     """
-    valid = cand_index < num_cells
-    diff = x[:, None, :] - cand
-    dist = jnp.where(valid, jnp.sum(diff * diff, axis=2), jnp.inf)
+    index = cand[..., -1]
+    diff = x[:, None, :] - cand[..., :-1]
+    dist = jnp.where(index < num_cells, jnp.sum(diff * diff, axis=2), jnp.inf)
     best = jnp.min(dist, axis=1, keepdims=True)
-    winner = jnp.min(jnp.where(dist == best, cand_index, num_cells), axis=1)
-    runner_up = jnp.min(jnp.where(cand_index != winner[:, None], dist, jnp.inf), axis=1)
+    winner = jnp.min(jnp.where(dist == best, index, num_cells), axis=1)
     tol = 4 * (x.shape[1] + 2) * _U
-    clear = runner_up > best[:, 0] * (1 + tol) + 2.0**-100
+    close = jnp.sum(dist <= best * (1 + tol) + 2.0**-100, axis=1)
     return lax.cond(
-        jnp.all(clear),
-        lambda: winner,
-        lambda: _float_float_pick(x, cand, cand_index, num_cells),
+        jnp.all(close == 1),
+        lambda: winner.astype(jnp.int32),
+        lambda: _float_float_pick(x, cand, num_cells),
     )
 
 
-def _float_float_pick(
-    x: jax.Array, cand: jax.Array, cand_index: jax.Array, num_cells: int
-) -> jax.Array:
+def _float_float_pick(x: jax.Array, cand: jax.Array, num_cells: int) -> jax.Array:
     """Like :func:`_exact_pick` but comparing float-float distances (~47 bits).
 
     ``x - c`` is split exactly into ``s + e`` (TwoSum); ``s^2`` is summed exactly from
     12-bit halves of ``s``; ``2 s e`` adds ~2^-24 relative and its rounding ~2^-47;
     ``e^2`` (< 2^-48 relative) is dropped. All terms are summed in float-float.
     """
-    valid = cand_index < num_cells
-    neg = -jnp.broadcast_to(cand, (x.shape[0],) + cand.shape[1:])
+    index = cand[..., -1]
+    neg = -jnp.broadcast_to(cand[..., :-1], (x.shape[0],) + cand.shape[1:2] + x.shape[1:])
     xb = jnp.broadcast_to(x[:, None, :], neg.shape)
     s = xb + neg
     back = s - xb
@@ -401,6 +406,7 @@ def _float_float_pick(
             lo = jnp.pad(lo, ((0, 0), (0, 0), (0, 1)))
         half = hi.shape[2] // 2
         hi, lo = _ff_add(hi[..., :half], lo[..., :half], hi[..., half:], lo[..., half:])
+    valid = index < num_cells
     hi = jnp.where(valid, hi[..., 0], jnp.inf)
     lo = jnp.where(valid, lo[..., 0], jnp.inf)
 
@@ -408,7 +414,7 @@ def _float_float_pick(
     on_hi = hi == best_hi
     best_lo = jnp.min(jnp.where(on_hi, lo, jnp.inf), axis=1, keepdims=True)
     tie = on_hi & (lo == best_lo)
-    return jnp.min(jnp.where(tie, cand_index, num_cells), axis=1)
+    return jnp.min(jnp.where(tie, index, num_cells), axis=1).astype(jnp.int32)
 
 
 def _ff_add(
@@ -427,11 +433,10 @@ def _build_grid(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...]] | None:
     """Bucket grid whose buckets list every centroid that can be nearest inside them.
 
-    For a bucket box Q, the nearest centroid of any point in Q is within
-    ``R = min_j maxdist(c_j, Q)``, so only centroids with ``mindist(c_j, Q) <= R`` can
-    win. Computed in float64 on boxes grown by _GRID_SLACK, with relative slack 1e-9.
-    The grid covers the centroids' bounding box plus about one centroid spacing, so
-    descriptors between the outer centroids and the archive bounds stay on the grid.
+    Lists are computed in float64 on bucket boxes grown by _GRID_SLACK and only drop
+    centroids that are provably farther than another one everywhere in the box. The grid
+    covers the centroids' bounding box plus about one centroid spacing, so descriptors
+    between the outer centroids and the archive bounds stay on the grid.
 
     Args:
         c64: (C, D) centroids (float32 values, as float64).
@@ -455,56 +460,88 @@ def _build_grid(
     axes = [np.arange(g, dtype=np.float64) for g in shape]
     corners = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, dim)
     step = 1.0 / grid_inv_width.astype(np.float64)
+    half = (1 + 2 * _GRID_SLACK) * step / 2
     tree = cKDTree(c64)
     rows = [
-        _bucket_candidates(tree, c64, grid_lo + (block - _GRID_SLACK) * step,
-                           grid_lo + (block + 1 + _GRID_SLACK) * step)
-        for block in np.array_split(corners, -(-len(corners) // 65536))
+        _bucket_lists(tree, c64, grid_lo + (block + 0.5) * step, half)
+        for block in np.array_split(corners, -(-len(corners) // 32768))
     ]
     width_max = max(r.shape[1] for r in rows)
     if width_max > _GRID_MAX_WIDTH:
         return None
     bucket_index = np.concatenate(
-        [np.pad(r, ((0, 0), (0, width_max - r.shape[1])), constant_values=num_cells)
-         for r in rows]
+        [
+            np.pad(r, ((0, 0), (0, width_max - r.shape[1])), constant_values=num_cells)
+            for r in rows
+        ]
     ).astype(np.int32)
     return grid_lo, grid_inv_width, bucket_index, tuple(int(g) for g in shape)
 
 
-def _bucket_candidates(
-    tree: cKDTree, c64: np.ndarray, box_lo: np.ndarray, box_hi: np.ndarray, k: int = 16
+def _bucket_lists(
+    tree: cKDTree, c64: np.ndarray, mid: np.ndarray, half: np.ndarray
 ) -> np.ndarray:
-    """Candidate lists of (n, D) boxes ``[box_lo, box_hi]`` of equal size.
+    """Lists the centroids that may be nearest somewhere in boxes ``mid +- half``.
 
-    Candidates lie in a ball around the box center: a centroid farther than
-    ``nearest + 2 * half_diagonal`` from it has a larger mindist than the maxdist of the
-    nearest one. The ball is searched with the ``k`` nearest centroids, and again with
-    ``2 k`` for the boxes whose ball holds more.
+    Two float64 filters, each keeping a superset of the possible winners:
+
+    * The nearest centroid of any point of box Q is within ``R = maxdist(c_i, Q)`` for
+      any i (taken as the best of the 16 centroids nearest to the center), so only
+      centroids with ``mindist(c_j, Q) <= R`` are kept. They lie within ``R + |half|``
+      of the center: they are found among the 16 nearest centroids, doubling the count
+      for boxes whose ball holds more.
+    * ``c_i`` beats ``c_j`` everywhere in Q when ``|p - c_j|^2 - |p - c_i|^2``, linear
+      in p, is positive at its minimum over Q, which in box-centered coordinates is
+      ``|c_j|^2 - |c_i|^2 - 2 sum_d |c_i - c_j|_d half_d``. Candidates beaten by one
+      of the 8 centroids nearest to the center, by a 1e-9 relative margin (far above
+      float64 rounding), are dropped.
+
+    Args:
+        tree: k-d tree of ``c64``.
+        c64: (C, D) centroids.
+        mid: (n, D) box centers.
+        half: (D,) half widths of the boxes.
 
     Returns:
-        (n, W) ascending centroid indices, padded with C; W is the widest list.
+        (n, W) ascending centroid indices, padded with C; W is the longest list.
     """
     num_cells = c64.shape[0]
-    k = min(k, num_cells)
-    mid = (box_lo + box_hi) / 2
-    half_diag = float(np.linalg.norm((box_hi[0] - box_lo[0]) / 2))
-    dist, idx = tree.query(mid, k=k, workers=-1)
-    dist, idx = dist.reshape(len(mid), k), idx.reshape(len(mid), k)
-    reach = (dist[:, :1] + 2 * half_diag) * (1 + 1e-9)
-    full = (dist[:, -1:] <= reach[:, :1])[:, 0] if k < num_cells else np.zeros(len(mid), bool)
+    num = len(mid)
+    k = min(num_cells, 16)
+    pending = np.arange(num)
+    pair_box, pair_cand = [], []
+    while True:
+        dist, idx = tree.query(mid[pending], k=k, workers=-1)
+        dist, idx = dist.reshape(len(pending), k), idx.reshape(len(pending), k)
+        offset = np.abs(c64[idx] - mid[pending, None])
+        if len(pending) == num:
+            rivals = idx[:, :8]
+            max_sq = np.min(np.sum((offset + half) ** 2, axis=2), axis=1) * (1 + 1e-9)
+            reach = (np.sqrt(max_sq) + np.linalg.norm(half)) * (1 + 1e-9)
+        more = (dist[:, -1] <= reach[pending]) & (k < num_cells)
+        min_sq = np.sum(np.maximum(offset - half, 0) ** 2, axis=2)
+        box, slot = np.nonzero((min_sq <= max_sq[pending, None]) & ~more[:, None])
+        pair_box.append(pending[box])
+        pair_cand.append(idx[box, slot])
+        if not more.any():
+            break
+        pending, k = pending[more], min(num_cells, 2 * k)
+    box, cand = np.concatenate(pair_box), np.concatenate(pair_cand)
 
-    found = dist <= reach
-    pts = c64[idx]
-    gap = np.maximum(np.maximum(box_lo[:, None] - pts, pts - box_hi[:, None]), 0)
-    far = np.maximum(np.abs(pts - box_lo[:, None]), np.abs(pts - box_hi[:, None]))
-    min_sq = np.where(found, np.sum(gap**2, axis=2), np.inf)
-    max_sq = np.where(found, np.sum(far**2, axis=2), np.inf)
-    keep = min_sq <= np.min(max_sq, axis=1, keepdims=True) * (1 + 1e-9)
-    keep[full] = False
-    rows = np.sort(np.where(keep, idx, num_cells), axis=1)
-    if full.any():
-        more = _bucket_candidates(tree, c64, box_lo[full], box_hi[full], 2 * k)
-        rows = np.pad(rows, ((0, 0), (0, max(0, more.shape[1] - k))),
-                      constant_values=num_cells)
-        rows[full, : more.shape[1]] = more
-    return rows[:, : int(np.sum(rows < num_cells, axis=1).max())]
+    local = c64[cand] - mid[box]
+    rival = c64[rivals[box]] - mid[box, None]
+    sq, rival_sq = np.sum(local**2, axis=1), np.sum(rival**2, axis=2)
+    margin = sq[:, None] - rival_sq
+    for d in range(c64.shape[1]):
+        margin -= (2 * half[d]) * np.abs(rival[:, :, d] - local[:, None, d])
+    scale = (np.sqrt(np.maximum(sq, rival_sq.max(axis=1))) + np.linalg.norm(half)) ** 2
+    alive = ~np.any(margin > 1e-9 * scale[:, None], axis=1)
+    box, cand = box[alive], cand[alive]
+
+    order = np.lexsort((cand, box))
+    box, cand = box[order], cand[order]
+    count = np.bincount(box, minlength=num)
+    slot = np.arange(len(box)) - (np.cumsum(count) - count)[box]
+    rows = np.full((num, count.max()), num_cells, dtype=np.int64)
+    rows[box, slot] = cand
+    return rows

@@ -43,7 +43,7 @@ def test_run_spends_exactly_the_evaluation_budget_and_improves(tmp_path):
     with Store(tmp_path / "store.sqlite") as store:
         assert store.count() == 640
         ops = {c.operator for c in store.iter()}
-    assert ops == {"init", "gaussian"}
+    assert ops == {"init+gaussian", "gaussian"}
     assert summary["global"]["num_elites"] > 10
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert len(events) == summary["batches"]
