@@ -78,4 +78,5 @@ class GridSpec:
         scaled = jnp.clip(scaled, 0.0, bins - 1.0)
         coords = scaled.astype(jnp.int32)
         strides = [math.prod(self.bins[d + 1 :]) for d in range(len(self.bins))]
-        return coords @ jnp.asarray(strides, jnp.int32)
+        # An elementwise sum fuses with the arithmetic above; an int32 dot would not.
+        return jnp.sum(coords * jnp.asarray(strides, jnp.int32), axis=1)

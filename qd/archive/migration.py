@@ -81,7 +81,7 @@ def select_migrants(state: ArchiveState, key: jax.Array, topology: str, k: int) 
     )
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3, 4), donate_argnums=(1,))
+@functools.partial(jax.jit, static_argnums=(3, 4), donate_argnums=(1,))
 def migrate(
     spec: CellSpec, state: ArchiveState, key: jax.Array, topology: str, k: int
 ) -> tuple[ArchiveState, InsertResult]:

@@ -74,11 +74,14 @@ def novelty_add(
     added = (score > threshold) & jnp.isfinite(fitness)
     rank = jnp.cumsum(added.astype(jnp.int32)) - 1
     capacity = state.genome_id.shape[0]
-    slot = jnp.where(added, (state.count + rank) % capacity, capacity)
+    num_added = jnp.sum(added, dtype=jnp.int32)
+    # Only the last `capacity` additions get a slot, so no slot is written twice.
+    stored = added & (num_added - 1 - rank < capacity)
+    slot = jnp.where(stored, (state.count + rank) % capacity, capacity)
     new_state = NoveltyState(
         descriptor=state.descriptor.at[slot].set(descriptor, mode="drop"),
         genome_id=state.genome_id.at[slot].set(genome_id, mode="drop"),
         fitness=state.fitness.at[slot].set(fitness, mode="drop"),
-        count=state.count + jnp.sum(added, dtype=jnp.int32),
+        count=state.count + num_added,
     )
     return new_state, added, score

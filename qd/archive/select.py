@@ -27,7 +27,11 @@ class Elites(NamedTuple):
     threshold: np.ndarray
 
 
-@functools.partial(jax.jit, static_argnums=(3,))
+def _check_island(state: ArchiveState, island: object) -> None:
+    if isinstance(island, (int, np.integer)) and not 0 <= island < state.num_islands:
+        raise ValueError(f"island {island} is out of range for {state.num_islands} islands")
+
+
 def sample(
     state: ArchiveState, key: jax.Array, island: jax.Array | int, n: int
 ) -> tuple[jax.Array, jax.Array]:
@@ -39,6 +43,14 @@ def sample(
     Returns:
         genome_id i32[n] (-1 everywhere if the island is empty) and cell i32[n].
     """
+    _check_island(state, island)
+    return _sample(state, key, island, n)
+
+
+@functools.partial(jax.jit, static_argnums=(3,))
+def _sample(
+    state: ArchiveState, key: jax.Array, island: jax.Array | int, n: int
+) -> tuple[jax.Array, jax.Array]:
     filled = state.genome_id[island] >= 0
     counts = jnp.cumsum(filled.astype(jnp.int32))
     total = counts[-1]
@@ -51,6 +63,8 @@ def sample(
 
 def elites(state: ArchiveState, island: int | None = None) -> Elites:
     """The filled cells of ``island`` (or of all islands stacked, cell = i*C + c)."""
+    if island is not None:
+        _check_island(state, island)
     fitness = np.asarray(state.fitness)
     ids = np.asarray(state.genome_id)
     descriptor = np.asarray(state.descriptor)
