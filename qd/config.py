@@ -66,7 +66,7 @@ class RunnerConf:
     workers: int = 2  # pool size
     max_evaluations: Optional[int] = 10_000
     max_seconds: Optional[float] = None
-    checkpoint_every: int = 10  # insert batches between checkpoints
+    checkpoint_every: int = 50  # insert batches between checkpoints
     progress: bool = True
 
 

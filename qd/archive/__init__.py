@@ -10,6 +10,7 @@ import jax
 if os.environ.get("QD_CPU_ASYNC_DISPATCH") != "1":
     jax.config.update("jax_cpu_enable_async_dispatch", False)
 
+from qd.archive.cvt import CVTSpec, cvt_centroids
 from qd.archive.grid import GridSpec
 from qd.archive.insert import (
     IMPROVED,
@@ -29,8 +30,8 @@ from qd.archive.state import ArchiveState, init, reset
 from qd.archive.stats import ArchiveStats, stats
 
 __all__ = [
-    "ArchiveState", "ArchiveStats", "Elites", "GridSpec", "IMPROVED", "InsertResult",
-    "Migrants", "NEW_CELL", "NOT_ADDED", "NoveltyState", "TOPOLOGIES", "elites", "init", "insert",
+    "ArchiveState", "ArchiveStats", "CVTSpec", "Elites", "GridSpec", "IMPROVED", "InsertResult",
+    "Migrants", "NEW_CELL", "NOT_ADDED", "NoveltyState", "TOPOLOGIES", "cvt_centroids", "elites", "init", "insert",
     "insert_batch", "insert_device", "migrate", "novelty", "novelty_add", "novelty_init",
     "padded_size", "rebuild", "reset", "sample", "select_migrants", "stats",
 ]

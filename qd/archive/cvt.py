@@ -9,23 +9,25 @@ Two pieces:
 
 Why exactness takes work: the usual float32 expanded-norm trick,
 ``|x|^2 + |c|^2 - 2 x.c``, loses most of its digits to cancellation once cells are
-small, and picks the wrong centroid for about 1% of queries at 100k centroids. Here that
-trick (or, for low dimensions, a precomputed bucket grid) only proposes a short list of
-candidates that provably contains the nearest centroid, and the winner is picked from
-direct differences ``(x - c)^2``. When two candidates are too close to call in float32,
-their distances are recomputed in float-float arithmetic (about 47 bits), so the answer
-only differs from float64 brute force when the two nearest distances agree to ~1e-13
-relative, which is below float64's own rounding of the sum.
+small and picks the wrong centroid for ~1% of queries at 100k centroids in [0, 1]^2
+(measured: 188 of 20k). Here candidates come from a precomputed bucket grid (D <= 3)
+or a scan of all centroids (direct ``(x - c)^2`` for D <= 3, that matmul trick for
+D > 3), keeping every centroid within a rigorous error bound of the best score, and the
+winner is picked from direct differences ``(x - c)^2``. The rare queries where that is
+not conclusive (two candidates within float32 error, a crowded window, a query off the
+grid) are resolved among all centroids, in float-float arithmetic (about 47 bits) when
+float32 cannot separate the nearest two. So the answer only differs from float64 brute
+force when the two nearest distances agree to ~1e-13 relative, near float64's own
+rounding of the sum.
 
-Preconditions of the exactness guarantee: finite descriptors and centroids, with
-coordinate differences that are either 0 or larger than ~1e-18 in magnitude (XLA:CPU
-flushes float32 subnormals to zero, so squares below ~1e-38 vanish), and at most ~1e18.
+Preconditions of the exactness guarantee: finite descriptors and centroids of magnitude
+below ~1e18, and no query within ~1e-12 of two distinct centroids at once (XLA:CPU
+flushes float32 subnormals to zero, which limits precision for tiny distances).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Sequence
 
 import jax
@@ -38,13 +40,16 @@ __all__ = ["CVTSpec", "cvt_centroids"]
 
 # Unit roundoff of float32.
 _U = 2.0**-24
-# Matmul scores are reduced in blocks of this many centroids (a block min is a fast,
-# vectorized reduction on XLA:CPU; an index-of-min over all centroids is not).
+# Scan scores are reduced in blocks of this many centroids.
 _BLOCK = 128
-# Score of padding centroids: never within any candidate window.
+# Padding: a matmul score or a coordinate that puts a centroid out of every window.
 _FAR = 1e30
-# A bucket grid is used for descriptor_dim <= _GRID_MAX_DIM ...
-_GRID_MAX_DIM = 3
+# Up to this dimension, scans sum (x - c)^2 directly (cheap, and precise enough to
+# leave ~1 candidate per query), and a bucket grid is built when there are at least
+# _GRID_MIN_CELLS centroids (below, a scan is within ~0.2 ms per 1024 queries of the
+# grid, and its jit signature depends only on C and D, not on the data) ...
+_DIRECT_MAX_DIM = 3
+_GRID_MIN_CELLS = 256
 # ... when no bucket needs more than this many candidates.
 _GRID_MAX_WIDTH = 64
 # Buckets per centroid.
@@ -57,11 +62,11 @@ _GRID_MAX_SIDE = 4096
 _GRID_SLACK = 1e-3
 # Queries per chunk of the grid path (measured fastest on XLA:CPU).
 _GRID_CHUNK = 1024
-# Score entries (queries x centroids) per chunk of the matmul path: 4 MiB of float32,
-# which measured fastest, with at least _MATMUL_MIN_CHUNK queries so the matmul stays
-# efficient for large C.
-_MATMUL_CHUNK_ENTRIES = 1 << 20
-_MATMUL_MIN_CHUNK = 32
+# Score entries (queries x centroids) per chunk of a scan: 4 MiB of float32, which
+# measured fastest, with at least _SCAN_MIN_CHUNK queries so the matmul stays efficient
+# for large C.
+_SCAN_CHUNK_ENTRIES = 1 << 20
+_SCAN_MIN_CHUNK = 32
 
 
 def cvt_centroids(
@@ -77,9 +82,11 @@ def cvt_centroids(
     ``centroids`` of a ``CVTArchive``) and QDax users from ``compute_cvt_centroids``:
     ``samples`` points drawn uniformly in ``[lower, upper]`` are clustered into ``n``
     clusters, starting from ``n`` distinct random samples, and the cluster means are the
-    centroids. Unlike pyribs (scikit-learn k-means, ~70 s for 10k centroids), this runs
-    at most 20 Lloyd iterations with a k-d tree assignment, a few seconds at most.
-    Clusters that lose all their samples keep their previous centroid.
+    centroids. Unlike pyribs (scikit-learn k-means, ~70 s for 10k centroids in 2-D),
+    this runs at most 20 Lloyd iterations, assigning samples with a k-d tree (D <= 8)
+    or with :meth:`CVTSpec.index` (k-d trees degrade in higher dimensions): about a
+    second for 10k centroids in 2-D. Clusters that lose all their samples keep their
+    previous centroid.
 
     Args:
         n: Number of centroids (cells).
@@ -89,7 +96,8 @@ def cvt_centroids(
         seed: Seed of the numpy Generator; the output is a function of the arguments.
 
     Returns:
-        float32 array of shape (n, D), every centroid inside ``[lower, upper]``.
+        float32 array of shape (n, D); centroids are means of samples, so they lie in
+        ``[lower, upper]``.
 
     Raises:
         ValueError: Bounds of different lengths or not ``lower < upper``, or
@@ -110,7 +118,7 @@ def cvt_centroids(
     # Stop once no centroid moves more than this; further iterations change little.
     tol = 1e-4 * float(np.max(upper_arr - lower_arr)) / n ** (1 / lower_arr.size)
     for _ in range(20):
-        _, label = cKDTree(centroids).query(points, workers=-1)
+        label = _nearest(centroids, points)
         count = np.bincount(label, minlength=n)
         sums = np.stack(
             [np.bincount(label, weights=col, minlength=n) for col in points.T], axis=1
@@ -125,6 +133,13 @@ def cvt_centroids(
     return centroids.astype(np.float32)
 
 
+def _nearest(centroids: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """(n, D) centroids, (S, D) points -> (S,) index of each point's nearest centroid."""
+    if centroids.shape[1] <= 8:
+        return cKDTree(centroids).query(points, workers=-1)[1]
+    return np.asarray(_jit_index(CVTSpec.create(centroids), points.astype(np.float32)))
+
+
 @dataclasses.dataclass(frozen=True)
 class CVTSpec:
     """The cells of a CVT archive and an exact nearest-centroid lookup.
@@ -132,17 +147,28 @@ class CVTSpec:
     A JAX pytree: pass it to jitted functions as an ordinary argument. Build it with
     :meth:`create`, which also precomputes the lookup structures.
 
+    Lookup paths (all end in an exact pick among a few candidates):
+
+    * Bucket grid (D <= 3, C >= 256): a query's bucket lists every centroid that can be
+      nearest in it. Chunks with a query off the grid take the scan below.
+    * Scan of all centroids: scores are ``(x - c)^2`` summed directly for D <= 3 and
+      the matmul ``|c'|^2 / 2 - x'.c'`` for D > 3 (on coordinates centered and scaled
+      by the centroids' bounding box, for precision). Candidates are the centroids
+      whose score is within the score's rigorous error bound of the best.
+
     Attributes:
         centroids: (C, D) float32 centroids; cell ``i`` is the Voronoi cell of row ``i``.
-        center: (D,) float32 center of the centroids' bounding box.
-        inv_scale: () float32, 1 / half the largest side of that box. Matmul scores are
-            computed on ``(x - center) * inv_scale`` for precision; one scale for all
-            axes keeps the distance order.
-        radius: () float32 upper bound of ``|(c - center) * inv_scale|`` over centroids.
-        score_mat: (D + 1, C') float32, C' = C rounded up to a multiple of 128. Column
-            ``j`` is ``[-c'_j, |c'_j|^2 / 2]`` for scaled centroid ``c'_j`` (padding
-            columns score 1e30), so ``[x', 1] @ score_mat`` is ``|x' - c'|^2 / 2`` up to
-            a per-query constant.
+        center: (D,) float32 center of the centroids' bounding box; None for D <= 3.
+        inv_scale: () float32, 1 / half the largest side of that box (one scale for all
+            axes keeps the distance order); None for D <= 3.
+        radius: () float32 upper bound of ``|c'|`` over scaled centroids
+            ``c' = (c - center) * inv_scale``; None for D <= 3.
+        score_mat: (D + 1, C') float32, C' = C rounded up to a multiple of 128; column
+            ``j`` is ``[-c'_j, |c'_j|^2 / 2]`` (padding columns score 1e30), so
+            ``[x', 1] @ score_mat`` is ``|x' - c'|^2 / 2`` up to a per-query constant;
+            None for D <= 3.
+        columns: (D, C') float32 transposed centroids for direct scans (D <= 3), padded
+            with 1e30 (whose scores overflow to inf); None for D > 3.
         grid_lo: (D,) float32 lower corner of the bucket grid, or None without a grid.
         grid_inv_width: (D,) float32 buckets per unit length along each axis, or None.
         bucket_table: (NB, W, D + 1) float32 candidates of each bucket, or None.
@@ -153,10 +179,11 @@ class CVTSpec:
     """
 
     centroids: jax.Array
-    center: jax.Array
-    inv_scale: jax.Array
-    radius: jax.Array
-    score_mat: jax.Array
+    center: jax.Array | None
+    inv_scale: jax.Array | None
+    radius: jax.Array | None
+    score_mat: jax.Array | None
+    columns: jax.Array | None
     grid_lo: jax.Array | None
     grid_inv_width: jax.Array | None
     bucket_table: jax.Array | None
@@ -170,8 +197,9 @@ class CVTSpec:
             centroids: (C, D) centroids; converted to float32.
 
         Returns:
-            The spec. For D <= 3 it carries a bucket grid unless the centroids are so
-            unevenly spread that some bucket would need more than 64 candidates.
+            The spec. For D <= 3 and C >= 256 it carries a bucket grid unless the
+            centroids are so unevenly spread that some bucket would need more than 64
+            candidates.
         """
         c32 = np.asarray(centroids, dtype=np.float32)
         if c32.ndim != 2 or not 1 <= c32.shape[0] < 2**24 or c32.shape[1] < 1:
@@ -183,44 +211,47 @@ class CVTSpec:
         c64 = c32.astype(np.float64)
         num_cells, dim = c32.shape
 
-        lo, hi = c64.min(axis=0), c64.max(axis=0)
-        center = ((lo + hi) / 2).astype(np.float32)
-        half = float(np.max(hi - lo)) / 2
-        inv_scale = np.float32(1.0 / half if half > 0 else 1.0)
-        scaled = ((c64 - center) * np.float64(inv_scale)).astype(np.float32)
-        scaled64 = scaled.astype(np.float64)
-        radius = np.float32(np.sqrt(np.max(np.sum(scaled64**2, axis=1))) * (1 + 1e-6))
-        padded = -(-num_cells // _BLOCK) * _BLOCK
-        score_mat = np.zeros((dim + 1, padded), dtype=np.float32)
-        score_mat[:dim, :num_cells] = -scaled.T
-        score_mat[dim, :num_cells] = np.sum(scaled64**2, axis=1) / 2
-        score_mat[dim, num_cells:] = _FAR
-
-        grid = _build_grid(c64) if dim <= _GRID_MAX_DIM else None
-        if grid is None:
-            grid_arrays: tuple[jax.Array | None, ...] = (None,) * 3
-            grid_shape: tuple[int, ...] = ()
-        else:
-            grid_lo, grid_inv_width, bucket_index, grid_shape = grid
-            bucket_table = np.concatenate(
-                [
-                    c32[np.minimum(bucket_index, num_cells - 1)],
-                    bucket_index[..., None].astype(np.float32),
-                ],
-                axis=2,
-            )
-            grid_arrays = tuple(
-                map(jnp.asarray, (grid_lo, grid_inv_width, bucket_table))
-            )
-        return cls(
-            jnp.asarray(c32),
-            jnp.asarray(center),
-            jnp.asarray(inv_scale),
-            jnp.asarray(radius),
-            jnp.asarray(score_mat),
-            *grid_arrays,
-            grid_shape=grid_shape,
+        fields: dict[str, jax.Array | None] = dict.fromkeys(
+            [f.name for f in dataclasses.fields(cls) if f.name != "grid_shape"]
         )
+        fields["centroids"] = jnp.asarray(c32)
+        if dim <= _DIRECT_MAX_DIM:
+            columns = np.full((dim, _padded(num_cells)), _FAR, dtype=np.float32)
+            columns[:, :num_cells] = c32.T
+            fields["columns"] = jnp.asarray(columns)
+        else:
+            lo, hi = c64.min(axis=0), c64.max(axis=0)
+            center = ((lo + hi) / 2).astype(np.float32)
+            half = float(np.max(hi - lo)) / 2
+            inv_scale = np.float32(1.0 / half if half > 0 else 1.0)
+            scaled = ((c64 - center) * np.float64(inv_scale)).astype(np.float32)
+            scaled_sq = np.sum(scaled.astype(np.float64) ** 2, axis=1)
+            score_mat = np.zeros((dim + 1, _padded(num_cells)), dtype=np.float32)
+            score_mat[:dim, :num_cells] = -scaled.T
+            score_mat[dim, :num_cells] = scaled_sq / 2
+            score_mat[dim, num_cells:] = _FAR
+            fields["center"] = jnp.asarray(center)
+            fields["inv_scale"] = jnp.asarray(inv_scale)
+            fields["radius"] = jnp.float32(np.sqrt(np.max(scaled_sq)) * (1 + 1e-6))
+            fields["score_mat"] = jnp.asarray(score_mat)
+
+        grid = None
+        if dim <= _DIRECT_MAX_DIM and num_cells >= _GRID_MIN_CELLS:
+            grid = _build_grid(c64)
+        if grid is None:
+            return cls(**fields, grid_shape=())
+        grid_lo, grid_inv_width, bucket_index, grid_shape = grid
+        bucket_table = np.concatenate(
+            [
+                c32[np.minimum(bucket_index, num_cells - 1)],
+                bucket_index[..., None].astype(np.float32),
+            ],
+            axis=2,
+        )
+        fields["grid_lo"] = jnp.asarray(grid_lo)
+        fields["grid_inv_width"] = jnp.asarray(grid_inv_width)
+        fields["bucket_table"] = jnp.asarray(bucket_table)
+        return cls(**fields, grid_shape=grid_shape)
 
     @property
     def num_cells(self) -> int:
@@ -252,92 +283,138 @@ class CVTSpec:
             )
         if self.grid_shape:
             return _map_chunks(self._grid_chunk, x, _GRID_CHUNK)
-        chunk = max(_MATMUL_MIN_CHUNK, _MATMUL_CHUNK_ENTRIES // self.score_mat.shape[1])
-        return _map_chunks(self._matmul_chunk, x, chunk)
+        return self._scan(x)
+
+    def _scan(self, x: jax.Array) -> jax.Array:
+        """Scan path for (b, D) descriptors -> (b,) cells, in chunks of bounded size."""
+        chunk = max(_SCAN_MIN_CHUNK, _SCAN_CHUNK_ENTRIES // _padded(self.num_cells))
+        return _map_chunks(self._scan_chunk, x, chunk)
 
     def _grid_chunk(self, x: jax.Array) -> jax.Array:
-        """Grid lookup of (b, D) descriptors -> (b,) cells; matmul path if any is off-grid."""
+        """Grid lookup of (b, D) descriptors -> (b,) cells.
+
+        Off-grid queries (clamped to an edge bucket, whose list does not cover them)
+        are resolved like near-ties, by an exact pick among all centroids.
+        """
         shape = jnp.asarray(self.grid_shape, dtype=jnp.float32)
         pos = (x - self.grid_lo) * self.grid_inv_width
-        on_grid = jnp.all((pos >= -_GRID_SLACK / 2) & (pos <= shape + _GRID_SLACK / 2))
-        cell = jnp.clip(jnp.floor(pos), 0, shape - 1).astype(jnp.int32)
-        strides = np.cumprod((1,) + self.grid_shape[:0:-1])[::-1].astype(np.int32)
-        bucket = jnp.sum(cell * strides, axis=1)
-        return lax.cond(
-            on_grid,
-            lambda: _exact_pick(x, self.bucket_table[bucket], self.num_cells),
-            lambda: self._matmul_chunk(x),
+        on_grid = jnp.all(
+            (pos >= -_GRID_SLACK / 2) & (pos <= shape + _GRID_SLACK / 2), 1
         )
+        cell = jnp.clip(jnp.floor(pos), 0, shape - 1).astype(jnp.int32)
+        strides = np.cumprod((1, *self.grid_shape[:0:-1]))[::-1].astype(np.int32)
+        bucket = jnp.sum(cell * strides, axis=1)
+        winner, clear = _pick(x, self.bucket_table[bucket], self.num_cells)
+        return self._resolve(x, winner, clear & on_grid)
 
-    def _matmul_chunk(self, x: jax.Array) -> jax.Array:
-        """Matmul candidates + exact pick for (b, D) descriptors -> (b,) cells.
+    def _scores(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Scores of all centroids for (b, D) ``x`` and the candidate threshold.
 
-        Scores ``s_j = |c'_j|^2/2 - x'.c'_j`` are within ``err`` of their exact values
-        (rounding of x', c', |c'|^2/2 and the (D+1)-term dot product, doubled for
-        slack), so every centroid with ``s_j <= min s + 2 err`` is a candidate and no
-        other can be nearest. Usually there are one or two; rows with more fall back to
-        an exact scan of all centroids.
+        Returns:
+            (b, C') scores (padding scores are inf or ~1e30) and (b, 1) limits: every
+            centroid scoring above its row's limit is provably farther than another.
+            Direct scores have relative error <= (D + 2) u; matmul scores are within
+            ``err`` of their exact value (rounding of x', c', |c'|^2 / 2 and the
+            (D + 1)-term dot product, doubled for slack).
         """
         b, dim = x.shape
-        num_blocks = self.score_mat.shape[1] // _BLOCK
+        if dim <= _DIRECT_MAX_DIM:
+            # One (b, C') array per axis keeps the work vectorized along centroids.
+            scores = sum((x[:, d, None] - self.columns[d]) ** 2 for d in range(dim))
+            best = jnp.min(scores, axis=1, keepdims=True)
+            return scores, best * (1 + _pick_tol(dim)) + 2.0**-100
         xs = (x - self.center) * self.inv_scale
         ones = jnp.ones((b, 1), dtype=jnp.float32)
-        scores = (jnp.concatenate([xs, ones], axis=1) @ self.score_mat).reshape(
-            b, num_blocks, _BLOCK
-        )
-        block_min = jnp.min(scores, axis=2)
-        norm = jnp.sqrt(jnp.sum(xs * xs, axis=1))
+        scores = jnp.concatenate([xs, ones], axis=1) @ self.score_mat
+        norm = jnp.sqrt(jnp.sum(xs * xs, axis=1, keepdims=True))
         err = (2 * _U) * (
             (dim + 5) * norm * self.radius + (dim + 4) / 2 * self.radius**2
         )
-        limit = (jnp.min(block_min, axis=1) + 2 * err)[:, None]
+        return scores, jnp.min(scores, axis=1, keepdims=True) + 2 * err
 
-        hit = block_min <= limit
+    def _scan_chunk(self, x: jax.Array) -> jax.Array:
+        """Scan of all centroids + exact pick for (b, D) descriptors -> (b,) cells.
+
+        Usually one or two centroids score within the limit; they are found from
+        128-wide block minima (a fast reduction on XLA:CPU, unlike an index-of-min over
+        all centroids). Rows with more candidates fall back to an exact pick among all
+        centroids.
+        """
+        b = x.shape[0]
+        scores, limit = self._scores(x)
+        num_blocks = scores.shape[1] // _BLOCK
+        scores = scores.reshape(b, num_blocks, _BLOCK)
+        hit = jnp.min(scores, axis=2) <= limit
         block_iota = lax.broadcasted_iota(jnp.int32, hit.shape, 1)
         first_block = jnp.min(jnp.where(hit, block_iota, num_blocks), axis=1)
         last_block = jnp.max(jnp.where(hit, block_iota, -1), axis=1)
-        first_vals = jnp.take_along_axis(scores, first_block[:, None, None], axis=1)[:, 0]
-        last_vals = jnp.take_along_axis(scores, last_block[:, None, None], axis=1)[:, 0]
+        rows = jnp.arange(b)
+        first_vals, last_vals = scores[rows, first_block], scores[rows, last_block]
         first_hit, last_hit = first_vals <= limit, last_vals <= limit
         lane = lax.broadcasted_iota(jnp.int32, first_hit.shape, 1)
-        first = first_block * _BLOCK + jnp.min(jnp.where(first_hit, lane, _BLOCK), axis=1)
+        first = first_block * _BLOCK + jnp.min(
+            jnp.where(first_hit, lane, _BLOCK), axis=1
+        )
         last = last_block * _BLOCK + jnp.max(jnp.where(last_hit, lane, -1), axis=1)
         two_blocks = last_block > first_block
         crowded = (jnp.sum(hit, axis=1) > 2) | (
-            jnp.sum(first_hit, axis=1) + jnp.where(two_blocks, jnp.sum(last_hit, axis=1), 0)
+            jnp.sum(first_hit, axis=1)
+            + jnp.where(two_blocks, jnp.sum(last_hit, axis=1), 0)
             > 2
         )
 
         pair = jnp.stack([first, last], axis=1)
         # A lone candidate appears twice; the second copy becomes padding.
-        pair_index = jnp.stack([first, jnp.where(last > first, last, self.num_cells)], 1)
+        pair_index = jnp.stack(
+            [first, jnp.where(last > first, last, self.num_cells)], 1
+        )
         cand = jnp.concatenate(
             [self.centroids[pair], pair_index[..., None].astype(jnp.float32)], axis=2
         )
-        picked = _exact_pick(x, cand, self.num_cells)
-        return lax.cond(
-            jnp.any(crowded), lambda: self._rescan(x, crowded, picked), lambda: picked
-        )
+        winner, clear = _pick(x, cand, self.num_cells)
+        return self._resolve(x, winner, clear & ~crowded)
 
-    def _rescan(self, x: jax.Array, crowded: jax.Array, picked: jax.Array) -> jax.Array:
-        """Exact scan of all centroids for the crowded rows of (b, D) ``x``; (b,) cells."""
-        every = jnp.concatenate(
-            [self.centroids, jnp.arange(self.num_cells, dtype=jnp.float32)[:, None]],
-            axis=1,
-        )[None]
+    def _resolve(self, x: jax.Array, winner: jax.Array, clear: jax.Array) -> jax.Array:
+        """(b,) cells: ``winner`` where ``clear``, else an exact pick among all centroids.
+
+        The rare exhaustive path is compiled once and kept small: XLA:CPU pays per
+        operation of a conditional's branches on every call, taken or not.
+        """
 
         def row(args: tuple[jax.Array, jax.Array, jax.Array]) -> jax.Array:
-            xr, crowded_r, picked_r = args
-            return lax.cond(
-                crowded_r,
-                lambda: _exact_pick(xr[None], every, self.num_cells)[0],
-                lambda: picked_r,
-            )
+            xr, winner_r, clear_r = args
+            return lax.cond(clear_r, lambda: winner_r, lambda: self._exhaustive(xr))
 
-        return lax.map(row, (x, crowded, picked))
+        return lax.cond(
+            jnp.all(clear),
+            lambda: winner,
+            lambda: lax.map(row, (x, winner, clear)),
+        )
+
+    def _exhaustive(self, xr: jax.Array) -> jax.Array:
+        """Exact nearest centroid of one (D,) query among all centroids; () int32."""
+        if self.columns is None:
+            dist = jnp.sum((xr - self.centroids) ** 2, axis=1)
+        else:
+            # One (C',) array per axis keeps the work vectorized along centroids.
+            dist = sum((xr[d] - self.columns[d]) ** 2 for d in range(xr.shape[0]))
+        best = jnp.min(dist)
+        iota = lax.iota(jnp.int32, dist.shape[0])
+        winner = jnp.min(jnp.where(dist == best, iota, self.num_cells))
+        close = jnp.sum(dist <= best * (1 + _pick_tol(xr.shape[0])) + 2.0**-100)
+
+        return lax.cond(
+            close == 1, lambda: winner, lambda: _float_float_nearest(xr, self.centroids)
+        )
 
 
 jax.tree_util.register_dataclass(CVTSpec)
+_jit_index = jax.jit(CVTSpec.index)
+
+
+def _padded(num_cells: int) -> int:
+    """C rounded up to a multiple of _BLOCK."""
+    return -(-num_cells // _BLOCK) * _BLOCK
 
 
 def _map_chunks(
@@ -353,81 +430,66 @@ def _map_chunks(
     return out.reshape(-1)[:total]
 
 
-def _exact_pick(x: jax.Array, cand: jax.Array, num_cells: int) -> jax.Array:
-    """Nearest of each query's candidates, exactly, lowest index on ties.
+def _pick_tol(dim: int) -> float:
+    """Relative error bound of float32 ``sum((x - c)^2)``, (D + 2) u, quadrupled."""
+    return 4 * (dim + 2) * _U
+
+
+def _pick(x: jax.Array, cand: jax.Array, num_cells: int) -> tuple[jax.Array, jax.Array]:
+    """Nearest of each query's candidates by float32 distance, and whether it is sure.
 
     Args:
         x: (b, D) queries.
-        cand: (b, K, D + 1) candidates (coordinates, then index as float32), or
-            (1, K, D + 1) shared by all queries; index ``num_cells`` marks padding.
+        cand: (b, K, D + 1) candidates (coordinates, then index as float32); index
+            ``num_cells`` marks padding.
         num_cells: Number of centroids C.
 
     Returns:
-        (b,) int32 index of the nearest candidate. Float32 distances decide when the
-        best one is alone within their relative error bound ((D + 2) u, quadrupled);
-        otherwise the whole batch is redone in float-float.
+        (b,) int32 index of the nearest candidate (lowest on ties) and (b,) bool,
+        True when no other candidate is within the distances' error bound, so the
+        index is exact.
     """
     index = cand[..., -1]
     diff = x[:, None, :] - cand[..., :-1]
     dist = jnp.where(index < num_cells, jnp.sum(diff * diff, axis=2), jnp.inf)
     best = jnp.min(dist, axis=1, keepdims=True)
     winner = jnp.min(jnp.where(dist == best, index, num_cells), axis=1)
-    tol = 4 * (x.shape[1] + 2) * _U
-    close = jnp.sum(dist <= best * (1 + tol) + 2.0**-100, axis=1)
-    return lax.cond(
-        jnp.all(close == 1),
-        lambda: winner.astype(jnp.int32),
-        lambda: _float_float_pick(x, cand, num_cells),
-    )
+    close = jnp.sum(dist <= best * (1 + _pick_tol(x.shape[1])) + 2.0**-100, axis=1)
+    return winner.astype(jnp.int32), close == 1
 
 
-def _float_float_pick(x: jax.Array, cand: jax.Array, num_cells: int) -> jax.Array:
-    """Like :func:`_exact_pick` but comparing float-float distances (~47 bits).
+def _float_float_nearest(xr: jax.Array, centroids: jax.Array) -> jax.Array:
+    """Nearest of (C, D) centroids to a (D,) query by float-float distance; () int32.
 
-    ``x - c`` is split exactly into ``s + e`` (TwoSum); ``s^2`` is summed exactly from
-    12-bit halves of ``s``; ``2 s e`` adds ~2^-24 relative and its rounding ~2^-47;
-    ``e^2`` (< 2^-48 relative) is dropped. All terms are summed in float-float.
+    Per coordinate, ``x - c`` is split exactly into ``s + e`` (TwoSum); ``s^2`` is the
+    exact sum of products of 12-bit halves of ``s``; ``2 s e`` adds ~2^-24 relative
+    (its rounding ~2^-47); ``e^2`` (< 2^-48 relative) is dropped. All terms are
+    accumulated in float-float (TwoSum again), so distances carry ~47 bits and are
+    compared as (hi, lo) pairs, lowest index on ties.
     """
-    index = cand[..., -1]
-    neg = -jnp.broadcast_to(cand[..., :-1], (x.shape[0],) + cand.shape[1:2] + x.shape[1:])
-    xb = jnp.broadcast_to(x[:, None, :], neg.shape)
-    s = xb + neg
-    back = s - xb
-    e = (xb - (s - back)) + (neg - back)
-    s_hi = lax.bitcast_convert_type(
-        lax.bitcast_convert_type(s, jnp.uint32) & jnp.uint32(0xFFFFF000), jnp.float32
-    )
-    s_lo = s - s_hi
-    terms = jnp.concatenate(
-        [s_hi * s_hi, 2 * s_hi * s_lo, s_lo * s_lo, 2 * s * e], axis=2
-    )
-    hi, lo = terms, jnp.zeros_like(terms)
-    while hi.shape[2] > 1:
-        if hi.shape[2] % 2:
-            hi = jnp.pad(hi, ((0, 0), (0, 0), (0, 1)))
-            lo = jnp.pad(lo, ((0, 0), (0, 0), (0, 1)))
-        half = hi.shape[2] // 2
-        hi, lo = _ff_add(hi[..., :half], lo[..., :half], hi[..., half:], lo[..., half:])
-    valid = index < num_cells
-    hi = jnp.where(valid, hi[..., 0], jnp.inf)
-    lo = jnp.where(valid, lo[..., 0], jnp.inf)
-
-    best_hi = jnp.min(hi, axis=1, keepdims=True)
-    on_hi = hi == best_hi
-    best_lo = jnp.min(jnp.where(on_hi, lo, jnp.inf), axis=1, keepdims=True)
-    tie = on_hi & (lo == best_lo)
-    return jnp.min(jnp.where(tie, index, num_cells), axis=1).astype(jnp.int32)
+    hi = lo = jnp.zeros(centroids.shape[0], dtype=jnp.float32)
+    for d in range(xr.shape[0]):
+        s, e = _two_sum(xr[d], -centroids[:, d])
+        s_hi = lax.bitcast_convert_type(
+            lax.bitcast_convert_type(s, jnp.uint32) & jnp.uint32(0xFFFFF000),
+            jnp.float32,
+        )
+        s_lo = s - s_hi
+        for term in (s_hi * s_hi, 2 * s_hi * s_lo, s_lo * s_lo, 2 * s * e):
+            hi, err = _two_sum(hi, term)
+            lo = lo + err
+    hi, lo = _two_sum(hi, lo)
+    on_hi = hi == jnp.min(hi)
+    best_lo = jnp.min(jnp.where(on_hi, lo, jnp.inf))
+    iota = lax.iota(jnp.int32, centroids.shape[0])
+    return jnp.min(jnp.where(on_hi & (lo == best_lo), iota, centroids.shape[0]))
 
 
-def _ff_add(
-    a_hi: jax.Array, a_lo: jax.Array, b_hi: jax.Array, b_lo: jax.Array
-) -> tuple[jax.Array, jax.Array]:
-    """Float-float sum of same-shape (hi, lo) pairs, renormalized so hi = fl(hi + lo)."""
-    s = a_hi + b_hi
-    back = s - a_hi
-    e = (a_hi - (s - back)) + (b_hi - back) + (a_lo + b_lo)
-    hi = s + e
-    return hi, e - (hi - s)
+def _two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Knuth's TwoSum: ``s = fl(a + b)`` and the exact rounding error, ``a + b = s + e``."""
+    s = a + b
+    back = s - a
+    return s, (a - (s - back)) + (b - back)
 
 
 def _build_grid(
@@ -464,13 +526,13 @@ def _build_grid(
     step = 1.0 / grid_inv_width.astype(np.float64)
     half = (1 + 2 * _GRID_SLACK) * step / 2
     tree = cKDTree(c64)
-    rows = [
-        _bucket_lists(tree, c64, grid_lo + (block + 0.5) * step, half)
-        for block in np.array_split(corners, -(-len(corners) // 32768))
-    ]
+    rows = []
+    for block in np.array_split(corners, -(-len(corners) // 32768)):
+        block_rows = _bucket_lists(tree, c64, grid_lo + (block + 0.5) * step, half)
+        if block_rows is None or block_rows.shape[1] > _GRID_MAX_WIDTH:
+            return None
+        rows.append(block_rows)
     width_max = max(r.shape[1] for r in rows)
-    if width_max > _GRID_MAX_WIDTH:
-        return None
     bucket_index = np.concatenate(
         [
             np.pad(r, ((0, 0), (0, width_max - r.shape[1])), constant_values=num_cells)
@@ -482,7 +544,7 @@ def _build_grid(
 
 def _bucket_lists(
     tree: cKDTree, c64: np.ndarray, mid: np.ndarray, half: np.ndarray
-) -> np.ndarray:
+) -> np.ndarray | None:
     """Lists the centroids that may be nearest somewhere in boxes ``mid +- half``.
 
     Two float64 filters, each keeping a superset of the possible winners:
@@ -491,7 +553,7 @@ def _bucket_lists(
       any i (taken as the best of the 16 centroids nearest to the center), so only
       centroids with ``mindist(c_j, Q) <= R`` are kept. They lie within ``R + |half|``
       of the center: they are found among the 16 nearest centroids, doubling the count
-      for boxes whose ball holds more.
+      for boxes whose ball holds more (giving up beyond 1024: a grid would not pay).
     * ``c_i`` beats ``c_j`` everywhere in Q when ``|p - c_j|^2 - |p - c_i|^2``, linear
       in p, is positive at its minimum over Q, which in box-centered coordinates is
       ``|c_j|^2 - |c_i|^2 - 2 sum_d |c_i - c_j|_d half_d``. Candidates beaten by one
@@ -505,7 +567,8 @@ def _bucket_lists(
         half: (D,) half widths of the boxes.
 
     Returns:
-        (n, W) ascending centroid indices, padded with C; W is the longest list.
+        (n, W) ascending centroid indices, padded with C; W is the longest list. None
+        if some ball holds more than 1024 centroids.
     """
     num_cells = c64.shape[0]
     num = len(mid)
@@ -527,6 +590,8 @@ def _bucket_lists(
         pair_cand.append(idx[box, slot])
         if not more.any():
             break
+        if k >= 1024:
+            return None
         pending, k = pending[more], min(num_cells, 2 * k)
     box, cand = np.concatenate(pair_box), np.concatenate(pair_cand)
 

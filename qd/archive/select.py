@@ -55,7 +55,8 @@ def _sample(
     counts = jnp.cumsum(filled.astype(jnp.int32))
     total = counts[-1]
     draw = jax.random.randint(key, (n,), 0, jnp.maximum(total, 1))
-    cell = jnp.searchsorted(counts, draw, side="right").astype(jnp.int32)
+    # The unrolled binary search is ~8x faster on XLA:CPU than the default while-loop.
+    cell = jnp.searchsorted(counts, draw, side="right", method="scan_unrolled").astype(jnp.int32)
     cell = jnp.minimum(cell, state.num_cells - 1)
     ids = jnp.where(total > 0, state.genome_id[island, cell], -1)
     return ids, cell
