@@ -30,9 +30,8 @@ Timing: wall clock per run; pyribs from archive construction to the last tell, q
 from ``build_engine`` to ``engine.close()`` (hydra's config compose is timed apart).
 Seeds alternate which system goes first. The first qd run of the process pays
 JAX's jit compilation; it is reported apart (time to the first two insert batches,
-first run vs the others). After the timed runs, one extra qd run (seed 0) is
-instrumented with timers around the engine's steps for a breakdown of its wall
-time, and one more runs under cProfile (top functions are printed).
+first run vs the others). After the timed runs, one extra qd run (seed 0) runs
+under cProfile (top functions are printed).
 
 Usage::
 
@@ -141,7 +140,7 @@ def dir_bytes(path: Path) -> int:
 
 
 def run_qd(seed: int, evals: int, batch: int, in_flight: int, marks: list[int],
-           instrument: bool = False, profile: cProfile.Profile | None = None) -> dict[str, Any]:
+           profile: cProfile.Profile | None = None) -> dict[str, Any]:
     tc = time.perf_counter()
     cfg = qd_config(seed, evals, batch, in_flight)
     compose_s = time.perf_counter() - tc
@@ -151,7 +150,6 @@ def run_qd(seed: int, evals: int, batch: int, in_flight: int, marks: list[int],
         OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)  # as qd.run.run_in does
         engine = build_engine(cfg, run_dir)
         built_s = time.perf_counter() - t0
-        timers = Timers(engine) if instrument else None
         run_start_epoch = time.time()
         tr = time.perf_counter()
         if profile is not None:
@@ -183,104 +181,7 @@ def run_qd(seed: int, evals: int, batch: int, in_flight: int, marks: list[int],
         "first2_s": float(times[min(1, len(times) - 1)] - run_start_epoch),
         "steady_batch_ms": float(np.median(steady) * 1e3) if len(steady) else float("nan"),
         "final": summary["global"], "curve": curve, "run_dir_bytes": footprint,
-        "timers": timers.report(run_s) if timers else None,
     }
-
-
-class Timers:
-    """Wall-time accounting of one engine's steps, by wrapping them (not editing qd).
-
-    ``archive.insert`` waits for its result here (``block_until_ready``) so that
-    JAX's asynchronous dispatch does not shift its cost onto the next host read.
-    Inclusive times; the report subtracts the nested ones.
-    """
-
-    def __init__(self, engine: Any):
-        self.t: dict[str, float] = {}
-        self.n: dict[str, int] = {}
-        self._patched: list[tuple[Any, str, Any]] = []
-        e = engine
-
-        def timed(name, fn, block=False):
-            def wrapper(*a, **k):
-                t = time.perf_counter()
-                out = fn(*a, **k)
-                if block:
-                    jax.block_until_ready(out)
-                self._add(name, time.perf_counter() - t)
-                return out
-            return wrapper
-
-        def timed_async(name, fn):
-            async def wrapper(*a, **k):
-                t = time.perf_counter()
-                out = await fn(*a, **k)
-                self._add(name, time.perf_counter() - t)
-                return out
-            return wrapper
-
-        for attr in ("_commit", "_write_event", "summary", "_status_line", "_checkpoint"):
-            setattr(e, attr, timed(attr, getattr(e, attr)))
-        e._propose = timed_async("_propose", e._propose)
-        e.store.add = timed("store.add", e.store.add)
-        e.task.evaluate = timed("task.evaluate", e.task.evaluate)
-
-        class TimedOp:
-            def __init__(op_self, op):
-                op_self.op, op_self.name, op_self.num_parents = op, op.name, op.num_parents
-
-            async def __call__(op_self, *a, **k):
-                t = time.perf_counter()
-                out = await op_self.op(*a, **k)
-                self._add("operator", time.perf_counter() - t)
-                return out
-
-        e.operators = [TimedOp(op) for op in e.operators]
-        for name, block in (("insert", True), ("sample", True), ("stats", True)):
-            orig = getattr(qa, name)
-            self._patched.append((qa, name, orig))
-            setattr(qa, name, timed(f"archive.{name}", orig, block))
-        self._engine = engine
-
-    def _add(self, name: str, dt: float) -> None:
-        self.t[name] = self.t.get(name, 0.0) + dt
-        self.n[name] = self.n.get(name, 0) + 1
-
-    def restore(self) -> None:
-        for mod, name, orig in self._patched:
-            setattr(mod, name, orig)
-        self._patched.clear()
-
-    def report(self, run_s: float) -> list[tuple[str, float, int]]:
-        self.restore()
-        t = lambda k: self.t.get(k, 0.0)  # noqa: E731
-        # _write_event calls summary() and _status_line(); _checkpoint is also called
-        # once at the end outside _commit; stats() is also called in the engine init.
-        in_commit_ckpt = t("_checkpoint")
-        rows = [
-            ("propose: archive.sample (jitted) + parent gather", t("archive.sample"), self.n.get("archive.sample", 0)),
-            ("propose: operator (jitted gaussian) + host copy", t("operator"), self.n.get("operator", 0)),
-            ("propose: task.evaluate (same as pyribs)", t("task.evaluate"), self.n.get("task.evaluate", 0)),
-            ("propose: rest (key splits, operator choice, empty check)",
-             t("_propose") - t("archive.sample") - t("operator") - t("task.evaluate"), self.n.get("_propose", 0)),
-            ("commit: store.add (SQLite, one transaction per batch)", t("store.add"), self.n.get("store.add", 0)),
-            ("commit: archive.insert (jitted, waited on)", t("archive.insert"), self.n.get("archive.insert", 0)),
-            ("commit: archive.stats (jitted)", t("archive.stats"), self.n.get("archive.stats", 0)),
-            ("commit: _write_event -> summary() (per-element JAX reads)", t("summary"), self.n.get("summary", 0)),
-            ("commit: _write_event -> _status_line() (per-element JAX reads)", t("_status_line"), self.n.get("_status_line", 0)),
-            ("commit: _write_event rest (json + write + flush)",
-             t("_write_event") - t("summary") - t("_status_line"), self.n.get("_write_event", 0)),
-            ("commit: checkpoints (npz + fsync)", in_commit_ckpt, self.n.get("_checkpoint", 0)),
-            ("commit: rest (Candidate objects, host copies of results, genome table)",
-             t("_commit") - t("store.add") - t("archive.insert") - t("archive.stats")
-             - t("_write_event") - in_commit_ckpt, self.n.get("_commit", 0)),
-        ]
-        accounted = sum(r[1] for r in rows)
-        rows.append(("loop: asyncio scheduling, final summary, rest", run_s - accounted, 1))
-        return rows
-
-
-# --------------------------------------------------------------------------- stats
 
 
 def med_range(xs: list[float], fmt: str) -> str:
@@ -340,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 5)")
     ap.add_argument("--variant-in-flight", type=int, default=2,
                     help="also run qd with this runner.in_flight (the config default); 0 = skip")
-    ap.add_argument("--no-profile", action="store_true", help="skip the breakdown/cProfile runs")
+    ap.add_argument("--no-profile", action="store_true", help="skip the cProfile run and micro-measurements")
     ap.add_argument("--results", type=Path, default=None,
                     help=f"write the markdown section '{SECTION_TITLE}' into this file")
     ap.add_argument("--json", type=Path, default=None, help="also dump raw results here")
@@ -378,11 +279,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seed {seed} {variant} wall {r['wall_s']:7.2f}s  "
                   f"qd_score {r['curve'][marks[-1]]['qd_score']:10.1f}", flush=True)
 
-    breakdown, profile_text, micro = None, None, None
+    profile_text, micro = None, None
     if not args.no_profile:
-        r = run_qd(seeds[0], evals, batch, 1, marks, instrument=True)
-        breakdown = (r["timers"], r["run_s"], r["batches"])
-        print(f"instrumented qd run: run {r['run_s']:.2f}s", flush=True)
         prof = cProfile.Profile()
         r = run_qd(seeds[0], evals, batch, 1, marks, profile=prof)
         profile_text = profile_excerpt(prof, r["run_s"])
@@ -392,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     total_s = time.perf_counter() - started
     cmd = "python bench/map_elites.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])
                                            if (argv if argv is not None else sys.argv[1:]) else "")
-    section = render(runs, marks, evals, batch, seeds, variant, breakdown, profile_text, micro,
+    section = render(runs, marks, evals, batch, seeds, variant, profile_text, micro,
                      cmd, date, total_s, args.quick)
     print()
     print(section)
@@ -463,15 +361,12 @@ def micro_measurements(batch: int) -> list[tuple[str, float]]:
     per_element = ms(lambda: [{k: float(getattr(s, k)[i]) for k in fields} for i in range(2)])
     one_get = ms(lambda: [{k: float(v[i]) for k, v in jax.device_get(s)._asdict().items()}
                           for i in range(2)])
-    key, w = jax.random.key(0), np.array([1.0])
-    jchoice = ms(lambda: int(jax.random.choice(key, 1, p=w)))
     return [
         (f"`Store.add` of {batch} candidates (as the engine calls it, excl. building them)", add),
         (f"building the {batch} `Candidate` objects", built),
         (f"plain `executemany` of the same {batch} rows (7 columns, one transaction, WAL)", lean),
-        ("`Engine.summary()`-style stats read, one `float(x[i])` per field (1 island)", per_element),
-        ("the same read after one `jax.device_get(stats)`", one_get),
-        ("`jax.random.choice(key, 1, p=weights)` (operator choice, eager)", jchoice),
+        ("stats read, one `float(x[i])` per field (1 island)", per_element),
+        ("the same read after one `jax.device_get(stats)` (what the engine does)", one_get),
     ]
 
 
@@ -490,7 +385,7 @@ def profile_excerpt(prof: cProfile.Profile, run_s: float, top: int = 18) -> str:
            f"sorted by cumulative time:\n\n```\n" + "\n".join(keep) + "\n```"
 
 
-def render(runs, marks, evals, batch, seeds, variant, breakdown, profile_text, micro, cmd, date,
+def render(runs, marks, evals, batch, seeds, variant, profile_text, micro, cmd, date,
            total_s, quick) -> str:
     out: list[str] = [SECTION_TITLE, ""]
     out.append(f"- Command: `{cmd}` ({'quick smoke run' if quick else 'full run'}, "
@@ -505,7 +400,7 @@ def render(runs, marks, evals, batch, seeds, variant, breakdown, profile_text, m
                f"`build_engine(cfg, run_dir)` from `experiment=sphere operators=gaussian "
                f"runner.batch_size={batch} runner.max_evaluations={evals} runner.in_flight=1 "
                f"runner.progress=false seed=S`, then `engine.run()`, `engine.close()` "
-               f"(SQLite store, events.jsonl, checkpoint every 10 batches, all included). "
+               f"(SQLite store, events.jsonl, checkpoint every 50 batches, all included). "
                f"Same `task.evaluate` for both.")
     out.append("- QD score: sum of elite fitness (pyribs convention, offset 0; max 10,000 x 100 = 1e6). "
                "Cells: median [min, max] over seeds.")
@@ -573,20 +468,6 @@ def render(runs, marks, evals, batch, seeds, variant, breakdown, profile_text, m
         f"{statistics.median(qw) / statistics.median(pw):.2f}x -> qd {'faster' if faster else 'slower'}; "
         f"process CPU time qd/pyribs {statistics.median([r['cpu_s'] for r in q]) / statistics.median([r['cpu_s'] for r in p]):.2f}x).")
     out.append("")
-    if breakdown:
-        rows, run_s, batches = breakdown
-        out.append(f"Where qd's wall time goes (one extra qd run, seed {seeds[0]}, in_flight=1, "
-                   f"timers wrapped around the engine's steps, jitted calls waited on so that each "
-                   f"step carries its own cost (this removes some overlap; on this noisy machine the "
-                   f"run's total is not comparable to the timed ones); engine.run() = {run_s:.2f}s for {batches} insert batches, pyribs's whole "
-                   f"loop is {1e3 * statistics.median([r['wall_s'] for r in runs['pyribs']]) / (evals // batch):.2f} "
-                   f"ms/batch):")
-        out.append("")
-        out.append("| step | s | % of run | ms/batch |")
-        out.append("|---|---:|---:|---:|")
-        for name, sec, _n in rows:
-            out.append(f"| {name} | {sec:.2f} | {100 * sec / run_s:.1f} | {1e3 * sec / batches:.2f} |")
-        out.append("")
     if profile_text:
         out.append(profile_text)
         out.append("")

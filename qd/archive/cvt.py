@@ -147,14 +147,17 @@ class CVTSpec:
     A JAX pytree: pass it to jitted functions as an ordinary argument. Build it with
     :meth:`create`, which also precomputes the lookup structures.
 
-    Lookup paths (all end in an exact pick among a few candidates):
+    Lookup paths, both ending in a float32 pick among a few candidates:
 
     * Bucket grid (D <= 3, C >= 256): a query's bucket lists every centroid that can be
-      nearest in it. Chunks with a query off the grid take the scan below.
-    * Scan of all centroids: scores are ``(x - c)^2`` summed directly for D <= 3 and
-      the matmul ``|c'|^2 / 2 - x'.c'`` for D > 3 (on coordinates centered and scaled
-      by the centroids' bounding box, for precision). Candidates are the centroids
-      whose score is within the score's rigorous error bound of the best.
+      nearest in it.
+    * Scan of all centroids otherwise: scores are ``(x - c)^2`` summed directly for
+      D <= 3 and the matmul ``|c'|^2 / 2 - x'.c'`` for D > 3 (on coordinates centered
+      and scaled by the centroids' bounding box, for precision). Candidates are the
+      centroids whose score is within the score's rigorous error bound of the best.
+
+    Queries whose pick is not conclusive (a near-tie, more than two scan candidates,
+    or off the grid) are resolved one by one among all centroids.
 
     Attributes:
         centroids: (C, D) float32 centroids; cell ``i`` is the Voronoi cell of row ``i``.
@@ -575,11 +578,12 @@ def _bucket_lists(
     k = min(num_cells, 16)
     pending = np.arange(num)
     pair_box, pair_cand = [], []
+    rivals = None
     while True:
         dist, idx = tree.query(mid[pending], k=k, workers=-1)
         dist, idx = dist.reshape(len(pending), k), idx.reshape(len(pending), k)
         offset = np.abs(c64[idx] - mid[pending, None])
-        if len(pending) == num:
+        if rivals is None:  # First pass, over all boxes.
             rivals = idx[:, :8]
             max_sq = np.min(np.sum((offset + half) ** 2, axis=2), axis=1) * (1 + 1e-9)
             reach = (np.sqrt(max_sq) + np.linalg.norm(half)) * (1 + 1e-9)
