@@ -60,6 +60,8 @@ import numpy as np  # noqa: E402
 
 import qd.archive as qa  # noqa: E402
 
+from _results import write_section  # noqa: E402  (bench/ is on sys.path)
+
 SECTION_TITLE = "## Archive insert throughput (bench/archive_insert.py)"
 ISLANDS_MANY = 16
 BATCHES = (64, 1024, 16384)
@@ -696,7 +698,7 @@ def main(argv=None) -> int:
              "breakdown_us": breakdown, "copies": copies, "versions": versions},
             indent=1, default=float))
     if args.results:
-        write_section(args.results, md)
+        write_section(args.results, SECTION_TITLE, md)
         log(f"wrote section into {args.results}")
     return 0
 
@@ -851,23 +853,6 @@ def render(rows, cent, have_cvt, breakdown, copies, versions, quick, total_s, ar
                    f"(`{'`, `'.join(c.split('=')[0].strip() for c in copies)}`).")
     out.append("")
     return "\n".join(out)
-
-
-def write_section(path: Path, section: str) -> None:
-    """Adds or replaces SECTION_TITLE's section, leaving the rest of the file alone."""
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    lines = text.splitlines()
-    try:
-        start = next(i for i, ln in enumerate(lines) if ln.strip() == SECTION_TITLE)
-    except StopIteration:
-        new = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
-                   len(lines))
-        new_lines = lines[:start] + section.rstrip("\n").splitlines() + (
-            [""] + lines[end:] if end < len(lines) else [])
-        new = "\n".join(new_lines) + "\n"
-    path.write_text(new)
 
 
 if __name__ == "__main__":

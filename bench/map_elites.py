@@ -77,6 +77,8 @@ from ribs.schedulers import Scheduler  # noqa: E402
 
 logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
 
+from _results import write_section  # noqa: E402  (bench/ is on sys.path)
+
 SECTION_TITLE = "## MAP-Elites on sphere 100-D (bench/map_elites.py)"
 DIM = 100
 SIGMA = 0.5
@@ -297,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"runs": runs, "marks": marks}, indent=1, default=str))
     if args.results:
-        write_section(args.results, section)
+        write_section(args.results, SECTION_TITLE, section)
         print(f"wrote section to {args.results}")
     return 0
 
@@ -489,23 +491,6 @@ def render(runs, marks, evals, batch, seeds, variant, profile_text, micro, cmd, 
                    f"(in effect batch {evals // nb}).")
         out.append("")
     return "\n".join(out)
-
-
-def write_section(path: Path, section: str) -> None:
-    """Adds or replaces SECTION_TITLE's section, leaving the rest of the file alone."""
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    lines = text.splitlines()
-    try:
-        start = next(i for i, ln in enumerate(lines) if ln.strip() == SECTION_TITLE)
-    except StopIteration:
-        new = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
-                   len(lines))
-        new_lines = lines[:start] + section.rstrip("\n").splitlines() + (
-            [""] + lines[end:] if end < len(lines) else [])
-        new = "\n".join(new_lines) + "\n"
-    path.write_text(new)
 
 
 if __name__ == "__main__":
