@@ -347,7 +347,7 @@ class Engine:
             self._genomes[target[j], cells[j]] = genomes[j]
 
     def _checkpoint(self) -> None:
-        self.counters["elapsed"] = self._elapsed() if hasattr(self, "_started") else self.counters["elapsed"]
+        self.counters["elapsed"] = self._elapsed()
         checkpoint.save(self._ckpt_dir, self.state, self.key, self.counters)
 
     # ----- reporting ------------------------------------------------------------
