@@ -249,9 +249,7 @@ class QdaxRunner:
 def qd_spec(case: Case):
     if case.kind == "grid":
         return qa.GridSpec.create(case.bins, case.lower.tolist(), case.upper.tolist())
-    from qd.archive.cvt import CVTSpec
-
-    return CVTSpec.create(case.centroids)
+    return qa.CVTSpec.create(case.centroids)
 
 
 def prefill_candidates(case: Case, seed: int):
@@ -402,34 +400,23 @@ def measure_config(runners, batches: Batches, policies) -> dict[str, Measure]:
 # ------------------------------------------------------------------- CVT centroids
 
 
-def cvt_available() -> bool:
-    try:
-        from qd.archive.cvt import CVTSpec, cvt_centroids  # noqa: F401
-    except Exception:  # noqa: BLE001 - missing module or broken import alike
-        return False
-    return True
-
-
 def bench_centroids(quick: bool, skip_ribs: bool, log) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    if cvt_available():
-        from qd.archive.cvt import cvt_centroids
-
-        times = []
-        centroids = None
-        for _ in range(1 if quick else 3):
-            t0 = time.perf_counter()
-            centroids = np.asarray(
-                jax.block_until_ready(
-                    cvt_centroids(10_000, [0.0, 0.0], [1.0, 1.0], samples=100_000, seed=0)
-                )
+    times = []
+    centroids = None
+    for _ in range(1 if quick else 3):
+        t0 = time.perf_counter()
+        centroids = np.asarray(
+            jax.block_until_ready(
+                qa.cvt_centroids(10_000, [0.0, 0.0], [1.0, 1.0], samples=100_000, seed=0)
             )
-            times.append(time.perf_counter() - t0)
-        out["qd_first_s"] = times[0]
-        out["qd_s"] = statistics.median(times[1:]) if len(times) > 1 else times[0]
-        out["qd_calls"] = len(times)
-        out["qd_centroids"] = centroids
-        log(f"  qd cvt_centroids: first {times[0]:.2f}s, all {[f'{t:.2f}' for t in times]}")
+        )
+        times.append(time.perf_counter() - t0)
+    out["qd_first_s"] = times[0]
+    out["qd_s"] = statistics.median(times[1:]) if len(times) > 1 else times[0]
+    out["qd_calls"] = len(times)
+    out["qd_centroids"] = centroids
+    log(f"  qd cvt_centroids: first {times[0]:.2f}s, all {[f'{t:.2f}' for t in times]}")
     if not skip_ribs:
         from ribs.archives import k_means_centroids
 
@@ -612,8 +599,6 @@ def main(argv=None) -> int:
     log(f"versions {versions}; cpus={os.cpu_count()}; quick={quick}; load {load[0]:.1f}")
 
     # --- CVT centroid generation (also gives the 2-D centroids of the CVT cases).
-    have_cvt = cvt_available()
-    log(f"qd.archive.cvt available: {have_cvt}")
     log("cvt_centroids benchmark")
     cent = bench_centroids(quick, args.skip_ribs_kmeans or quick, log)
 
@@ -627,14 +612,13 @@ def main(argv=None) -> int:
                           bins=(1000, 1000), prefill=1_000_000,
                           qdax_batches=(64,), qdax_many_islands=False,
                           short="grid 1M"))
-    if have_cvt:
-        for key, dim in (("cvt2d", 2), ("cvt16d", 16)):
-            if key not in wanted:
-                continue
-            c = case_centroids(dim, cent.get("qd_centroids"), args.seed, log)
-            lo, hi = np.zeros(dim, np.float32), np.ones(dim, np.float32)
-            cases.append(Case(f"CVT 10k centroids, {dim}-D", "cvt", dim, lo, hi,
-                              centroids=c, prefill=20_000, short=f"CVT {dim}-D"))
+    for key, dim in (("cvt2d", 2), ("cvt16d", 16)):
+        if key not in wanted:
+            continue
+        c = case_centroids(dim, cent.get("qd_centroids"), args.seed, log)
+        lo, hi = np.zeros(dim, np.float32), np.ones(dim, np.float32)
+        cases.append(Case(f"CVT 10k centroids, {dim}-D", "cvt", dim, lo, hi,
+                          centroids=c, prefill=20_000, short=f"CVT {dim}-D"))
 
     rows: list[dict[str, Any]] = []
     for ci, case in enumerate(cases):
@@ -688,7 +672,7 @@ def main(argv=None) -> int:
     copies = qd_archive_sized_copies()
     total_s = time.perf_counter() - t_start
     load.append(os.getloadavg()[0])
-    md = render(rows, cent, have_cvt, breakdown, copies, versions, quick, total_s, argv,
+    md = render(rows, cent, breakdown, copies, versions, quick, total_s, argv,
                 scaling, load)
     print(md)
     if args.json:
@@ -726,7 +710,7 @@ def find(rows, kind, dim, cells, islands, batch):
     return None
 
 
-def render(rows, cent, have_cvt, breakdown, copies, versions, quick, total_s, argv,
+def render(rows, cent, breakdown, copies, versions, quick, total_s, argv,
            scaling, load) -> str:
     out: list[str] = []
     cmd = "python bench/archive_insert.py" + ("".join(" " + a for a in (argv or sys.argv[1:])))
@@ -770,9 +754,6 @@ def render(rows, cent, have_cvt, breakdown, copies, versions, quick, total_s, ar
             f"{r['qd']['calls']}/{r['pyribs']['calls']}/{r['QDax']['calls']}",
         ]
         out.append("| " + " | ".join(cells) + " |")
-    if not have_cvt:
-        out.append("| CVT 10k, 2-D and 16-D | | | | not measured: `qd/archive/cvt.py` "
-                   "did not exist | | | | | | | |")
     out.append("")
 
     # ---- metrics and targets
@@ -814,17 +795,15 @@ def render(rows, cent, have_cvt, breakdown, copies, versions, quick, total_s, ar
             f"{int(scaling['qd 10k calls'])}+ calls each{table})")
     else:
         out.append("- 1M-vs-10k cost ratio: **not measured**")
-    if have_cvt and any(r["kind"] == "cvt" for r in rows):
+    if any(r["kind"] == "cvt" for r in rows):
         for dim, need in ((2, 1), (16, 3)):
             pairs = [(bb, rate_ratio(find(rows, "cvt", dim, 10_000, 1, bb), "qd", "pyribs")) for bb in BATCHES]
             out.append(ratio_line(f"CVT 10k, {dim}-D vs pyribs", pairs, need))
         for dim in (2, 16):
             pairs = [(bb, rate_ratio(find(rows, "cvt", dim, 10_000, 1, bb), "qd", "QDax")) for bb in BATCHES]
             out.append(ratio_line(f"CVT 10k, {dim}-D vs QDax", pairs, 100, "qd/QDax"))
-    elif have_cvt:
-        out.append("- CVT targets: **not measured** in this run (not in `--cases`)")
     else:
-        out.append("- CVT targets: **not measured** (`qd/archive/cvt.py` did not exist)")
+        out.append("- CVT targets: **not measured** in this run (not in `--cases`)")
     many = [r for r in rows if r["islands"] == ISLANDS_MANY]
     if many:
         vals = [(r, r["qd"]["rate"] / r["pyribs"]["rate"]) for r in many]
@@ -832,18 +811,14 @@ def render(rows, cent, have_cvt, breakdown, copies, versions, quick, total_s, ar
         detail = "; ".join(f"{r['short']} B={r['batch']}: {v:.1f}x" for r, v in vals)
         out.append(f"- 16 islands in one qd call vs 16 pyribs archives (need >= 10x): "
                    f"**{'met' if met else 'missed'}** ({detail})")
-    if "qd_s" in cent:
-        t = cent["qd_s"]
-        ribs_txt = (f"pyribs `k_means_centroids` (0.12 has no `k_means_cvt`) {cent['ribs_s']:.1f} s, "
-                    f"timed once -> qd {cent['ribs_s'] / t:.0f}x faster"
-                    if "ribs_s" in cent else "pyribs not timed in this run")
-        out.append(f"- `cvt_centroids(10_000, [0,0], [1,1], samples=100_000, seed=0)` under 10 s: "
-                   f"**{'met' if t < 10 else 'missed'}** ({t:.2f} s median of "
-                   f"{max(cent['qd_calls'] - 1, 1)} after a first call of {cent['qd_first_s']:.2f} s; "
-                   f"{ribs_txt})")
-    else:
-        ribs_txt = f"; pyribs `k_means_centroids` {cent['ribs_s']:.1f} s" if "ribs_s" in cent else ""
-        out.append(f"- cvt_centroids 10k under 10 s: **not measured** (`qd/archive/cvt.py` did not exist{ribs_txt})")
+    t = cent["qd_s"]
+    ribs_txt = (f"pyribs `k_means_centroids` (0.12 has no `k_means_cvt`) {cent['ribs_s']:.1f} s, "
+                f"timed once -> qd {cent['ribs_s'] / t:.0f}x faster"
+                if "ribs_s" in cent else "pyribs not timed in this run")
+    out.append(f"- `cvt_centroids(10_000, [0,0], [1,1], samples=100_000, seed=0)` under 10 s: "
+               f"**{'met' if t < 10 else 'missed'}** ({t:.2f} s median of "
+               f"{max(cent['qd_calls'] - 1, 1)} after a first call of {cent['qd_first_s']:.2f} s; "
+               f"{ribs_txt})")
     out.append("")
     if breakdown:
         out.append("qd small-batch cost (grid 10k, batch 64, median µs per call): " + "; ".join(

@@ -192,8 +192,8 @@ class Engine:
             try:
                 loop.add_signal_handler(sig, self.request_stop)
                 handled.append(sig)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass
+            except (RuntimeError, ValueError):
+                pass  # not the main thread: the caller handles signals
         self._started = time.monotonic() - self.counters["elapsed"]
         self._session_start, self._session_evals = time.monotonic(), self.evaluations
         self._progress = RunProgress(self.budget.max_evaluations, self._progress_enabled)

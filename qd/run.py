@@ -219,7 +219,6 @@ def _resume(run_dir: Path, overrides: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    flags = {"-m", "--multirun"}
     plain = [a for a in argv if not a.startswith("-") and not a.startswith("hydra.")]
     info_only = any(a in ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i") or a.startswith("--cfg") for a in argv)
     try:

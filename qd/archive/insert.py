@@ -16,7 +16,6 @@ a code also receives a winner, so the codes are always overwritten).
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import jax

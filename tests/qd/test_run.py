@@ -1,7 +1,6 @@
 """qd-run end to end, as a user calls it: subprocesses, exit codes, one-line errors."""
 
 import json
-import os
 import random
 import signal
 import subprocess

@@ -118,15 +118,20 @@ def _batches(
     return strategy()
 
 
-def _ribs_grid(bins, ranges, learning_rate, threshold_min, offset):
-    return ribs_archives.GridArchive(
+def _ribs_options(learning_rate, threshold_min, offset) -> dict:
+    """What every pyribs archive here shares: the genome id as a 1-d float32 solution."""
+    return dict(
         solution_dim=1,
-        dims=bins,
-        ranges=ranges,
         learning_rate=learning_rate,
         threshold_min=threshold_min,
         qd_score_offset=offset,
         dtype=np.float32,
+    )
+
+
+def _ribs_grid(bins, ranges, learning_rate, threshold_min, offset):
+    return ribs_archives.GridArchive(
+        dims=bins, ranges=ranges, **_ribs_options(learning_rate, threshold_min, offset)
     )
 
 
@@ -488,13 +493,9 @@ def _ribs_cvt(learning_rate, threshold_min, offset):
     # pyribs 0.12 takes custom centroids as ``centroids=`` (``custom_centroids`` is
     # its deprecated pre-0.9 name and raises).
     return ribs_archives.CVTArchive(
-        solution_dim=1,
         centroids=CVT_CENTROIDS,
         ranges=CVT_RANGES,
-        learning_rate=learning_rate,
-        threshold_min=threshold_min,
-        qd_score_offset=offset,
-        dtype=np.float32,
+        **_ribs_options(learning_rate, threshold_min, offset),
     )
 
 
