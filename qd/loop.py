@@ -2,8 +2,17 @@
 
 Up to ``in_flight`` proposals run at once; each finished one is written to the
 store (committed) and only then inserted into the archive, so a crash never
-loses an evaluated candidate. No generation barrier: a slow proposal never
-holds back the others.
+loses an evaluated candidate. No generation barrier: proposal k+in_flight starts
+as soon as proposal k is done.
+
+Proposals are committed in the order they started, and each samples its parents
+from the archive as it was after the commits before it. So a run is a pure
+function of its seed and of what the operators and evaluator return: with the
+LLM response cache, a rerun replays the same run exactly.
+
+Text tasks (programs, prompts) use LLM operators and are evaluated in the
+sandbox; a dead LLM (``LLMError`` after retries) stops the run cleanly, keeping
+everything already evaluated.
 
 Durability: every ``checkpoint_every`` insert batches (and on SIGINT/SIGTERM and
 at the end) the archive, RNG key and counters are checkpointed atomically. On
@@ -14,6 +23,7 @@ than it, so after ``kill -9`` each evaluated candidate counts exactly once.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import json
 import math
@@ -27,17 +37,25 @@ import numpy as np
 
 from qd import archive, checkpoint
 from qd.errors import CheckpointError
+from qd.llm import LLMError
 from qd.progress import RunProgress
 from qd.store import Candidate, Store
-from qd.task import Evaluation, Task
 
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
-    """The run stops cleanly at the first limit reached (None = no limit)."""
+    """The run stops cleanly at the first limit reached (None = no limit).
+
+    Evaluations and LLM calls are never exceeded (a proposal is sized to what is
+    left); tokens and cost are known only when a call returns, so calls already
+    in flight may overshoot those two.
+    """
 
     max_evaluations: int | None = None
     max_seconds: float | None = None
+    max_llm_calls: int | None = None
+    max_tokens: int | None = None
+    max_cost: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,13 +75,29 @@ def _proposal_keys(key: jax.Array, log_weights: jax.Array) -> tuple[jax.Array, .
     return key, choice, seed, sample_key, op_key
 
 
-@dataclasses.dataclass
-class _Proposal:
-    island: int
-    operator: str
-    parent_ids: np.ndarray  # i64[B, k]
-    genomes: Any  # f32[B, n] or list[str]
-    evaluation: Evaluation
+@dataclasses.dataclass(frozen=True)
+class _Seed:
+    """A task's initial text genome, in the shape of an LLM operator's child."""
+
+    text: str
+    error: None = None
+    operator: str = "init"
+    model: None = None
+    prompt: None = None
+    response: None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+
+
+def _parent(candidate: Candidate) -> Any:
+    """An elite as an LLM operator shows it: code, score, metrics and evaluator feedback."""
+    from operators.llm import Parent
+
+    notes = [f"error: {candidate.error}"] if candidate.error else []
+    for name, value in (candidate.artifacts or {}).items():
+        notes.append(f"{name}:\n{value}")
+    return Parent(candidate.id, candidate.text, candidate.fitness, candidate.metrics, "\n".join(notes) or None)
 
 
 def _open_events(path: Path):
@@ -79,19 +113,23 @@ class Engine:
     """One run: a task, an archive spec, operators, and a run directory.
 
     Args:
-        task: initial genomes and evaluator.
+        task: initial genomes and evaluator (a numeric ``Task`` or a ``TextTask``).
         spec: archive tessellation (GridSpec / CVTSpec).
-        operators: (operator, weight) pairs; an operator is an async callable
-            ``op(key, parents f32[B, k, n], context) -> children`` with ``name``
-            and ``num_parents``.
+        operators: (operator, weight) pairs. A numeric operator is an async callable
+            ``op(key, parents f32[B, k, n], context) -> f32[B, n]``; an LLM operator
+            is ``op(parents, inspirations, context) -> list[Child]`` (parents and
+            inspirations are store ``Candidate``s). Both have ``name`` and
+            ``num_parents``; LLM ones also ``num_inspirations``.
         evaluator: async ``evaluator(genomes) -> Evaluation``.
         run_dir: holds ``store.sqlite``, ``checkpoints/`` and ``events.jsonl``.
+        llm: the run's ``qd.llm.LLMClient`` (text tasks); its ledger feeds the
+            LLM budgets and the progress line and is checkpointed.
     """
 
     def __init__(
         self,
         *,
-        task: Task,
+        task: Any,
         spec: archive.GridSpec,
         operators: list[tuple[Any, float]],
         evaluator: Any,
@@ -107,8 +145,10 @@ class Engine:
         qd_offset: float = 0.0,
         migration: Migration = Migration(),
         progress: bool = True,
+        llm: Any = None,
     ):
-        self.task, self.spec, self.evaluator = task, spec, evaluator
+        self.task, self.spec, self.evaluator, self.llm = task, spec, evaluator, llm
+        self._closers: list[Any] = []
         self.operators = [op for op, _ in operators]
         weights = np.asarray([w for _, w in operators], np.float64)
         if len(weights) == 0 or np.any(weights < 0) or weights.sum() <= 0:
@@ -124,14 +164,17 @@ class Engine:
         self._ckpt_dir = self.run_dir / "checkpoints"
         self._progress_enabled = progress
         self._stop_requested = False
+        self.stop_reason: str | None = None  # set when the run stops on an error
 
         loaded = checkpoint.load(self._ckpt_dir)
         if loaded is None:
             self.state = archive.init(spec, islands, spec.descriptor_dim, threshold_min)
             self.key = jax.random.key(seed)
-            self.counters = {"batches": 0, "last_id": -1, "elapsed": 0.0}
+            self.counters = {"batches": 0, "last_id": -1, "elapsed": 0.0, "proposals": 0, "llm_calls": 0}
         else:
             self.state, self.key, self.counters = loaded
+            self.counters.setdefault("proposals", 0)
+            self.counters.setdefault("llm_calls", 0)
             if self.state.fitness.shape != (islands, spec.num_cells):
                 raise CheckpointError(
                     f"checkpoint in {self._ckpt_dir} holds {self.state.fitness.shape[0]} islands x "
@@ -148,7 +191,17 @@ class Engine:
 
     def _replay_store(self) -> None:
         """Inserts every store row (and migration) newer than the checkpoint."""
-        offers = self.store.placements(self.counters["last_id"], self.spec.descriptor_dim)
+        after = self.counters["last_id"]
+        if self.llm is not None:
+            self.llm.ledger.restore(self.counters.get("llm") or {})
+            usage = self.store.llm_usage(after)
+            self.counters["llm_calls"] += usage["calls"]
+            ledger = self.llm.ledger  # calls made after the checkpoint, as stored
+            ledger.calls += usage["calls"]
+            ledger.tokens_in += usage["tokens_in"]
+            ledger.tokens_out += usage["tokens_out"]
+            ledger.cost += usage["cost"]
+        offers = self.store.placements(after, self.spec.descriptor_dim)
         if len(offers["id"]):
             self.state, _ = archive.insert(
                 self.spec, self.state, offers["island"], offers["descriptor"],
@@ -158,18 +211,21 @@ class Engine:
             self.counters["batches"] += 1
 
     def _empty_genome_table(self) -> np.ndarray:
-        """Host table of each elite's genome, [I, C, n] floats or [I, C] objects."""
+        """Host table of each elite: [I, C, n] floats, or [I, C] store Candidates (text)."""
         shape = (self.islands, self.spec.num_cells)
         if self.task.kind == "vector":
             return np.zeros((*shape, self.task.genome_dim), np.float32)
         return np.empty(shape, object)
+
+    def _elite_entry(self, candidate: Candidate) -> Any:
+        return candidate.vector if self.task.kind == "vector" else candidate
 
     def _fill_genome_table(self) -> None:
         ids = np.asarray(self.state.genome_id)
         island, cell = np.nonzero(ids >= 0)
         if len(island):
             for i, c, cand in zip(island, cell, self.store.get(ids[island, cell])):
-                self._genomes[i, c] = cand.genome
+                self._genomes[i, c] = self._elite_entry(cand)
 
     # ----- the loop -----------------------------------------------------------
 
@@ -179,11 +235,13 @@ class Engine:
         return self._count
 
     def run(self) -> dict[str, Any]:
-        """Runs until a budget is spent or SIGINT/SIGTERM; returns the final stats."""
+        """Runs until a budget is spent, SIGINT/SIGTERM, or a dead LLM; returns the final stats."""
         return asyncio.run(self._run())
 
-    def request_stop(self) -> None:
+    def request_stop(self, reason: str | None = None) -> None:
         self._stop_requested = True
+        if reason and self.stop_reason is None:
+            self.stop_reason = reason
 
     async def _run(self) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -197,129 +255,214 @@ class Engine:
         self._started = time.monotonic() - self.counters["elapsed"]
         self._session_start, self._session_evals = time.monotonic(), self.evaluations
         self._progress = RunProgress(self.budget.max_evaluations, self._progress_enabled)
-        pending: dict[asyncio.Future, int] = {}
-        island_cycle = 0
+        pending: collections.deque[tuple[asyncio.Future, int]] = collections.deque()
         try:
             while True:
-                island_cycle = self._refill(pending, island_cycle)
+                self._refill(pending)
                 if not pending:
                     break
-                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for fut in done:
-                    del pending[fut]
-                results = [fut.result() for fut in done]
+                head, _ = pending[0]
+                await asyncio.wait([head])
+                pending.popleft()
+                candidates = head.result()
                 if self.in_flight > 1:
-                    # Refill first: new proposals run while this batch is written
-                    # (they sample the archive as it was before this batch).
-                    writing = sum(len(r.evaluation.fitness) for r in results)
-                    island_cycle = self._refill(pending, island_cycle, writing)
-                await self._commit(results)
+                    # Refill first: new proposals run while this one is written (they
+                    # sample the archive as it was before it, in every run alike).
+                    self._refill(pending, writing=len(candidates))
+                await self._commit(candidates)
         finally:
-            for fut in pending:
+            for fut, _ in pending:
                 fut.cancel()
             if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
+                await asyncio.gather(*(f for f, _ in pending), return_exceptions=True)
             for sig in handled:
                 loop.remove_signal_handler(sig)
+            if self.llm is not None:
+                await self.llm.aclose()
             self._checkpoint()
             summary = self.summary()
             self._progress.close(self._status_line("done"))
         return summary
 
-    def _refill(self, pending: dict[asyncio.Future, int], island_cycle: int, writing: int = 0) -> int:
+    def _refill(self, pending: collections.deque, writing: int = 0) -> None:
         """Starts proposals until ``in_flight`` run or a budget says stop.
 
         ``writing`` counts finished candidates not yet in the store.
         """
         while not self._should_stop() and len(pending) < self.in_flight:
-            size = self._next_size(sum(pending.values()) + writing)
+            size = self._next_size(sum(n for _, n in pending) + writing)
             if size == 0:
                 break
-            fut = asyncio.ensure_future(self._propose(island_cycle % self.islands, size))
-            pending[fut] = size
-            island_cycle += 1
-        return island_cycle
+            seq = self.counters["proposals"]
+            self.counters["proposals"] += 1
+            fut = asyncio.ensure_future(self._propose(seq % self.islands, size, seq))
+            pending.append((fut, size))
+
+    def on_close(self, fn: Any) -> None:
+        """Registers ``fn()`` to run at ``close`` (e.g. stopping the embedded LLM server)."""
+        self._closers.append(fn)
 
     def close(self) -> None:
+        """Closes the store and the evaluator, then the ``on_close`` callbacks."""
         self._events.close()
         self.store.close()
         close = getattr(self.evaluator, "close", None)
         if close:
             close()
+        for fn in self._closers:
+            fn()
 
     def _elapsed(self) -> float:
         return time.monotonic() - self._started
 
     def _should_stop(self) -> bool:
+        b = self.budget
         if self._stop_requested:
             return True
-        return self.budget.max_seconds is not None and self._elapsed() >= self.budget.max_seconds
+        if b.max_seconds is not None and self._elapsed() >= b.max_seconds:
+            return True
+        if self.llm is not None:
+            ledger = self.llm.ledger
+            if b.max_tokens is not None and ledger.tokens_in + ledger.tokens_out >= b.max_tokens:
+                return True
+            if b.max_cost is not None and ledger.cost >= b.max_cost:
+                return True
+        return False
 
     def _next_size(self, in_flight_candidates: int) -> int:
-        if self.budget.max_evaluations is None:
-            return self.batch_size
-        left = self.budget.max_evaluations - self.evaluations - in_flight_candidates
-        return max(0, min(self.batch_size, left))
+        """Children for the next proposal: the batch size, cut to what the budgets leave."""
+        size = self.batch_size
+        if self.budget.max_evaluations is not None:
+            size = min(size, self.budget.max_evaluations - self.evaluations - in_flight_candidates)
+        if self.budget.max_llm_calls is not None and self.task.kind != "vector":
+            # Each LLM child is one call (a diff's rewrite fallback is a second child).
+            left = self.budget.max_llm_calls - self.counters["llm_calls"] - in_flight_candidates
+            size = min(size, left)
+        return max(0, size)
 
     def _split(self) -> jax.Array:
         self.key, sub = jax.random.split(self.key)
         return sub
 
-    async def _propose(self, island: int, size: int) -> _Proposal:
+    async def _propose(self, island: int, size: int, seq: int) -> list[Candidate]:
         self.key, choice, seed, sample_key, op_key = _proposal_keys(self.key, self._log_weights)
         op = self.operators[int(choice)]
+        if self.task.kind != "vector":
+            return await self._propose_text(op, island, size, seq, int(seed), sample_key)
         if self._stats.num_elites[island] == 0:
-            # An empty island starts from the task's initial genomes; vector genomes
-            # are varied once (as pyribs's emitters start from x0 plus noise).
+            # An empty island starts from the task's initial genomes, varied once
+            # (as pyribs's emitters start from x0 plus noise).
             initial = self.task.initial(np.random.default_rng(int(seed)), size)
             parent_ids = np.zeros((size, 0), np.int64)
-            if self.task.kind != "vector":
-                genomes, name = initial, "init"
-            else:
-                parents = np.repeat(np.asarray(initial)[:, None], op.num_parents, axis=1)
-                genomes, name = await op(op_key, parents, {"island": island}), f"init+{op.name}"
+            parents = np.repeat(np.asarray(initial)[:, None], op.num_parents, axis=1)
+            genomes, name = await op(op_key, parents, {"island": island}), f"init+{op.name}"
         else:
             ids, cells = archive.sample(self.state, sample_key, island, size * op.num_parents)
             cells = np.asarray(cells).reshape(size, op.num_parents)
             parent_ids = np.asarray(ids, np.int64).reshape(size, op.num_parents)
-            parents = self._genomes[island, cells]
-            genomes = await op(op_key, parents, {"island": island})
+            genomes = await op(op_key, self._genomes[island, cells], {"island": island})
             name = op.name
-        evaluation = await self.evaluator(genomes)
-        return _Proposal(island, name, parent_ids, genomes, evaluation)
+        ev = await self.evaluator(genomes)
+        return [
+            Candidate(
+                kind="vector", island=island, fitness=float(ev.fitness[j]),
+                descriptor=ev.descriptor[j], valid=bool(ev.valid[j]), vector=genomes[j],
+                parent_ids=parent_ids[j], operator=name,
+                metrics=ev.metrics[j] if ev.metrics else None,
+                error=ev.error[j] if ev.error else None,
+            )
+            for j in range(len(ev.fitness))
+        ]
 
-    async def _commit(self, proposals: list[_Proposal]) -> None:
-        candidates: list[Candidate] = []
-        for p in proposals:
-            ev = p.evaluation
-            for j in range(len(ev.fitness)):
-                genome = p.genomes[j]
-                vector = genome if self.task.kind == "vector" else None
-                candidates.append(Candidate(
-                    kind=self.task.kind, island=p.island, fitness=float(ev.fitness[j]),
-                    descriptor=ev.descriptor[j], valid=bool(ev.valid[j]),
-                    vector=vector, text=None if vector is not None else genome,
-                    parent_ids=p.parent_ids[j], operator=p.operator,
-                    metrics=ev.metrics[j] if ev.metrics else None,
-                    error=ev.error[j] if ev.error else None,
-                ))
+    async def _propose_text(
+        self, op: Any, island: int, size: int, seq: int, seed: int, sample_key: jax.Array
+    ) -> list[Candidate]:
+        """LLM children of sampled elites (or the task's seeds on an empty island), evaluated."""
+        if self._stats.num_elites[island] == 0:
+            texts = self.task.initial(np.random.default_rng(seed), size)
+            children = [_Seed(text) for text in texts]
+            parent_ids: list[list[int]] = [[] for _ in texts]
+        else:
+            children, parent_ids = await self._llm_children(op, island, size, seq, seed, sample_key)
+        usable = [j for j, c in enumerate(children) if c.text is not None]
+        ev = await self.evaluator([children[j].text for j in usable]) if usable else None
+        at = {j: k for k, j in enumerate(usable)}
+        out = []
+        for j, child in enumerate(children):
+            k = at.get(j)
+            fields = dict(fitness=math.nan, descriptor=None, valid=False, error=child.error)
+            if k is not None:
+                fields = dict(
+                    fitness=float(ev.fitness[k]), descriptor=ev.descriptor[k], valid=bool(ev.valid[k]),
+                    metrics=ev.metrics[k], error=ev.error[k], artifacts=ev.artifacts[k],
+                    eval_seconds=ev.seconds[k],
+                )
+            out.append(Candidate(
+                kind="text", island=island, text=child.text, parent_ids=parent_ids[j],
+                operator=child.operator, model=child.model, prompt=child.prompt,
+                response=child.response, tokens_in=child.tokens_in, tokens_out=child.tokens_out,
+                cost=child.cost, **fields,
+            ))
+        return out
+
+    async def _llm_children(
+        self, op: Any, island: int, size: int, seq: int, seed: int, sample_key: jax.Array
+    ) -> tuple[list[Any], list[list[int]]]:
+        """One operator call per child, all at once; a dead LLM stops the run."""
+        per_child = op.num_parents + op.num_inspirations
+        _, cells = archive.sample(self.state, sample_key, island, size * per_child)
+        cells = np.asarray(cells).reshape(size, per_child)
+        calls = []
+        for j in range(size):
+            elites = [_parent(self._genomes[island, c]) for c in cells[j]]
+            context = self.prompt_context(
+                island=island, sample_index=seq * self.batch_size + j,
+                rng=np.random.default_rng([seed, j]),
+            )
+            calls.append(op(elites[: op.num_parents], elites[op.num_parents:], context))
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        children, parent_ids = [], []
+        for j, result in enumerate(results):
+            if isinstance(result, LLMError):
+                self.request_stop(str(result))
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            ids = [int(p.id) for p in (self._genomes[island, c] for c in cells[j, : op.num_parents])]
+            for child in result:
+                children.append(child)
+                parent_ids.append(ids)
+        return children, parent_ids
+
+    def prompt_context(self, **fields: Any) -> Any:
+        """What an LLM operator is told about the task besides its parents."""
+        from operators.llm import PromptContext
+
+        return PromptContext(task=self.task.description, language=self.task.language, **fields)
+
+
+    async def _commit(self, candidates: list[Candidate]) -> None:
         if not candidates:
             return
         # Committed before it counts; SQLite releases the GIL, so proposals in flight
         # keep running while the batch is written.
         ids = np.asarray(await asyncio.to_thread(self.store.add, candidates))
         self._count += len(ids)
+        self.counters["llm_calls"] += sum(c.model is not None for c in candidates)
         island = np.asarray([c.island for c in candidates], np.int32)
+        descriptor = np.stack([
+            c.descriptor if c.descriptor is not None else np.full(self.spec.descriptor_dim, np.nan, np.float32)
+            for c in candidates
+        ])
         self.state, result = archive.insert(
-            self.spec, self.state, island,
-            np.stack([c.descriptor for c in candidates]),
+            self.spec, self.state, island, descriptor,
             np.asarray([c.fitness for c in candidates], np.float32), ids,
             np.asarray([c.valid for c in candidates]), self.learning_rate,
         )
         won = np.flatnonzero(np.asarray(result.is_elite))
         cells = np.asarray(result.cell)
         for j in won:
-            self._genomes[island[j], cells[j]] = candidates[j].genome
+            self._genomes[island[j], cells[j]] = self._elite_entry(candidates[j])
         self.counters["last_id"] = int(ids[-1])
         self.counters["batches"] += 1
         if self.migration.every and self.counters["batches"] % self.migration.every == 0:
@@ -348,6 +491,8 @@ class Engine:
 
     def _checkpoint(self) -> None:
         self.counters["elapsed"] = self._elapsed()
+        if self.llm is not None:
+            self.counters["llm"] = self.llm.ledger.as_dict()
         checkpoint.save(self._ckpt_dir, self.state, self.key, self.counters)
 
     # ----- reporting ------------------------------------------------------------
@@ -358,13 +503,18 @@ class Engine:
             {f: float(getattr(s, f)[i]) for f in archive.ArchiveStats._fields}
             for i in range(self.islands)
         ]
-        return {
+        out = {
             "evaluations": self.evaluations,
             "batches": self.counters["batches"],
             "elapsed_s": round(self._elapsed(), 3),
             "global": {f: float(getattr(s, f)[-1]) for f in archive.ArchiveStats._fields},
             "islands": per_island,
         }
+        if self.llm is not None:
+            out["llm"] = self.llm.ledger.as_dict()
+        if self.stop_reason:
+            out["stop_reason"] = self.stop_reason
+        return out
 
     def _rate(self) -> float:
         spent = time.monotonic() - self._session_start
@@ -375,8 +525,17 @@ class Engine:
         return (
             f"{prefix} evals={self.evaluations} evals/s={self._rate():.0f} "
             f"qd_score={float(g.qd_score[-1]):.4g} coverage={float(g.coverage[-1]):.3f} "
-            f"best={float(g.max_fitness[-1]):.4g}"
+            f"best={float(g.max_fitness[-1]):.4g}{self._llm_status()}"
         ).strip()
+
+    def _llm_status(self) -> str:
+        if self.llm is None:
+            return ""
+        ledger = self.llm.ledger
+        return (
+            f" llm_calls={ledger.calls} in_flight={ledger.in_flight} "
+            f"tokens={ledger.tokens_in + ledger.tokens_out} cost=${ledger.cost:.4f}"
+        )
 
     def _write_event(self, batch: int, result: archive.InsertResult) -> None:
         event = {

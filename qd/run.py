@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import logging
+import os
 import re
 import sys
 from pathlib import Path
@@ -16,7 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 from qd import archive
 from qd.config import Config, register
 from qd.errors import CheckpointError, ConfigError
-from qd.evaluator import InProcessEvaluator, PoolEvaluator
+from qd.evaluator import InProcessEvaluator, PoolEvaluator, SandboxEvaluator
 from qd.loop import Budget, Engine, Migration
 from qd.paths import conf_dir
 from qd.task import load_task
@@ -59,17 +62,32 @@ def build_spec(cfg: DictConfig, run_dir: Path):
     return CVTSpec.create(centroids)
 
 
-def build_operators(cfg: DictConfig, task: Any) -> list[tuple[Any, float]]:
-    from operators import make_numeric_operator
+_NUMERIC_PARAMS = ("sigma", "iso_sigma", "line_sigma")
+_LLM_PARAMS = ("temperature", "max_tokens", "num_inspirations", "fallback_to_rewrite", "templates")
+PROVIDERS = ("local", "openai", "vllm", "ollama", "server")
 
-    lower, upper = getattr(task, "genome_bounds", (-np.inf, np.inf))
+
+def _make_operator(o: DictConfig, task: Any, client: Any) -> Any:
+    """A numeric operator for vector tasks, an LLM operator for text tasks."""
+    if task.kind == "vector":
+        from operators import make_numeric_operator
+
+        lower, upper = getattr(task, "genome_bounds", (-np.inf, np.inf))
+        return make_numeric_operator(o.name, lower, upper, **{k: o[k] for k in _NUMERIC_PARAMS})
+    from operators.llm import make_llm_operator
+
+    params = OmegaConf.to_container(o, resolve=True)
+    return make_llm_operator(o.name, client, **{k: params[k] for k in _LLM_PARAMS})
+
+
+def build_operators(cfg: DictConfig, task: Any, client: Any = None) -> list[tuple[Any, float]]:
+    """(operator, weight) pairs; ``client`` is the LLM client (None: only validate)."""
     if not cfg.operators.mix:
         raise ConfigError("operators.mix", "is empty", "pick a group, e.g. operators=gaussian")
     ops = []
     for i, o in enumerate(cfg.operators.mix):
-        params = {k: v for k, v in o.items() if k not in ("name", "weight")}
         try:
-            ops.append((make_numeric_operator(o.name, lower, upper, **params), float(o.weight)))
+            ops.append((_make_operator(o, task, client), float(o.weight)))
         except ValueError as e:
             field, problem = str(e).split(": ", 1)
             raise ConfigError(f"operators.mix[{i}].{field}", problem) from None
@@ -96,31 +114,140 @@ def check_config(cfg: DictConfig) -> Any:
     if cfg.islands.topology not in archive.TOPOLOGIES:
         raise ConfigError("islands.topology", f"unknown topology {cfg.islands.topology!r}",
                           f"use one of {list(archive.TOPOLOGIES)}")
-    if r.evaluator not in ("inprocess", "pool"):
-        raise ConfigError("runner.evaluator", f"unknown evaluator {r.evaluator!r}", "use inprocess or pool")
+    _evaluator_kind(cfg, task)
+    if task.kind != "vector":
+        _check_llm(cfg)
     build_operators(cfg, task)
     return task
 
 
+def _evaluator_kind(cfg: DictConfig, task: Any) -> str:
+    """inprocess / pool for numeric tasks; LLM-written text only ever runs in the sandbox."""
+    e = cfg.runner.evaluator
+    if e not in ("auto", "inprocess", "pool", "sandbox"):
+        raise ConfigError("runner.evaluator", f"unknown evaluator {e!r}", "use auto, inprocess, pool or sandbox")
+    if task.kind == "vector":
+        if e == "sandbox":
+            raise ConfigError("runner.evaluator", "numeric tasks are trusted and have no sandbox entry",
+                              "use auto, inprocess or pool")
+        return "inprocess" if e == "auto" else e
+    if e not in ("auto", "sandbox"):
+        raise ConfigError("runner.evaluator", f"{e!r} would run LLM-written code outside the sandbox",
+                          "use auto or sandbox")
+    return "sandbox"
+
+
+def _check_llm(cfg: DictConfig) -> None:
+    """Everything about the model that can fail before the run starts."""
+    llm = cfg.llm
+    if llm.provider not in PROVIDERS:
+        raise ConfigError("llm.provider", f"unknown provider {llm.provider!r}", f"use one of {list(PROVIDERS)}")
+    if not llm.models:
+        raise ConfigError("llm.models", "is empty", "name at least one model, e.g. llm=local")
+    if any(m.weight < 0 for m in llm.models) or sum(m.weight for m in llm.models) <= 0:
+        raise ConfigError("llm.models", "weights must be >= 0 with a positive sum")
+    if llm.provider == "local":
+        _check_local_server(llm)
+    elif not llm.base_url:
+        raise ConfigError("llm.base_url", f"is not set for provider {llm.provider}", "give the server's URL")
+    if llm.api_key_env and not os.environ.get(llm.api_key_env):
+        raise ConfigError(
+            "llm.api_key_env", f"environment variable {llm.api_key_env} is not set",
+            f"export {llm.api_key_env}=... or set llm.api_key_env=null for a server without keys",
+        )
+    for field in ("concurrency", "max_tokens"):
+        if llm[field] < 1:
+            raise ConfigError(f"llm.{field}", f"must be >= 1, got {llm[field]}")
+
+
+def _check_local_server(llm: DictConfig) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise ConfigError(
+            "llm.provider", "local needs llama-cpp-python, which is not installed",
+            'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install "llama-cpp-python[server]", or use llm=openai/vllm/ollama',
+        )
+    if llm.local.model_path is not None:
+        if not Path(llm.local.model_path).is_file():
+            raise ConfigError("llm.local.model_path", f"no file {llm.local.model_path}", "give a GGUF file")
+        return
+    from qd.llm_server import smollm2_path
+
+    try:
+        smollm2_path()
+    except (FileNotFoundError, LookupError) as e:
+        raise ConfigError("llm.local.model_path", str(e).splitlines()[0]) from None
+
+
+def build_llm(cfg: DictConfig, run_dir: Path, stack: contextlib.ExitStack) -> Any:
+    """The run's LLM client; for provider local, starts the embedded server (stopped by ``stack``)."""
+    from qd.llm import LLMClient, LLMSettings, ModelSpec
+
+    llm = cfg.llm
+    base_url, models = llm.base_url, [ModelSpec(m.name, m.weight, m.price_in, m.price_out) for m in llm.models]
+    if llm.provider == "local":
+        from qd.llm_server import EmbeddedServer
+
+        server = EmbeddedServer(
+            llm.local.model_path, log_path=run_dir / "llm_server.log", alias=models[0].name,
+            n_ctx=llm.local.n_ctx, n_threads=llm.local.n_threads,
+            startup_timeout_s=llm.local.startup_timeout_s,
+        )
+        stack.callback(server.stop)
+        server.start()
+        base_url = server.base_url
+        models = [dataclasses.replace(m, name=server.model) for m in models[:1]]
+    cache_dir = None
+    if llm.cache:
+        cache_dir = str(Path(llm.cache_dir) if llm.cache_dir else run_dir / "llm_cache")
+    return LLMClient(LLMSettings(
+        base_url=base_url, models=tuple(models), api_key_env=llm.api_key_env,
+        concurrency=llm.concurrency, timeout_s=llm.timeout_s, max_retries=llm.max_retries,
+        backoff_s=llm.backoff_s, backoff_max_s=llm.backoff_max_s, temperature=llm.temperature,
+        max_tokens=llm.max_tokens, seed=cfg.seed if llm.seed is None else llm.seed,
+        cache_dir=cache_dir,
+    ))
+
+
+def _build_evaluator(cfg: DictConfig, task: Any) -> Any:
+    kind, r = _evaluator_kind(cfg, task), cfg.runner
+    if kind == "pool":
+        params = OmegaConf.to_container(cfg.experiment.params, resolve=True)
+        return PoolEvaluator(cfg.experiment.task, params, r.workers)
+    if kind == "inprocess":
+        return InProcessEvaluator(task)
+    from qd.sandbox import Limits, Sandbox
+
+    limits = Limits(**OmegaConf.to_container(cfg.sandbox, resolve=True))
+    return SandboxEvaluator(task, Sandbox(task.sandbox_entry, workers=r.workers, limits=limits))
+
+
 def build_engine(cfg: DictConfig, run_dir: Path) -> Engine:
-    """Everything a run needs, from a config (checked first)."""
+    """Everything a run needs, from a config (checked first).
+
+    For text tasks this starts the LLM (the embedded server for ``llm=local``)
+    and the sandbox; ``Engine.close`` stops them.
+    """
     task = check_config(cfg)
-    params = OmegaConf.to_container(cfg.experiment.params, resolve=True)
     r = cfg.runner
-    if r.evaluator == "pool":
-        evaluator = PoolEvaluator(cfg.experiment.task, params, r.workers)
-    else:
-        evaluator = InProcessEvaluator(task)
-    return Engine(
-        task=task, spec=build_spec(cfg, run_dir), operators=build_operators(cfg, task),
-        evaluator=evaluator, run_dir=run_dir, islands=cfg.islands.count,
-        batch_size=r.batch_size, in_flight=r.in_flight,
-        budget=Budget(r.max_evaluations, r.max_seconds), checkpoint_every=r.checkpoint_every,
-        seed=cfg.seed, learning_rate=cfg.archive.learning_rate,
-        threshold_min=cfg.archive.threshold_min, qd_offset=cfg.archive.qd_offset,
-        migration=Migration(cfg.islands.migrate_every, cfg.islands.topology, cfg.islands.migrants),
-        progress=r.progress,
-    )
+    with contextlib.ExitStack() as stack:
+        client = build_llm(cfg, run_dir, stack) if task.kind != "vector" else None
+        evaluator = _build_evaluator(cfg, task)
+        stack.callback(getattr(evaluator, "close", lambda: None))
+        engine = Engine(
+            task=task, spec=build_spec(cfg, run_dir), operators=build_operators(cfg, task, client),
+            evaluator=evaluator, run_dir=run_dir, islands=cfg.islands.count,
+            batch_size=r.batch_size, in_flight=r.in_flight,
+            budget=Budget(r.max_evaluations, r.max_seconds, r.max_llm_calls, r.max_tokens, r.max_cost),
+            checkpoint_every=r.checkpoint_every, seed=cfg.seed,
+            learning_rate=cfg.archive.learning_rate, threshold_min=cfg.archive.threshold_min,
+            qd_offset=cfg.archive.qd_offset,
+            migration=Migration(cfg.islands.migrate_every, cfg.islands.topology, cfg.islands.migrants),
+            progress=r.progress, llm=client,
+        )
+        engine.on_close(stack.pop_all().close)
+    return engine
 
 
 def run_in(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
@@ -134,14 +261,21 @@ def run_in(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         engine.close()
     print(f"run_dir={run_dir}")
     print("summary=" + json.dumps(summary["global"]))
+    if "llm" in summary:
+        print("llm=" + json.dumps({k: v for k, v in summary["llm"].items() if k != "per_model"}))
+    if summary.get("stop_reason"):
+        print(f"qd-run: stopped: {summary['stop_reason']}", file=sys.stderr)
+        raise SystemExit(1)
     return summary
 
 
 def _hydra_task(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
-    # Hydra logs at INFO; JAX's backend probing (no TPU here) is noise to a user.
-    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+    # Hydra logs at INFO; JAX's backend probing (no TPU here) and a line per HTTP
+    # request are noise to a user (the ledger and events.jsonl hold the numbers).
+    for name in ("jax._src.xla_bridge", "httpx", "httpx2", "httpcore", "openai"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
     run_in(cfg, Path(HydraConfig.get().runtime.output_dir))
 

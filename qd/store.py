@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS candidates (
     valid INTEGER NOT NULL,
     metrics TEXT,
     error TEXT,
-    eval_seconds REAL
+    eval_seconds REAL,
+    artifacts TEXT
 );
 CREATE TABLE IF NOT EXISTS migrations (
     seq INTEGER PRIMARY KEY,
@@ -51,7 +52,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 _COLUMNS = (
     "created", "kind", "text", "vector", "parent_ids", "island", "operator", "model",
     "prompt", "response", "tokens_in", "tokens_out", "cost", "fitness", "descriptor",
-    "valid", "metrics", "error", "eval_seconds",
+    "valid", "metrics", "error", "eval_seconds", "artifacts",
 )
 
 
@@ -77,6 +78,7 @@ class Candidate:
     metrics: dict | None = None
     error: str | None = None
     eval_seconds: float | None = None
+    artifacts: dict | None = None  # evaluator feedback (output tails, task artifacts)
     id: int | None = None
     created: float | None = None
 
@@ -130,6 +132,7 @@ class Store:
                 None if c.fitness is None else float(c.fitness), _blob(c.descriptor),
                 bool(c.valid), None if c.metrics is None else json.dumps(c.metrics),
                 c.error, c.eval_seconds,
+                None if c.artifacts is None else json.dumps(c.artifacts),
             )
             for c in candidates
         ]
@@ -166,6 +169,14 @@ class Store:
     def get_meta(self, key: str, default: object = None) -> object:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return default if row is None else json.loads(row[0])
+
+    def llm_usage(self, after_id: int = -1) -> dict[str, float]:
+        """LLM calls (candidates with a model), tokens and cost of rows newer than ``after_id``."""
+        calls, tokens_in, tokens_out, cost = self._db.execute(
+            "SELECT COUNT(model), COALESCE(SUM(tokens_in), 0), COALESCE(SUM(tokens_out), 0), "
+            "COALESCE(SUM(cost), 0) FROM candidates WHERE id > ?", (after_id,),
+        ).fetchone()
+        return {"calls": calls, "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost}
 
     def count(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM candidates").fetchone()[0]
@@ -244,7 +255,8 @@ class Store:
 
 def _candidate(row: tuple) -> Candidate:
     (id_, created, kind, text, vector, parent_ids, island, operator, model, prompt, response,
-     tokens_in, tokens_out, cost, fitness, descriptor, valid, metrics, error, eval_seconds) = row
+     tokens_in, tokens_out, cost, fitness, descriptor, valid, metrics, error, eval_seconds,
+     artifacts) = row
     return Candidate(
         id=id_, created=created, kind=kind, text=text,
         vector=None if vector is None else np.frombuffer(vector, np.float32).copy(),
@@ -254,4 +266,5 @@ def _candidate(row: tuple) -> Candidate:
         descriptor=None if descriptor is None else np.frombuffer(descriptor, np.float32).copy(),
         valid=bool(valid), metrics=None if metrics is None else json.loads(metrics),
         error=error, eval_seconds=eval_seconds,
+        artifacts=None if artifacts is None else json.loads(artifacts),
     )

@@ -24,7 +24,9 @@ class Evaluation:
 
     Attributes:
         fitness: f32[B]; descriptor: f32[B, D]; valid: bool[B] (False = failed);
-        metrics: B dicts of extra numbers (or None); error: B reasons (None if ok).
+        metrics: B dicts of extra numbers (or None); error: B reasons (None if ok);
+        artifacts: B dicts of feedback for later prompts (or None);
+        seconds: B evaluation wall times (or None).
     """
 
     fitness: np.ndarray
@@ -32,19 +34,71 @@ class Evaluation:
     valid: np.ndarray
     metrics: list[dict] | None = None
     error: list[str | None] | None = None
+    artifacts: list[dict | None] | None = None
+    seconds: list[float | None] | None = None
 
 
 class Task(Protocol):
-    kind: str  # "vector" or "text"
+    """A numeric task: vectorized and trusted, so it is evaluated in process."""
+
+    kind: str  # "vector"
     descriptor_dim: int
-    genome_dim: int  # length of a vector genome (vector tasks only)
+    genome_dim: int  # length of a vector genome
 
     def initial(self, rng: np.random.Generator, n: int) -> Any:
-        """n starting genomes (f32[n, dim] for vector tasks, list[str] for text)."""
+        """n starting genomes, f32[n, dim]."""
         ...
 
     def evaluate(self, genomes: Any) -> Evaluation:
         """Evaluates a batch; must not raise for a bad genome (mark it invalid)."""
+        ...
+
+
+@dataclasses.dataclass
+class Scored:
+    """One text candidate's evaluation, computed by trusted code on the host."""
+
+    fitness: float
+    descriptor: Any  # D floats
+    valid: bool = True
+    metrics: dict[str, float] | None = None
+    error: str | None = None  # why it is invalid: shown to the LLM in later prompts
+    artifacts: dict[str, Any] | None = None  # extra feedback for prompts (short strings)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One step of an evaluation cascade, run in the sandbox as ``entry(text, **args)``.
+
+    The next stage runs only if this one scored valid and, when the next stage has
+    a ``threshold``, its fitness is at least that (cheap checks first).
+    """
+
+    args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    threshold: float | None = None
+    name: str = "main"
+
+
+class TextTask(Protocol):
+    """A program/prompt task: the candidate runs only in the sandbox.
+
+    The untrusted part (``sandbox_entry``, called with the candidate text) returns
+    plain JSON; ``score`` then judges that JSON on the host, so a candidate can
+    never tamper with its own score or read hidden targets.
+    """
+
+    kind: str  # "text"
+    descriptor_dim: int
+    description: str  # what the LLM is told; must not leak hidden targets
+    language: str  # "python"
+    sandbox_entry: str  # "path/to/file.py:function"
+    stages: list[Stage]
+
+    def initial(self, rng: np.random.Generator, n: int) -> list[str]:
+        ...
+
+    def score(self, text: str, outputs: list[Any]) -> Scored:
+        """Judges the outputs of the stages run so far; must not raise."""
         ...
 
 

@@ -1,9 +1,41 @@
 """Test setup: import the checkout's packages (qd, operators, descriptors) and tests/helpers.py."""
 
+import importlib.util
 import sys
 from pathlib import Path
+
+import pytest
 
 TESTS = Path(__file__).resolve().parent
 for path in (TESTS.parent, TESTS):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
+
+
+@pytest.fixture
+def scripted_llm():
+    """Factory: ``scripted_llm(rules, latency_s=..., in_process=...)`` -> a started ScriptedLLM, stopped after the test."""
+    from scripted_llm import ScriptedLLM
+
+    servers: list[ScriptedLLM] = []
+
+    def make(rules=(), *, in_process: bool = False, **kwargs) -> ScriptedLLM:
+        server = ScriptedLLM(rules, **kwargs).start(in_process=in_process)
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory):
+    """The real embedded llama.cpp server (SmolLM2), started once per session for slow tests."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.fail("llama_cpp is not importable: pip install 'llama-cpp-python[server]' (slow tests need it)")
+    from qd.llm_server import EmbeddedServer
+
+    log_path = tmp_path_factory.mktemp("llama_server") / "server.log"
+    with EmbeddedServer(log_path=log_path) as server:
+        yield server

@@ -22,7 +22,18 @@ def test_every_config_combination_composes_and_validates(choice):
     assert len(cfg.archive.lower) == 2
 
 
-def test_defaults_are_the_sphere_main_job():
+def test_defaults_are_the_function_fit_main_job_on_the_embedded_llm():
     cfg = _compose([])
-    assert cfg.experiment.name == "sphere" and cfg.archive.bins == [100, 100]
-    assert cfg.runner.max_evaluations == 100_000
+    assert cfg.experiment.name == "function_fit" and cfg.llm.provider == "local"
+    assert [o.name for o in cfg.operators.mix][0] == "rewrite"
+    assert cfg.runner.max_llm_calls > 0 and cfg.runner.evaluator == "auto"
+    check_config(cfg)
+
+
+@pytest.mark.parametrize("experiment", ["function_fit", "circle_packing"])
+@pytest.mark.parametrize("llm", ["local", "openai", "vllm", "ollama"])
+def test_text_experiments_compose_with_every_llm_provider(experiment, llm, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
+    cfg = _compose([f"experiment={experiment}", f"llm={llm}"])
+    check_config(cfg)
+    assert cfg.operators.mix and cfg.llm.models

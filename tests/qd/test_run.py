@@ -14,6 +14,7 @@ from qd import archive, checkpoint
 from qd.store import Store
 
 SMALL = [
+    "experiment=sphere",
     "experiment.params.dim=10", "archive.bins=[20,20]", "archive.lower=[-26,-26]",
     "archive.upper=[26,26]", "runner.batch_size=32", "runner.progress=false",
     "runner.checkpoint_every=2",
@@ -33,9 +34,29 @@ def qd_run(*args, cwd, check=True, timeout=300):
 @pytest.mark.parametrize(
     "override, message",
     [
+        ("llm.provider=nope", "llm.provider: unknown provider 'nope'"),
+        ("runner.evaluator=inprocess", "runner.evaluator: 'inprocess' would run LLM-written code outside the sandbox"),
+        ("llm=openai", "llm.api_key_env: environment variable QD_TEST_UNSET_KEY is not set"),
+        ("operators.mix.0.name=mutate", "operators.mix[0].name: unknown operator 'mutate'"),
+        ("llm.models=[]", "llm.models: is empty"),
+    ],
+)
+def test_bad_llm_config_fails_before_any_server_starts(tmp_path, override, message):
+    extra = ["llm.api_key_env=QD_TEST_UNSET_KEY"] if override == "llm=openai" else []
+    proc = qd_run("experiment=function_fit", override, *extra, cwd=tmp_path, check=False, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("qd-run: error: " + message), lines[0]
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
         ("runner.batch_sise=3", "runner.batch_sise: unknown config key (did you mean runner.batch_size?"),
         ("runner.batch_size=abc", "runner.batch_size: Value 'abc' of type 'str' could not be converted to Integer"),
-        ("experiment=nope", "experiment: no config 'nope' (available: arm, sphere)"),
+        ("experiment=nope", "experiment: no config 'nope' (available: arm, circle_packing, function_fit, sphere)"),
         ("archive.bins=[10]", "archive.bins: has 1 entries but the task has 2 descriptors"),
         ("islands.topology=star", "islands.topology: unknown topology 'star'"),
         ("experiment.params.function=cube", "experiment.params.function: unknown function 'cube'"),
@@ -44,7 +65,8 @@ def qd_run(*args, cwd, check=True, timeout=300):
     ],
 )
 def test_bad_config_fails_at_start_with_one_line(tmp_path, override, message):
-    proc = qd_run(override, cwd=tmp_path, check=False, timeout=120)
+    experiment = [] if override.startswith("experiment=") else ["experiment=sphere"]
+    proc = qd_run(*experiment, override, cwd=tmp_path, check=False, timeout=120)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr

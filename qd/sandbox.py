@@ -1,0 +1,354 @@
+"""Runs untrusted, LLM-written code: pre-forked workers, one sandboxed fork per run.
+
+Each worker process imports the entry module once; every run forks a fresh
+child of it (new session, rlimits, unprivileged uid, private /tmp, read-only
+filesystem, no network where the kernel allows), so a run costs a fork rather
+than a new interpreter. The child runs ``function(text, **args)`` and sends back
+JSON. What is and is not isolated: ``docs/sandbox.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import itertools
+import json
+import os
+import select
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+_WORKER = Path(__file__).with_name("_sandbox_worker.py")
+_HEADER = struct.Struct(">I")
+_UID_BASE, _UID_SPAN = 61000, 4000  # children of root run as uid/gid 61000 + n, one per worker
+_UIDS = itertools.count()
+_REPLY_GRACE_S = 10.0  # the worker enforces wall_s; the parent gives up this much later
+_START_TIMEOUT_S = 120.0  # importing the entry (e.g. jax) may take a while
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Per-run limits; see docs/sandbox.md for how each is enforced."""
+
+    wall_s: float = 10.0      # wall-clock timeout: kill the whole process tree
+    cpu_s: int = 10           # RLIMIT_CPU
+    memory_mb: int = 1024     # RLIMIT_AS
+    file_mb: int = 16         # RLIMIT_FSIZE (the private /tmp holds 4x this)
+    nproc: int = 32           # process-count limit
+    output_kb: int = 64       # stdout/stderr kept per stream (head + tail)
+    output_cap_mb: int = 8    # printing (or returning) more than this kills the run
+    network: bool = False     # False: no network (own empty network namespace where possible)
+
+
+@dataclasses.dataclass
+class SandboxResult:
+    """What one run did. ``error`` is one line; ``stderr`` holds any traceback."""
+
+    ok: bool
+    value: Any
+    error: str | None
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+def _failed(error: str, seconds: float = 0.0) -> SandboxResult:
+    return SandboxResult(False, None, error, "", "", seconds)
+
+
+def _frame(obj: Any) -> bytes:
+    body = json.dumps(obj).encode()
+    return _HEADER.pack(len(body)) + body
+
+
+def _check_entry(entry: str) -> str:
+    """``entry`` with a file path made absolute; ValueError naming the fix if malformed."""
+    usage = "write 'path/to/file.py:function' or 'package.module:function'"
+    if not isinstance(entry, str) or ":" not in entry:
+        raise ValueError(f"entry: {entry!r} names no function ({usage})")
+    target, _, name = entry.rpartition(":")
+    if not name.isidentifier():
+        raise ValueError(f"entry: {name!r} is not a function name ({usage})")
+    if target.endswith(".py"):
+        path = Path(target).resolve()
+        if not path.is_file():
+            raise ValueError(f"entry: no file {path} ({usage}, with an existing file)")
+        return f"{path}:{name}"
+    if not all(part.isidentifier() for part in target.split(".")):
+        raise ValueError(f"entry: {target!r} is neither a .py file nor a module name ({usage})")
+    return entry
+
+
+class _WorkerDied(Exception):
+    """The worker process ended or stopped answering."""
+
+
+class _Worker:
+    """One worker process and the parent's non-blocking ends of its pipes."""
+
+    def __init__(self, init: dict):
+        self.init = init
+        self.busy = False
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", str(_WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            start_new_session=True)
+        self.rfd, self.wfd = self.proc.stdout.fileno(), self.proc.stdin.fileno()
+        self.buf, self.hello, self.waiting = bytearray(), None, None
+        os.write(self.wfd, _frame(self.init))
+        os.set_blocking(self.rfd, False)
+        os.set_blocking(self.wfd, False)
+
+    def shut_input(self) -> None:
+        """EOF for the worker: it kills the run in flight and exits."""
+        if self.wfd >= 0:
+            self.proc.stdin.close()
+            self.wfd = -1
+        self.wake()
+
+    def wake(self) -> None:
+        """Make a send or recv that waits look again (after close or a sync read)."""
+        if self.waiting is not None and not self.waiting.done():
+            self.waiting.set_result(None)
+
+    def stop(self, wait_s: float = 0.0, close_output: bool = True) -> None:
+        """Stop the worker: EOF, then SIGKILL after ``wait_s``."""
+        self.shut_input()
+        try:
+            self.proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if close_output and self.rfd >= 0:
+            self.proc.stdout.close()
+            self.rfd = -1
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def _take(self) -> dict | None:
+        if len(self.buf) < _HEADER.size:
+            return None
+        end = _HEADER.size + _HEADER.unpack_from(self.buf)[0]
+        if len(self.buf) < end:
+            return None
+        body, self.buf = bytes(self.buf[_HEADER.size:end]), self.buf[end:]
+        return json.loads(body)
+
+    def _read(self) -> bool:
+        """Read what is there; False when nothing is ready yet."""
+        try:
+            chunk = os.read(self.rfd, 1 << 20)
+        except BlockingIOError:
+            return False
+        except OSError as e:
+            raise _WorkerDied(str(e)) from None
+        if not chunk:
+            raise _WorkerDied("worker exited")
+        self.buf += chunk
+        return True
+
+    async def _wait(self, fd: int, writable: bool) -> None:
+        loop = asyncio.get_running_loop()
+        self.waiting = fut = loop.create_future()
+        add, remove = (loop.add_writer, loop.remove_writer) if writable else (loop.add_reader, loop.remove_reader)
+        add(fd, lambda: fut.done() or fut.set_result(None))
+        try:
+            await fut
+        finally:
+            self.waiting = None
+            remove(fd)
+
+    async def recv(self, hello: bool = False) -> dict:
+        while (frame := self._take()) is None:
+            if hello and self.hello is not None:  # isolation() read it meanwhile
+                return self.hello
+            if not self._read():
+                await self._wait(self.rfd, writable=False)
+        return frame
+
+    def recv_sync(self, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while (frame := self._take()) is None:
+            if not self._read():
+                if not select.select([self.rfd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                    raise TimeoutError
+        return frame
+
+    async def send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self.wfd, view):]
+            except BlockingIOError:
+                await self._wait(self.wfd, writable=True)
+            except OSError as e:
+                raise _WorkerDied(str(e)) from None
+
+    def cancel(self, run_id: int) -> None:
+        """Ask the worker to kill run ``run_id``; its late reply is skipped by ``reply``."""
+        try:
+            os.write(self.wfd, _frame({"cancel": run_id}))  # under PIPE_BUF: all or nothing
+        except OSError:
+            self.restart()
+
+    async def reply(self, run_id: int) -> dict:
+        """The reply to ``run_id``, skipping replies to cancelled runs."""
+        while (frame := await self.recv())["id"] != run_id:
+            pass
+        del frame["id"]
+        return frame
+
+    def check_hello(self) -> dict:
+        """The worker's report; ValueError when its entry cannot be used."""
+        if "error" in self.hello:
+            raise ValueError(self.hello["error"])
+        return self.hello
+
+    def no_hello(self, e: Exception) -> ValueError:
+        """Why there is no hello. Not kept: the next run starts a fresh worker."""
+        what = f"did not start within {_START_TIMEOUT_S:.0f} s" if isinstance(e, TimeoutError) else "exited"
+        return ValueError(f"entry: the sandbox worker {what} while importing {self.init['entry']} "
+                          "(see its stderr)")
+
+    async def ready(self) -> None:
+        """Wait for the worker's hello (its report, or why the entry cannot be used)."""
+        if self.hello is None:
+            try:
+                self.hello = await asyncio.wait_for(self.recv(hello=True), _START_TIMEOUT_S)
+            except (_WorkerDied, TimeoutError) as e:
+                self.stop()
+                raise self.no_hello(e) from None
+        self.check_hello()
+
+
+class Sandbox:
+    """Runs ``function(text, **args)`` from ``entry`` for untrusted ``text``, isolated.
+
+    ``entry`` is ``"path/to/file.py:function"`` or ``"package.module:function"``
+    (imported once per worker; it is trusted, the text is not). At most
+    ``workers`` runs proceed at once; ``run`` never raises because of what the
+    candidate does.
+    """
+
+    def __init__(self, entry: str, *, workers: int = 2, limits: Limits = Limits()):
+        if not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers: {workers!r} is not a positive integer (use workers >= 1)")
+        self.entry, self.limits = _check_entry(entry), limits
+        init = {"entry": self.entry, "sys_path": sys.path, "cwd": os.getcwd(),
+                "limits": dataclasses.asdict(limits)}
+        self._workers = [_Worker(dict(init, uid=_UID_BASE + next(_UIDS) % _UID_SPAN))
+                         for _ in range(workers)]
+        self._idle = list(self._workers)
+        self._waiters: collections.deque[asyncio.Future] = collections.deque()
+        self._closed = False
+        self._ids = itertools.count()
+
+    async def run(self, text: str, args: dict | None = None) -> SandboxResult:
+        """Call the entry on ``text`` in a fresh sandboxed process and report what happened."""
+        run_id = next(self._ids)
+        request = _frame({"id": run_id, "text": text, "args": args or {}})  # TypeError: the caller's
+        worker = await self._acquire()
+        if worker is None:
+            return _failed("sandbox closed")
+        try:
+            return await self._run_on(worker, run_id, request)
+        finally:
+            self._release(worker)
+
+    async def _run_on(self, worker: _Worker, run_id: int, request: bytes) -> SandboxResult:
+        start = time.monotonic()
+        worker.busy = True
+        if worker.proc.poll() is not None:  # died while idle: replace it before using it
+            worker.restart()
+        phase = "start"
+        try:
+            await worker.ready()
+            phase = "send"
+            await worker.send(request)
+            phase = "wait"
+            async with asyncio.timeout(self.limits.wall_s + _REPLY_GRACE_S):
+                return SandboxResult(**await worker.reply(run_id))
+        except asyncio.CancelledError:
+            if not self._closed and phase == "wait":
+                worker.cancel(run_id)
+            elif not self._closed and phase == "send":
+                worker.restart()  # a request may be half-written
+            raise
+        except (_WorkerDied, TimeoutError) as e:
+            if self._closed:
+                return _failed("sandbox closed", time.monotonic() - start)
+            worker.restart()
+            what = "stopped answering" if isinstance(e, TimeoutError) else "died"
+            return _failed(f"sandbox worker {what} (restarted)", time.monotonic() - start)
+        finally:
+            worker.busy = False
+            if self._closed:
+                worker.stop()
+
+    async def _acquire(self) -> _Worker | None:
+        if self._closed:
+            return None
+        if self._idle:
+            return self._idle.pop()
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.result() is not None:
+                self._release(fut.result())
+            raise
+
+    def _release(self, worker: _Worker) -> None:
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None if self._closed else worker)
+                return
+        self._idle.append(worker)
+
+    def isolation(self) -> dict[str, bool]:
+        """What isolation is in force here, as probed by the first worker (waits for it to start)."""
+        worker = self._workers[0]
+        if worker.proc.poll() is not None and worker.hello is None:
+            worker.restart()
+        if worker.hello is None:
+            try:
+                worker.hello = worker.recv_sync(_START_TIMEOUT_S)
+            except (_WorkerDied, TimeoutError) as e:
+                worker.stop()
+                raise worker.no_hello(e) from None
+            worker.wake()
+        return dict(worker.check_hello()["isolation"])
+
+    async def aclose(self) -> None:
+        """Stop the workers (and whatever they run) without blocking the event loop."""
+        self._shut()
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and any(w.proc.poll() is None for w in self._workers):
+            await asyncio.sleep(0.01)
+        self.close()
+
+    def close(self) -> None:
+        """Stop the workers and whatever they run; safe to call twice (from the loop's thread)."""
+        self._shut()
+        for worker in self._workers:
+            worker.stop(wait_s=2.0, close_output=not worker.busy)  # a busy run closes it itself
+
+    def _shut(self) -> None:
+        self._closed = True
+        for worker in self._workers:
+            worker.shut_input()
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)

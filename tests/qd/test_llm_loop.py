@@ -1,0 +1,144 @@
+"""The loop on a text task with LLM operators: scripted server (fast) and real llama.cpp (slow).
+
+Runs function_fit end to end: LLM call -> child -> sandbox -> store -> archive,
+with malformed answers, dead servers, budgets, and cache replay.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from qd.run import _compose, build_engine
+from qd.store import Store
+from scripted_llm import Rule
+
+PERFECT = "```python\ndef f(x):\n    return x * x + 0.5 * x + 2.0\n```"
+CLOSE = "Try this:\n```python\ndef f(x):\n    return x * x - x\n```"
+NO_CODE = "I am sorry, I cannot write code."
+SYNTAX = "```python\ndef f(x)\n    return x\n```"
+LOOPS = "```python\ndef f(x):\n    while True:\n        pass\n```"
+ANSWERS = [PERFECT, CLOSE, NO_CODE, SYNTAX, LOOPS]
+
+
+def by_seed(request: dict) -> str:
+    """A different canned answer per sample (the client derives the seed from the sample index)."""
+    return ANSWERS[int(request.get("seed") or 0) % len(ANSWERS)]
+
+
+def config(base_url: str, *overrides: str):
+    return _compose([
+        "experiment=function_fit", "llm.provider=server", f"llm.base_url={base_url}",
+        "llm.models=[{name: scripted, price_in: 1.0, price_out: 2.0}]", "llm.api_key_env=null",
+        "llm.backoff_s=0.01", "llm.backoff_max_s=0.02", "llm.timeout_s=5",
+        "runner.progress=false", "runner.max_llm_calls=24", "runner.in_flight=4",
+        "runner.workers=2", "sandbox.wall_s=1", "sandbox.cpu_s=1",
+        "operators.mix=[{name: rewrite}]", *overrides,
+    ])
+
+
+def run(cfg, path):
+    engine = build_engine(cfg, path)
+    try:
+        return engine.run()
+    finally:
+        engine.close()
+
+
+def stored(path):
+    with Store(path / "store.sqlite", readonly=True) as store:
+        return list(store.iter())
+
+
+def test_llm_children_are_evaluated_in_the_sandbox_and_malformed_ones_stored(tmp_path, scripted_llm):
+    server = scripted_llm([Rule("", by_seed)])
+    summary = run(config(server.base_url), tmp_path)
+    rows = stored(tmp_path)
+    children = [c for c in rows if c.operator == "rewrite"]
+    assert len(children) == 24 == summary["llm"]["calls"]  # max_llm_calls, exactly
+    errors = " | ".join(c.error or "" for c in children)
+    assert "no code block" in errors and "syntax error" in errors and "timeout" in errors
+    assert all(not c.valid and c.error for c in children if c.response in (NO_CODE, SYNTAX, LOOPS))
+    best = max(c.fitness for c in rows if c.valid)
+    assert best == pytest.approx(0.0, abs=1e-9)  # the perfect answer found and scored
+    seeds = [c for c in rows if c.operator == "init"]
+    assert seeds and all(c.model is None and c.tokens_in == 0 for c in seeds)
+    for c in children:  # cost ledger per candidate, from the configured prices
+        assert c.model == "scripted" and c.tokens_in > 0 and c.prompt and c.response
+        assert c.cost == pytest.approx((c.tokens_in * 1.0 + c.tokens_out * 2.0) / 1e6)
+    assert summary["llm"]["cost"] == pytest.approx(sum(c.cost for c in children))
+    assert summary["global"]["max_fitness"] == pytest.approx(0.0, abs=1e-6)
+    event = json.loads((tmp_path / "events.jsonl").read_text().splitlines()[-1])
+    assert event["llm"]["calls"] == 24
+
+
+def test_parents_feedback_reaches_later_prompts(tmp_path, scripted_llm):
+    server = scripted_llm([Rule("", by_seed)])
+    run(config(server.base_url), tmp_path)
+    prompts = "\n".join(json.dumps(r["messages"]) for r in server.requests)
+    assert "rmse_held_out" in prompts  # the parent's metrics
+    assert "def f(x)" in prompts and "f(-3) = 9.5" in prompts  # program and task
+
+
+def test_rerun_with_the_cache_replays_the_run_exactly_without_the_server(tmp_path, scripted_llm):
+    server = scripted_llm([Rule("", by_seed)], latency_s=0.01)
+    cache = tmp_path / "cache"
+    run(config(server.base_url, f"llm.cache_dir={cache}"), tmp_path / "a")
+    server.stop()  # the replay must not need it
+    run(config(server.base_url, f"llm.cache_dir={cache}", "llm.max_retries=0"), tmp_path / "b")
+
+    def fingerprint(path):
+        return [(c.text, c.operator, list(c.parent_ids), c.fitness, c.valid, c.error, c.tokens_in,
+                 c.cost, c.island) for c in stored(path)]
+
+    assert fingerprint(tmp_path / "a") == fingerprint(tmp_path / "b")
+
+
+def test_dead_llm_server_stops_the_run_cleanly_with_a_checkpoint(tmp_path, scripted_llm):
+    server = scripted_llm([Rule("", PERFECT, times=3), Rule("", fault="500")])
+    proc = subprocess.run(
+        [sys.executable, "-m", "qd.run", "experiment=function_fit", "llm.provider=server",
+         f"llm.base_url={server.base_url}", "llm.models=[{name: scripted}]", "llm.api_key_env=null",
+         "llm.backoff_s=0.01", "llm.backoff_max_s=0.02", "llm.max_retries=2",
+         "runner.progress=false", "runner.max_llm_calls=100", "runner.in_flight=1",
+         "operators.mix=[{name: rewrite}]", f"hydra.run.dir={tmp_path}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("qd-run: stopped: llm: ") and "500" in last, last
+    assert (tmp_path / "checkpoints" / "checkpoint.npz").exists()
+    rows = stored(tmp_path)
+    assert sum(c.operator == "rewrite" for c in rows) == 3  # what was answered is kept
+
+
+@pytest.mark.parametrize("budget, field", [("runner.max_tokens=3000", "tokens"), ("runner.max_cost=0.002", "cost")])
+def test_token_and_cost_budgets_stop_the_run(tmp_path, scripted_llm, budget, field):
+    server = scripted_llm([Rule("", PERFECT)])
+    summary = run(config(server.base_url, budget, "runner.max_llm_calls=500", "runner.in_flight=1"), tmp_path)
+    ledger = summary["llm"]
+    assert 0 < ledger["calls"] < 500
+    if field == "tokens":
+        assert 3000 <= ledger["tokens_in"] + ledger["tokens_out"] < 3000 + 1000
+    else:
+        assert 0.002 <= ledger["cost"] < 0.002 + 0.0005
+
+
+@pytest.mark.slow
+def test_real_llama_server_produces_valid_children_that_improve_on_the_seed(tmp_path, llama_server):
+    cfg = _compose([
+        "experiment=function_fit", "llm.provider=server", f"llm.base_url={llama_server.base_url}",
+        f"llm.models=[{{name: {llama_server.model}}}]", "llm.api_key_env=null",
+        "runner.progress=false", "runner.max_llm_calls=40", "runner.in_flight=2",
+    ])
+    summary = run(cfg, tmp_path)
+    rows = stored(tmp_path)
+    seeds = [c for c in rows if c.operator == "init"]
+    children = [c for c in rows if c.model is not None]
+    assert len(children) >= 40
+    valid = [c for c in children if c.valid]
+    assert len(valid) >= 5, [c.error for c in children]
+    best_seed = max(c.fitness for c in seeds if c.valid)
+    assert max(c.fitness for c in valid) > best_seed, (best_seed, sorted(c.fitness for c in valid)[-5:])
+    assert summary["llm"]["tokens_out"] > 0

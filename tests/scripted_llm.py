@@ -1,0 +1,321 @@
+"""A scripted OpenAI-compatible chat server for tests and benchmarks (never a default for users).
+
+Real HTTP/1.1 with keep-alive on loopback, written on asyncio streams and the
+standard library only, so it is light enough for hundreds of concurrent requests
+and starts fast in a fresh process. Rules map a regex on the prompt to a reply
+or an injected fault; the first matching rule that still has uses left wins.
+
+Run it in a background thread (``start()``, the test default: ``requests`` is
+the live list) or in its own process (``start(in_process=True)``: its CPU does
+not share the caller's GIL; rules must then be picklable, so a callable reply
+must be a module-level function). ``stats()`` and ``requests`` work in both
+modes. ``python tests/scripted_llm.py --port 8000 --latency 0.1`` serves the
+default reply from the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import pickle
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+FAULTS = (
+    "429", "500", "hang", "truncate", "malformed_content", "empty_choices",
+    "bad_json", "wrong_shape", "close_connection", "no_usage",
+)  # any other three-digit string is answered as that HTTP status with an error body
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+            429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+@dataclasses.dataclass
+class Rule:
+    """Answer requests whose concatenated message contents match ``pattern`` ("" matches all)."""
+
+    pattern: str
+    reply: str | Callable[[dict], str] = ""  # content to answer; a callable gets the request JSON
+    fault: str | None = None  # None, one of FAULTS, or an HTTP status such as "401"
+    times: int | None = None  # apply to the first N matching requests only, then fall through
+
+    def __post_init__(self) -> None:
+        if self.fault is not None and self.fault not in FAULTS and not re.fullmatch(r"\d{3}", self.fault):
+            raise ValueError(f"unknown fault {self.fault!r}; one of {FAULTS} or an HTTP status")
+
+
+def _tokens(text: str) -> int:
+    """~4 characters per token, at least 1: deterministic and cheap."""
+    return max(1, len(text) // 4)
+
+
+class _Server:
+    """The asyncio side: HTTP parsing, rule matching, counters."""
+
+    def __init__(self, rules: list[Rule], latency_s: float, default_reply: str):
+        self.rules, self.latency_s, self.default_reply = list(rules), latency_s, default_reply
+        self.used = [0] * len(self.rules)
+        self.requests: list[dict] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.writers: set[asyncio.StreamWriter] = set()
+        self.tasks: set[asyncio.Task] = set()
+
+    def stats(self) -> dict:
+        return {"requests": len(self.requests), "max_in_flight": self.max_in_flight, "in_flight": self.in_flight}
+
+    def match(self, body: dict) -> Rule | None:
+        prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []) if isinstance(m, dict))
+        for i, rule in enumerate(self.rules):
+            if (rule.times is None or self.used[i] < rule.times) and re.search(rule.pattern, prompt):
+                self.used[i] += 1
+                return rule
+        return None
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.add(writer)
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.add(task)
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
+                raw = await reader.readexactly(int(headers.get("content-length", 0)))
+                keep = headers.get("connection", "").lower() != "close"
+                if not await self.route(method, path.split("?", 1)[0], raw, reader, writer):
+                    return
+                if not keep:
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        finally:
+            self.writers.discard(writer)
+            self.tasks.discard(task)
+            writer.close()
+
+    async def route(self, method: str, path: str, raw: bytes, reader: asyncio.StreamReader,
+                    writer: asyncio.StreamWriter) -> bool:
+        """Answer one request; False closes the connection."""
+        if method == "GET" and path == "/v1/models":
+            return await self.send(writer, 200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+        if method == "GET" and path == "/_stats":
+            return await self.send(writer, 200, self.stats())
+        if method == "GET" and path == "/_requests":
+            return await self.send(writer, 200, self.requests)
+        if method == "POST" and path == "/v1/chat/completions":
+            body = json.loads(raw or b"{}")
+            self.requests.append(body)
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            try:
+                return await self.chat(body, reader, writer)
+            finally:
+                self.in_flight -= 1
+        return await self.send(writer, 404, {"error": {"message": f"no route {method} {path}"}})
+
+    async def chat(self, body: dict, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        rule = self.match(body)
+        fault = rule.fault if rule else None
+        if fault == "hang":
+            await reader.read()  # until the client gives up and closes
+            return False
+        if fault == "close_connection":
+            return False
+        if fault == "bad_json":
+            return await self.send(writer, 200, b'{"choices": [{"message": ')
+        if fault is not None and fault.isdigit():
+            return await self.send(writer, int(fault), {"error": {"message": f"scripted {fault}", "code": fault}})
+        if fault == "wrong_shape":
+            return await self.send(writer, 200, {"result": {"text": "not a chat completion"}})
+
+        if rule is None:
+            text = self.default_reply
+        else:
+            text = rule.reply(body) if callable(rule.reply) else rule.reply
+        finish = "stop"
+        limit = body.get("max_tokens")
+        if fault == "truncate":
+            text, finish = text[: len(text) // 2], "length"
+        elif isinstance(limit, int) and _tokens(text) > limit:
+            text, finish = text[: 4 * limit], "length"  # as a real server cuts at max_tokens
+        if fault == "malformed_content":
+            text = "\x00<<garbled>> ]]} ```"
+        choices = [] if fault == "empty_choices" else [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+        ]
+        prompt = "".join(str(m.get("content", "")) for m in body.get("messages", []) if isinstance(m, dict))
+        reply: dict[str, Any] = {
+            "id": f"chatcmpl-{len(self.requests)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "scripted"),
+            "choices": choices,
+        }
+        if fault != "no_usage":
+            reply["usage"] = {"prompt_tokens": _tokens(prompt), "completion_tokens": _tokens(text),
+                              "total_tokens": _tokens(prompt) + _tokens(text)}
+        return await self.send(writer, 200, reply)
+
+    @staticmethod
+    async def send(writer: asyncio.StreamWriter, status: int, payload: Any) -> bool:
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        writer.write(
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n".encode() + data
+        )
+        await writer.drain()
+        return True
+
+
+async def _serve(server: _Server, host: str, port: int, started: Callable[[int], None],
+                 stop: asyncio.Event) -> None:
+    srv = await asyncio.start_server(server.handle, host, port, backlog=1024)
+    started(srv.sockets[0].getsockname()[1])
+    async with srv:
+        await stop.wait()
+        for w in list(server.writers):
+            w.close()  # also ends handlers parked on "hang"
+        if server.tasks:  # let handlers finish so none is destroyed pending
+            _, pending = await asyncio.wait(list(server.tasks), timeout=1.0)
+            for t in pending:
+                t.cancel()
+
+
+def _process_main() -> None:
+    """Entry point of the server process: config pickled on stdin, port printed, serve until stdin closes."""
+    rules, latency_s, default_reply, host = pickle.load(sys.stdin.buffer)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_reader(sys.stdin.fileno(), stop.set)  # EOF: the parent is done
+
+        def started(port: int) -> None:
+            print(port, flush=True)
+
+        await _serve(_Server(rules, latency_s, default_reply), host, 0, started, stop)
+
+    asyncio.run(main())
+
+
+class ScriptedLLM:
+    """An OpenAI-compatible server whose answers follow ``rules``; a context manager."""
+
+    def __init__(self, rules: list[Rule] | tuple[Rule, ...] = (), *, latency_s: float = 0.0,
+                 default_reply: str = "...", host: str = "127.0.0.1"):
+        self.rules, self.latency_s, self.default_reply, self.host = list(rules), latency_s, default_reply, host
+        self.base_url = ""
+        self._server: _Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._proc: subprocess.Popen | None = None
+
+    def start(self, *, in_process: bool = False) -> ScriptedLLM:
+        """Serve from a background thread, or (``in_process=True``) from a separate process."""
+        if in_process:
+            # A plain subprocess rather than multiprocessing: the caller needs no __main__ guard.
+            try:
+                config = pickle.dumps((self.rules, self.latency_s, self.default_reply, self.host))
+            except (pickle.PicklingError, AttributeError, TypeError) as err:
+                raise TypeError(f"in_process=True needs picklable rules (module-level reply functions): {err}") from None
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+            self._proc = subprocess.Popen(
+                [sys.executable, __file__, "--from-stdin"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+            )
+            assert self._proc.stdin is not None and self._proc.stdout is not None
+            self._proc.stdin.write(config)
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+            if not line.strip().isdigit():
+                self.stop()
+                raise RuntimeError("scripted LLM process failed to start (its traceback is on stderr above)")
+            port = int(line)
+        else:
+            ready = threading.Event()
+            ports: list[int] = []
+            self._server = _Server(self.rules, self.latency_s, self.default_reply)
+
+            def run() -> None:
+                self._loop = asyncio.new_event_loop()
+                self._stop = asyncio.Event()
+
+                def started(p: int) -> None:
+                    ports.append(p)
+                    ready.set()
+
+                self._loop.run_until_complete(_serve(self._server, self.host, 0, started, self._stop))
+                self._loop.close()
+
+            self._thread = threading.Thread(target=run, name="scripted-llm", daemon=True)
+            self._thread.start()
+            if not ready.wait(30):
+                raise RuntimeError("scripted LLM thread did not start within 30 s")
+            port = ports[0]
+        self.base_url = f"http://{self.host}:{port}/v1"
+        return self
+
+    def stop(self) -> None:
+        """Shut down and wait for the thread or process; idempotent."""
+        if self._thread is not None:
+            assert self._loop is not None and self._stop is not None
+            self._loop.call_soon_threadsafe(self._stop.set)
+            self._thread.join(10)
+            self._thread = None
+        if self._proc is not None:
+            assert self._proc.stdin is not None and self._proc.stdout is not None
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc.stdout.close()
+            self._proc = None
+
+    def __enter__(self) -> ScriptedLLM:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.base_url.removesuffix("/v1") + path, timeout=10) as r:
+            return json.loads(r.read())
+
+    @property
+    def requests(self) -> list[dict]:
+        """Chat request bodies received so far (the live list in thread mode, a snapshot otherwise)."""
+        return self._server.requests if self._server is not None else self._get("/_requests")
+
+    def stats(self) -> dict:
+        """``{"requests": n, "max_in_flight": m, "in_flight": k}`` for chat requests."""
+        return self._server.stats() if self._server is not None else self._get("/_stats")
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--from-stdin"]:
+    _process_main()
+elif __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--latency", type=float, default=0.0, help="seconds before each chat answer")
+    ap.add_argument("--reply", default="...", help="the content of every answer")
+    args = ap.parse_args()
+    print(f"scripted LLM on http://{args.host}:{args.port}/v1", flush=True)
+    asyncio.run(_serve(_Server([], args.latency, args.reply), args.host, args.port, lambda p: None, asyncio.Event()))
