@@ -335,3 +335,31 @@ def test_llm_error_through_llm_client(scripted_llm):
     server = scripted_llm([Rule("", fault="401")])
     with pytest.raises(LLMError, match="HTTP 401"):
         through_client(server, "crossover", [PARENT, PARENT])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op_name", ["rewrite", "diff", "crossover", "inspiration"])
+def test_every_operator_against_the_real_llama_server(llama_server, op_name):
+    """Each operator returns children with the full record, whatever SmolLM2 answers."""
+
+    async def go():
+        client = LLMClient(LLMSettings(base_url=llama_server.base_url, models=(ModelSpec(llama_server.model),),
+                                       max_tokens=128, seed=0))
+        try:
+            op = make_llm_operator(op_name, client, num_inspirations=1)
+            context = PromptContext(task="Sum the squares of 1..n.", sample_index=1)
+            parents = [PARENT] * op.num_parents
+            return await op(parents, [PARENT] * op.num_inspirations, context)
+        finally:
+            await client.aclose()
+
+    children = asyncio.run(go())
+    assert 1 <= len(children) <= 2
+    for child in children:
+        assert child.model == llama_server.model and child.tokens_in > 0 and child.tokens_out > 0
+        assert child.response and child.prompt
+        assert (child.text is None) == (child.error is not None)
+        if child.text is not None:  # frozen code kept byte for byte
+            assert child.text.startswith("import math\n\ndef solve(n):\n    # EVOLVE-BLOCK-START\n")
+    if op_name == "diff" and len(children) == 2:
+        assert children[0].error.startswith("diff: ") and children[1].operator == "diff>rewrite"

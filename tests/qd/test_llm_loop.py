@@ -142,3 +142,20 @@ def test_real_llama_server_produces_valid_children_that_improve_on_the_seed(tmp_
     best_seed = max(c.fitness for c in seeds if c.valid)
     assert max(c.fitness for c in valid) > best_seed, (best_seed, sorted(c.fitness for c in valid)[-5:])
     assert summary["llm"]["tokens_out"] > 0
+
+
+def test_progress_line_shows_llm_calls_tokens_and_cost(tmp_path, scripted_llm, capsys):
+    server = scripted_llm([Rule("", PERFECT)])
+    run(config(server.base_url, "runner.progress=true", "runner.max_llm_calls=4"), tmp_path)
+    done = [line for line in capsys.readouterr().out.splitlines() if line.startswith("done")][-1]
+    assert "llm_calls=4" in done and "in_flight=0" in done and "tokens=" in done and "cost=$" in done
+
+
+def test_resume_continues_the_ledger_and_the_llm_budget(tmp_path, scripted_llm):
+    server = scripted_llm([Rule("", by_seed)])
+    first = run(config(server.base_url, "runner.max_llm_calls=12"), tmp_path)
+    second = run(config(server.base_url, "runner.max_llm_calls=20"), tmp_path)
+    rows = stored(tmp_path)
+    assert sum(c.model is not None for c in rows) == 20 == second["llm"]["calls"]
+    assert second["llm"]["tokens_in"] > first["llm"]["tokens_in"]
+    assert second["llm"]["cost"] == pytest.approx(sum(c.cost for c in rows))

@@ -1,0 +1,70 @@
+"""SandboxEvaluator: cascades, host-side scoring, and failures turned into reasons."""
+
+import asyncio
+import math
+
+import numpy as np
+
+from qd.evaluator import SandboxEvaluator
+from qd.sandbox import Limits, Sandbox
+from qd.task import Scored, Stage
+
+ENTRY = '''
+def run(text, scale):
+    if text == "crash":
+        raise ValueError("boom")
+    print("evaluating", text)
+    try:
+        return float(text) * scale
+    except ValueError:
+        return 0.0
+'''
+
+
+class TwoStageTask:
+    """Stage 1 is cheap (scale 1); stage 2 (scale 10) runs only from fitness 5 up."""
+
+    kind, language, descriptor_dim, description = "text", "python", 1, "numbers"
+
+    def __init__(self, entry: str):
+        self.sandbox_entry = entry
+        self.stages = [Stage({"scale": 1.0}, name="cheap"), Stage({"scale": 10.0}, threshold=5.0, name="full")]
+
+    def score(self, text, outputs):
+        if text == "bad-descriptor":
+            return Scored(1.0, [1.0, 2.0])
+        if text == "1e9":
+            raise RuntimeError("task bug")
+        return Scored(outputs[-1], [len(outputs)], metrics={"value": outputs[-1]})
+
+
+def evaluate(tmp_path, texts):
+    entry = tmp_path / "entry.py"
+    entry.write_text(ENTRY)
+    evaluator = SandboxEvaluator(TwoStageTask(f"{entry}:run"), Sandbox(f"{entry}:run", workers=2, limits=Limits(wall_s=5)))
+
+    async def go():
+        try:
+            return await evaluator(texts)
+        finally:
+            evaluator.close()
+
+    return asyncio.run(go())
+
+
+def test_cascade_runs_later_stages_only_above_the_threshold(tmp_path):
+    ev = evaluate(tmp_path, ["2", "7"])
+    assert ev.fitness.tolist() == [2.0, 70.0]
+    assert [m["stages"] for m in ev.metrics] == [1, 2]
+    assert ev.descriptor[:, 0].tolist() == [1.0, 2.0]
+    assert "evaluating 7" in ev.artifacts[1]["stdout"]
+    assert all(s > 0 for s in ev.seconds)
+
+
+def test_failures_become_invalid_candidates_with_one_line_reasons(tmp_path):
+    ev = evaluate(tmp_path, ["crash", "bad-descriptor", "1e9", "3"])
+    assert ev.valid.tolist() == [False, False, False, True]
+    assert ev.error[0] == "cheap: ValueError: boom" and "Traceback" in ev.artifacts[0]["stderr"]
+    assert ev.error[1].startswith("score: descriptor has shape (2,)")
+    assert ev.error[2] == "score: RuntimeError: task bug"
+    assert math.isnan(ev.fitness[0]) and np.isnan(ev.descriptor[0]).all()
