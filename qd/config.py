@@ -114,6 +114,7 @@ class RunnerConf:
     name: str = "local"
     batch_size: int = 64  # children per proposal
     in_flight: int = 2  # proposals running at once
+    initial_population: int = 8  # seed children in flight per empty island; the rest wait for parents
     evaluator: str = "auto"  # auto (inprocess for numeric, sandbox for text) | inprocess | pool | sandbox
     workers: int = 2  # pool / sandbox size
     max_evaluations: Optional[int] = 10_000

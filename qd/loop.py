@@ -124,6 +124,8 @@ class Engine:
         run_dir: holds ``store.sqlite``, ``checkpoints/`` and ``events.jsonl``.
         llm: the run's ``qd.llm.LLMClient`` (text tasks); its ledger feeds the
             LLM budgets and the progress line and is checkpointed.
+        initial_population: seed children in flight at most per empty island
+            (rounded up to whole proposals of ``batch_size``).
     """
 
     def __init__(
@@ -146,9 +148,12 @@ class Engine:
         migration: Migration = Migration(),
         progress: bool = True,
         llm: Any = None,
+        initial_population: int = 8,
     ):
         self.task, self.spec, self.evaluator, self.llm = task, spec, evaluator, llm
         self._closers: list[Any] = []
+        self._seed_proposals = max(1, -(-initial_population // batch_size))
+        self._seeding = np.zeros(islands, np.int64)  # seed proposals in flight per island
         self.operators = [op for op, _ in operators]
         weights = np.asarray([w for _, w in operators], np.float64)
         if len(weights) == 0 or np.any(weights < 0) or weights.sum() <= 0:
@@ -261,7 +266,7 @@ class Engine:
                 self._refill(pending)
                 if not pending:
                     break
-                head, _ = pending[0]
+                head, _, island, seeding = pending[0]
                 await asyncio.wait([head])
                 pending.popleft()
                 candidates = head.result()
@@ -270,11 +275,12 @@ class Engine:
                     # sample the archive as it was before it, in every run alike).
                     self._refill(pending, writing=len(candidates))
                 await self._commit(candidates)
+                self._seeding[island] -= seeding  # after the commit: its elites are parents now
         finally:
-            for fut, _ in pending:
+            for fut, *_ in pending:
                 fut.cancel()
             if pending:
-                await asyncio.gather(*(f for f, _ in pending), return_exceptions=True)
+                await asyncio.gather(*(f for f, *_ in pending), return_exceptions=True)
             for sig in handled:
                 loop.remove_signal_handler(sig)
             if self.llm is not None:
@@ -287,16 +293,22 @@ class Engine:
     def _refill(self, pending: collections.deque, writing: int = 0) -> None:
         """Starts proposals until ``in_flight`` run or a budget says stop.
 
+        An empty island gets at most ``initial_population`` seed children in
+        flight; later proposals for it wait for a commit that gives it parents
+        (so a wide ``in_flight`` does not turn into hundreds of seeds).
         ``writing`` counts finished candidates not yet in the store.
         """
         while not self._should_stop() and len(pending) < self.in_flight:
-            size = self._next_size(sum(n for _, n in pending) + writing)
-            if size == 0:
-                break
+            size = self._next_size(sum(p[1] for p in pending) + writing)
             seq = self.counters["proposals"]
+            island = seq % self.islands
+            seeding = bool(self._stats.num_elites[island] == 0)
+            if size == 0 or (seeding and self._seeding[island] >= self._seed_proposals):
+                break
+            self._seeding[island] += seeding
             self.counters["proposals"] += 1
-            fut = asyncio.ensure_future(self._propose(seq % self.islands, size, seq))
-            pending.append((fut, size))
+            fut = asyncio.ensure_future(self._propose(island, size, seq, seeding))
+            pending.append((fut, size, island, seeding))
 
     def on_close(self, fn: Any) -> None:
         """Registers ``fn()`` to run at ``close`` (e.g. stopping the embedded LLM server)."""
@@ -344,12 +356,12 @@ class Engine:
         self.key, sub = jax.random.split(self.key)
         return sub
 
-    async def _propose(self, island: int, size: int, seq: int) -> list[Candidate]:
+    async def _propose(self, island: int, size: int, seq: int, seeding: bool) -> list[Candidate]:
         self.key, choice, seed, sample_key, op_key = _proposal_keys(self.key, self._log_weights)
         op = self.operators[int(choice)]
         if self.task.kind != "vector":
-            return await self._propose_text(op, island, size, seq, int(seed), sample_key)
-        if self._stats.num_elites[island] == 0:
+            return await self._propose_text(op, island, size, seq, seeding, int(seed), sample_key)
+        if seeding:
             # An empty island starts from the task's initial genomes, varied once
             # (as pyribs's emitters start from x0 plus noise).
             initial = self.task.initial(np.random.default_rng(int(seed)), size)
@@ -375,10 +387,10 @@ class Engine:
         ]
 
     async def _propose_text(
-        self, op: Any, island: int, size: int, seq: int, seed: int, sample_key: jax.Array
+        self, op: Any, island: int, size: int, seq: int, seeding: bool, seed: int, sample_key: jax.Array
     ) -> list[Candidate]:
         """LLM children of sampled elites (or the task's seeds on an empty island), evaluated."""
-        if self._stats.num_elites[island] == 0:
+        if seeding:
             texts = self.task.initial(np.random.default_rng(seed), size)
             children = [_Seed(text) for text in texts]
             parent_ids: list[list[int]] = [[] for _ in texts]

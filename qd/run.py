@@ -106,6 +106,7 @@ def check_config(cfg: DictConfig) -> Any:
     at_least_one = {
         "runner.batch_size": r.batch_size, "runner.in_flight": r.in_flight,
         "runner.workers": r.workers, "runner.checkpoint_every": r.checkpoint_every,
+        "runner.initial_population": r.initial_population,
         "islands.count": cfg.islands.count, "islands.migrants": cfg.islands.migrants,
     }
     for field, value in at_least_one.items():
@@ -244,7 +245,7 @@ def build_engine(cfg: DictConfig, run_dir: Path) -> Engine:
             learning_rate=cfg.archive.learning_rate, threshold_min=cfg.archive.threshold_min,
             qd_offset=cfg.archive.qd_offset,
             migration=Migration(cfg.islands.migrate_every, cfg.islands.topology, cfg.islands.migrants),
-            progress=r.progress, llm=client,
+            progress=r.progress, llm=client, initial_population=r.initial_population,
         )
         engine.on_close(stack.pop_all().close)
     return engine

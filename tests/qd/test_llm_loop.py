@@ -159,3 +159,12 @@ def test_resume_continues_the_ledger_and_the_llm_budget(tmp_path, scripted_llm):
     assert sum(c.model is not None for c in rows) == 20 == second["llm"]["calls"]
     assert second["llm"]["tokens_in"] > first["llm"]["tokens_in"]
     assert second["llm"]["cost"] == pytest.approx(sum(c.cost for c in rows))
+
+
+def test_wide_in_flight_seeds_only_the_initial_population(tmp_path, scripted_llm):
+    server = scripted_llm([Rule("", by_seed)])
+    run(config(server.base_url, "runner.in_flight=32", "runner.initial_population=3",
+               "runner.max_llm_calls=40"), tmp_path)
+    rows = stored(tmp_path)
+    assert sum(c.operator == "init" for c in rows) == 3
+    assert sum(c.model is not None for c in rows) == 40
