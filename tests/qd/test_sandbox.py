@@ -504,9 +504,13 @@ def test_degrades_without_root():
     try:
         work.chmod(0o755)
         (work / "sbx_entry_nobody.py").write_text(ENTRY)
+        # A copy of the package where nobody can read it (the checkout may be in a 0700 dir).
+        shutil.copytree(REPO / "qd", work / "qd", ignore=shutil.ignore_patterns("__pycache__"))
+        for path in [work, *work.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
         mark = marker()
         out = subprocess.run(
-            ["/usr/bin/python3", "-c", NOT_ROOT_SCRIPT, str(REPO), f"{work}/sbx_entry_nobody.py:run", mark],
+            ["/usr/bin/python3", "-c", NOT_ROOT_SCRIPT, str(work), f"{work}/sbx_entry_nobody.py:run", mark],
             user=65534, group=65534, capture_output=True, text=True, timeout=60, cwd=work)
         assert out.returncode == 0, out.stderr
         got = json.loads(out.stdout)
