@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import textwrap
+import warnings
 
 START, END = "EVOLVE-BLOCK-START", "EVOLVE-BLOCK-END"
 
@@ -85,6 +86,13 @@ def extract_code(response: str, language: str = "python") -> str:
     return code.strip("\n") + "\n"
 
 
+def _compile(code: str) -> None:
+    """Compiles without printing the SyntaxWarnings a model's odd code triggers."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compile(code, "<child>", "exec")
+
+
 def salvage(code: str) -> str | None:
     """The longest prefix of whole lines of ``code`` that compiles, or None if none does."""
     lines = code.splitlines(keepends=True)
@@ -93,7 +101,7 @@ def salvage(code: str) -> str | None:
         if not prefix.strip():
             break
         try:
-            compile(prefix, "<salvage>", "exec")
+            _compile(prefix)
         except (SyntaxError, ValueError):
             continue
         return prefix
@@ -103,7 +111,7 @@ def salvage(code: str) -> str | None:
 def check_syntax(code: str) -> None:
     """Rejects Python that does not compile, before it costs an evaluation."""
     try:
-        compile(code, "<child>", "exec")
+        _compile(code)
     except SyntaxError as err:
         raise MalformedAnswer(f"syntax error line {err.lineno}: {err.msg}") from None
     except ValueError as err:  # e.g. null bytes
