@@ -535,7 +535,7 @@ class Engine:
     def _status_line(self, prefix: str = "") -> str:
         g = self._stats
         return (
-            f"{prefix} evals={self.evaluations} evals/s={self._rate():.0f} "
+            f"{prefix} evals={self.evaluations} evals/s={self._rate():.3g} "
             f"qd_score={float(g.qd_score[-1]):.4g} coverage={float(g.coverage[-1]):.3f} "
             f"best={float(g.max_fitness[-1]):.4g}{self._llm_status()}"
         ).strip()
