@@ -13,10 +13,12 @@ Setup (one run of this script):
   runner.progress=false seed=S`` (everything else as ``conf/``: temperature 0.9, max_tokens 160,
   concurrency 2, in_flight 4, the rewrite/inspiration/crossover/diff mix, the sandbox), in a
   fresh child process and a temp run dir; the candidates are read back from its store.
-* OpenEvolve (PyPI ``openevolve``), in a fresh child process: the same task. Initial program
-  ``def f(x): return x * x`` between ``# EVOLVE-BLOCK-START/END`` markers; islands 1-3 start
-  from the other three function_fit seeds (``database.island_initial_programs``), so both
-  systems start from the same four seeds. System message = ``task.description``;
+* OpenEvolve (PyPI ``openevolve``), in a fresh child process: the same task, from the same
+  seed programs as qd's run with that seed (qd draws its seeds, up to in_flight of them, at
+  random from the four function_fit seeds): the first is the initial program, the others
+  start islands 1.. (``database.island_initial_programs``; 5 islands, the default), each
+  between ``# EVOLVE-BLOCK-START/END`` markers (without a qd run: x*x, then the other three
+  function_fit seeds). System message = ``task.description``;
   ``llm.temperature`` 0.9, ``max_tokens`` 160, ``timeout`` 120 (``conf/llm/local.yaml``);
   ``max_iterations`` = N; ``evaluator.parallel_evaluations`` 2 (= qd's llm.concurrency),
   ``cascade_evaluation: false``; full rewrites (``diff_based_evolution: false``; ``--oe-diff``
@@ -34,7 +36,9 @@ Setup (one run of this script):
   of ``conf/experiment/function_fit.yaml`` (qd's ``GridSpec.index``) keeps the best fitness
   per cell, QD score = sum(f - qd_offset) over filled cells with qd_offset = -100. qd's own
   ``summary()["global"]["qd_score"]`` is printed next to it as a check.
-* valid fraction = valid LLM-written programs / LLM calls made.
+* LLM calls = answered (200) + rejected (e.g. a prompt longer than the server's 2048-token
+  context: llama.cpp answers 400 at once, OpenEvolve retries 3 times), from the server's log;
+  valid / answered = valid LLM-written programs per answered call.
 * wall s = the run call (``engine.run()`` / ``controller.run()``; OpenEvolve's includes its
   process-pool start and initial evaluation, qd's its JIT compilation and seed evaluation).
 
@@ -43,6 +47,7 @@ Usage::
     python bench/smol_quality.py                          # 60 calls, seeds 0 1 2
     python bench/smol_quality.py --calls 10 --seeds 0     # smoke run
     python bench/smol_quality.py --results bench/RESULTS.md --json /tmp/bsq_out.json
+    python bench/smol_quality.py --render /tmp/bsq_out.json --results bench/RESULTS.md   # report again, no runs
 """
 
 from __future__ import annotations
@@ -216,15 +221,19 @@ def _oe_child(p: dict[str, Any]) -> dict[str, Any]:
 
     from experiments.function_fit.task import SEEDS
 
+    # The seed programs of qd's run with the same seed (qd draws them at random from SEEDS),
+    # one per island; without a qd run: x*x first, then the other three.
+    seeds = p.get("seed_programs") or [SEEDS[OE_INITIAL], *(s for j, s in enumerate(SEEDS) if j != OE_INITIAL)]
+    seeds = seeds[:5]  # OpenEvolve's default 5 islands
     work = Path(p["work"])
     os.environ["BSQ_TARGET"] = p["target"]
 
     def wrap(code: str) -> str:
         return f"# EVOLVE-BLOCK-START\n{code.rstrip()}\n# EVOLVE-BLOCK-END\n"
 
-    (work / "initial.py").write_text(wrap(SEEDS[OE_INITIAL]))
+    (work / "initial.py").write_text(wrap(seeds[0]))
     others = []
-    for i, code in enumerate(s for j, s in enumerate(SEEDS) if j != OE_INITIAL):
+    for i, code in enumerate(seeds[1:]):
         path = work / f"seed_{i + 1}.py"
         path.write_text(wrap(code))
         others.append(str(path))
@@ -338,7 +347,9 @@ def grid_quality(programs: list[dict[str, Any]], archive: dict[str, Any]) -> dic
             if f > best:
                 best, best_text = f, p["text"]
     llm = [p for p in programs if p["llm"]]
+    seed_fitness = [p["fitness"] for p, _ in keep if not p["llm"]]
     return {
+        "best_seed": max(seed_fitness) if seed_fitness else None,
         "best": best if keep else None, "best_text": best_text,
         "qd_score": float(sum(f - archive["qd_offset"] for f in best_cell.values())),
         "cells": len(best_cell), "programs": len(programs), "llm_programs": len(llm),
@@ -380,18 +391,60 @@ def _commit() -> str:
         return "unknown"
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--calls", type=int, default=60, help="LLM-call budget per run")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--systems", nargs="+", default=["qd", "openevolve"], choices=["qd", "openevolve"])
-    ap.add_argument("--target", default="quadratic")
-    ap.add_argument("--oe-diff", action="store_true", help="OpenEvolve's default diff-based evolution")
-    ap.add_argument("--results", type=Path, help="write this benchmark's section into RESULTS.md")
-    ap.add_argument("--json", type=Path, help="dump every run's numbers")
-    ap.add_argument("--per-call-timeout", type=float, default=30.0, help="child timeout = calls x this + 300 s")
-    args = ap.parse_args(argv)
+def _oe_iteration_errors(work: str) -> dict[str, int]:
+    """OpenEvolve iterations that made no program, by reason (from its log, if still there)."""
+    import re
 
+    counts: dict[str, int] = {}
+    for log in Path(work, "oe_out", "logs").glob("*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            m = re.search(r"Iteration \d+ error \[[\w-]+\]: (.*)", line)
+            if m:
+                reason = m.group(1)
+                reason = ("context overflow (prompt + max_tokens > n_ctx 2048)" if "maximum context length" in reason
+                          else reason[:60])
+                counts[reason] = counts.get(reason, 0) + 1
+    return counts
+
+
+def _reason(error: str) -> str:
+    """A qd error squeezed to its kind: what went wrong, not where."""
+    import re
+
+    head, _, rest = error.partition(": ")
+    if head in ("train", "held_out"):
+        return "ran but raised " + rest.split(":")[0]
+    if "non-finite or non-numeric" in error:
+        return "bad values"
+    if head in ("rewrite", "diff", "diff>rewrite", "inspiration", "crossover"):
+        error = rest
+    error = re.sub(r"\s*\(answer.*\)$", "", error)
+    return re.split(r":| line \d", error)[0].strip()
+
+
+def _qd_errors(programs: list[dict[str, Any]]) -> dict[str, int]:
+    """qd's invalid LLM children (qd stores answers without usable code too), by kind."""
+    counts: dict[str, int] = {}
+    for p in programs:
+        if p["llm"] and not p["valid"]:
+            reason = _reason(p.get("error") or "invalid")
+            counts[reason] = counts.get(reason, 0) + 1
+    return counts
+
+
+def _oe_invalid(programs: list[dict[str, Any]]) -> dict[str, int]:
+    """OpenEvolve's invalid children: no parse (its parser falls back to the whole answer) or a failed run."""
+    from descriptors.code_metrics import code_metrics
+
+    counts: dict[str, int] = {}
+    for p in programs:
+        if p["llm"] and not p["valid"]:
+            reason = "syntax error" if code_metrics(p["text"]) is None else "ran but raised / bad values"
+            counts[reason] = counts.get(reason, 0) + 1
+    return counts
+
+
+def run_all(args: argparse.Namespace, argv: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from qd.llm_server import EmbeddedServer
 
     tmp = Path(tempfile.mkdtemp(prefix="bsq_"))
@@ -403,11 +456,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"server {server.base_url} model {server.model} up in {server.startup_s:.1f}s (log {log})", flush=True)
     results, failures = [], []
     archive = None
+    seed_programs: dict[int, list[str]] = {}
     try:
         for seed in args.seeds:
             for system in args.systems:
                 params = {"base_url": server.base_url, "model": server.model, "calls": args.calls,
-                          "seed": seed, "target": args.target, "oe_diff": args.oe_diff}
+                          "seed": seed, "target": args.target, "oe_diff": args.oe_diff,
+                          "seed_programs": seed_programs.get(seed)}
                 try:
                     r = run_child(system, params, log, args.calls * args.per_call_timeout + 300)
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
@@ -415,6 +470,9 @@ def main(argv: list[str] | None = None) -> None:
                     failures.append(f"{system} seed {seed}: {str(e).splitlines()[0]}")
                     continue
                 archive = r.get("archive") or archive
+                r["seed_programs"] = [p["text"] for p in r["programs"] if not p["llm"]]
+                if system == "qd":  # OpenEvolve starts from the same seed programs
+                    seed_programs[seed] = r["seed_programs"]
                 results.append(r)
                 print(f"{system} seed {seed}: {r['calls']} calls, {r['wall_s']:.0f}s, load {r['load']}", flush=True)
     finally:
@@ -427,18 +485,32 @@ def main(argv: list[str] | None = None) -> None:
         a = _compose(["experiment=function_fit"]).archive
         archive = {"bins": list(a.bins), "lower": list(a.lower), "upper": list(a.upper), "qd_offset": a.qd_offset}
     for r in results:
-        r["grid"] = grid_quality(r.pop("programs"), archive)
-        r["valid_frac"] = r["grid"]["llm_valid"] / r["calls"] if r["calls"] else None
-    total_s = time.perf_counter() - t_start
-    load_end = round(os.getloadavg()[0], 2)
+        programs = r.pop("programs")
+        r["grid"] = grid_quality(programs, archive)
+        r["no_program"] = (_qd_errors(programs) if r["system"] == "qd"
+                           else {**_oe_iteration_errors(r["work"]), **_oe_invalid(programs)})
+    meta = {
+        "command": "python bench/smol_quality.py " + " ".join(argv), "started": started.isoformat(),
+        "total_s": time.perf_counter() - t_start, "load_start": load_start,
+        "load_end": round(os.getloadavg()[0], 2), "server_startup_s": server.startup_s,
+        "failures": failures, "calls": args.calls, "seeds": args.seeds, "systems": args.systems,
+        "target": args.target, "oe_diff": args.oe_diff, "commit": _commit(), "versions": _versions(),
+    }
+    return results, meta
 
-    header = ("| system | seed | LLM calls (failed) | valid fraction | best fitness | QD score | cells | "
-              "programs (seeds) | wall s | own check | load 1-min |")
-    lines = [header, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+
+def report(results: list[dict[str, Any]], meta: dict[str, Any], results_md: Path | None) -> None:
+    for r in results:
+        r["answered"] = r["calls"] - r["failed_calls"]
+        r["valid_frac"] = r["grid"]["llm_valid"] / r["answered"] if r["answered"] else None
+    header = ("| system | seed | LLM calls: answered + rejected | valid / answered | best seed | best fitness | "
+              "QD score | cells | programs (seeds) | wall s | check | load 1-min |")
+    lines = [header, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in results:
         g = r["grid"]
         if r["system"] == "qd":
-            check = f"summary qd_score {r['own_qd_score']:.2f}, best {r['own_best']:.3f}, ledger calls {r['own_calls']}"
+            check = (f"summary qd_score {r['own_qd_score']:.2f}, best {r['own_best']:.3f}, "
+                     f"ledger calls {r['own_calls']}")
             if r.get("stop_reason"):
                 check += f", stopped: {r['stop_reason']}"
         else:
@@ -446,74 +518,114 @@ def main(argv: list[str] | None = None) -> None:
         if g["descriptor_mismatch"]:
             check += f", {g['descriptor_mismatch']} stored descriptors differ"
         lines.append(
-            f"| {r['system']} | {r['seed']} | {r['calls']} ({r['failed_calls']}) | {_fmt(r['valid_frac'], 2)} | "
-            f"{_fmt(g['best'])} | {_fmt(g['qd_score'], 2)} | {g['cells']} | {g['programs']} ({g['seeds']}) | "
+            f"| {r['system']} | {r['seed']} | {r['answered']} + {r['failed_calls']} | {_fmt(r['valid_frac'], 2)} | "
+            f"{_fmt(g.get('best_seed'))} | {_fmt(g['best'])} | {_fmt(g['qd_score'], 2)} | {g['cells']} | {g['programs']} ({g['seeds']}) | "
             f"{r['wall_s']:.0f} | {check} | {r['load'][0]} → {r['load'][1]} |")
-    med = ["| system | runs | LLM calls | valid fraction | best fitness | QD score | cells | wall s |",
+    med = ["| system | runs | LLM calls answered | valid / answered | best fitness | QD score | cells | wall s |",
            "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for system in args.systems:
+    for system in meta["systems"]:
         rs = [r for r in results if r["system"] == system]
         if not rs:
             continue
         med.append(
-            f"| {system} | {len(rs)} | {_fmt(_med([r['calls'] for r in rs]), 0)} | "
+            f"| {system} | {len(rs)} | {_fmt(_med([r['answered'] for r in rs]), 0)} | "
             f"{_fmt(_med([r['valid_frac'] for r in rs]), 2)} | {_fmt(_med([r['grid']['best'] for r in rs]))} | "
             f"{_fmt(_med([r['grid']['qd_score'] for r in rs]), 2)} | {_fmt(_med([r['grid']['cells'] for r in rs]), 1)} | "
             f"{_fmt(_med([r['wall_s'] for r in rs]), 0)} |")
+    invalid = []
+    for r in results:
+        reasons = r.get("no_program") or {}
+        g = r["grid"]
+        line = (f"- {r['system']} seed {r['seed']}: {r['answered']} answers, {g['llm_valid']} valid programs; "
+                "the rest: "
+                + (", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])) or "none"))
+        invalid.append(line)
     best_lines = []
     for r in results:
         text = (r["grid"]["best_text"] or "").strip()
-        best_lines.append(f"{r['system']} seed {r['seed']} (fitness {_fmt(r['grid']['best'])}):\n{text}\n")
+        best_lines.append(f"# {r['system']} seed {r['seed']} (fitness {_fmt(r['grid']['best'])}):\n{text}\n")
     print("\n".join(lines))
     print()
     print("\n".join(med))
     print()
+    print("\n".join(invalid))
+    print()
     print("best programs:\n" + "\n".join(best_lines))
+    failures = meta.get("failures") or []
     if failures:
         print("failed runs:\n" + "\n".join(failures))
+    if results_md is None:
+        return
+    from _results import write_section
 
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1, default=str))
-    if args.results:
-        from _results import write_section
+    loads = [x for r in results for x in r["load"]]
+    started = datetime.datetime.fromisoformat(meta["started"])
+    section = "\n".join([
+        TITLE, "",
+        f"- Command: `{meta['command'].strip()}` ({meta['total_s'] / 60:.0f} min in all), commit {meta['commit']}",
+        f"- Date: {started:%Y-%m-%d %H:%M} UTC",
+        f"- Machine: {os.cpu_count()} cores ({platform.machine()}), Linux {platform.release()}, shared with "
+        f"other jobs; 1-min load {meta['load_start']} at the start, {meta['load_end']} at the end, "
+        f"{min(loads)}-{max(loads)} around the runs. Quality (after a fixed number of LLM calls) does not "
+        "depend on the load; wall time does (each SmolLM2 call is CPU-bound).",
+        f"- Versions: {meta['versions']}",
+        f"- Setup: one embedded llama.cpp server (`EmbeddedServer`, SmolLM2-135M-Instruct, n_ctx 2048) shared by "
+        f"all runs, one run at a time; budget {meta['calls']} LLM calls per run; seeds "
+        f"{' '.join(map(str, meta['seeds']))}; target `{meta['target']}`. qd: `experiment=function_fit` as "
+        "configured (operators rewrite 0.6 / inspiration 0.2 / crossover 0.1 / diff 0.1, temperature 0.9, "
+        "max_tokens 160, concurrency 2, in_flight 4, its sandbox), `runner.max_llm_calls` = budget. OpenEvolve: "
+        f"`max_iterations` = budget, {'diff-based evolution (its default)' if meta['oe_diff'] else 'full rewrites'}, "
+        "the same system message (the task description), temperature, max_tokens, 2 parallel evaluations, "
+        "its MAP-Elites over the same code metrics, the same seed programs as qd's run with that seed (its "
+        "first as the initial program, the others as islands 1..4's), an evaluator that scores exactly as "
+        "qd's cascade does (candidate in a "
+        "limited child interpreter), defaults otherwise. Each run in a fresh child process. Details in the "
+        "script's docstring.",
+        "- LLM calls are counted from the server's access log: answered (200) + rejected (OpenEvolve's prompts "
+        "outgrow the 2048-token context; llama.cpp answers 400 at once and OpenEvolve retries 3 times). "
+        "Valid / answered = valid LLM-written programs per answered call.",
+        "- Quality, one formula for both: every valid program of the run (seeds included), descriptors from "
+        "`descriptors.code_metrics` (AST nodes 0..80, numeric constants 0..12; 10 x 6 grid, edges clipped, qd's "
+        "`GridSpec.index`), best fitness per cell; QD score = Σ(f + 100) over filled cells (max 60 x 100). "
+        "Fitness = -min(RMSE on 64 held-out points, 100); the seeds score -2.033 (x*x), -5.139 (2x+1), -5.150 (0.0), -5.326 (x); best seed = the best a run started from. "
+        "Wall s = `engine.run()` / `controller.run()`.",
+        "",
+        *lines, "",
+        "Medians over seeds:", "",
+        *med, "",
+        "Where the calls went:", "",
+        *invalid, "",
+        *([f"Failed runs: {'; '.join(failures)}", ""] if failures else []),
+        "Best program per run:", "",
+        "```python",
+        *[ln for b in best_lines for ln in b.rstrip().splitlines()],
+        "```",
+    ])
+    write_section(results_md, TITLE, section)
+    print(f"wrote {TITLE!r} to {results_md}")
 
-        cmd = "python bench/smol_quality.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        loads = [x for r in results for x in r["load"]]
-        section = "\n".join([
-            TITLE, "",
-            f"- Command: `{cmd.strip()}` ({total_s / 60:.1f} min in all), commit {_commit()}",
-            f"- Date: {started:%Y-%m-%d %H:%M} UTC",
-            f"- Machine: {os.cpu_count()} cores ({platform.machine()}), Linux {platform.release()}, shared with "
-            f"other jobs; 1-min load {load_start} at the start, {load_end} at the end, {min(loads)}-{max(loads)} "
-            "around the runs. Quality (after a fixed number of LLM calls) does not depend on the load; wall time does.",
-            f"- Versions: {_versions()}",
-            f"- Setup: one embedded llama.cpp server (SmolLM2-135M-Instruct, up in {server.startup_s:.1f}s) shared "
-            f"by all runs, one run at a time; budget {args.calls} LLM calls per run (counted from the server's "
-            f"access log), seeds {' '.join(map(str, args.seeds))}, target `{args.target}`. qd: `qd-run "
-            "experiment=function_fit` as configured (rewrite 0.6 / inspiration 0.2 / crossover 0.1 / diff 0.1, "
-            "temperature 0.9, max_tokens 160, concurrency 2, in_flight 4, sandbox). OpenEvolve: "
-            f"{'diff-based evolution (its default)' if args.oe_diff else 'full rewrites'}, the same system message "
-            "(the task description), temperature, max_tokens, 2 parallel evaluations, MAP-Elites over the same "
-            "code metrics, the same four seeds (x*x as its initial program, the other three as islands 1-3's), "
-            "and an evaluator that scores exactly as qd's cascade does (candidate in a limited child interpreter). "
-            "Each run in a fresh child process. Details in the script's docstring.",
-            "- Quality: every valid program of the run (seeds included), descriptors from "
-            "`descriptors.code_metrics` (AST nodes 0..80, numeric constants 0..12; 10 x 6 grid, edges clipped), "
-            "best fitness per cell; QD score = Σ(f + 100) over filled cells (max 60 x 100). Fitness = -min(RMSE on "
-            "64 held-out points, 100). Valid fraction = valid LLM-written programs / LLM calls. Wall s = "
-            "`engine.run()` / `controller.run()`.",
-            "",
-            *lines, "",
-            "Medians over seeds:", "",
-            *med, "",
-            *([f"Failed runs: {'; '.join(failures)}", ""] if failures else []),
-            "Best program per run:", "",
-            "```",
-            *[ln for b in best_lines for ln in b.splitlines()],
-            "```",
-        ])
-        write_section(args.results, TITLE, section)
-        print(f"wrote {TITLE!r} to {args.results}")
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=60, help="LLM-call budget per run")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--systems", nargs="+", default=["qd", "openevolve"], choices=["qd", "openevolve"])
+    ap.add_argument("--target", default="quadratic")
+    ap.add_argument("--oe-diff", action="store_true", help="OpenEvolve's default diff-based evolution")
+    ap.add_argument("--results", type=Path, help="write this benchmark's section into RESULTS.md")
+    ap.add_argument("--json", type=Path, help="dump every run's numbers (and the metadata)")
+    ap.add_argument("--render", type=Path, help="no runs: report the numbers of an earlier --json dump")
+    ap.add_argument("--per-call-timeout", type=float, default=30.0, help="child timeout = calls x this + 300 s")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = ap.parse_args(argv)
+    if args.render:
+        dump = json.loads(args.render.read_text())
+        results, meta = dump["results"], dump["meta"]
+    else:
+        results, meta = run_all(args, argv)
+        if args.json:
+            args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
+    report(results, meta, args.results)
 
 
 def _child_main(system: str, params_json: str) -> None:
