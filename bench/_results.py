@@ -2,7 +2,35 @@
 
 from __future__ import annotations
 
+import platform
+import subprocess
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def versions(*packages: str) -> str:
+    """``Python 3.11.7, jax 0.10.2, ...`` for the installed ``packages``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    parts = [f"Python {platform.python_version()}"]
+    for pkg in packages:
+        try:
+            parts.append(f"{pkg} {version(pkg)}")
+        except PackageNotFoundError:
+            pass
+    return ", ".join(parts)
+
+
+def commit() -> str:
+    """The checkout's commit, and whether the working tree differs from it."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+        return f"`{sha}`" + (" plus the working tree" if dirty.strip() else "")
+    except OSError:
+        return "unknown"
 
 
 def write_section(path: Path, title: str, section: str) -> None:

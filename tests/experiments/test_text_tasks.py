@@ -1,6 +1,5 @@
 """function_fit and circle_packing: seeds run in the real sandbox, scoring is strict and host-side."""
 
-import asyncio
 import math
 
 import numpy as np
@@ -8,21 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qd.evaluator import SandboxEvaluator
-from qd.sandbox import Limits, Sandbox
+from helpers import evaluate_in_sandbox
 from qd.task import load_task
 
 
-def evaluate(task, texts):
-    evaluator = SandboxEvaluator(task, Sandbox(task.sandbox_entry, workers=2, limits=Limits(wall_s=5)))
-
-    async def go():
-        try:
-            return await evaluator(texts)
-        finally:
-            evaluator.close()
-
-    return asyncio.run(go())
+evaluate = evaluate_in_sandbox
 
 
 def packing_seed():

@@ -1,12 +1,10 @@
 """SandboxEvaluator: cascades, host-side scoring, and failures turned into reasons."""
 
-import asyncio
 import math
 
 import numpy as np
 
-from qd.evaluator import SandboxEvaluator
-from qd.sandbox import Limits, Sandbox
+from helpers import evaluate_in_sandbox
 from qd.task import Scored, Stage
 
 ENTRY = '''
@@ -41,15 +39,7 @@ class TwoStageTask:
 def evaluate(tmp_path, texts):
     entry = tmp_path / "entry.py"
     entry.write_text(ENTRY)
-    evaluator = SandboxEvaluator(TwoStageTask(f"{entry}:run"), Sandbox(f"{entry}:run", workers=2, limits=Limits(wall_s=5)))
-
-    async def go():
-        try:
-            return await evaluator(texts)
-        finally:
-            evaluator.close()
-
-    return asyncio.run(go())
+    return evaluate_in_sandbox(TwoStageTask(f"{entry}:run"), texts)
 
 
 def test_cascade_runs_later_stages_only_above_the_threshold(tmp_path):
