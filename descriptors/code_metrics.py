@@ -9,6 +9,11 @@ from __future__ import annotations
 import ast
 import io
 import tokenize
+from collections.abc import Sequence
+
+import numpy as np
+
+from descriptors.base import Described, Item
 
 _BRANCHES = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.IfExp, ast.ExceptHandler,
              ast.With, ast.AsyncWith, ast.Assert, ast.comprehension, ast.match_case)
@@ -63,3 +68,36 @@ def _depth(node: ast.AST) -> int:
         for child in ast.iter_child_nodes(n):
             stack.append((child, d + isinstance(child, _NESTING)))
     return deepest
+
+
+class CodeMetricsDescriptor:
+    """Chosen code metrics as archive axes; a program that does not parse is invalid.
+
+    Args:
+        metrics: names from ``METRICS``, one per axis.
+        lower, upper: (D,) axis bounds (values outside are clipped into the edge cells).
+    """
+
+    name = "code_metrics"
+
+    def __init__(self, metrics: Sequence[str], lower: Sequence[float], upper: Sequence[float]):
+        unknown = [m for m in metrics if m not in METRICS]
+        if not metrics or unknown:
+            raise ValueError(f"metrics: unknown or empty {unknown or list(metrics)}; use some of {list(METRICS)}")
+        if not (len(lower) == len(upper) == len(metrics)):
+            raise ValueError(f"lower: lower and upper need one bound per metric ({len(metrics)})")
+        self.metrics = tuple(metrics)
+        self.dim = len(self.metrics)
+        self.lower, self.upper = tuple(map(float, lower)), tuple(map(float, upper))
+
+    async def describe(self, items: Sequence[Item]) -> Described:
+        values = np.full((len(items), self.dim), np.nan, np.float32)
+        valid = np.ones(len(items), bool)
+        error: list[str | None] = [None] * len(items)
+        for j, item in enumerate(items):
+            m = code_metrics(item.text or "")
+            if m is None:
+                valid[j], error[j] = False, "code_metrics: the program does not parse"
+            else:
+                values[j] = [m[name] for name in self.metrics]
+        return Described(values, valid, error)

@@ -1,4 +1,4 @@
-"""Atomic checkpoints: archive, RNG key and counters in one ``.npz``.
+"""Atomic checkpoints: archive, RNG key, counters (and fitted descriptor state) in one ``.npz``.
 
 Written to a temporary file, fsynced, then renamed over the old one (and the
 directory fsynced), so a crash leaves either the old or the new checkpoint.
@@ -20,9 +20,17 @@ from qd.archive import ArchiveState
 from qd.errors import CheckpointError
 
 FILE = "checkpoint.npz"
+_EXTRA = "extra."
 
 
-def save(directory: Path, state: ArchiveState, key: jax.Array, counters: dict[str, Any]) -> Path:
+def save(
+    directory: Path,
+    state: ArchiveState,
+    key: jax.Array,
+    counters: dict[str, Any],
+    arrays: dict[str, np.ndarray] | None = None,
+) -> Path:
+    """Writes the checkpoint; ``arrays`` (e.g. a fitted projection) are read back by :func:`load_arrays`."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / FILE
     buffer = io.BytesIO()
@@ -31,6 +39,7 @@ def save(directory: Path, state: ArchiveState, key: jax.Array, counters: dict[st
         **{f"archive.{k}": np.asarray(v) for k, v in state._asdict().items()},
         key=np.asarray(jax.random.key_data(key)),
         counters=np.frombuffer(json.dumps(counters).encode(), np.uint8),
+        **{f"{_EXTRA}{k}": np.asarray(v) for k, v in (arrays or {}).items()},
     )
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as f:
@@ -46,6 +55,13 @@ def save(directory: Path, state: ArchiveState, key: jax.Array, counters: dict[st
     return path
 
 
+def _corrupt(path: Path, e: BaseException) -> CheckpointError:
+    return CheckpointError(
+        f"checkpoint {path} is corrupt ({type(e).__name__}: {e}); delete it to "
+        "resume by replaying the store from the start"
+    )
+
+
 def load(directory: Path) -> tuple[ArchiveState, jax.Array, dict[str, Any]] | None:
     """The last checkpoint in ``directory``, or None if there is none."""
     path = directory / FILE
@@ -59,8 +75,17 @@ def load(directory: Path) -> tuple[ArchiveState, jax.Array, dict[str, Any]] | No
             key = jax.random.wrap_key_data(data["key"])
             counters = json.loads(data["counters"].tobytes().decode())
     except (OSError, KeyError, ValueError, zipfile.BadZipFile, json.JSONDecodeError) as e:
-        raise CheckpointError(
-            f"checkpoint {path} is corrupt ({type(e).__name__}: {e}); delete it to "
-            "resume by replaying the store from the start"
-        ) from None
+        raise _corrupt(path, e) from None
     return state, key, counters
+
+
+def load_arrays(directory: Path) -> dict[str, np.ndarray]:
+    """The ``arrays`` saved with the last checkpoint ({} if none)."""
+    path = directory / FILE
+    if not path.exists():
+        return {}
+    try:
+        with np.load(path) as data:
+            return {k[len(_EXTRA):]: data[k] for k in data.files if k.startswith(_EXTRA)}
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise _corrupt(path, e) from None

@@ -23,7 +23,7 @@ class ExperimentConf:
 
 @dataclasses.dataclass
 class ArchiveConf:
-    kind: str = "grid"  # grid | cvt
+    kind: str = "grid"  # grid | cvt | novelty
     bins: list[int] = dataclasses.field(default_factory=lambda: [100, 100])  # grid
     lower: list[float] = dataclasses.field(default_factory=lambda: [0.0, 0.0])
     upper: list[float] = dataclasses.field(default_factory=lambda: [1.0, 1.0])
@@ -33,6 +33,48 @@ class ArchiveConf:
     learning_rate: float = 1.0  # CMA-MAE threshold learning rate
     threshold_min: float = -math.inf  # finite: soft thresholds (CMA-MAE)
     qd_offset: float = 0.0  # subtracted from each elite in qd_score
+    capacity: int = 1_000  # novelty: entries per island (oldest replaced when full)
+    k: int = 15  # novelty: nearest neighbours averaged
+    novelty_threshold: float = 0.1  # novelty: a candidate this far (mean k-NN distance) is added
+    local_competition: bool = False  # novelty: a non-novel candidate replaces its nearest if fitter
+
+
+@dataclasses.dataclass
+class ExampleConf:
+    text: str = MISSING  # a sample text shown to the judge, answered with...
+    position: float = MISSING  # ...its place on the axis: 0 = low end, 1 = high end
+
+
+@dataclasses.dataclass
+class AxisConf:
+    name: str = MISSING  # e.g. tone
+    question: str = MISSING  # what the judge is asked, e.g. "How happy is the tone?"
+    low: str = MISSING  # meaning of the low end, e.g. sad
+    high: str = MISSING  # meaning of the high end, e.g. happy
+    bins: int = 10
+    examples: list[ExampleConf] = dataclasses.field(default_factory=list)  # few-shot: small judges need them
+
+
+@dataclasses.dataclass
+class DescriptorPartConf:
+    kind: str = MISSING  # code_metrics | embedding | ai_feedback | learned
+    bins: list[int] = dataclasses.field(default_factory=list)  # grid bins per axis; default 10 each
+    metrics: list[str] = dataclasses.field(default_factory=list)  # code_metrics: one axis each
+    lower: list[float] = dataclasses.field(default_factory=list)  # code_metrics: axis bounds
+    upper: list[float] = dataclasses.field(default_factory=list)
+    projection: str = "pca"  # embedding: pca | random | none (raw 384-D: archive=cvt or novelty)
+    dims: int = 2  # embedding / learned: axes
+    refit_at: list[int] = dataclasses.field(default_factory=list)  # embedding: valid candidates; learned: judgments
+    axes: list[AxisConf] = dataclasses.field(default_factory=list)  # ai_feedback
+    judge: str = "llm"  # learned: llm | human (judgments made with `qd judge RUN_DIR`)
+    model: Optional[str] = None  # ai_feedback / learned judge: model name; None = the run's model
+
+
+@dataclasses.dataclass
+class DescriptorConf:
+    # Empty: the task's own descriptors. Otherwise the parts' axes, concatenated,
+    # place text candidates, and the archive takes its bounds and bins from them.
+    parts: list[DescriptorPartConf] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -130,6 +172,7 @@ class RunnerConf:
 class Config:
     experiment: ExperimentConf = dataclasses.field(default_factory=ExperimentConf)
     archive: ArchiveConf = dataclasses.field(default_factory=ArchiveConf)
+    descriptor: DescriptorConf = dataclasses.field(default_factory=DescriptorConf)
     islands: IslandsConf = dataclasses.field(default_factory=IslandsConf)
     operators: OperatorsConf = dataclasses.field(default_factory=OperatorsConf)
     runner: RunnerConf = dataclasses.field(default_factory=RunnerConf)

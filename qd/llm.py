@@ -67,7 +67,12 @@ class LLMSettings:
 
 @dataclasses.dataclass
 class Completion:
-    """One answer. ``seconds`` is the wall time of the whole call, retries included."""
+    """One answer. ``seconds`` is the wall time of the whole call, retries included.
+
+    ``top_logprobs`` (only when asked for with ``logprobs=True``): one dict per
+    generated token, mapping each top alternative token to its logprob; None when
+    not asked for or when the server sent none (callers fall back to ``text``).
+    """
 
     text: str
     model: str
@@ -77,6 +82,10 @@ class Completion:
     cached: bool
     finish_reason: str | None
     seconds: float
+    top_logprobs: list[dict[str, float]] | None = None
+
+
+_Parsed = tuple[str, str | None, int, int, list[dict[str, float]] | None]  # text, finish, in, out, top
 
 
 class LLMError(Exception):
@@ -167,6 +176,32 @@ def _derived_seed(seed: int, sample_index: int) -> int:
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
+def _top_logprobs(logprobs: Any) -> list[dict[str, float]] | None:
+    """``choices[0].logprobs.content[i].top_logprobs`` as one {token: logprob} per position.
+
+    None when absent or not in the OpenAI shape: the text is still good, so the
+    reply is not retried; the caller falls back to it. A token listed twice (two
+    ids, one string) gets the total probability of both.
+    """
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list):
+        return None
+    positions: list[dict[str, float]] = []
+    for entry in content:
+        alternatives = entry.get("top_logprobs") if isinstance(entry, dict) else None
+        if not isinstance(alternatives, list):
+            return None
+        top: dict[str, float] = {}
+        for alt in alternatives:
+            if not (isinstance(alt, dict) and isinstance(alt.get("token"), str)
+                    and isinstance(alt.get("logprob"), (int, float))):
+                return None
+            token, lp = alt["token"], float(alt["logprob"])
+            top[token] = float(np.logaddexp(top[token], lp)) if token in top else lp
+        positions.append(top)
+    return positions
+
+
 def _estimate_tokens(text: str) -> int:
     """~4 characters per token: used only when a server omits ``usage``."""
     return max(1, len(text) // 4) if text else 0
@@ -233,9 +268,17 @@ class LLMClient:
         max_tokens: int | None = None,
         sample_index: int = 0,
         stop: list[str] | None = None,
+        logprobs: bool = False,
+        top_logprobs: int | None = None,
     ) -> Completion:
-        """Answer ``messages``; ``model=None`` picks by weight, reproducibly from (seed, sample_index)."""
+        """Answer ``messages``; ``model=None`` picks by weight, reproducibly from (seed, sample_index).
+
+        ``logprobs``/``top_logprobs`` are the OpenAI chat fields: ask for the top
+        ``top_logprobs`` alternatives at each generated token (``Completion.top_logprobs``).
+        """
         s = self.settings
+        if top_logprobs is not None and not (logprobs and 0 <= top_logprobs <= 20):
+            raise ValueError(f"llm: top_logprobs={top_logprobs} needs logprobs=True and a value in 0..20")
         if model is None:
             model = self._model_for_sample(sample_index)
         spec = self._models.get(model)
@@ -249,6 +292,10 @@ class LLMClient:
         }
         if stop is not None:
             request["stop"] = stop
+        if logprobs:  # only when asked, so existing cache keys stay valid
+            request["logprobs"] = True
+            if top_logprobs is not None:
+                request["top_logprobs"] = top_logprobs
         if s.seed is not None:
             request["seed"] = _derived_seed(s.seed, sample_index)
         key = hashlib.sha256(
@@ -263,7 +310,7 @@ class LLMClient:
         t0 = time.perf_counter()
         async with self._sem:
             try:
-                text, finish, t_in, t_out = await self._with_retries(request)
+                text, finish, t_in, t_out, top = await self._with_retries(request)
             except LLMError:
                 self.ledger.failed_calls += 1
                 raise
@@ -276,6 +323,7 @@ class LLMClient:
             cached=False,
             finish_reason=finish,
             seconds=time.perf_counter() - t0,
+            top_logprobs=top,
         )
         self._cache_put(key, result)
         self.ledger.add(result)
@@ -286,7 +334,7 @@ class LLMClient:
 
     # -- network -------------------------------------------------------------------------------
 
-    async def _with_retries(self, request: dict) -> tuple[str, str | None, int, int]:
+    async def _with_retries(self, request: dict) -> _Parsed:
         s = self.settings
         attempt = 0
         while True:
@@ -303,7 +351,7 @@ class LLMClient:
                 log.debug("llm: retry %d/%d after %s in %.2fs", attempt, s.max_retries, err.cause, delay)
                 await asyncio.sleep(delay)
 
-    async def _attempt(self, request: dict) -> tuple[str, str | None, int, int]:
+    async def _attempt(self, request: dict) -> _Parsed:
         """One HTTP round trip; retryable failures become ``_Retryable``, the rest ``LLMError``."""
         s = self.settings
         self.ledger.in_flight += 1
@@ -331,7 +379,7 @@ class LLMClient:
             self.ledger.in_flight -= 1
         return self._parse(body, request)
 
-    def _parse(self, body: str, request: dict) -> tuple[str, str | None, int, int]:
+    def _parse(self, body: str, request: dict) -> _Parsed:
         """Pull text, finish reason and token counts out of a reply, or say why it is malformed."""
         try:
             data = json.loads(body)
@@ -354,7 +402,8 @@ class LLMClient:
             t_in = _estimate_tokens("".join(str(m.get("content", "")) for m in request["messages"]))
         if not isinstance(t_out, int):
             t_out = _estimate_tokens(text)
-        return text, choice.get("finish_reason"), t_in, t_out
+        top = _top_logprobs(choice.get("logprobs")) if request.get("logprobs") else None
+        return text, choice.get("finish_reason"), t_in, t_out, top
 
     def _give_up_message(self, err: _Retryable, attempts: int) -> str:
         url, n = self.settings.base_url, f"after {attempts} retries"

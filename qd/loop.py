@@ -12,7 +12,10 @@ LLM response cache, a rerun replays the same run exactly.
 
 Text tasks (programs, prompts) use LLM operators and are evaluated in the
 sandbox; a dead LLM (``LLMError`` after retries) stops the run cleanly, keeping
-everything already evaluated.
+everything already evaluated. A ``describer`` (see ``descriptors.base``) may
+place text candidates instead of the task's own descriptors; a fitted one is
+refit on its schedule, after which every stored candidate is re-described and
+re-inserted into a fresh archive in one batched call, and a checkpoint written.
 
 Durability: every ``checkpoint_every`` insert batches (and on SIGINT/SIGTERM and
 at the end) the archive, RNG key and counters are checkpointed atomically. On
@@ -35,6 +38,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from descriptors.base import Item, is_fitted_kind
 from qd import archive, checkpoint
 from qd.errors import CheckpointError
 from qd.llm import LLMError
@@ -126,6 +130,8 @@ class Engine:
             LLM budgets and the progress line and is checkpointed.
         initial_population: seed children in flight at most per empty island
             (rounded up to whole proposals of ``batch_size``).
+        describer: a ``descriptors.base.Descriptor`` placing text candidates (None:
+            the task's own descriptors). Its ``dim`` must match ``spec``.
     """
 
     def __init__(
@@ -149,8 +155,11 @@ class Engine:
         progress: bool = True,
         llm: Any = None,
         initial_population: int = 8,
+        describer: Any = None,
     ):
         self.task, self.spec, self.evaluator, self.llm = task, spec, evaluator, llm
+        self.describer, self.seed = describer, seed
+        self._fitted = describer is not None and is_fitted_kind(describer)
         self._closers: list[Any] = []
         self._seed_proposals = max(1, -(-initial_population // batch_size))
         self._seeding = np.zeros(islands, np.int64)  # seed proposals in flight per island
@@ -165,6 +174,8 @@ class Engine:
         self.budget, self.checkpoint_every = budget, checkpoint_every
         self.learning_rate, self.qd_offset, self.migration = learning_rate, qd_offset, migration
         self.store = Store(self.run_dir / "store.sqlite")
+        if callable(getattr(describer, "attach", None)):
+            describer.attach(self.store, llm)
         self._events = _open_events(self.run_dir / "events.jsonl")
         self._ckpt_dir = self.run_dir / "checkpoints"
         self._progress_enabled = progress
@@ -175,11 +186,16 @@ class Engine:
         if loaded is None:
             self.state = archive.init(spec, islands, spec.descriptor_dim, threshold_min)
             self.key = jax.random.key(seed)
-            self.counters = {"batches": 0, "last_id": -1, "elapsed": 0.0, "proposals": 0, "llm_calls": 0}
+            self.counters = {
+                "batches": 0, "last_id": -1, "elapsed": 0.0, "proposals": 0, "llm_calls": 0, "fits": 0,
+            }
         else:
             self.state, self.key, self.counters = loaded
-            self.counters.setdefault("proposals", 0)
-            self.counters.setdefault("llm_calls", 0)
+            for name in ("proposals", "llm_calls", "fits"):
+                self.counters.setdefault(name, 0)
+            if self._fitted and self.counters["fits"]:
+                describer.load_state_dict(checkpoint.load_arrays(self._ckpt_dir))
+                self._use_describer_cells()
             if self.state.fitness.shape != (islands, spec.num_cells):
                 raise CheckpointError(
                     f"checkpoint in {self._ckpt_dir} holds {self.state.fitness.shape[0]} islands x "
@@ -187,6 +203,7 @@ class Engine:
                     f"{spec.num_cells}; resume with the run's own config.yaml"
                 )
         self._count = self.store.count()
+        self._valid_count = self.store.count(valid=True)
         self._genomes = self._empty_genome_table()
         self._replay_store()
         self._fill_genome_table()
@@ -232,6 +249,68 @@ class Engine:
             for i, c, cand in zip(island, cell, self.store.get(ids[island, cell])):
                 self._genomes[i, c] = self._elite_entry(cand)
 
+    def _use_describer_cells(self) -> None:
+        """Takes the describer's own tessellation (CVT centroids fitted in embedding space)."""
+        cell_spec = getattr(self.describer, "cell_spec", None)
+        spec = cell_spec() if callable(cell_spec) else None
+        if spec is not None:
+            self.spec = spec
+
+    # ----- descriptors ----------------------------------------------------------
+
+    async def _describe(self, candidates: list[Candidate]) -> None:
+        """Places each evaluated, valid text candidate with the describer (in place).
+
+        A describer failure makes the candidate invalid with its reason; an
+        unfitted describer leaves NaN descriptors (stored, placed after the fit).
+        """
+        todo = [c for c in candidates if c.valid and c.text is not None]
+        if not todo:
+            return
+        out = await self.describer.describe([Item(c.text, c.fitness, None, c.metrics, c.id) for c in todo])
+        for c, values, ok, error in zip(todo, np.asarray(out.values, np.float32), out.valid, out.error):
+            c.descriptor = values
+            if not ok:
+                c.valid, c.error = False, f"descriptor: {error}"
+
+    async def refit(self) -> None:
+        """Fits the describer on every valid stored candidate, then re-places them all.
+
+        Every placement in the store's history (candidates and migrations) is
+        re-described and inserted into a fresh archive in one batched call, so no
+        stored candidate is lost; then a checkpoint holds the new fitted state.
+        """
+        started = time.monotonic()
+        stored = [c for c in self.store.iter() if c.valid and c.text is not None]
+        items = [Item(c.text, c.fitness, None, c.metrics, c.id) for c in stored]
+        await self.describer.fit(items, np.random.default_rng([self.seed, self.counters["fits"]]))
+        self.counters["fits"] += 1
+        self._use_describer_cells()
+        out = await self.describer.describe(items)
+        row = {c.id: j for j, c in enumerate(stored)}
+        offers = self.store.placements(-1, self.spec.descriptor_dim)
+        at = np.asarray([row.get(int(i), -1) for i in offers["id"]], np.int64)
+        known = at >= 0
+        values = np.asarray(out.values, np.float32).reshape(len(items), self.spec.descriptor_dim)
+        descriptor = np.full((len(at), self.spec.descriptor_dim), np.nan, np.float32)
+        descriptor[known] = values[at[known]]
+        valid = offers["valid"] & known & np.asarray(out.valid, bool)[np.maximum(at, 0)]
+        self.state = archive.rebuild(
+            self.spec, self.islands, offers["island"], descriptor, offers["fitness"], offers["id"],
+            valid, float(self.state.threshold_min), self.learning_rate,
+        )
+        self._genomes = self._empty_genome_table()
+        self._fill_genome_table()
+        self._stats = jax.device_get(archive.stats(self.state, self.qd_offset))
+        self._checkpoint()
+        event = {
+            "event": "refit", "time": time.time(), "fits": self.counters["fits"],
+            "candidates": len(items), "placed": int(np.sum(np.isfinite(descriptor).all(1) & valid)),
+            "elites": int(self._stats.num_elites[-1]), "seconds": round(time.monotonic() - started, 3),
+        }
+        self._events.write(json.dumps(event) + "\n")
+        self._events.flush()
+
     # ----- the loop -----------------------------------------------------------
 
     @property
@@ -269,11 +348,13 @@ class Engine:
                 head, _, island, seeding = pending[0]
                 await asyncio.wait([head])
                 pending.popleft()
-                candidates = head.result()
+                candidates, fits = head.result()
                 if self.in_flight > 1:
                     # Refill first: new proposals run while this one is written (they
                     # sample the archive as it was before it, in every run alike).
                     self._refill(pending, writing=len(candidates))
+                if fits is not None and fits != self.counters["fits"]:
+                    await self._describe(candidates)  # described before a refit: redo
                 await self._commit(candidates)
                 self._seeding[island] -= seeding  # after the commit: its elites are parents now
         finally:
@@ -356,7 +437,11 @@ class Engine:
         self.key, sub = jax.random.split(self.key)
         return sub
 
-    async def _propose(self, island: int, size: int, seq: int, seeding: bool) -> list[Candidate]:
+    async def _propose(
+        self, island: int, size: int, seq: int, seeding: bool
+    ) -> tuple[list[Candidate], int | None]:
+        """Children of one proposal, evaluated (and described), with the describer's
+        fit count they were described under (None if no fitted describer)."""
         self.key, choice, seed, sample_key, op_key = _proposal_keys(self.key, self._log_weights)
         op = self.operators[int(choice)]
         if self.task.kind != "vector":
@@ -384,11 +469,11 @@ class Engine:
                 error=ev.error[j] if ev.error else None,
             )
             for j in range(len(ev.fitness))
-        ]
+        ], None
 
     async def _propose_text(
         self, op: Any, island: int, size: int, seq: int, seeding: bool, seed: int, sample_key: jax.Array
-    ) -> list[Candidate]:
+    ) -> tuple[list[Candidate], int | None]:
         """LLM children of sampled elites (or the task's seeds on an empty island), evaluated."""
         if seeding:
             texts = self.task.initial(np.random.default_rng(seed), size)
@@ -415,7 +500,10 @@ class Engine:
                 response=child.response, tokens_in=child.tokens_in, tokens_out=child.tokens_out,
                 cost=child.cost, **fields,
             ))
-        return out
+        fits = self.counters["fits"]
+        if self.describer is not None:
+            await self._describe(out)
+        return out, fits if self._fitted else None
 
     async def _llm_children(
         self, op: Any, island: int, size: int, seq: int, seed: int, sample_key: jax.Array
@@ -424,9 +512,10 @@ class Engine:
         per_child = op.num_parents + op.num_inspirations
         _, cells = archive.sample(self.state, sample_key, island, size * per_child)
         cells = np.asarray(cells).reshape(size, per_child)
-        calls = []
+        calls, chosen = [], []
         for j in range(size):
             elites = [_parent(self._genomes[island, c]) for c in cells[j]]
+            chosen.append([int(p.id) for p in elites[: op.num_parents]])  # before a refit can move them
             context = self.prompt_context(
                 island=island, sample_index=seq * self.batch_size + j,
                 rng=np.random.default_rng([seed, j]),
@@ -440,10 +529,9 @@ class Engine:
                 continue
             if isinstance(result, BaseException):
                 raise result
-            ids = [int(p.id) for p in (self._genomes[island, c] for c in cells[j, : op.num_parents])]
             for child in result:
                 children.append(child)
-                parent_ids.append(ids)
+                parent_ids.append(chosen[j])
         return children, parent_ids
 
     def prompt_context(self, **fields: Any) -> Any:
@@ -460,6 +548,7 @@ class Engine:
         # keep running while the batch is written.
         ids = np.asarray(await asyncio.to_thread(self.store.add, candidates))
         self._count += len(ids)
+        self._valid_count += sum(c.valid for c in candidates)
         self.counters["llm_calls"] += sum(c.model is not None for c in candidates)
         island = np.asarray([c.island for c in candidates], np.int32)
         descriptor = np.stack([
@@ -481,7 +570,9 @@ class Engine:
             self._migrate()
         self._stats = jax.device_get(archive.stats(self.state, self.qd_offset))
         self._write_event(len(candidates), result)
-        if self.counters["batches"] % self.checkpoint_every == 0:
+        if self._fitted and self.describer.needs_fit(self._valid_count):
+            await self.refit()  # checkpoints
+        elif self.counters["batches"] % self.checkpoint_every == 0:
             self._checkpoint()
 
     def _migrate(self) -> None:
@@ -505,7 +596,8 @@ class Engine:
         self.counters["elapsed"] = self._elapsed()
         if self.llm is not None:
             self.counters["llm"] = self.llm.ledger.as_dict()
-        checkpoint.save(self._ckpt_dir, self.state, self.key, self.counters)
+        arrays = self.describer.state_dict() if self._fitted and self.counters["fits"] else None
+        checkpoint.save(self._ckpt_dir, self.state, self.key, self.counters, arrays)
 
     # ----- reporting ------------------------------------------------------------
 
@@ -524,6 +616,8 @@ class Engine:
         }
         if self.llm is not None:
             out["llm"] = self.llm.ledger.as_dict()
+        if self.describer is not None:
+            out["descriptor"] = {"name": self.describer.name, "dim": self.describer.dim, "fits": self.counters["fits"]}
         if self.stop_reason:
             out["stop_reason"] = self.stop_reason
         return out

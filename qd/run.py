@@ -27,37 +27,105 @@ from qd.task import load_task
 register()
 
 
-def _check_archive(cfg: DictConfig, descriptor_dim: int) -> None:
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    """Descriptor space of a run: D, and per axis the grid bins and bounds."""
+
+    dim: int
+    bins: list[int]
+    lower: list[float]
+    upper: list[float]
+    own_cells: bool = False  # the describer fits its own CVT centroids (raw embeddings)
+    source: str = "archive"  # which config fields these came from, for errors
+
+
+ARCHIVE_KINDS = ("grid", "cvt", "novelty")
+
+
+def build_describer(cfg: DictConfig, task: Any) -> Any:
+    """The run's describer from ``descriptor.parts`` (None: the task's own descriptors)."""
+    from descriptors import Combined, make_descriptor
+
+    parts = OmegaConf.to_container(cfg.descriptor.parts, resolve=True)
+    if not parts:
+        return None
+    if task.kind == "vector":
+        raise ConfigError("descriptor.parts", "describe text candidates; numeric tasks report their own",
+                          "use descriptor=task")
+    cvt_cells = cfg.archive.cells if cfg.archive.kind == "cvt" else 0
+    built = []
+    for i, part in enumerate(parts):
+        try:
+            built.append(make_descriptor(part["kind"], part, cfg.seed, cvt_cells))
+        except ValueError as e:
+            field, problem = str(e).split(": ", 1)
+            raise ConfigError(f"descriptor.parts[{i}].{field}", problem) from None
+    return Combined(built)
+
+
+def _geometry(cfg: DictConfig, task: Any, describer: Any) -> Geometry:
     a = cfg.archive
-    if a.kind not in ("grid", "cvt"):
-        raise ConfigError("archive.kind", f"unknown kind {a.kind!r}", "use grid or cvt")
+    if describer is None:
+        return Geometry(task.descriptor_dim, list(a.bins), list(a.lower), list(a.upper))
+    from descriptors import axis_bins
+
+    bins = []
+    for i, (part, built) in enumerate(zip(cfg.descriptor.parts, describer.parts)):
+        try:
+            bins += axis_bins(part.kind, OmegaConf.to_container(part, resolve=True), built.dim)
+        except ValueError as e:
+            raise ConfigError(f"descriptor.parts[{i}].bins", str(e).split(": ", 1)[1]) from None
+    own = any(p.kind == "embedding" and p.projection == "none" for p in cfg.descriptor.parts)
+    return Geometry(describer.dim, bins, list(describer.lower), list(describer.upper),
+                    own_cells=own and a.kind == "cvt", source="descriptor.parts")
+
+
+def _check_archive(cfg: DictConfig, g: Geometry) -> None:
+    a = cfg.archive
+    if a.kind not in ARCHIVE_KINDS:
+        raise ConfigError("archive.kind", f"unknown kind {a.kind!r}", f"use one of {list(ARCHIVE_KINDS)}")
+    if a.kind == "grid" and g.dim > 8:
+        raise ConfigError("archive.kind", f"a grid over {g.dim} descriptor axes has too many cells",
+                          "use archive=cvt or archive=novelty for raw embeddings")
     for name in ("lower", "upper") + (("bins",) if a.kind == "grid" else ()):
-        if len(a[name]) != descriptor_dim:
+        if len(getattr(g, name)) != g.dim:  # a describer's axes always match
             raise ConfigError(
-                f"archive.{name}", f"has {len(a[name])} entries but the task has "
-                f"{descriptor_dim} descriptors", f"give {descriptor_dim} values",
+                f"archive.{name}", f"has {len(getattr(g, name))} entries but the task has "
+                f"{g.dim} descriptors", f"give {g.dim} values",
             )
     if a.kind == "grid":
         try:
-            archive.GridSpec(tuple(a.bins), tuple(a.lower), tuple(a.upper))
+            archive.GridSpec(tuple(g.bins), tuple(g.lower), tuple(g.upper))
         except ValueError as e:
-            raise ConfigError("archive.bins", str(e).split(": ", 1)[-1]) from None
-    elif a.cells < 1:
+            raise ConfigError(f"{g.source}.bins", str(e).split(": ", 1)[-1]) from None
+    elif a.kind == "cvt" and a.cells < 1:
         raise ConfigError("archive.cells", "must be >= 1")
+    elif a.kind == "novelty":
+        for field in ("capacity", "k"):
+            if a[field] < 1:
+                raise ConfigError(f"archive.{field}", f"must be >= 1, got {a[field]}")
 
 
-def build_spec(cfg: DictConfig, run_dir: Path):
-    """The tessellation; CVT centroids are saved in the run so a resume reuses them."""
+def build_spec(cfg: DictConfig, run_dir: Path, g: Geometry):
+    """The tessellation; CVT centroids are saved in the run so a resume reuses them.
+
+    A describer that fits its own centroids (raw embeddings) starts from
+    placeholder centroids: nothing is placed before its first fit.
+    """
     a = cfg.archive
     if a.kind == "grid":
-        return archive.GridSpec(tuple(a.bins), tuple(a.lower), tuple(a.upper))
+        return archive.GridSpec(tuple(g.bins), tuple(g.lower), tuple(g.upper))
+    if a.kind == "novelty":
+        return archive.NoveltySpec(a.capacity, g.dim, a.k, a.novelty_threshold, a.local_competition)
     from qd.archive.cvt import CVTSpec, cvt_centroids
 
+    if g.own_cells:
+        return CVTSpec.create(np.zeros((a.cells, g.dim), np.float32))
     path = run_dir / "centroids.npy"
     if path.exists():
         centroids = np.load(path)
     else:
-        centroids = cvt_centroids(a.cells, list(a.lower), list(a.upper), a.cvt_samples, a.cvt_seed)
+        centroids = cvt_centroids(a.cells, list(g.lower), list(g.upper), a.cvt_samples, a.cvt_seed)
         np.save(path, centroids)
     return CVTSpec.create(centroids)
 
@@ -96,12 +164,18 @@ def build_operators(cfg: DictConfig, task: Any, client: Any = None) -> list[tupl
     return ops
 
 
-def check_config(cfg: DictConfig) -> Any:
-    """Validates every field that can be checked without running; returns the task."""
+def check_config(cfg: DictConfig) -> tuple[Any, Any, Geometry]:
+    """Validates every field that can be checked without running.
+
+    Returns the task, its describer (None for the task's own descriptors) and
+    the descriptor geometry.
+    """
     OmegaConf.to_object(cfg)  # types and missing values
     params = OmegaConf.to_container(cfg.experiment.params, resolve=True)
     task = load_task(cfg.experiment.task, params)
-    _check_archive(cfg, task.descriptor_dim)
+    describer = build_describer(cfg, task)
+    geometry = _geometry(cfg, task, describer)
+    _check_archive(cfg, geometry)
     r = cfg.runner
     at_least_one = {
         "runner.batch_size": r.batch_size, "runner.in_flight": r.in_flight,
@@ -119,7 +193,7 @@ def check_config(cfg: DictConfig) -> Any:
     if task.kind != "vector":
         _check_llm(cfg)
     build_operators(cfg, task)
-    return task
+    return task, describer, geometry
 
 
 def _evaluator_kind(cfg: DictConfig, task: Any) -> str:
@@ -230,14 +304,14 @@ def build_engine(cfg: DictConfig, run_dir: Path) -> Engine:
     For text tasks this starts the LLM (the embedded server for ``llm=local``)
     and the sandbox; ``Engine.close`` stops them.
     """
-    task = check_config(cfg)
+    task, describer, geometry = check_config(cfg)
     r = cfg.runner
     with contextlib.ExitStack() as stack:
         client = build_llm(cfg, run_dir, stack) if task.kind != "vector" else None
         evaluator = _build_evaluator(cfg, task)
         stack.callback(getattr(evaluator, "close", lambda: None))
         engine = Engine(
-            task=task, spec=build_spec(cfg, run_dir), operators=build_operators(cfg, task, client),
+            task=task, spec=build_spec(cfg, run_dir, geometry), operators=build_operators(cfg, task, client),
             evaluator=evaluator, run_dir=run_dir, islands=cfg.islands.count,
             batch_size=r.batch_size, in_flight=r.in_flight,
             budget=Budget(r.max_evaluations, r.max_seconds, r.max_llm_calls, r.max_tokens, r.max_cost),
@@ -246,6 +320,7 @@ def build_engine(cfg: DictConfig, run_dir: Path) -> Engine:
             qd_offset=cfg.archive.qd_offset,
             migration=Migration(cfg.islands.migrate_every, cfg.islands.topology, cfg.islands.migrants),
             progress=r.progress, llm=client, initial_population=r.initial_population,
+            describer=describer,
         )
         engine.on_close(stack.pop_all().close)
     return engine
@@ -262,6 +337,11 @@ def run_in(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         engine.close()
     print(f"run_dir={run_dir}")
     print("summary=" + json.dumps(summary["global"]))
+    if "descriptor" in summary:
+        d, cells = summary["descriptor"], int(summary["global"]["num_elites"])
+        per_100 = 100.0 * cells / max(summary["evaluations"], 1)
+        print(f"descriptor={d['name']} dim={d['dim']} fits={d['fits']} "
+              f"cells={cells} evaluations={summary['evaluations']} cells_per_100_evals={per_100:.1f}")
     if "llm" in summary:
         print("llm=" + json.dumps({k: v for k, v in summary["llm"].items() if k != "per_model"}))
     if summary.get("stop_reason"):

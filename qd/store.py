@@ -47,6 +47,21 @@ CREATE TABLE IF NOT EXISTS migrations (
     island INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS cache (
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value BLOB NOT NULL,
+    PRIMARY KEY (kind, key)
+);
+CREATE TABLE IF NOT EXISTS judgments (
+    seq INTEGER PRIMARY KEY,
+    created REAL NOT NULL,
+    anchor INTEGER NOT NULL,
+    first INTEGER NOT NULL,
+    second INTEGER NOT NULL,
+    closer INTEGER NOT NULL,
+    source TEXT NOT NULL
+);
 """
 
 _COLUMNS = (
@@ -170,6 +185,44 @@ class Store:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return default if row is None else json.loads(row[0])
 
+    def cache_get(self, kind: str, keys: Sequence[str]) -> dict[str, bytes]:
+        """Cached values (embeddings, judge answers) of ``kind`` for the keys present."""
+        found: dict[str, bytes] = {}
+        keys = list(dict.fromkeys(keys))
+        for start in range(0, len(keys), 900):
+            chunk = keys[start : start + 900]
+            found.update(self._db.execute(
+                f"SELECT key, value FROM cache WHERE kind = ? AND key IN ({', '.join('?' * len(chunk))})",
+                (kind, *chunk),
+            ).fetchall())
+        return found
+
+    def cache_put(self, kind: str, values: dict[str, bytes]) -> None:
+        """Adds derived values (kept across resumes, so re-describing is cheap)."""
+        with self._db:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO cache (kind, key, value) VALUES (?, ?, ?)",
+                [(kind, k, v) for k, v in values.items()],
+            )
+
+    def add_judgments(self, rows: Sequence[tuple[int, int, int, int]], source: str) -> None:
+        """Records similarity judgments (anchor, first, second, closer) by candidate id;
+        ``closer`` is 0 if the anchor is closer to ``first``, 1 if to ``second``."""
+        now = time.time()
+        with self._db:
+            self._db.executemany(
+                "INSERT INTO judgments (created, anchor, first, second, closer, source) VALUES (?, ?, ?, ?, ?, ?)",
+                [(now, int(a), int(b), int(c), int(k), source) for a, b, c, k in rows],
+            )
+
+    def count_judgments(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM judgments").fetchone()[0]
+
+    def judgments(self) -> np.ndarray:
+        """i64[N, 4]: every judgment as (anchor, first, second, closer), oldest first."""
+        rows = self._db.execute("SELECT anchor, first, second, closer FROM judgments ORDER BY seq").fetchall()
+        return np.asarray(rows, np.int64).reshape(-1, 4)
+
     def llm_usage(self, after_id: int = -1) -> dict[str, float]:
         """LLM calls (candidates with a model), tokens and cost of rows newer than ``after_id``."""
         calls, tokens_in, tokens_out, cost = self._db.execute(
@@ -178,8 +231,10 @@ class Store:
         ).fetchone()
         return {"calls": calls, "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost}
 
-    def count(self) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM candidates").fetchone()[0]
+    def count(self, valid: bool = False) -> int:
+        """Stored candidates (only the valid ones if ``valid``)."""
+        where = " WHERE valid = 1" if valid else ""
+        return self._db.execute(f"SELECT COUNT(*) FROM candidates{where}").fetchone()[0]
 
     def last_id(self) -> int:
         return self._next_id() - 1

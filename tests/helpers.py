@@ -41,3 +41,22 @@ def evaluate_in_sandbox(task, texts: list[str]):
             evaluator.close()
 
     return asyncio.run(go())
+
+
+def text_engine(cfg: DictConfig, path: Path, describer, stack, spec=None):
+    """A function_fit-style engine from ``cfg`` with ``describer`` placing candidates
+    (default archive: an 8-cell grid on [0, 1] per descriptor axis)."""
+    from qd import archive
+    from qd.loop import Budget, Engine
+    from qd.run import _build_evaluator, build_llm, build_operators, check_config
+
+    task, _, _ = check_config(cfg)
+    client = build_llm(cfg, path, stack)
+    d = describer.dim
+    return Engine(
+        task=task, spec=spec or archive.GridSpec((8,) * d, (0.0,) * d, (1.0,) * d),
+        operators=build_operators(cfg, task, client), evaluator=_build_evaluator(cfg, task),
+        run_dir=path, batch_size=1, in_flight=4, budget=Budget(max_llm_calls=cfg.runner.max_llm_calls),
+        checkpoint_every=5, progress=False, llm=client, initial_population=cfg.runner.initial_population,
+        describer=describer,
+    )

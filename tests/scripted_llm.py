@@ -46,6 +46,9 @@ class Rule:
     reply: str | Callable[[dict], str] = ""  # content to answer; a callable gets the request JSON
     fault: str | None = None  # None, one of FAULTS, or an HTTP status such as "401"
     times: int | None = None  # apply to the first N matching requests only, then fall through
+    # per generated token {token: logprob} of the top alternatives, sent when a request asks for
+    # logprobs (the highest is the sampled token; at most the request's top_logprobs are sent)
+    logprobs: list[dict[str, float]] | None = None
 
     def __post_init__(self) -> None:
         if self.fault is not None and self.fault not in FAULTS and not re.fullmatch(r"\d{3}", self.fault):
@@ -55,6 +58,19 @@ class Rule:
 def _tokens(text: str) -> int:
     """~4 characters per token, at least 1: deterministic and cheap."""
     return max(1, len(text) // 4)
+
+
+def _logprobs(positions: list[dict[str, float]] | None, top: Any) -> dict | None:
+    """The OpenAI (and llama.cpp) ``choices[0].logprobs`` shape; None as llama.cpp sends without data."""
+    if positions is None:
+        return None
+    content = []
+    for alternatives in positions:
+        ranked = sorted(alternatives.items(), key=lambda kv: -kv[1])
+        listed = [{"token": t, "logprob": lp, "bytes": None} for t, lp in ranked[: top if isinstance(top, int) else 0]]
+        token, lp = ranked[0]
+        content.append({"token": token, "logprob": lp, "bytes": None, "top_logprobs": listed})
+    return {"content": content, "refusal": None}
 
 
 class _Server:
@@ -159,6 +175,8 @@ class _Server:
         choices = [] if fault == "empty_choices" else [
             {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
         ]
+        if choices and body.get("logprobs"):
+            choices[0]["logprobs"] = _logprobs(rule.logprobs if rule else None, body.get("top_logprobs"))
         prompt = "".join(str(m.get("content", "")) for m in body.get("messages", []) if isinstance(m, dict))
         reply: dict[str, Any] = {
             "id": f"chatcmpl-{len(self.requests)}",

@@ -470,9 +470,9 @@ def _float_float_nearest(xr: jax.Array, centroids: jax.Array) -> jax.Array:
     accumulated in float-float (TwoSum again), so distances carry ~47 bits and are
     compared as (hi, lo) pairs, lowest index on ties.
     """
-    hi = lo = jnp.zeros(centroids.shape[0], dtype=jnp.float32)
-    for d in range(xr.shape[0]):
-        s, e = _two_sum(xr[d], -centroids[:, d])
+    def axis(carry: tuple[jax.Array, jax.Array], xc: tuple[jax.Array, jax.Array]):
+        hi, lo = carry
+        s, e = _two_sum(xc[0], -xc[1])
         s_hi = lax.bitcast_convert_type(
             lax.bitcast_convert_type(s, jnp.uint32) & jnp.uint32(0xFFFFF000),
             jnp.float32,
@@ -481,6 +481,11 @@ def _float_float_nearest(xr: jax.Array, centroids: jax.Array) -> jax.Array:
         for term in (s_hi * s_hi, 2 * s_hi * s_lo, s_lo * s_lo, 2 * s * e):
             hi, err = _two_sum(hi, term)
             lo = lo + err
+        return (hi, lo), None
+
+    # A scan over the axes, not a Python loop: unrolled, a 384-D lookup takes minutes to compile.
+    zeros = jnp.zeros(centroids.shape[0], dtype=jnp.float32)
+    (hi, lo), _ = lax.scan(axis, (zeros, zeros), (xr, centroids.T))
     hi, lo = _two_sum(hi, lo)
     on_hi = hi == jnp.min(hi)
     best_lo = jnp.min(jnp.where(on_hi, lo, jnp.inf))

@@ -1,0 +1,65 @@
+"""``qd SUBCOMMAND``: tools that work on a run directory (``qd-run`` starts runs).
+
+``qd judge RUN_DIR [--count N] [--seed S]`` asks a person at the terminal which of
+two stored candidates is more similar to a third and records the answers as
+"human" judgments; a learned (QDHF) descriptor trains on them at its next refit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+import numpy as np
+
+USAGE = "usage: qd judge RUN_DIR [--count N] [--seed S]"
+
+
+def judge(argv: list[str]) -> None:
+    from descriptors.base import Item
+    from descriptors.learned import TerminalJudge, sample_triplets
+    from qd.store import Store
+
+    ap = argparse.ArgumentParser(prog="qd judge", description="Record human similarity judgments for a run.")
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--count", type=int, default=20, help="triplets to ask (default 20)")
+    ap.add_argument("--seed", type=int, default=None, help="sampling seed (default: fresh)")
+    args = ap.parse_args(argv)
+    path = args.run_dir / "store.sqlite"
+    if not path.is_file():
+        sys.exit(f"qd judge: no store at {path}; pass a run directory made by qd-run")
+    with Store(path) as store:
+        items = {c.id: Item(c.text, c.fitness, c.descriptor, c.metrics, c.id)
+                 for c in store.iter() if c.valid and c.text}
+        if len(items) < 3:
+            sys.exit(f"qd judge: {args.run_dir} has {len(items)} valid text candidates; need at least 3")
+        ids = np.fromiter(items, np.int64)
+        triplets = sample_triplets(ids, args.count, np.random.default_rng(args.seed), store.judgments())
+        person = TerminalJudge()
+        stored = 0
+        for t in triplets.tolist():
+            (answer,) = asyncio.run(person([tuple(items[i] for i in t)]))
+            if person.quit:
+                break
+            if answer is not None:
+                store.add_judgments([(*t, answer)], person.source)  # at once: quitting keeps every answer
+                stored += 1
+        print(f"\nqd judge: stored {stored} judgments ({person.skipped} skipped); "
+              f"{len(store.judgments())} in {path}")
+
+
+COMMANDS = {"judge": judge}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        print(USAGE, file=sys.stderr)
+        raise SystemExit(2)
+    COMMANDS[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    main()
