@@ -31,14 +31,12 @@ class Item:
     Attributes:
         text: the genome (program, prompt).
         fitness: the evaluator's fitness.
-        descriptor: f32[D_task] the task reported (its own descriptors), or None.
         metrics: the evaluator's metrics, or None.
         id: the store id once stored (None while a fresh child is described).
     """
 
     text: str
     fitness: float = float("nan")
-    descriptor: np.ndarray | None = None
     metrics: dict | None = None
     id: int | None = None
 

@@ -31,7 +31,7 @@ def judge(argv: list[str]) -> None:
     if not path.is_file():
         sys.exit(f"qd judge: no store at {path}; pass a run directory made by qd-run")
     with Store(path) as store:
-        items = {c.id: Item(c.text, c.fitness, c.descriptor, c.metrics, c.id)
+        items = {c.id: Item(c.text, c.fitness, c.metrics, c.id)
                  for c in store.iter() if c.valid and c.text}
         if len(items) < 3:
             sys.exit(f"qd judge: {args.run_dir} has {len(items)} valid text candidates; need at least 3")

@@ -267,7 +267,7 @@ class Engine:
         todo = [c for c in candidates if c.valid and c.text is not None]
         if not todo:
             return
-        out = await self.describer.describe([Item(c.text, c.fitness, None, c.metrics, c.id) for c in todo])
+        out = await self.describer.describe([Item(c.text, c.fitness, c.metrics, c.id) for c in todo])
         for c, values, ok, error in zip(todo, np.asarray(out.values, np.float32), out.valid, out.error):
             c.descriptor = values
             if not ok:
@@ -282,7 +282,7 @@ class Engine:
         """
         started = time.monotonic()
         stored = [c for c in self.store.iter() if c.valid and c.text is not None]
-        items = [Item(c.text, c.fitness, None, c.metrics, c.id) for c in stored]
+        items = [Item(c.text, c.fitness, c.metrics, c.id) for c in stored]
         await self.describer.fit(items, np.random.default_rng([self.seed, self.counters["fits"]]))
         self.counters["fits"] += 1
         self._use_describer_cells()

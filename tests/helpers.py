@@ -60,3 +60,26 @@ def text_engine(cfg: DictConfig, path: Path, describer, stack, spec=None):
         checkpoint_every=5, progress=False, llm=client, initial_population=cfg.runner.initial_population,
         describer=describer,
     )
+
+
+def run_engine(engine) -> dict:
+    """Runs an engine to its budget and closes it; its summary."""
+    try:
+        return engine.run()
+    finally:
+        engine.close()
+
+
+def run_config(cfg: DictConfig, path: Path) -> dict:
+    """``build_engine`` + :func:`run_engine`: a whole run of ``cfg`` in ``path``."""
+    from qd.run import build_engine
+
+    return run_engine(build_engine(cfg, path))
+
+
+def stored(path: Path) -> list:
+    """Every candidate in the run directory's store, by id."""
+    from qd.store import Store
+
+    with Store(path / "store.sqlite", readonly=True) as store:
+        return list(store.iter())

@@ -17,21 +17,32 @@ from qd.archive.insert import (
     NEW_CELL,
     NOT_ADDED,
     InsertResult,
-    insert,
     insert_batch,
     insert_device,
     padded_size,
-    rebuild,
 )
 from qd.archive.migration import TOPOLOGIES, Migrants, migrate, select_migrants
-from qd.archive.novelty import NoveltyState, novelty, novelty_add, novelty_init
+from qd.archive.novelty import (
+    NoveltySpec,
+    NoveltyState,
+    archive_novelty,
+    knn,
+    novelty,
+    novelty_add,
+    novelty_init,
+    novelty_insert,
+    novelty_insert_batch,
+    novelty_rebuild,
+)
+from qd.archive.kinds import insert, rebuild
 from qd.archive.select import Elites, elites, sample
 from qd.archive.state import ArchiveState, init, reset
 from qd.archive.stats import ArchiveStats, stats
 
 __all__ = [
     "ArchiveState", "ArchiveStats", "CVTSpec", "Elites", "GridSpec", "IMPROVED", "InsertResult",
-    "Migrants", "NEW_CELL", "NOT_ADDED", "NoveltyState", "TOPOLOGIES", "cvt_centroids", "elites", "init", "insert",
-    "insert_batch", "insert_device", "migrate", "novelty", "novelty_add", "novelty_init",
+    "Migrants", "NEW_CELL", "NOT_ADDED", "NoveltySpec", "NoveltyState", "TOPOLOGIES", "archive_novelty",
+    "cvt_centroids", "elites", "init", "insert", "insert_batch", "insert_device", "knn", "migrate",
+    "novelty", "novelty_add", "novelty_init", "novelty_insert", "novelty_insert_batch", "novelty_rebuild",
     "padded_size", "rebuild", "reset", "sample", "select_migrants", "stats",
 ]

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from qd.run import _compose, build_engine
-from qd.store import Store
+from helpers import run_config, stored
+from qd.run import _compose
 from scripted_llm import Rule
 
 PERFECT = "```python\ndef f(x):\n    return x * x + 0.5 * x + 2.0\n```"
@@ -38,22 +38,13 @@ def config(base_url: str, *overrides: str):
     ])
 
 
-def run(cfg, path):
-    engine = build_engine(cfg, path)
-    try:
-        return engine.run()
-    finally:
-        engine.close()
 
 
-def stored(path):
-    with Store(path / "store.sqlite", readonly=True) as store:
-        return list(store.iter())
 
 
 def test_llm_children_are_evaluated_in_the_sandbox_and_malformed_ones_stored(tmp_path, scripted_llm):
     server = scripted_llm([Rule("", by_seed)])
-    summary = run(config(server.base_url), tmp_path)
+    summary = run_config(config(server.base_url), tmp_path)
     rows = stored(tmp_path)
     children = [c for c in rows if c.operator == "rewrite"]
     assert len(children) == 24 == summary["llm"]["calls"]  # max_llm_calls, exactly
@@ -75,7 +66,7 @@ def test_llm_children_are_evaluated_in_the_sandbox_and_malformed_ones_stored(tmp
 
 def test_parents_feedback_reaches_later_prompts(tmp_path, scripted_llm):
     server = scripted_llm([Rule("", by_seed)])
-    run(config(server.base_url), tmp_path)
+    run_config(config(server.base_url), tmp_path)
     prompts = "\n".join(json.dumps(r["messages"]) for r in server.requests)
     assert "rmse_held_out" in prompts  # the parent's metrics
     assert "def f(x)" in prompts and "f(-3) = 9.5" in prompts  # program and task
@@ -84,9 +75,9 @@ def test_parents_feedback_reaches_later_prompts(tmp_path, scripted_llm):
 def test_rerun_with_the_cache_replays_the_run_exactly_without_the_server(tmp_path, scripted_llm):
     server = scripted_llm([Rule("", by_seed)], latency_s=0.01)
     cache = tmp_path / "cache"
-    run(config(server.base_url, f"llm.cache_dir={cache}"), tmp_path / "a")
+    run_config(config(server.base_url, f"llm.cache_dir={cache}"), tmp_path / "a")
     server.stop()  # the replay must not need it
-    run(config(server.base_url, f"llm.cache_dir={cache}", "llm.max_retries=0"), tmp_path / "b")
+    run_config(config(server.base_url, f"llm.cache_dir={cache}", "llm.max_retries=0"), tmp_path / "b")
 
     def fingerprint(path):
         return [(c.text, c.operator, list(c.parent_ids), c.fitness, c.valid, c.error, c.tokens_in,
@@ -116,7 +107,7 @@ def test_dead_llm_server_stops_the_run_cleanly_with_a_checkpoint(tmp_path, scrip
 @pytest.mark.parametrize("budget, field", [("runner.max_tokens=3000", "tokens"), ("runner.max_cost=0.002", "cost")])
 def test_token_and_cost_budgets_stop_the_run(tmp_path, scripted_llm, budget, field):
     server = scripted_llm([Rule("", PERFECT)])
-    summary = run(config(server.base_url, budget, "runner.max_llm_calls=500", "runner.in_flight=1"), tmp_path)
+    summary = run_config(config(server.base_url, budget, "runner.max_llm_calls=500", "runner.in_flight=1"), tmp_path)
     ledger = summary["llm"]
     assert 0 < ledger["calls"] < 500
     if field == "tokens":
@@ -132,7 +123,7 @@ def test_real_llama_server_produces_valid_children_that_improve_on_the_seed(tmp_
         f"llm.models=[{{name: {llama_server.model}}}]", "llm.api_key_env=null",
         "runner.progress=false", "runner.max_llm_calls=40", "runner.in_flight=2",
     ])
-    summary = run(cfg, tmp_path)
+    summary = run_config(cfg, tmp_path)
     rows = stored(tmp_path)
     seeds = [c for c in rows if c.operator == "init"]
     children = [c for c in rows if c.model is not None]
@@ -146,15 +137,15 @@ def test_real_llama_server_produces_valid_children_that_improve_on_the_seed(tmp_
 
 def test_progress_line_shows_llm_calls_tokens_and_cost(tmp_path, scripted_llm, capsys):
     server = scripted_llm([Rule("", PERFECT)])
-    run(config(server.base_url, "runner.progress=true", "runner.max_llm_calls=4"), tmp_path)
+    run_config(config(server.base_url, "runner.progress=true", "runner.max_llm_calls=4"), tmp_path)
     done = [line for line in capsys.readouterr().out.splitlines() if line.startswith("done")][-1]
     assert "llm_calls=4" in done and "in_flight=0" in done and "tokens=" in done and "cost=$" in done
 
 
 def test_resume_continues_the_ledger_and_the_llm_budget(tmp_path, scripted_llm):
     server = scripted_llm([Rule("", by_seed)])
-    first = run(config(server.base_url, "runner.max_llm_calls=12"), tmp_path)
-    second = run(config(server.base_url, "runner.max_llm_calls=20"), tmp_path)
+    first = run_config(config(server.base_url, "runner.max_llm_calls=12"), tmp_path)
+    second = run_config(config(server.base_url, "runner.max_llm_calls=20"), tmp_path)
     rows = stored(tmp_path)
     assert sum(c.model is not None for c in rows) == 20 == second["llm"]["calls"]
     assert second["llm"]["tokens_in"] > first["llm"]["tokens_in"]
@@ -163,7 +154,7 @@ def test_resume_continues_the_ledger_and_the_llm_budget(tmp_path, scripted_llm):
 
 def test_wide_in_flight_seeds_only_the_initial_population(tmp_path, scripted_llm):
     server = scripted_llm([Rule("", by_seed)])
-    run(config(server.base_url, "runner.in_flight=32", "runner.initial_population=3",
+    run_config(config(server.base_url, "runner.in_flight=32", "runner.initial_population=3",
                "runner.max_llm_calls=40"), tmp_path)
     rows = stored(tmp_path)
     assert sum(c.operator == "init" for c in rows) == 3

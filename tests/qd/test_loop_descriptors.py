@@ -15,8 +15,7 @@ import pytest
 
 from descriptors.base import Described, pending
 from qd import archive
-from helpers import text_engine
-from qd.loop import Engine
+from helpers import run_engine, text_engine
 from qd.run import _compose, build_engine, check_config
 from qd.store import Store
 from scripted_llm import Rule
@@ -68,11 +67,6 @@ def config(base_url: str, *overrides: str):
     ])
 
 
-def run(engine: Engine) -> dict:
-    try:
-        return engine.run()
-    finally:
-        engine.close()
 
 
 def redescribed_rebuild(path, describer):
@@ -89,7 +83,7 @@ def test_refits_reinsert_every_stored_candidate_and_resume_keeps_the_fit(tmp_pat
     server = scripted_llm([Rule("", varied)])
     describer = LengthDescriptor()
     with contextlib.ExitStack() as stack:
-        summary = run(text_engine(config(server.base_url), tmp_path, describer, stack))
+        summary = run_engine(text_engine(config(server.base_url), tmp_path, describer, stack))
     assert summary["descriptor"] == {"name": "length", "dim": 1, "fits": 2}
     refits = [e for e in map(json.loads, (tmp_path / "events.jsonl").read_text().splitlines())
               if e.get("event") == "refit"]
@@ -115,7 +109,7 @@ def test_refits_reinsert_every_stored_candidate_and_resume_keeps_the_fit(tmp_pat
     fresh = LengthDescriptor()
     with contextlib.ExitStack() as stack:
         cfg = config(server.base_url, "runner.max_llm_calls=30")
-        resumed = run(text_engine(cfg, tmp_path, fresh, stack))
+        resumed = run_engine(text_engine(cfg, tmp_path, fresh, stack))
     assert fresh.scale == describer.scale and fresh.done == 2 and fresh.fit_sizes == []
     assert resumed["llm"]["calls"] == 30
 
@@ -123,7 +117,7 @@ def test_refits_reinsert_every_stored_candidate_and_resume_keeps_the_fit(tmp_pat
 def test_code_metrics_descriptor_from_the_command_line_config(tmp_path, scripted_llm):
     server = scripted_llm([Rule("", varied)])
     engine = build_engine(config(server.base_url, "descriptor=code_metrics", "runner.max_llm_calls=8"), tmp_path)
-    summary = run(engine)
+    summary = run_engine(engine)
     assert summary["descriptor"]["name"] == "code_metrics"
     from descriptors.code_metrics import code_metrics
 
