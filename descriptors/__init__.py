@@ -58,6 +58,7 @@ def make_descriptor(kind: str, params: dict[str, Any], seed: int = 0, cvt_cells:
             raise ValueError(f"judge: unknown {params['judge']!r}; use llm or human")
         return LearnedDescriptor(
             dims=params["dims"], refit_at=tuple(params["refit_at"]) or (100, 200, 400),
+            fit_after=tuple(params["fit_after"]) or None,
             judge=params["judge"], seed=seed,
         )
     raise ValueError(f"kind: unknown descriptor {kind!r}; use one of {list(KINDS)}")

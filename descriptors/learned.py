@@ -274,15 +274,18 @@ def sample_triplets(ids: np.ndarray, count: int, rng: np.random.Generator,
 class LearnedDescriptor:
     """A QDHF projection of candidate features, fitted to similarity judgments; axes in [0, 1].
 
-    Schedule: refit k is due once there are ``refit_at[k]`` valid candidates (at least 3), so
-    each judgment brings about one new candidate and every candidate sits in ~3 triplets.
-    Refit k tops the store's judgments (any source) up to ``refit_at[k]`` with new random
+    Schedule: refit k is due once there are ``fit_after[k]`` valid candidates (at least 3;
+    by default ``refit_at[k]``, so each judgment brings about one new candidate and every
+    candidate sits in ~3 triplets). Until the first fit nothing is placed and a run only
+    draws seeds, so a run with few candidates should fit early (e.g. ``fit_after=(8, 32, 64)``:
+    100 judgments over the first 8 candidates). Refit k tops the store's judgments (any source) up to ``refit_at[k]`` with new random
     triplets of stored candidates, then retrains on all of them. When the count jumps past
     several targets (a resume, a big batch) only the largest is fitted.
 
     Args:
         dims: D, the learned axes.
         refit_at: increasing cumulative judgment targets.
+        fit_after: increasing valid-candidate counts at which each refit is due (None: ``refit_at``).
         judge: "llm" (the run's client), "human" (no asking: refits are due by the number of
             judgments people stored with ``qd judge RUN_DIR``, even while the run goes on), a :class:`Judge`, or a
             function item -> hidden coordinates (a :class:`GroundTruthJudge`).
@@ -296,6 +299,7 @@ class LearnedDescriptor:
     name = "learned"
 
     def __init__(self, dims: int = 2, refit_at: Sequence[int] = (100, 200, 400),
+                 fit_after: Sequence[int] | None = None,
                  judge: str | Judge | Callable[[Item], np.ndarray] = "llm", features: Features | None = None,
                  seed: int = 0, steps: int = 1000, lr: float = 1e-2, margin: float = 1.0,
                  weight_decay: float = 1e-3, hidden: int = 0, padding: float = 0.05, rounds: int = 3):
@@ -307,6 +311,9 @@ class LearnedDescriptor:
         if isinstance(judge, str) and judge not in ("llm", "human"):
             raise ValueError(f"judge: unknown judge {judge!r}; use llm or human")
         self.dim, self.refit_at = dims, tuple(int(t) for t in refit_at)
+        self.fit_after = self.refit_at if fit_after is None else tuple(int(t) for t in fit_after)
+        if len(self.fit_after) != len(self.refit_at) or list(self.fit_after) != sorted(set(self.fit_after)):
+            raise ValueError(f"fit_after: must be increasing counts, one per refit_at entry, got {list(self.fit_after)}")
         self.lower, self.upper = (0.0,) * dims, (1.0,) * dims
         self.judge: Any = judge if isinstance(judge, str) or hasattr(judge, "source") else GroundTruthJudge(judge)
         self.features = features
@@ -339,8 +346,9 @@ class LearnedDescriptor:
         """How many refit targets are reached: by ``num_valid`` candidates when this
         descriptor asks its judge, by stored judgments when people judge (``qd judge``)."""
         if self.judge is None:
-            num_valid = self.store.count_judgments() if self.store is not None else 0
-        return sum(num_valid >= max(t, 3) for t in self.refit_at)
+            judged = self.store.count_judgments() if self.store is not None else 0
+            return sum(judged >= max(t, 3) for t in self.refit_at)
+        return sum(num_valid >= max(t, 3) for t in self.fit_after)
 
     def needs_fit(self, num_valid: int) -> bool:
         return self._due(num_valid) > self.refits

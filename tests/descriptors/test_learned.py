@@ -107,6 +107,26 @@ def test_fit_is_deterministic_and_state_dict_round_trips(tmp_path):
     assert restored.refits == 1 and not restored.needs_fit(60)
 
 
+def test_schedule_fit_after_and_human_judgments_from_the_store(tmp_path):
+    hidden, features = synthetic(30, seed=2)
+    early = ground_truth_descriptor(hidden, features, refit_at=(20, 40), fit_after=(8, 16))
+    assert not early.needs_fit(7) and early.needs_fit(8) and early.needs_fit(30)
+
+    human = LearnedDescriptor(judge="human", refit_at=(3, 6), steps=50,
+                              features=lambda texts: features[[index(t) for t in texts]])
+    with Store(tmp_path / "s.sqlite") as store:
+        store_items(store, range(30))
+        human.attach(store)
+        assert not human.needs_fit(30)  # people have not judged yet: nothing to fit
+        store.add_judgments([(0, 1, 2, 0), (3, 4, 5, 1), (6, 7, 8, 0)], "human")
+        assert human.needs_fit(30)
+        asyncio.run(human.fit(stored_items(store), np.random.default_rng(0)))
+        assert len(store.judgments()) == 3  # trained on them, asked nobody
+        assert not human.needs_fit(30)
+        out = asyncio.run(human.describe(stored_items(store)))
+    assert out.valid.all() and np.isfinite(out.values).all()
+
+
 def test_parse_choice_is_strict():
     answers = ("B", " c.", "**C**", "Answer: B", "Text C", "'b'", "Text A is more similar to Text B, as it",
                "Text A is more similar to C.\n\nBecause", "Text A is more similar to text B than text C.")
