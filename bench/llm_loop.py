@@ -83,7 +83,7 @@ from typing import Any
 # module to unpickle ``reply``, and the sandbox imports it to run ``sandbox_entry``.
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-for _p in (ROOT, ROOT / "tests", HERE):
+for _p in (HERE, ROOT / "tests", ROOT):  # ROOT first: bench/descriptors.py must not shadow the package
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 

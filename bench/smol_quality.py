@@ -10,8 +10,9 @@ Setup (one run of this script):
   retries and failed requests included.
 * qd: ``qd.run._compose`` + ``build_engine`` with ``experiment=function_fit llm.provider=server
   llm.base_url=URL "llm.models=[{name: MODEL}]" llm.api_key_env=null runner.max_llm_calls=N
-  runner.progress=false seed=S`` (everything else as ``conf/``: temperature 0.9, max_tokens 160,
-  concurrency 2, in_flight 4, the rewrite/inspiration/crossover/diff mix, the sandbox), in a
+  runner.progress=false seed=S`` (everything else as ``conf/``: temperature, max_tokens and
+  concurrency from ``conf/llm/local.yaml``, in_flight 4, the ``conf/operators/llm.yaml`` mix, the
+  sandbox), in a
   fresh child process and a temp run dir; the candidates are read back from its store.
 * OpenEvolve (PyPI ``openevolve``), in a fresh child process: the same task, from the same
   seed programs as qd's run with that seed (qd draws its seeds, up to in_flight of them, at
@@ -19,7 +20,7 @@ Setup (one run of this script):
   start islands 1.. (``database.island_initial_programs``; 5 islands, the default), each
   between ``# EVOLVE-BLOCK-START/END`` markers (without a qd run: x*x, then the other three
   function_fit seeds). System message = ``task.description``;
-  ``llm.temperature`` 0.9, ``max_tokens`` 160, ``timeout`` 120 (``conf/llm/local.yaml``);
+  ``llm.temperature``, ``max_tokens`` and ``timeout`` as qd's (read from ``conf/llm/local.yaml``);
   ``max_iterations`` = N; ``evaluator.parallel_evaluations`` 2 (= qd's llm.concurrency),
   ``cascade_evaluation: false``; full rewrites (``diff_based_evolution: false``; ``--oe-diff``
   keeps OpenEvolve's default diffs instead); its MAP-Elites features are the same code metrics
@@ -72,14 +73,29 @@ from typing import Any
 # module for ``oe_evaluate``.
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-for _p in (ROOT, HERE):
+for _p in (HERE, ROOT):  # ROOT first: bench/descriptors.py must not shadow the package
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
 TITLE = "## SmolLM2 search quality: qd vs OpenEvolve on function_fit (bench/smol_quality.py)"
 OE_INITIAL = 2  # index into experiments/function_fit SEEDS: "return x * x"
 LIMITS = {"wall_s": 5.0, "cpu_s": 5, "memory_mb": 512}  # conf/experiment/function_fit.yaml sandbox
-TEMPERATURE, MAX_TOKENS, LLM_TIMEOUT_S, CONCURRENCY = 0.9, 160, 120, 2  # conf/llm/local.yaml
+
+
+def _configured() -> dict:
+    """What qd's function_fit run is configured with (conf/llm/local.yaml, conf/operators/llm.yaml),
+    so OpenEvolve gets the same sampling and the report names the current setup."""
+    from qd.run import _compose
+
+    cfg = _compose(["experiment=function_fit"])
+    mix = " / ".join(f"{o.name} {o.weight:g}" for o in cfg.operators.mix)
+    return {"temperature": cfg.llm.temperature, "max_tokens": cfg.llm.max_tokens, "timeout_s": cfg.llm.timeout_s,
+            "concurrency": cfg.llm.concurrency, "in_flight": cfg.runner.in_flight, "mix": mix}
+
+
+CONF = _configured()
+TEMPERATURE, MAX_TOKENS, LLM_TIMEOUT_S, CONCURRENCY = (
+    CONF["temperature"], CONF["max_tokens"], CONF["timeout_s"], CONF["concurrency"])
 
 
 # ----- OpenEvolve's evaluator (runs in OpenEvolve's worker processes) ------------------------
@@ -553,10 +569,12 @@ def report(results: list[dict[str, Any]], meta: dict[str, Any], results_md: Path
         f"- Setup: one embedded llama.cpp server (`EmbeddedServer`, SmolLM2-135M-Instruct, n_ctx 2048) shared by "
         f"all runs, one run at a time; budget {meta['calls']} LLM calls per run; seeds "
         f"{' '.join(map(str, meta['seeds']))}; target `{meta['target']}`. qd: `experiment=function_fit` as "
-        "configured (operators rewrite 0.6 / inspiration 0.2 / crossover 0.1 / diff 0.1, temperature 0.9, "
-        "max_tokens 160, concurrency 2, in_flight 4, its sandbox), `runner.max_llm_calls` = budget. OpenEvolve: "
+        f"configured (operators {CONF['mix']}, temperature {CONF['temperature']:g}, "
+        f"max_tokens {CONF['max_tokens']}, concurrency {CONF['concurrency']}, in_flight {CONF['in_flight']}, "
+        "its sandbox), `runner.max_llm_calls` = budget. OpenEvolve: "
         f"`max_iterations` = budget, {'diff-based evolution (its default)' if meta['oe_diff'] else 'full rewrites'}, "
-        "the same system message (the task description), temperature, max_tokens, 2 parallel evaluations, "
+        f"the same system message (the task description), temperature, max_tokens, {CONCURRENCY} parallel "
+        "evaluations, "
         "its MAP-Elites over the same code metrics, the same seed programs as qd's run with that seed (its "
         "first as the initial program, the others as islands 1..4's), an evaluator that scores exactly as "
         "qd's cascade does (candidate in a "
