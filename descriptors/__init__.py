@@ -33,9 +33,12 @@ def make_descriptor(kind: str, params: dict[str, Any], seed: int = 0, cvt_cells:
         refit_at = tuple(params["refit_at"]) or (8,)
         if params["projection"] == "none" and not cvt_cells:
             refit_at = ()  # the raw embedding needs no fit (novelty archive)
+        from descriptors.embedding import load_reference
+
+        reference = load_reference(params["reference"]) if params.get("reference") else None
         return EmbeddingDescriptor(
             projection=params["projection"], dims=params["dims"], refit_at=refit_at, seed=seed,
-            cells=cvt_cells or 64,
+            cells=cvt_cells or 64, reference=reference,
         )
     if kind == "ai_feedback":
         if not params["axes"]:

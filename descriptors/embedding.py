@@ -18,6 +18,7 @@ import asyncio
 import bisect
 import hashlib
 import importlib.util
+import json
 import os
 import threading
 from collections import OrderedDict
@@ -141,7 +142,8 @@ class EmbeddingDescriptor:
     name = "embedding"
 
     def __init__(self, projection: str = "pca", dims: int = 2, refit_at: Sequence[int] = (8,), seed: int = 0,
-                 margin: float = 0.05, batch_size: int = 64, cells: int = 64, encoder: Encoder | None = None):
+                 margin: float = 0.05, batch_size: int = 64, cells: int = 64, encoder: Encoder | None = None,
+                 reference: Sequence[str] | None = None):
         if projection not in PROJECTIONS:
             raise ValueError(f"projection: unknown {projection!r}; use one of {list(PROJECTIONS)}")
         if projection != "none" and not 1 <= dims <= DIM:
@@ -152,8 +154,11 @@ class EmbeddingDescriptor:
             raise ValueError(f"refit_at: is empty; a {projection} projection is fitted, give at least one count")
         if cells < 1:
             raise ValueError(f"cells: {cells} is below 1")
+        if reference is not None and not any(isinstance(t, str) and t.strip() for t in reference):
+            raise ValueError("reference: has no text; give a corpus of texts to fit on (or none)")
         self.projection = projection
-        self.refit_at = tuple(sorted({int(n) for n in refit_at}))
+        self.reference = None if reference is None else [t for t in reference if isinstance(t, str) and t.strip()]
+        self.refit_at = (0,) if self.reference else tuple(sorted({int(n) for n in refit_at}))
         self.seed = seed
         self.margin = margin
         self.cells = cells
@@ -196,8 +201,9 @@ class EmbeddingDescriptor:
         return self._fits < len(self.refit_at) and num_valid >= self.refit_at[self._fits]
 
     async def fit(self, items: Sequence[Item], rng: np.random.Generator) -> None:
-        """Fits on the items' embeddings; deterministic given them and ``seed`` (``rng`` is unused)."""
-        texts = [it.text for it in items if isinstance(it.text, str) and it.text.strip()]
+        """Fits on the items' embeddings (or once, on the ``reference`` corpus, then frozen);
+        deterministic given them and ``seed`` (``rng`` is unused)."""
+        texts = self.reference or [it.text for it in items if isinstance(it.text, str) and it.text.strip()]
         if not texts:
             raise ValueError("embedding.fit: no item has text to fit on")
         emb = (await self.cache.embed(texts)).astype(np.float64)
@@ -210,7 +216,7 @@ class EmbeddingDescriptor:
             lo, hi = z.min(axis=0), z.max(axis=0)
             pad = np.where(hi - lo > 1e-9, self.margin * (hi - lo), 0.5)  # one value: centered
             self._state = {"mean": mean, "matrix": matrix, "low": lo - pad, "high": hi + pad}
-        self._fits = min(len(self.refit_at), max(self._fits + 1, bisect.bisect_right(self.refit_at, len(items))))
+        self._fits = min(len(self.refit_at), max(self._fits + 1, bisect.bisect_right(self.refit_at, len(texts))))
         self._spec = None
 
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -238,6 +244,21 @@ class EmbeddingDescriptor:
 
             self._spec = CVTSpec.create(self._state["centroids"])
         return self._spec
+
+
+def load_reference(path: str | Path) -> list[str]:
+    """Texts to fit a projection on: a ``.jsonl`` file of ``{"text": ...}`` lines, or any
+    other file with one text per line."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"reference: no file {path}; give a .jsonl of {{\"text\": ...}} lines or a text file")
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    if path.suffix != ".jsonl":
+        return lines
+    try:
+        return [json.loads(line)["text"] for line in lines]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"reference: {path} is not JSON lines with a \"text\" field ({e})") from None
 
 
 def _pca(centered: np.ndarray, dims: int) -> np.ndarray:

@@ -65,6 +65,7 @@ class DescriptorPartConf:
     projection: str = "pca"  # embedding: pca | random | none (raw 384-D: archive=cvt or novelty)
     dims: int = 2  # embedding / learned: axes
     refit_at: list[int] = dataclasses.field(default_factory=list)  # embedding: valid candidates; learned: judgments
+    reference: Optional[str] = None  # embedding: fit once on this corpus (.jsonl {"text": ...} or lines), frozen
     fit_after: list[int] = dataclasses.field(default_factory=list)  # learned: valid candidates per refit (default refit_at)
     axes: list[AxisConf] = dataclasses.field(default_factory=list)  # ai_feedback
     judge: str = "llm"  # learned: llm | human (judgments made with `qd judge RUN_DIR`)

@@ -6,6 +6,7 @@ seeded unit vector per text) so they check this module's logic, not the model.
 
 import asyncio
 import hashlib
+import json
 
 import numpy as np
 import pytest
@@ -245,3 +246,22 @@ def test_bad_config_is_rejected():
         EmbeddingDescriptor(projection="umap", encoder=FakeEncoder())
     with pytest.raises(ValueError, match="refit_at"):
         EmbeddingDescriptor(projection="pca", refit_at=(), encoder=FakeEncoder())
+
+
+def test_reference_corpus_fits_once_and_freezes(tmp_path):
+    from descriptors.embedding import load_reference
+
+    corpus = tmp_path / "corpus.jsonl"
+    reference = [f"reference text {i}" for i in range(12)]
+    corpus.write_text("\n".join(json.dumps({"text": t}) for t in reference))
+    assert load_reference(corpus) == reference
+    desc = EmbeddingDescriptor(encoder=FakeEncoder(), reference=reference)
+    assert desc.needs_fit(0)  # fitted before any candidate is placed
+    run(desc.fit(items(3, "cand"), np.random.default_rng(0)))
+    assert not desc.needs_fit(10_000)  # frozen: no refits
+    again = EmbeddingDescriptor(encoder=FakeEncoder(), reference=reference)
+    run(again.fit(items(5, "other"), np.random.default_rng(1)))
+    probe = items(4, "probe")
+    np.testing.assert_array_equal(run(desc.describe(probe)).values, run(again.describe(probe)).values)
+    with pytest.raises(ValueError, match="reference"):
+        load_reference(tmp_path / "missing.jsonl")
