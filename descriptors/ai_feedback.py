@@ -10,7 +10,9 @@ digit than the argmax; otherwise it is the digit itself. Scores are divided by
 
 Small judges (SmolLM2-135M) answer prose to a bare instruction; a few examples
 per axis, sent as earlier chat turns answered with a digit, make them answer one
-digit (see ``Axis.examples``). Answers are cached in the store by everything
+digit (see ``Axis.examples``). They still go on after it ("1.0", "10" for the top
+of 0..9), so by default only the answer token is generated (``max_tokens=1``),
+as QDAIF reads the judge's distribution at that token. Answers are cached in the store by everything
 that determines them, so re-describing a stored candidate costs no call.
 """
 
@@ -125,7 +127,7 @@ class AIFeedbackDescriptor:
         *,
         scale: int = 9,
         temperature: float = 0.0,
-        max_tokens: int = 4,
+        max_tokens: int = 1,
         prompt: str = PROMPT,
         use_logprobs: bool = True,
         top_logprobs: int = 10,
@@ -138,7 +140,7 @@ class AIFeedbackDescriptor:
         if not 1 <= scale <= 9:
             raise ValueError(f"ai_feedback.scale: is {scale}; use 1..9 (answers are one digit)")
         if max_tokens < 1:
-            raise ValueError(f"ai_feedback.max_tokens: is {max_tokens}; use at least 1 (4 shows a '10' as such)")
+            raise ValueError(f"ai_feedback.max_tokens: is {max_tokens}; use at least 1 (1: the answer token only)")
         if not 1 <= top_logprobs <= 20:
             raise ValueError(f"ai_feedback.top_logprobs: is {top_logprobs}; use 1..20 (the OpenAI limit)")
         try:

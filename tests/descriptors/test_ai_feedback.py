@@ -65,7 +65,7 @@ def test_logprob_expectation_per_axis(scripted_llm):
     assert out.values.dtype == np.float32 and out.valid.tolist() == [True, True] and out.error == [None, None]
     reqs = server.requests
     assert len(reqs) == 4 and all(r["logprobs"] is True and r["top_logprobs"] == 10 for r in reqs)
-    assert all(r["temperature"] == 0.0 and r["max_tokens"] == 4 and r["model"] == "judge" for r in reqs)
+    assert all(r["temperature"] == 0.0 and r["max_tokens"] == 1 and r["model"] == "judge" for r in reqs)
     assert "0 means sad and 9 means happy" in reqs[0]["messages"][-1]["content"]
 
 
@@ -88,7 +88,7 @@ def test_unparseable_or_refused_answer_is_invalid(scripted_llm, answer):
     reason = out.error[1]
     assert "\n" not in reason and reason.count("ai_feedback.") == 2  # both axes got the odd answer
     assert reason.startswith("ai_feedback.length: judge answered ") and "not one digit 0-9" in reason
-    assert repr(answer[:10]).rstrip("'") in reason  # the judge's words (cut at max_tokens=4 by the server)
+    assert repr(answer[:4]).rstrip("'") in reason  # the judge's words, cut at max_tokens=1 (4 chars here)
 
 
 def test_long_answer_is_truncated_in_reason(scripted_llm):
