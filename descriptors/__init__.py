@@ -53,7 +53,7 @@ def make_descriptor(kind: str, params: dict[str, Any], seed: int = 0, cvt_cells:
             ]
         except ValueError as e:
             raise ValueError(f"axes: {e}") from None
-        return AIFeedbackDescriptor(axes, model=params["model"])
+        return AIFeedbackDescriptor(axes, model=params["model"], rescale_at=tuple(params.get("rescale_at") or ()))
     if kind == "learned":
         from descriptors.learned import LearnedDescriptor
 

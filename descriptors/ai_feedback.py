@@ -115,6 +115,11 @@ class AIFeedbackDescriptor:
     client's first model. A candidate whose judge call fails, or whose answer is
     not one digit (refusals included), is invalid with a reason naming the axis.
     Judge calls go through the client, so they count in its ledger and budget.
+
+    ``rescale_at`` (valid-candidate counts) makes it a fitted descriptor: at each
+    count every axis's range is fitted to the scores seen (min/max widened by
+    ``margin``) and mapped onto [0, 1], as QDAIF placed its bins where the judge's
+    scores actually fall; nothing is placed before the first fit.
     """
 
     name = "ai_feedback"
@@ -131,6 +136,8 @@ class AIFeedbackDescriptor:
         prompt: str = PROMPT,
         use_logprobs: bool = True,
         top_logprobs: int = 10,
+        rescale_at: Sequence[int] = (),
+        margin: float = 0.05,
     ):
         self.axes = tuple(axes)
         if not self.axes:
@@ -158,6 +165,12 @@ class AIFeedbackDescriptor:
         self.upper = (1.0,) * self.dim
         self.bins = tuple(a.bins for a in self.axes)
         self._store: Any = None
+        # Optional fitted range per axis: small judges use a narrow band of the scale.
+        self.rescale_at = tuple(sorted({int(n) for n in rescale_at}))
+        if any(n < 1 for n in self.rescale_at):
+            raise ValueError(f"ai_feedback.rescale_at: {list(rescale_at)} has counts below 1")
+        self.margin, self._fits = margin, 0
+        self._span: tuple[np.ndarray, np.ndarray] | None = None
 
     def attach(self, store: Any, llm: LLMClient | None = None) -> None:
         """Cache answers in ``store``; judge with the run's client ``llm`` unless one was given."""
@@ -183,7 +196,44 @@ class AIFeedbackDescriptor:
         return hashlib.sha256(json.dumps(spec, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
     async def describe(self, items: Sequence[Item]) -> Described:
-        """Judge every (candidate, axis) not cached, all at once (the client limits concurrency)."""
+        """The judge's scores, rescaled to the fitted range when ``rescale_at`` is set
+        (pending, NaN but valid, before the first fit)."""
+        out = await self.judge_scores(items)
+        if not self.rescale_at:
+            return out
+        values = np.full_like(out.values, np.nan)
+        if self._span is not None:
+            low, high = self._span
+            values[out.valid] = np.clip((out.values[out.valid] - low) / (high - low), 0.0, 1.0)
+        return Described(values, out.valid, out.error)
+
+    def needs_fit(self, num_valid: int) -> bool:
+        return self._fits < len(self.rescale_at) and num_valid >= self.rescale_at[self._fits]
+
+    async def fit(self, items: Sequence[Item], rng: np.random.Generator) -> None:
+        """Fits each axis's range to the scores of ``items`` (min/max widened by ``margin``)."""
+        out = await self.judge_scores(items)
+        scored = out.values[out.valid]
+        if not len(scored):
+            raise ValueError("ai_feedback.fit: no item got a score; check the judge (see the candidates' errors)")
+        low, high = scored.min(axis=0), scored.max(axis=0)
+        pad = np.where(high - low > 1e-6, self.margin * (high - low), 0.05)
+        self._span = ((low - pad).astype(np.float32), (high + pad).astype(np.float32))
+        self._fits = sum(len(items) >= n for n in self.rescale_at) or self._fits + 1
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        state = {"fits": np.array(self._fits, np.int64)}
+        if self._span is not None:
+            state["low"], state["high"] = self._span
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self._fits = int(state["fits"])
+        self._span = (np.asarray(state["low"]), np.asarray(state["high"])) if "low" in state else None
+
+    async def judge_scores(self, items: Sequence[Item]) -> Described:
+        """Judge every (candidate, axis) not cached, all at once (the client limits concurrency):
+        f32[B, axes] scores in [0, 1] (digit / scale)."""
         if self.client is None:
             raise ValueError("ai_feedback.client: no judge; pass client= or attach(store, llm) with the run's client")
         model = self.model or self.client.settings.models[0].name

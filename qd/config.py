@@ -68,6 +68,7 @@ class DescriptorPartConf:
     reference: Optional[str] = None  # embedding: fit once on this corpus (.jsonl {"text": ...} or lines), frozen
     fit_after: list[int] = dataclasses.field(default_factory=list)  # learned: valid candidates per refit (default refit_at)
     axes: list[AxisConf] = dataclasses.field(default_factory=list)  # ai_feedback
+    rescale_at: list[int] = dataclasses.field(default_factory=list)  # ai_feedback: fit each axis's range at these valid counts
     judge: str = "llm"  # learned: llm | human (judgments made with `qd judge RUN_DIR`)
     model: Optional[str] = None  # ai_feedback / learned judge: model name; None = the run's model
 

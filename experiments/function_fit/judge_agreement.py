@@ -52,7 +52,7 @@ async def measure(descriptor, client: LLMClient) -> dict[str, dict]:
         if axis.name not in LABELLED:
             continue
         texts, labels = zip(*LABELLED[axis.name])
-        described = await descriptor.describe([Item(t) for t in texts])
+        described = await descriptor.judge_scores([Item(t) for t in texts])
         out[axis.name] = {**agreement(described.values[:, j], labels),
                           "scores": [round(float(v), 3) for v in described.values[:, j]]}
     await client.aclose()

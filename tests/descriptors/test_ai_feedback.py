@@ -237,3 +237,22 @@ def test_real_judge_parses_every_text(llama_server):
     assert ((out.values >= 0) & (out.values <= 1)).all()
     a = agreement(out.values[:, 0], [y for _, y in texts])
     print(f"\nSmolLM2-135M tone judge: scores {np.round(out.values[:, 0], 3).tolist()} agreement {a}")
+
+
+def test_rescale_fits_each_axis_range_and_round_trips(scripted_llm):
+    server = scripted_llm([Rule("Text: a", reply="3"), Rule("Text: b", reply="4"), Rule("Text: c", reply="5")])
+    d = AIFeedbackDescriptor([TONE], client_for(server.base_url), rescale_at=(2,))
+
+    async def go():
+        before = await d.describe([Item("a"), Item("b")])
+        assert d.needs_fit(2) and not d.needs_fit(1)
+        await d.fit([Item("a"), Item("c")], np.random.default_rng(0))
+        return before, await d.describe([Item("a"), Item("b"), Item("c")])
+
+    before, after = asyncio.run(go())
+    assert before.valid.all() and np.isnan(before.values).all()  # pending before the fit
+    np.testing.assert_allclose(after.values[:, 0], [0.5 / 11, 0.5, 10.5 / 11], rtol=1e-5)  # 3..5 widened by 5%
+    assert not d.needs_fit(100)
+    restored = AIFeedbackDescriptor([TONE], client_for(server.base_url), rescale_at=(2,))
+    restored.load_state_dict(d.state_dict())
+    np.testing.assert_array_equal(asyncio.run(restored.describe([Item("b")])).values, after.values[1:2])

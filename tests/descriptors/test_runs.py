@@ -56,7 +56,7 @@ def refits(path) -> list[dict]:
 
 def test_ai_feedback_places_candidates_and_a_refusal_makes_one_invalid(tmp_path, scripted_llm):
     server = scripted_llm([Rule(JUDGE, judge), Rule("", program)])
-    summary = run_config(config(server.base_url, "descriptor=ai_feedback"), tmp_path)
+    summary = run_config(config(server.base_url, "descriptor=ai_feedback", "descriptor.parts.0.rescale_at=[]"), tmp_path)
     assert summary["descriptor"] == {"name": "ai_feedback", "dim": 2, "fits": 0}
     rows = stored(tmp_path)
     placed = [c for c in rows if c.valid]
@@ -73,11 +73,15 @@ def test_ai_feedback_places_candidates_and_a_refusal_makes_one_invalid(tmp_path,
 
 def test_mixed_descriptor_joins_an_ai_feedback_axis_and_a_code_metric(tmp_path, scripted_llm):
     server = scripted_llm([Rule(JUDGE, judge), Rule("", program)])
-    summary = run_config(config(server.base_url, "descriptor=mixed", "runner.max_llm_calls=8"), tmp_path)
-    assert summary["descriptor"]["name"] == "ai_feedback+code_metrics"
-    for c in stored(tmp_path):
-        if c.valid:
-            assert list(c.descriptor) == pytest.approx([min(len(c.text) // 12, 9) / 9, code_metrics(c.text)["nodes"]])
+    cfg = config(server.base_url, "descriptor=mixed", "descriptor.parts.0.rescale_at=[4]", "runner.max_llm_calls=8")
+    summary = run_config(cfg, tmp_path)
+    assert summary["descriptor"] == {"name": "ai_feedback+code_metrics", "dim": 2, "fits": 1}
+    (refit,) = refits(tmp_path)  # the judge's range fitted at 4 valid candidates, everything re-placed
+    assert refit["placed"] == refit["candidates"] >= 4
+    late = [c for c in stored(tmp_path) if c.valid][refit["candidates"]:]
+    assert late
+    for c in late:  # first axis: the rescaled judge score; second: the node count
+        assert 0.0 <= c.descriptor[0] <= 1.0 and c.descriptor[1] == code_metrics(c.text)["nodes"]
 
 
 @pytest.mark.slow
