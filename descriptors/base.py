@@ -98,7 +98,9 @@ class Fitted(Protocol):
 
 
 def is_fitted_kind(descriptor: Any) -> bool:
-    """True if ``descriptor`` implements :class:`Fitted`."""
+    """True if ``descriptor`` implements :class:`Fitted` (a :class:`Combined`: if any part does)."""
+    if isinstance(descriptor, Combined):
+        return any(is_fitted_kind(p) for p in descriptor.parts)
     return all(callable(getattr(descriptor, m, None)) for m in ("needs_fit", "fit", "state_dict", "load_state_dict"))
 
 

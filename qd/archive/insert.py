@@ -88,6 +88,21 @@ def insert(
         The new state (on device) and an InsertResult of host (numpy) arrays of
         length B. Inside other jitted code use :func:`insert_batch` instead.
     """
+    batch = padded_batch(state, island, descriptor, fitness, genome_id, valid)
+    new_state, packed = _insert_packed(spec, state, *batch, float(learning_rate))
+    return new_state, unpack_result(packed, np.asarray(fitness).size)
+
+
+def padded_batch(
+    state: ArchiveState,
+    island: jax.Array | int,
+    descriptor: jax.Array,
+    fitness: jax.Array,
+    genome_id: jax.Array,
+    valid: jax.Array | None,
+) -> tuple[np.ndarray, ...]:
+    """Host arrays (island, descriptor, fitness, genome_id, valid) padded to
+    :func:`padded_size`; padding rows are invalid, so they never enter."""
     fitness = np.asarray(fitness, np.float32).reshape(-1)
     n = fitness.shape[0]
     size = padded_size(n)
@@ -103,20 +118,23 @@ def insert(
         return out
 
     dim = state.descriptor.shape[-1]
-    new_state, packed = _insert_packed(
-        spec,
-        state,
+    return (
         padded(island, np.int32, 0),
         padded(np.asarray(descriptor, np.float32).reshape(n, dim), np.float32, 0.0),
         padded(fitness, np.float32, -np.inf),
         padded(genome_id, np.int32, -1),
         padded(True if valid is None else valid, np.bool_, False),
-        float(learning_rate),
     )
-    # One device->host transfer for all five arrays (each transfer costs ~35 us on
-    # CPU); slicing on the host is free, while device slices would each dispatch.
+
+
+def unpack_result(packed: jax.Array, n: int) -> InsertResult:
+    """The InsertResult of the first ``n`` candidates from the packed i32[>=5, B] rows.
+
+    One device->host transfer for all arrays (each transfer costs ~35 us on CPU);
+    slicing on the host is free, while device slices would each dispatch.
+    """
     packed = np.asarray(packed)[:, :n]
-    return new_state, InsertResult(
+    return InsertResult(
         status=packed[0],
         improvement=packed[1].view(np.float32),
         cell=packed[2],

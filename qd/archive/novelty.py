@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from qd.archive.insert import InsertResult, padded_size
+from qd.archive.insert import InsertResult, padded_batch, unpack_result
 from qd.archive.state import ArchiveState, init
 
 # Block sizes of the k-NN search, measured on XLA:CPU (1,024 queries x 100k x 384-D,
@@ -436,39 +436,14 @@ def novelty_insert(
 
     ``state`` is donated. Batches are padded as for cell archives (few compiles).
     """
-    fitness = np.asarray(fitness, np.float32).reshape(-1)
-    n = fitness.shape[0]
-    size = padded_size(n)
-
-    def padded(x, dtype, fill):
-        x = np.asarray(x, dtype)
-        if x.ndim == 0:
-            return np.full(size, x, dtype)
-        out = np.full((size, *x.shape[1:]), fill, dtype)
-        out[:n] = x
-        return out
-
-    new_state, packed = _insert_packed(
-        spec,
-        state,
-        padded(island, np.int32, 0),
-        padded(np.asarray(descriptor, np.float32).reshape(n, spec.descriptor_dim), np.float32, 0.0),
-        padded(fitness, np.float32, np.nan),
-        padded(genome_id, np.int32, -1),
-        padded(True if valid is None else valid, np.bool_, False),
-    )
-    packed = np.asarray(packed)[:, :n]
-    result = InsertResult(
-        status=packed[0],
-        improvement=packed[1].view(np.float32),
-        cell=packed[2],
-        displaced_id=packed[3],
-        is_elite=packed[4].astype(bool),
-    )
-    return new_state, result, packed[5].view(np.float32)
+    batch = padded_batch(state, island, descriptor, fitness, genome_id, valid)
+    new_state, packed = _insert_packed(spec, state, *batch)
+    n = np.asarray(fitness).size
+    packed = np.asarray(packed)[:, :n]  # one transfer: the result rows and the novelty row
+    return new_state, unpack_result(packed, n), packed[5].view(np.float32)
 
 
-# ------------------------------------------------------------------- dispatch
+# ------------------------------------------------------------------- rebuild
 
 
 def novelty_rebuild(
