@@ -10,8 +10,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -111,10 +113,16 @@ def _ids_json(ids: Sequence[int]) -> str:
 
 
 class Store:
-    """Append-only candidate store at ``path`` (created if missing)."""
+    """Append-only candidate store at ``path`` (created if missing).
+
+    One connection is shared by the engine's threads (commits, describer caches,
+    judges), so every statement runs under one lock: sqlite3's connection-level
+    transaction state is not thread-safe.
+    """
 
     def __init__(self, path: str | Path, readonly: bool = False):
         self.path = Path(path)
+        self._lock = threading.RLock()
         if readonly:
             if not self.path.exists():
                 raise FileNotFoundError(f"store: no store at {self.path}")
@@ -128,7 +136,17 @@ class Store:
             self._db.commit()
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock, self._db:
+            yield self._db
+
+    def _rows(self, sql: str, params: Sequence = ()) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, params).fetchall()
 
     def __enter__(self) -> "Store":
         return self
@@ -151,9 +169,9 @@ class Store:
             )
             for c in candidates
         ]
-        with self._db:
+        with self._transaction() as db:
             start = self._next_id()
-            self._db.executemany(
+            db.executemany(
                 f"INSERT INTO candidates (id, {', '.join(_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})",
                 [(start + i, *row) for i, row in enumerate(rows)],
@@ -164,26 +182,26 @@ class Store:
         return ids
 
     def _next_id(self) -> int:
-        (last,) = self._db.execute("SELECT COALESCE(MAX(id), -1) FROM candidates").fetchone()
+        ((last,),) = self._rows("SELECT COALESCE(MAX(id), -1) FROM candidates")
         return last + 1
 
     def add_migrations(self, after_id: int, genome_id: Iterable[int], island: Iterable[int]) -> None:
         """Records elites copied between islands, so ``rebuild`` can replay them."""
-        with self._db:
-            self._db.executemany(
+        with self._transaction() as db:
+            db.executemany(
                 "INSERT INTO migrations (after_id, genome_id, island) VALUES (?, ?, ?)",
                 [(int(after_id), int(g), int(i)) for g, i in zip(genome_id, island)],
             )
 
     def set_meta(self, key: str, value: object) -> None:
-        with self._db:
-            self._db.execute(
+        with self._transaction() as db:
+            db.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value))
             )
 
     def get_meta(self, key: str, default: object = None) -> object:
-        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return default if row is None else json.loads(row[0])
+        rows = self._rows("SELECT value FROM meta WHERE key = ?", (key,))
+        return default if not rows else json.loads(rows[0][0])
 
     def cache_get(self, kind: str, keys: Sequence[str]) -> dict[str, bytes]:
         """Cached values (embeddings, judge answers) of ``kind`` for the keys present."""
@@ -191,16 +209,16 @@ class Store:
         keys = list(dict.fromkeys(keys))
         for start in range(0, len(keys), 900):
             chunk = keys[start : start + 900]
-            found.update(self._db.execute(
+            found.update(self._rows(
                 f"SELECT key, value FROM cache WHERE kind = ? AND key IN ({', '.join('?' * len(chunk))})",
                 (kind, *chunk),
-            ).fetchall())
+            ))
         return found
 
     def cache_put(self, kind: str, values: dict[str, bytes]) -> None:
         """Adds derived values (kept across resumes, so re-describing is cheap)."""
-        with self._db:
-            self._db.executemany(
+        with self._transaction() as db:
+            db.executemany(
                 "INSERT OR REPLACE INTO cache (kind, key, value) VALUES (?, ?, ?)",
                 [(kind, k, v) for k, v in values.items()],
             )
@@ -209,32 +227,32 @@ class Store:
         """Records similarity judgments (anchor, first, second, closer) by candidate id;
         ``closer`` is 0 if the anchor is closer to ``first``, 1 if to ``second``."""
         now = time.time()
-        with self._db:
-            self._db.executemany(
+        with self._transaction() as db:
+            db.executemany(
                 "INSERT INTO judgments (created, anchor, first, second, closer, source) VALUES (?, ?, ?, ?, ?, ?)",
                 [(now, int(a), int(b), int(c), int(k), source) for a, b, c, k in rows],
             )
 
     def count_judgments(self) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM judgments").fetchone()[0]
+        return self._rows("SELECT COUNT(*) FROM judgments")[0][0]
 
     def judgments(self) -> np.ndarray:
         """i64[N, 4]: every judgment as (anchor, first, second, closer), oldest first."""
-        rows = self._db.execute("SELECT anchor, first, second, closer FROM judgments ORDER BY seq").fetchall()
+        rows = self._rows("SELECT anchor, first, second, closer FROM judgments ORDER BY seq")
         return np.asarray(rows, np.int64).reshape(-1, 4)
 
     def llm_usage(self, after_id: int = -1) -> dict[str, float]:
         """LLM calls (candidates with a model), tokens and cost of rows newer than ``after_id``."""
-        calls, tokens_in, tokens_out, cost = self._db.execute(
+        ((calls, tokens_in, tokens_out, cost),) = self._rows(
             "SELECT COUNT(model), COALESCE(SUM(tokens_in), 0), COALESCE(SUM(tokens_out), 0), "
             "COALESCE(SUM(cost), 0) FROM candidates WHERE id > ?", (after_id,),
-        ).fetchone()
+        )
         return {"calls": calls, "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost}
 
     def count(self, valid: bool = False) -> int:
         """Stored candidates (only the valid ones if ``valid``)."""
         where = " WHERE valid = 1" if valid else ""
-        return self._db.execute(f"SELECT COUNT(*) FROM candidates{where}").fetchone()[0]
+        return self._rows(f"SELECT COUNT(*) FROM candidates{where}")[0][0]
 
     def last_id(self) -> int:
         return self._next_id() - 1
@@ -247,25 +265,25 @@ class Store:
         found: dict[int, Candidate] = {}
         for chunk_start in range(0, len(ids), 900):
             chunk = ids[chunk_start : chunk_start + 900]
-            cursor = self._db.execute(
+            for row in self._rows(
                 f"SELECT id, {', '.join(_COLUMNS)} FROM candidates WHERE id IN "
                 f"({', '.join('?' * len(chunk))})",
                 chunk,
-            )
-            for row in cursor:
+            ):
                 found[row[0]] = _candidate(row)
         missing = [i for i in ids if i not in found]
         if missing:
             raise KeyError(f"store: no candidate with id {missing[0]}")
         return [found[i] for i in ids]
 
-    def iter(self, after_id: int = -1) -> Iterable[Candidate]:
-        cursor = self._db.execute(
-            f"SELECT id, {', '.join(_COLUMNS)} FROM candidates WHERE id > ? ORDER BY id",
-            (after_id,),
-        )
-        for row in cursor:
-            yield _candidate(row)
+    def iter(self, after_id: int = -1, page: int = 1000) -> Iterable[Candidate]:
+        """Candidates newer than ``after_id`` in id order, read a page at a time."""
+        while rows := self._rows(
+            f"SELECT id, {', '.join(_COLUMNS)} FROM candidates WHERE id > ? ORDER BY id LIMIT ?",
+            (after_id, page),
+        ):
+            yield from map(_candidate, rows)
+            after_id = rows[-1][0]
 
     def placements(self, after_id: int = -1, descriptor_dim: int | None = None) -> dict[str, np.ndarray]:
         """Every archive offer in history order: stored candidates and recorded migrations.
@@ -274,16 +292,16 @@ class Store:
         ``descriptor`` f32[N, D], ``valid`` bool — what ``qd.archive.rebuild`` takes.
         Only candidates with ``id > after_id`` (and migrations after them) are included.
         """
-        rows = self._db.execute(
+        rows = self._rows(
             "SELECT id, island, fitness, descriptor, valid FROM candidates WHERE id > ? ORDER BY id",
             (after_id,),
-        ).fetchall()
-        migrants = self._db.execute(
+        )
+        migrants = self._rows(
             "SELECT m.after_id, m.genome_id, m.island, c.fitness, c.descriptor, c.valid "
             "FROM migrations m JOIN candidates c ON c.id = m.genome_id "
             "WHERE m.after_id > ? ORDER BY m.seq",
             (after_id,),
-        ).fetchall()
+        )
         order = [(2 * r[0], r[0], r[1], r[2], r[3], r[4]) for r in rows]
         order += [(2 * m[0] + 1, m[1], m[2], m[3], m[4], m[5]) for m in migrants]
         order.sort(key=lambda r: r[0])

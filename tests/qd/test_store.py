@@ -69,3 +69,23 @@ def test_placements_interleave_migrations_in_history_order(tmp_path):
 def test_readonly_missing_store_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no store at"):
         Store(tmp_path / "nope.sqlite", readonly=True)
+
+
+def test_threads_share_one_store_without_breaking_transactions(tmp_path):
+    # The engine commits candidates in one thread while describers cache embeddings
+    # and judge answers in others, all on the same connection.
+    from concurrent.futures import ThreadPoolExecutor
+
+    def commit(i: int) -> None:
+        store.add([make(i), make(i)])
+
+    def cache(i: int) -> None:
+        store.cache_put("k", {f"{i}.{j}": b"x" for j in range(20)})
+        assert store.cache_get("k", [f"{i}.0"]) == {f"{i}.0": b"x"}
+
+    with Store(tmp_path / "s.sqlite") as store, ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(commit if i % 2 else cache, i) for i in range(400)]
+        for f in futures:
+            f.result()
+        assert store.count() == 400 and len(store.cache_get("k", [f"{i}.3" for i in range(0, 400, 2)])) == 200
+        assert [c.id for c in store.iter(page=7)] == list(range(400))
