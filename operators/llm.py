@@ -31,14 +31,15 @@ _FEEDBACK_CHARS = 600  # evaluator feedback shown: head and tail (tracebacks end
 _METRICS_CHARS = 200
 _INSPIRATION_CHARS = 1200  # per inspiration's code
 
-# template name -> (placeholders it must use, placeholders it may use)
+# template name -> (placeholders it must use, placeholders it may use). ``$instruction`` is
+# "" or one line ending in a newline (``Instruction: ...\n``): put it at the start of a line.
 _FIELDS: dict[str, tuple[set[str], set[str]]] = {
     "system": (set(), {"language"}),
     "program": ({"code"}, {"label", "score", "metrics", "feedback", "language", "code"}),
-    "rewrite": ({"parent"}, {"task", "language", "parent", "rules"}),
-    "diff": ({"parent"}, {"task", "language", "parent", "rules"}),
-    "crossover": ({"parents"}, {"task", "language", "parents", "rules"}),
-    "inspiration": ({"parent", "inspirations"}, {"task", "language", "parent", "inspirations", "rules"}),
+    "rewrite": ({"parent"}, {"task", "language", "parent", "rules", "instruction"}),
+    "diff": ({"parent"}, {"task", "language", "parent", "rules", "instruction"}),
+    "crossover": ({"parents"}, {"task", "language", "parents", "rules", "instruction"}),
+    "inspiration": ({"parent", "inspirations"}, {"task", "language", "parent", "inspirations", "rules", "instruction"}),
 }
 _SHAPES = {"rewrite": 1, "diff": 1, "crossover": 2, "inspiration": 1}  # operator -> parents per child
 _RULES = (
@@ -82,6 +83,8 @@ class PromptContext:
     island: int = 0
     sample_index: int = 0  # unique per child in the run: the client's cache key and seed
     rng: np.random.Generator | None = None  # model choice; None: the client's default
+    model: str | None = None  # the scheduler's choice; overrides ``rng``
+    instruction: str | None = None  # a mutation instruction (``operators.meta``) shown in the prompt
 
 
 class ChatClient(Protocol):
@@ -101,8 +104,11 @@ class ChatClient(Protocol):
     ) -> Any: ...
 
 
-def load_templates(overrides: dict[str, str] | None = None) -> dict[str, Template]:
-    """All prompt templates, the defaults replaced by ``overrides`` (name -> file path).
+def load_templates(
+    overrides: dict[str, str] | None = None,
+    fields: dict[str, tuple[set[str], set[str]]] = _FIELDS,
+) -> dict[str, Template]:
+    """All prompt templates named in ``fields``, the defaults replaced by ``overrides`` (name -> file path).
 
     Raises:
         ValueError: ``templates.<name>: ...`` for an unknown template name, an
@@ -110,11 +116,11 @@ def load_templates(overrides: dict[str, str] | None = None) -> dict[str, Templat
             missing one the prompt needs (e.g. a rewrite template without ``$parent``).
     """
     overrides = dict(overrides or {})
-    unknown = sorted(set(overrides) - set(_FIELDS))
+    unknown = sorted(set(overrides) - set(fields))
     if unknown:
-        raise ValueError(f"templates.{unknown[0]}: unknown template (use one of {sorted(_FIELDS)})")
+        raise ValueError(f"templates.{unknown[0]}: unknown template (use one of {sorted(fields)})")
     templates = {}
-    for name, (required, allowed) in _FIELDS.items():
+    for name, (required, allowed) in fields.items():
         path = Path(overrides.get(name) or PROMPTS / f"{name}.txt")
         try:
             template = Template(path.read_text(encoding="utf-8"))
@@ -152,7 +158,9 @@ class LLMOperator:
     async def __call__(self, parents: list[Parent], inspirations: list[Parent], context: PromptContext) -> list[Child]:
         if len(parents) != self.num_parents:
             raise ValueError(f"{self.name}: needs {self.num_parents} parent(s), got {len(parents)}")
-        model = self.client.pick_model(context.rng) if context.rng is not None else None
+        model = context.model
+        if model is None and context.rng is not None:
+            model = self.client.pick_model(context.rng)
         first = parents[0]
         if self.name == "diff":
             child = await self._ask("diff", self._prompt("diff", parents, [], context), model, context,
@@ -214,7 +222,9 @@ class LLMOperator:
         """The chat messages: system, then the operator's template filled in."""
         t, lang = self.templates, context.language
         rules = _RULES if layout(parents[0].text).marked else ""
-        fields = {"task": context.task.strip(), "language": lang, "rules": rules}
+        instruction = " ".join((context.instruction or "").split())  # one line, whatever it was given
+        fields = {"task": context.task.strip(), "language": lang, "rules": rules,
+                  "instruction": f"Instruction: {instruction}\n" if instruction else ""}
         if kind == "crossover":
             fields["parents"] = "\n\n".join(
                 self._show(f"Program {'AB'[i]}", p, lang, p.text) for i, p in enumerate(parents)

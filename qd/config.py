@@ -84,13 +84,66 @@ class DescriptorConf:
 class IslandsConf:
     count: int = 1
     topology: str = "ring"  # ring | random | complete
-    migrate_every: int = 0  # insert batches between migrations; 0 = off
-    migrants: int = 1  # top-k elites sent per island
+    migrate_every: int = 0  # insertions offered to an island between its migrations; 0 = off
+    migrants: int = 1  # top-k elites (never migrants themselves) copied per island
+    reset_patience: int = 0  # insertions without a new best before the weakest half is reset; 0 = off
+    # Per island (one entry each, or empty = the global mix): operator label -> weight,
+    # and model -> weight. Fixed weights: they need scheduler=fixed.
+    mix: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    models: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class SelectConf:
+    parents: str = "uniform"  # uniform | fitness | curiosity | novelty
+    inspirations: str = "uniform"  # uniform | top | distant | islands
+    temperature: float = 1.0  # curiosity: softmax temperature over curiosity scores
+    k: int = 5  # novelty: neighbours averaged
+
+
+@dataclasses.dataclass
+class SchedulerConf:
+    rule: str = "fixed"  # fixed (the configured weights) | ucb1 | thompson | epsilon_greedy
+    arms: str = "operators"  # operators | operators_models: one arm per (operator, model)
+    cost: str = "calls"  # what credit is divided by: calls | tokens | usd (numeric tasks: evaluations)
+    c: float = 1.4142135623730951  # ucb1 exploration
+    epsilon: float = 0.1  # epsilon_greedy
+    decay: float = 1.0  # discount of old statistics per update (1 = none)
+
+
+@dataclasses.dataclass
+class MetaConf:
+    enabled: bool = False  # co-evolve the mutation instructions shown to LLM operators
+    size: int = 12  # instructions kept
+    evolve_every: int = 8  # instruction uses between two LLM mutations of an instruction
+    hyper: bool = False  # also mutate the prompt that mutates instructions
+    seeds: list[str] = dataclasses.field(default_factory=list)  # first instructions; empty = built-in
+    model: Optional[str] = None  # model that mutates instructions; None = the run's
+
+
+@dataclasses.dataclass
+class GateConf:
+    enabled: bool = False  # skip evaluating children too similar to their island's elites or parent
+    threshold: float = 1.0  # cosine at or above which a child is rejected (1: MiniLM cannot tell them apart)
+    against: list[str] = dataclasses.field(default_factory=lambda: ["elites", "parents"])
+    resample: int = 0  # times a rejected child may be asked for again
+
+
+@dataclasses.dataclass
+class CycleConf:
+    # Empty: off. Otherwise the task's metrics that take turns being the quality
+    # (CycleQD); the others are the descriptor axes, with these ranges and bins.
+    metrics: list[str] = dataclasses.field(default_factory=list)
+    lower: list[float] = dataclasses.field(default_factory=list)
+    upper: list[float] = dataclasses.field(default_factory=list)
+    bins: list[int] = dataclasses.field(default_factory=list)
+    every: int = 1_000  # insertions per phase
 
 
 @dataclasses.dataclass
 class OperatorConf:
     name: str = MISSING  # numeric: gaussian | isoline; LLM: rewrite | diff | crossover | inspiration
+    label: Optional[str] = None  # names the arm (two entries may share an operator with other templates)
     weight: float = 1.0
     sigma: Optional[float] = None  # gaussian step size
     iso_sigma: Optional[float] = None  # isoline isotropic step
@@ -177,6 +230,11 @@ class Config:
     archive: ArchiveConf = dataclasses.field(default_factory=ArchiveConf)
     descriptor: DescriptorConf = dataclasses.field(default_factory=DescriptorConf)
     islands: IslandsConf = dataclasses.field(default_factory=IslandsConf)
+    select: SelectConf = dataclasses.field(default_factory=SelectConf)
+    scheduler: SchedulerConf = dataclasses.field(default_factory=SchedulerConf)
+    meta: MetaConf = dataclasses.field(default_factory=MetaConf)
+    gate: GateConf = dataclasses.field(default_factory=GateConf)
+    cycle: CycleConf = dataclasses.field(default_factory=CycleConf)
     operators: OperatorsConf = dataclasses.field(default_factory=OperatorsConf)
     runner: RunnerConf = dataclasses.field(default_factory=RunnerConf)
     llm: LLMConf = dataclasses.field(default_factory=LLMConf)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import functools
 import json
 import math
 import signal
@@ -36,14 +37,21 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from descriptors.base import Item, is_fitted_kind
-from qd import archive, checkpoint
+from qd import archive, checkpoint, select
+from qd import islands as island_ops
 from qd.errors import CheckpointError
+from qd.gate import DuplicateIndex, rejected, reuse
 from qd.llm import LLMError
 from qd.progress import RunProgress
+from qd.scheduler import make_bandit
+from qd.scheduler import load_state_dict as load_bandit
+from qd.scheduler import state_dict as bandit_arrays
 from qd.store import Candidate, Store
+from qd.strategy import Arm, Strategy, child_credit, proposal_cost
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,21 +70,62 @@ class Budget:
     max_cost: float | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class Migration:
-    every: int = 0  # insert batches between migrations; 0 = never
-    topology: str = "ring"
-    migrants: int = 1
+_OWN_ARRAYS = ("bandit.", "islands.", "curiosity.")  # checkpoint arrays that are not the describer's
 
 
 @jax.jit
-def _proposal_keys(key: jax.Array, log_weights: jax.Array) -> tuple[jax.Array, ...]:
-    """One dispatch for all of a proposal's randomness: next key, operator index,
-    a seed for the task's initial genomes, and keys for sampling and the operator."""
-    key, choice_key, seed_key, sample_key, op_key = jax.random.split(key, 5)
-    choice = jax.random.categorical(choice_key, log_weights)
+def _proposal_keys(key: jax.Array) -> tuple[jax.Array, ...]:
+    """One dispatch for all of a proposal's randomness: next key, arm choice, a seed
+    for the task's initial genomes and the prompts, and keys for parents,
+    inspirations and the operator."""
+    key, arm_key, seed_key, parent_key, inspire_key, op_key = jax.random.split(key, 6)
     seed = jax.random.randint(seed_key, (), 0, 2**31 - 1)
-    return key, choice, seed, sample_key, op_key
+    return key, arm_key, seed, parent_key, inspire_key, op_key
+
+
+def _pad(x: Any, size: int) -> np.ndarray:
+    """``x`` (leading axis B) zero-padded to ``size`` rows: jitted bookkeeping compiles once per size."""
+    x = np.asarray(x)
+    return np.concatenate([x, np.zeros((size - len(x), *x.shape[1:]), x.dtype)])
+
+
+def _sample_index(child: int, attempt: int = 0, stream: int = 0) -> int:
+    """A run-unique index per LLM call (the client's cache key and sampling seed):
+    ``child`` for a child's first answer; gate resamples and instruction mutations
+    get their own ranges above 2**32."""
+    return child if attempt == 0 and stream == 0 else ((stream * 1024 + attempt) << 32) | child
+
+
+@dataclasses.dataclass
+class _Draft:
+    """An operator's child before evaluation, and where it came from."""
+
+    child: Any  # operators.llm.Child, or a _Seed
+    parent_ids: list[int]
+    instruction: int | None = None  # meta instruction shown in its prompt
+    rejection: dict[str, Any] | None = None  # the candidate's fields when the novelty gate turned it away
+    resample: bool = False  # asked again after a rejection (an extra LLM call)
+
+    @property
+    def usable(self) -> bool:
+        return self.child.text is not None and self.rejection is None
+
+
+@dataclasses.dataclass
+class _Proposal:
+    """A finished proposal: its candidates, and what the commit credits.
+
+    ``parents`` is i64[B, 2]: (island, cell) of each candidate's first parent,
+    -1 for seeds; ``instructions`` the meta instruction id behind each candidate.
+    ``fits`` is the describer fit count it was described under (None if unfitted).
+    """
+
+    candidates: list[Candidate]
+    fits: int | None
+    arm: int | None  # None for seed proposals (no arm was pulled)
+    parents: np.ndarray
+    instructions: list[int | None]
+    resamples: int = 0  # gate resamples among the candidates (reserved LLM calls)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,11 +168,11 @@ class Engine:
     Args:
         task: initial genomes and evaluator (a numeric ``Task`` or a ``TextTask``).
         spec: archive tessellation (GridSpec / CVTSpec).
-        operators: (operator, weight) pairs. A numeric operator is an async callable
-            ``op(key, parents f32[B, k, n], context) -> f32[B, n]``; an LLM operator
-            is ``op(parents, inspirations, context) -> list[Child]`` (parents and
-            inspirations are store ``Candidate``s). Both have ``name`` and
-            ``num_parents``; LLM ones also ``num_inspirations``.
+        operators: the arms, as ``qd.strategy.Arm``s or (operator, weight) pairs. A
+            numeric operator is an async callable ``op(key, parents f32[B, k, n],
+            context) -> f32[B, n]``; an LLM operator is ``op(parents, inspirations,
+            context) -> list[Child]``. Both have ``name`` and ``num_parents``; LLM
+            ones also ``num_inspirations``.
         evaluator: async ``evaluator(genomes) -> Evaluation``.
         run_dir: holds ``store.sqlite``, ``checkpoints/`` and ``events.jsonl``.
         llm: the run's ``qd.llm.LLMClient`` (text tasks); its ledger feeds the
@@ -132,6 +181,8 @@ class Engine:
             (rounded up to whole proposals of ``batch_size``).
         describer: a ``descriptors.base.Descriptor`` placing text candidates (None:
             the task's own descriptors). Its ``dim`` must match ``spec``.
+        strategy: islands, selection, scheduler, meta-prompts, novelty gate and
+            cyclic objectives (``qd.strategy``; the default is plain MAP-Elites).
     """
 
     def __init__(
@@ -151,11 +202,11 @@ class Engine:
         learning_rate: float = 1.0,
         threshold_min: float = -math.inf,
         qd_offset: float = 0.0,
-        migration: Migration = Migration(),
         progress: bool = True,
         llm: Any = None,
         initial_population: int = 8,
         describer: Any = None,
+        strategy: Strategy = Strategy(),
     ):
         self.task, self.spec, self.evaluator, self.llm = task, spec, evaluator, llm
         self.describer, self.seed = describer, seed
@@ -163,17 +214,21 @@ class Engine:
         self._closers: list[Any] = []
         self._seed_proposals = max(1, -(-initial_population // batch_size))
         self._seeding = np.zeros(islands, np.int64)  # seed proposals in flight per island
-        self.operators = [op for op, _ in operators]
-        weights = np.asarray([w for _, w in operators], np.float64)
+        self.arms = [a if isinstance(a, Arm) else Arm(a[0], None, float(a[1])) for a in operators]
+        weights = np.asarray([a.weight for a in self.arms], np.float64)
         if len(weights) == 0 or np.any(weights < 0) or weights.sum() <= 0:
             raise ValueError("operators.mix: need at least one operator with a positive weight")
-        self._log_weights = np.log(weights / weights.sum()).astype(np.float32)
+        self.strategy = strategy
+        self._bandits = strategy.scheduler or (make_bandit("fixed", len(self.arms), weights=weights),)
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.islands, self.batch_size, self.in_flight = islands, batch_size, in_flight
         self.budget, self.checkpoint_every = budget, checkpoint_every
-        self.learning_rate, self.qd_offset, self.migration = learning_rate, qd_offset, migration
+        self.learning_rate, self.qd_offset = learning_rate, qd_offset
         self.store = Store(self.run_dir / "store.sqlite")
+        self._duplicates = DuplicateIndex(self.store)
+        self.meta = strategy.meta(self.store) if strategy.meta is not None else None
+        self.gate = strategy.gate(self.store) if strategy.gate is not None else None
         if callable(getattr(describer, "attach", None)):
             describer.attach(self.store, llm)
         self._events = _open_events(self.run_dir / "events.jsonl")
@@ -183,33 +238,62 @@ class Engine:
         self.stop_reason: str | None = None  # set when the run stops on an error
 
         loaded = checkpoint.load(self._ckpt_dir)
+        saved: dict[str, np.ndarray] = {}
         if loaded is None:
-            self.state = archive.init(spec, islands, spec.descriptor_dim, threshold_min)
+            if strategy.cycle is not None:
+                self.spec = strategy.cycle.spec(0)
+            self.state = archive.init(self.spec, islands, self.spec.descriptor_dim, threshold_min)
             self.key = jax.random.key(seed)
             self.counters = {
                 "batches": 0, "last_id": -1, "elapsed": 0.0, "proposals": 0, "llm_calls": 0, "fits": 0,
+                "insertions": 0,
             }
         else:
             self.state, self.key, self.counters = loaded
-            for name in ("proposals", "llm_calls", "fits"):
+            for name in ("proposals", "llm_calls", "fits", "insertions"):
                 self.counters.setdefault(name, 0)
+            saved = checkpoint.load_arrays(self._ckpt_dir)
             if self._fitted and self.counters["fits"]:
-                describer.load_state_dict(checkpoint.load_arrays(self._ckpt_dir))
+                describer.load_state_dict({k: v for k, v in saved.items() if not k.startswith(_OWN_ARRAYS)})
                 self._use_describer_cells()
-            if self.state.fitness.shape != (islands, spec.num_cells):
+            if strategy.cycle is not None:
+                self.spec = strategy.cycle.spec(self._phase())
+            if self.state.fitness.shape != (islands, self.spec.num_cells):
                 raise CheckpointError(
                     f"checkpoint in {self._ckpt_dir} holds {self.state.fitness.shape[0]} islands x "
                     f"{self.state.fitness.shape[1]} cells but the config asks for {islands} x "
-                    f"{spec.num_cells}; resume with the run's own config.yaml"
+                    f"{self.spec.num_cells}; resume with the run's own config.yaml"
                 )
-        self._count = self.store.count()
-        self._valid_count = self.store.count(valid=True)
+        self._restore_strategy(saved)
+        self._count = self.store.count(kind=task.kind)
+        self._valid_count = self.store.count(valid=True, kind=task.kind)
         self._genomes = self._empty_genome_table()
         self._replay_store()
         self._fill_genome_table()
         self._stats = jax.device_get(archive.stats(self.state, qd_offset))
 
     # ----- resume -------------------------------------------------------------
+
+    def _restore_strategy(self, saved: dict[str, np.ndarray]) -> None:
+        """Scheduler, island and curiosity state from the checkpoint's arrays (fresh if absent)."""
+        def part(prefix: str) -> dict[str, np.ndarray]:
+            return {k[len(prefix):]: v for k, v in saved.items() if k.startswith(prefix)}
+
+        self._bandit_states = [
+            load_bandit(part(f"bandit.{j}."), len(self.arms)) if part(f"bandit.{j}.") else b.init(len(self.arms))
+            for j, b in enumerate(self._bandits)
+        ]
+        shape = (self.islands, self.spec.num_cells)
+        isl, cur = part("islands."), part("curiosity.")
+        self.istate = (island_ops.IslandState(**isl) if isl and isl["migrant"].shape == shape
+                       else island_ops.init(*shape))
+        self.curiosity = (select.Curiosity(**cur) if cur and cur["score"].shape == shape
+                          else select.curiosity_init(*shape))
+        if self.meta is not None and self.counters.get("meta"):
+            self.meta.load_state_dict(self.counters["meta"])
+
+    def _phase(self) -> int:
+        return self.strategy.cycle.phase(self.counters["insertions"])
 
     def _replay_store(self) -> None:
         """Inserts every store row (and migration) newer than the checkpoint."""
@@ -224,13 +308,13 @@ class Engine:
             ledger.tokens_out += usage["tokens_out"]
             ledger.cost += usage["cost"]
         offers = self.store.placements(after, self.spec.descriptor_dim)
-        if len(offers["id"]):
-            self.state, _ = archive.insert(
-                self.spec, self.state, offers["island"], offers["descriptor"],
-                offers["fitness"], offers["id"], offers["valid"], self.learning_rate,
-            )
+        if len(offers["id"]) or len(offers["reset"]):
+            # Islands reset after the checkpoint restart empty; then one batched insert.
+            self.state, self.istate, _ = island_ops.replay(
+                self.spec, self.state, self.istate, offers, self.learning_rate)
             self.counters["last_id"] = self.store.last_id()
             self.counters["batches"] += 1
+            self.counters["insertions"] += len(offers["id"])
 
     def _empty_genome_table(self) -> np.ndarray:
         """Host table of each elite: [I, C, n] floats, or [I, C] store Candidates (text)."""
@@ -281,34 +365,67 @@ class Engine:
         stored candidate is lost; then a checkpoint holds the new fitted state.
         """
         started = time.monotonic()
-        stored = [c for c in self.store.iter() if c.valid and c.text is not None]
+        stored = [c for c in self.store.iter() if c.valid and c.kind == "text"]
         items = [Item(c.text, c.fitness, c.metrics, c.id) for c in stored]
         await self.describer.fit(items, np.random.default_rng([self.seed, self.counters["fits"]]))
         self.counters["fits"] += 1
         self._use_describer_cells()
         out = await self.describer.describe(items)
-        row = {c.id: j for j, c in enumerate(stored)}
+        fitness = np.asarray([c.fitness for c in stored], np.float32)
+        placed = self._rebuild([c.id for c in stored], fitness, out.values, out.valid)
+        self._log({"event": "refit", "fits": self.counters["fits"], "candidates": len(items), "placed": placed,
+                   "elites": int(self._stats.num_elites[-1]), "seconds": round(time.monotonic() - started, 3)})
+
+    def _rotate(self) -> None:
+        """CycleQD: the next metric becomes the quality; every stored candidate is re-scored."""
+        started = time.monotonic()
+        phase = self._phase()
+        stored = [c for c in self.store.iter() if c.kind == self.task.kind]
+        fitness, descriptor, valid, _ = self.strategy.cycle.score(
+            phase, [c.metrics for c in stored], [c.valid for c in stored])
+        self.spec = self.strategy.cycle.spec(phase)
+        placed = self._rebuild([c.id for c in stored], fitness, descriptor, valid)
+        self._log({"event": "rotate", "phase": phase, "quality": self.strategy.cycle.quality(phase),
+                   "candidates": len(stored), "placed": placed, "elites": int(self._stats.num_elites[-1]),
+                   "seconds": round(time.monotonic() - started, 3)})
+
+    def _rebuild(self, ids: list[int], fitness: Any, descriptor: Any, valid: Any) -> int:
+        """A fresh archive from every placement in the store's history (candidates,
+        migrations, resets) with these per-candidate values, in one batched insert;
+        then a checkpoint. Returns how many placements were valid."""
+        row = {int(i): j for j, i in enumerate(ids)}
         offers = self.store.placements(-1, self.spec.descriptor_dim)
-        at = np.asarray([row.get(int(i), -1) for i in offers["id"]], np.int64)
-        known = at >= 0
-        values = np.asarray(out.values, np.float32).reshape(len(items), self.spec.descriptor_dim)
-        descriptor = np.full((len(at), self.spec.descriptor_dim), np.nan, np.float32)
-        descriptor[known] = values[at[known]]
-        valid = offers["valid"] & known & np.asarray(out.valid, bool)[np.maximum(at, 0)]
+        dim, n = self.spec.descriptor_dim, len(ids)
+        # Row n is a placeholder for offers of candidates not among ``ids``: never placed.
+        take = np.asarray([row.get(int(i), n) for i in offers["id"]], np.int64)
+        offered = np.vstack([np.asarray(descriptor, np.float32).reshape(n, dim), np.full((1, dim), np.nan)])[take]
+        score = np.append(np.asarray(fitness, np.float32).reshape(-1), np.nan)[take].astype(np.float32)
+        ok = offers["valid"] & np.append(np.asarray(valid, bool).reshape(-1), False)[take]
         self.state = archive.rebuild(
-            self.spec, self.islands, offers["island"], descriptor, offers["fitness"], offers["id"],
-            valid, float(self.state.threshold_min), self.learning_rate,
+            self.spec, self.islands, offers["island"], offered, score, offers["id"],
+            ok, float(self.state.threshold_min), self.learning_rate,
         )
         self._genomes = self._empty_genome_table()
         self._fill_genome_table()
+        shape = (self.islands, self.spec.num_cells)
+        self.istate = island_ops.init(*shape)._replace(migrant=jnp.asarray(self._migrant_cells()))
+        self.curiosity = select.curiosity_init(*shape)  # cells mean something else now
         self._stats = jax.device_get(archive.stats(self.state, self.qd_offset))
         self._checkpoint()
-        event = {
-            "event": "refit", "time": time.time(), "fits": self.counters["fits"],
-            "candidates": len(items), "placed": int(np.sum(np.isfinite(descriptor).all(1) & valid)),
-            "elites": int(self._stats.num_elites[-1]), "seconds": round(time.monotonic() - started, 3),
-        }
-        self._events.write(json.dumps(event) + "\n")
+        return int(np.sum(np.isfinite(offered).all(1) & ok))
+
+    def _migrant_cells(self) -> np.ndarray:
+        """bool[I, C]: elites that live away from the island they were born on."""
+        out = np.zeros((self.islands, self.spec.num_cells), bool)
+        ids = np.asarray(self.state.genome_id)
+        island, cell = np.nonzero(ids >= 0)
+        if len(island) and self.islands > 1:
+            home = np.asarray([c.island for c in self.store.get(ids[island, cell])])
+            out[island, cell] = home != island
+        return out
+
+    def _log(self, event: dict[str, Any]) -> None:
+        self._events.write(json.dumps({**event, "time": time.time()}) + "\n")
         self._events.flush()
 
     # ----- the loop -----------------------------------------------------------
@@ -339,8 +456,12 @@ class Engine:
         self._started = time.monotonic() - self.counters["elapsed"]
         self._session_start, self._session_evals = time.monotonic(), self.evaluations
         self._progress = RunProgress(self.budget.max_evaluations, self._progress_enabled)
-        pending: collections.deque[tuple[asyncio.Future, int]] = collections.deque()
+        self._extra_calls = 0  # gate resamples started and not yet committed
+        pending: collections.deque[tuple[asyncio.Future, int, int, bool]] = collections.deque()
+        self._pending = pending
         try:
+            if self.strategy.cycle is not None and self.strategy.cycle.spec(self._phase()) != self.spec:
+                self._rotate()  # replayed insertions after the checkpoint crossed a phase
             while True:
                 self._refill(pending)
                 if not pending:
@@ -348,14 +469,14 @@ class Engine:
                 head, _, island, seeding = pending[0]
                 await asyncio.wait([head])
                 pending.popleft()
-                candidates, fits = head.result()
+                proposal = head.result()
                 if self.in_flight > 1:
                     # Refill first: new proposals run while this one is written (they
                     # sample the archive as it was before it, in every run alike).
-                    self._refill(pending, writing=len(candidates))
-                if fits is not None and fits != self.counters["fits"]:
-                    await self._describe(candidates)  # described before a refit: redo
-                await self._commit(candidates)
+                    self._refill(pending, writing=len(proposal.candidates))
+                if proposal.fits is not None and proposal.fits != self.counters["fits"]:
+                    await self._describe(proposal.candidates)  # described before a refit: redo
+                await self._commit(proposal)
                 self._seeding[island] -= seeding  # after the commit: its elites are parents now
         finally:
             for fut, *_ in pending:
@@ -377,10 +498,11 @@ class Engine:
         An empty island gets at most ``initial_population`` seed children in
         flight; later proposals for it wait for a commit that gives it parents
         (so a wide ``in_flight`` does not turn into hundreds of seeds).
-        ``writing`` counts finished candidates not yet in the store.
+        ``writing`` counts finished candidates not yet in the store. The arm is
+        chosen here, synchronously, so the choice sequence depends only on the seed.
         """
         while not self._should_stop() and len(pending) < self.in_flight:
-            size = self._next_size(sum(p[1] for p in pending) + writing)
+            size = self._next_size(self._uncommitted(writing))
             seq = self.counters["proposals"]
             island = seq % self.islands
             seeding = bool(self._stats.num_elites[island] == 0)
@@ -388,8 +510,18 @@ class Engine:
                 break
             self._seeding[island] += seeding
             self.counters["proposals"] += 1
-            fut = asyncio.ensure_future(self._propose(island, size, seq, seeding))
+            self.key, arm_key, seed, *keys = _proposal_keys(self.key)
+            b = self._bandit_of(island)
+            arm = int(self._bandits[b].choose(self._bandit_states[b], arm_key))
+            fut = asyncio.ensure_future(self._propose(island, size, seq, seeding, arm, int(seed), *keys))
             pending.append((fut, size, island, seeding))
+
+    def _uncommitted(self, writing: int = 0) -> int:
+        """Candidates started or finished but not yet in the store (budget reservations)."""
+        return sum(p[1] for p in self._pending) + writing + self._extra_calls
+
+    def _bandit_of(self, island: int) -> int:
+        return island if len(self._bandits) > 1 else 0
 
     def on_close(self, fn: Any) -> None:
         """Registers ``fn()`` to run at ``close`` (e.g. stopping the embedded LLM server)."""
@@ -427,40 +559,51 @@ class Engine:
         size = self.batch_size
         if self.budget.max_evaluations is not None:
             size = min(size, self.budget.max_evaluations - self.evaluations - in_flight_candidates)
-        if self.budget.max_llm_calls is not None and self.task.kind != "vector":
+        if self.task.kind != "vector":
             # Each LLM child is one call (a diff's rewrite fallback is a second child).
-            left = self.budget.max_llm_calls - self.counters["llm_calls"] - in_flight_candidates
-            size = min(size, left)
+            size = min(size, self._llm_calls_left(in_flight_candidates))
         return max(0, size)
+
+    def _llm_calls_left(self, in_flight_candidates: int) -> float:
+        if self.budget.max_llm_calls is None:
+            return math.inf
+        return self.budget.max_llm_calls - self.counters["llm_calls"] - in_flight_candidates
 
     def _split(self) -> jax.Array:
         self.key, sub = jax.random.split(self.key)
         return sub
 
+    def _parents(self, key: jax.Array, island: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """genome ids i64[n] and cells i64[n] of ``n`` parents drawn by the selection rule."""
+        s = self.strategy.selection
+        ids, cells = select.parents(self.state, key, island, n, s.parents, curiosity=self.curiosity,
+                                    temperature=s.temperature, k=s.k)
+        return np.asarray(ids, np.int64), np.asarray(cells, np.int64)
+
     async def _propose(
-        self, island: int, size: int, seq: int, seeding: bool
-    ) -> tuple[list[Candidate], int | None]:
-        """Children of one proposal, evaluated (and described), with the describer's
-        fit count they were described under (None if no fitted describer)."""
-        self.key, choice, seed, sample_key, op_key = _proposal_keys(self.key, self._log_weights)
-        op = self.operators[int(choice)]
+        self, island: int, size: int, seq: int, seeding: bool, arm: int, seed: int,
+        parent_key: jax.Array, inspire_key: jax.Array, op_key: jax.Array,
+    ) -> _Proposal:
+        """Children of one proposal, evaluated (and described)."""
+        op = self.arms[arm].operator
         if self.task.kind != "vector":
-            return await self._propose_text(op, island, size, seq, seeding, int(seed), sample_key)
+            return await self._propose_text(arm, island, size, seq, seeding, seed, parent_key, inspire_key)
+        parents = np.full((size, 2), -1, np.int64)
         if seeding:
             # An empty island starts from the task's initial genomes, varied once
             # (as pyribs's emitters start from x0 plus noise).
-            initial = self.task.initial(np.random.default_rng(int(seed)), size)
+            initial = self.task.initial(np.random.default_rng(seed), size)
             parent_ids = np.zeros((size, 0), np.int64)
-            parents = np.repeat(np.asarray(initial)[:, None], op.num_parents, axis=1)
-            genomes, name = await op(op_key, parents, {"island": island}), f"init+{op.name}"
+            genomes = np.repeat(np.asarray(initial)[:, None], op.num_parents, axis=1)
+            genomes, name = await op(op_key, genomes, {"island": island}), f"init+{op.name}"
         else:
-            ids, cells = archive.sample(self.state, sample_key, island, size * op.num_parents)
-            cells = np.asarray(cells).reshape(size, op.num_parents)
-            parent_ids = np.asarray(ids, np.int64).reshape(size, op.num_parents)
+            ids, cells = self._parents(parent_key, island, size * op.num_parents)
+            cells, parent_ids = cells.reshape(size, op.num_parents), ids.reshape(size, op.num_parents)
+            parents[:] = np.stack([np.full(size, island), cells[:, 0]], 1)
             genomes = await op(op_key, self._genomes[island, cells], {"island": island})
             name = op.name
         ev = await self.evaluator(genomes)
-        return [
+        candidates = [
             Candidate(
                 kind="vector", island=island, fitness=float(ev.fitness[j]),
                 descriptor=ev.descriptor[j], valid=bool(ev.valid[j]), vector=genomes[j],
@@ -469,33 +612,45 @@ class Engine:
                 error=ev.error[j] if ev.error else None,
             )
             for j in range(len(ev.fitness))
-        ], None
+        ]
+        return _Proposal(candidates, None, None if seeding else arm, parents, [None] * len(candidates))
 
     async def _propose_text(
-        self, op: Any, island: int, size: int, seq: int, seeding: bool, seed: int, sample_key: jax.Array
-    ) -> tuple[list[Candidate], int | None]:
-        """LLM children of sampled elites (or the task's seeds on an empty island), evaluated."""
+        self, arm: int, island: int, size: int, seq: int, seeding: bool, seed: int,
+        parent_key: jax.Array, inspire_key: jax.Array,
+    ) -> _Proposal:
+        """LLM children of selected elites (or the task's seeds on an empty island),
+        gated, deduplicated, evaluated and described."""
         if seeding:
             texts = self.task.initial(np.random.default_rng(seed), size)
-            children = [_Seed(text) for text in texts]
-            parent_ids: list[list[int]] = [[] for _ in texts]
+            drafts = [_Draft(_Seed(text), []) for text in texts]
+            parents = np.full((len(drafts), 2), -1, np.int64)
         else:
-            children, parent_ids = await self._llm_children(op, island, size, seq, seed, sample_key)
-        usable = [j for j, c in enumerate(children) if c.text is not None]
-        ev = await self.evaluator([children[j].text for j in usable]) if usable else None
-        at = {j: k for k, j in enumerate(usable)}
+            drafts, parents = await self._llm_children(arm, island, size, seq, seed, parent_key, inspire_key)
+        dup = self._duplicates.lookup([d.child.text if d.usable else None for d in drafts])
+        originals = dict(zip(dup.stored, self.store.get(dup.stored.values())))
+        todo = [j for j, d in enumerate(drafts) if d.usable and j not in dup]
+        ev = await self.evaluator([drafts[j].child.text for j in todo]) if todo else None
+        at = {j: k for k, j in enumerate(todo)}
         out = []
-        for j, child in enumerate(children):
-            k = at.get(j)
-            fields = dict(fitness=math.nan, descriptor=None, valid=False, error=child.error)
-            if k is not None:
+        for j, d in enumerate(drafts):
+            child, k = d.child, at.get(j)
+            if d.rejection is not None:
+                fields = d.rejection
+            elif j in originals:  # an exact duplicate: the stored evaluation, not a new one
+                fields = reuse(originals[j])
+            elif j in dup.earlier:
+                fields = reuse(out[dup.earlier[j]])
+            elif k is not None:
                 fields = dict(
                     fitness=float(ev.fitness[k]), descriptor=ev.descriptor[k], valid=bool(ev.valid[k]),
                     metrics=ev.metrics[k], error=ev.error[k], artifacts=ev.artifacts[k],
                     eval_seconds=ev.seconds[k],
                 )
+            else:
+                fields = dict(fitness=math.nan, descriptor=None, valid=False, error=child.error)
             out.append(Candidate(
-                kind="text", island=island, text=child.text, parent_ids=parent_ids[j],
+                kind="text", island=island, text=child.text, parent_ids=d.parent_ids,
                 operator=child.operator, model=child.model, prompt=child.prompt,
                 response=child.response, tokens_in=child.tokens_in, tokens_out=child.tokens_out,
                 cost=child.cost, **fields,
@@ -503,36 +658,95 @@ class Engine:
         fits = self.counters["fits"]
         if self.describer is not None:
             await self._describe(out)
-        return out, fits if self._fitted else None
+        return _Proposal(out, fits if self._fitted else None, None if seeding else arm, parents,
+                         [d.instruction for d in drafts], sum(d.resample for d in drafts))
 
     async def _llm_children(
-        self, op: Any, island: int, size: int, seq: int, seed: int, sample_key: jax.Array
-    ) -> tuple[list[Any], list[list[int]]]:
-        """One operator call per child, all at once; a dead LLM stops the run."""
-        per_child = op.num_parents + op.num_inspirations
-        _, cells = archive.sample(self.state, sample_key, island, size * per_child)
-        cells = np.asarray(cells).reshape(size, per_child)
-        calls, chosen = [], []
-        for j in range(size):
-            elites = [_parent(self._genomes[island, c]) for c in cells[j]]
-            chosen.append([int(p.id) for p in elites[: op.num_parents]])  # before a refit can move them
-            context = self.prompt_context(
-                island=island, sample_index=seq * self.batch_size + j,
-                rng=np.random.default_rng([seed, j]),
-            )
-            calls.append(op(elites[: op.num_parents], elites[op.num_parents:], context))
-        results = await asyncio.gather(*calls, return_exceptions=True)
-        children, parent_ids = [], []
+        self, arm: int, island: int, size: int, seq: int, seed: int, parent_key: jax.Array,
+        inspire_key: jax.Array,
+    ) -> tuple[list[_Draft], np.ndarray]:
+        """One operator call per child, all at once (plus gate resamples); a dead LLM stops the run.
+
+        Returns the drafts and i64[len, 2] (island, cell) of each one's first parent.
+        """
+        a, s = self.arms[arm], self.strategy.selection
+        op = a.operator
+        _, cells = self._parents(parent_key, island, size * op.num_parents)
+        cells = cells.reshape(size, op.num_parents)
+        if op.num_inspirations:
+            source, spot = (np.asarray(x, np.int64) for x in select.inspirations(
+                self.state, inspire_key, island, cells[:, 0], op.num_inspirations, s.inspirations))
+        elites = self._gate_elites(island)
+
+        async def child(j: int) -> list[_Draft]:
+            parents = [_parent(self._genomes[island, c]) for c in cells[j]]
+            ids = [int(p.id) for p in parents]  # now: a refit may move them before the answer
+            shown = [_parent(self._genomes[i, c]) for i, c in zip(source[j], spot[j]) if c >= 0] \
+                if op.num_inspirations else []
+            rng = np.random.default_rng([seed, j])
+            instruction = self.meta.pick(rng) if self.meta is not None else None
+            drafts: list[_Draft] = []
+            for attempt in range(1 + self._resamples()):
+                context = self.prompt_context(
+                    island=island, sample_index=_sample_index(seq * self.batch_size + j, attempt),
+                    rng=rng, model=a.model, instruction=instruction.text if instruction else None,
+                )
+                try:
+                    answers = await op(parents, shown, context)
+                except LLMError as err:
+                    if not drafts:
+                        raise
+                    self.request_stop(str(err))  # keep the rejected answers already paid for
+                    break
+                drafts += [_Draft(c, ids, instruction.id if instruction else None, resample=attempt > 0)
+                           for c in answers]
+                if not await self._gate(drafts[-len(answers):], parents, elites) or not self._may_resample():
+                    break
+            return drafts
+
+        results = await asyncio.gather(*(child(j) for j in range(size)), return_exceptions=True)
+        drafts, firsts = [], []
         for j, result in enumerate(results):
             if isinstance(result, LLMError):
                 self.request_stop(str(result))
                 continue
             if isinstance(result, BaseException):
                 raise result
-            for child in result:
-                children.append(child)
-                parent_ids.append(chosen[j])
-        return children, parent_ids
+            drafts += result
+            firsts += [(island, cells[j, 0])] * len(result)
+        return drafts, np.asarray(firsts, np.int64).reshape(-1, 2)
+
+    def _resamples(self) -> int:
+        gate = self.gate
+        return gate.resample if gate is not None else 0
+
+    def _may_resample(self) -> bool:
+        """Reserves one more LLM call for a gate resample if the budgets leave room."""
+        if self._should_stop() or self._llm_calls_left(self._uncommitted()) < 1:
+            return False
+        self._extra_calls += 1
+        return True
+
+    def _gate_elites(self, island: int) -> list[Candidate]:
+        """The island's elites as the gate compares with them (none if it does not)."""
+        gate = self.gate
+        if gate is None or "elites" not in gate.against:
+            return []
+        filled = np.flatnonzero(np.asarray(self.state.genome_id[island]) >= 0)
+        return [self._genomes[island, c] for c in filled]
+
+    async def _gate(self, drafts: list[_Draft], parents: list[Any], elites: list[Candidate]) -> bool:
+        """Marks drafts too close to the island's elites or their parents; True if any was."""
+        gate = self.gate
+        usable = [d for d in drafts if d.usable]
+        if gate is None or not usable:
+            return False
+        verdicts = await gate.check([d.child.text for d in usable], [[p.text for p in parents]] * len(usable),
+                                    [e.text for e in elites])
+        for d, v in zip(usable, verdicts):
+            if v.rejected:
+                d.rejection = rejected(v, [p.id for p in parents], [e.id for e in elites])
+        return any(v.rejected for v in verdicts)
 
     def prompt_context(self, **fields: Any) -> Any:
         """What an LLM operator is told about the task besides its parents."""
@@ -540,25 +754,29 @@ class Engine:
 
         return PromptContext(task=self.task.description, language=self.task.language, **fields)
 
-
-    async def _commit(self, candidates: list[Candidate]) -> None:
+    async def _commit(self, proposal: _Proposal) -> None:
+        candidates = proposal.candidates
         if not candidates:
             return
+        if self.strategy.cycle is not None:
+            self._score_cycle(candidates)
         # Committed before it counts; SQLite releases the GIL, so proposals in flight
         # keep running while the batch is written.
         ids = np.asarray(await asyncio.to_thread(self.store.add, candidates))
+        self._duplicates.remember(candidates)
         self._count += len(ids)
         self._valid_count += sum(c.valid for c in candidates)
         self.counters["llm_calls"] += sum(c.model is not None for c in candidates)
+        self._extra_calls -= proposal.resamples
         island = np.asarray([c.island for c in candidates], np.int32)
+        fitness = np.asarray([c.fitness for c in candidates], np.float32)
+        valid = np.asarray([c.valid for c in candidates])
         descriptor = np.stack([
             c.descriptor if c.descriptor is not None else np.full(self.spec.descriptor_dim, np.nan, np.float32)
             for c in candidates
         ])
         self.state, result = archive.insert(
-            self.spec, self.state, island, descriptor,
-            np.asarray([c.fitness for c in candidates], np.float32), ids,
-            np.asarray([c.valid for c in candidates]), self.learning_rate,
+            self.spec, self.state, island, descriptor, fitness, ids, valid, self.learning_rate,
         )
         won = np.flatnonzero(np.asarray(result.is_elite))
         cells = np.asarray(result.cell)
@@ -566,37 +784,132 @@ class Engine:
             self._genomes[island[j], cells[j]] = self._elite_entry(candidates[j])
         self.counters["last_id"] = int(ids[-1])
         self.counters["batches"] += 1
-        if self.migration.every and self.counters["batches"] % self.migration.every == 0:
-            self._migrate()
+        phase = self._phase() if self.strategy.cycle is not None else None
+        self.counters["insertions"] += len(candidates)
+        credit = self._credit(proposal, result, fitness)
+        if self.islands > 1:
+            self._record(island, result)
+            self._island_dynamics()
         self._stats = jax.device_get(archive.stats(self.state, self.qd_offset))
-        self._write_event(len(candidates), result)
-        if self._fitted and self.describer.needs_fit(self._valid_count):
+        self._write_event(len(candidates), result, credit)
+        if phase is not None and self._phase() != phase:
+            self._rotate()  # checkpoints
+        elif self._fitted and self.describer.needs_fit(self._valid_count):
             await self.refit()  # checkpoints
         elif self.counters["batches"] % self.checkpoint_every == 0:
             self._checkpoint()
+        if self.meta is not None and self.meta.due() and not self._should_stop() \
+                and self._llm_calls_left(self._uncommitted()) >= 2:
+            await self._evolve_instructions()  # (2: a hyper-mutation turn makes two calls)
 
-    def _migrate(self) -> None:
-        m = archive.select_migrants(
-            self.state, self._split(), self.migration.topology, self.migration.migrants
-        )
+    def _score_cycle(self, candidates: list[Candidate]) -> None:
+        """CycleQD: fitness and descriptors from the metrics, in the current phase."""
+        fitness, descriptor, valid, errors = self.strategy.cycle.score(
+            self._phase(), [c.metrics for c in candidates], [c.valid for c in candidates])
+        for c, f, d, ok, error in zip(candidates, fitness, descriptor, valid, errors):
+            c.fitness, c.descriptor = float(f), d
+            if error is not None:
+                c.valid, c.error = False, error
+
+    def _credit(self, proposal: _Proposal, result: archive.InsertResult,
+                fitness: np.ndarray) -> dict[str, Any] | None:
+        """Pays the arm, the parents' curiosity and the instructions in archive improvement."""
+        gain = child_credit(result, fitness, self.qd_offset)
+        if self.strategy.selection.parents == "curiosity":
+            self._curiosity(proposal, result)
+        meta = self.meta
+        if meta is not None:
+            for instruction, g in zip(proposal.instructions, gain):
+                if instruction is not None:
+                    meta.credit(instruction, float(g))
+        if proposal.arm is None:
+            return None
+        cost = proposal_cost(proposal.candidates, self.strategy.cost)
+        b = self._bandit_of(int(proposal.candidates[0].island))
+        if cost > 0 and self.strategy.scheduler is not None:  # the default fixed weights learn nothing
+            self._bandit_states[b] = self._bandits[b].update(
+                self._bandit_states[b], proposal.arm, float(gain.sum()), cost)
+        return {"arm": self.arms[proposal.arm].name, "credit": round(float(gain.sum()), 6), "cost": cost}
+
+    def _record(self, island: np.ndarray, result: archive.InsertResult) -> None:
+        """Island bookkeeping of one insert."""
+        pad = functools.partial(_pad, size=archive.padded_size(len(island)))
+        self.istate = island_ops.record(self.istate, self.state, pad(island), jax.tree_util.tree_map(pad, result),
+                                        pad(np.ones(len(island), bool)))
+
+    def _curiosity(self, proposal: _Proposal, result: archive.InsertResult) -> None:
+        """+1 to each parent still in its cell whose child entered, -0.5 if it did not;
+        cells that a new genome entered start again from 0."""
+        pad = functools.partial(_pad, size=archive.padded_size(len(proposal.candidates)))
+        island, cell = np.maximum(proposal.parents, 0).T
+        first = np.asarray([c.parent_ids[0] if len(c.parent_ids) else -1 for c in proposal.candidates])
+        still = (proposal.parents[:, 0] >= 0) & (np.asarray(self.state.genome_id)[island, cell] == first)
+        entered = np.asarray(result.is_elite)
+        self.curiosity = select.curiosity_update(self.curiosity, pad(island), pad(cell), pad(entered), pad(still))
+        self.curiosity = select.curiosity_reset(
+            self.curiosity, pad(np.asarray([c.island for c in proposal.candidates])), pad(result.cell), pad(entered))
+
+    def _island_dynamics(self) -> None:
+        """Migration (islands due to send) and the stagnation reset, both jitted over islands."""
+        policy = self.strategy.islands
+        if policy.migrate_every and int(jnp.max(self.istate.since_migration)) >= policy.migrate_every:
+            self.state, self.istate, m, result = island_ops.migrate(
+                self.spec, self.state, self.istate, self._split(), policy.topology, policy.migrants,
+                policy.migrate_every, self.learning_rate)
+            self._copy_elites(m, result)
+        if policy.reset_patience and int(self.istate.stale) >= policy.reset_patience:
+            self.state, self.istate, reset, m, result = island_ops.reset_stagnant(
+                self.spec, self.state, self.istate, self._split(), policy.reset_patience, self.learning_rate)
+            reset = np.asarray(reset)
+            if reset.any():
+                self.store.add_reset(self.counters["last_id"], np.flatnonzero(reset))
+                self._genomes[reset] = self._empty_genome_table()[reset]
+                self._copy_elites(m, result)
+                self._log({"event": "reset", "islands": np.flatnonzero(reset).tolist(),
+                           "reseeded_from": np.asarray(m.source_island)[np.asarray(m.valid)].tolist()})
+                self._checkpoint()
+
+    def _copy_elites(self, m: archive.Migrants, result: archive.InsertResult) -> None:
+        """Records copies between islands in the store and the host genome table."""
         valid = np.asarray(m.valid)
         self.store.add_migrations(
-            self.counters["last_id"], np.asarray(m.genome_id)[valid], np.asarray(m.island)[valid]
-        )
+            self.counters["last_id"], np.asarray(m.genome_id)[valid], np.asarray(m.island)[valid])
         genomes = self._genomes[np.asarray(m.source_island), np.asarray(m.source_cell)]
-        self.state, result = archive.insert(
-            self.spec, self.state, m.island, m.descriptor, m.fitness, m.genome_id, m.valid,
-            self.learning_rate,
-        )
         target, cells = np.asarray(m.island), np.asarray(result.cell)
-        for j in np.flatnonzero(np.asarray(result.is_elite)):
+        entered = np.asarray(result.is_elite) & valid
+        for j in np.flatnonzero(entered):
             self._genomes[target[j], cells[j]] = genomes[j]
+        if self.strategy.selection.parents == "curiosity":  # a new genome in a cell starts at 0
+            pad = functools.partial(_pad, size=archive.padded_size(len(target)))
+            self.curiosity = select.curiosity_reset(self.curiosity, pad(target), pad(cells), pad(entered))
+
+    async def _evolve_instructions(self) -> None:
+        """One LLM mutation of the instruction population (stored like any candidate)."""
+        index = _sample_index(self.counters["batches"], 0, stream=2)
+        rng = np.random.default_rng([self.seed, 7, self.counters["batches"]])
+        calls = self.llm.ledger.calls
+        try:
+            child = await self.meta.evolve(self.llm, rng, index, model=self.strategy.meta_model)
+        except LLMError as err:
+            self.request_stop(str(err))
+            return
+        finally:
+            self.counters["llm_calls"] += self.llm.ledger.calls - calls
+        self._log({"event": "meta", "child": None if child is None else child.id,
+                   "parent": None if child is None else child.parent_id, "failures": self.meta.failures,
+                   "members": [[m.id, m.uses, round(m.mean, 6)] for m in self.meta.members]})
 
     def _checkpoint(self) -> None:
         self.counters["elapsed"] = self._elapsed()
         if self.llm is not None:
             self.counters["llm"] = self.llm.ledger.as_dict()
-        arrays = self.describer.state_dict() if self._fitted and self.counters["fits"] else None
+        if self.meta is not None:
+            self.counters["meta"] = self.meta.state_dict()
+        arrays = dict(self.describer.state_dict()) if self._fitted and self.counters["fits"] else {}
+        for j, state in enumerate(self._bandit_states):
+            arrays.update({f"bandit.{j}.{k}": v for k, v in bandit_arrays(state).items()})
+        arrays.update({f"islands.{k}": np.asarray(v) for k, v in self.istate._asdict().items()})
+        arrays["curiosity.score"] = np.asarray(self.curiosity.score)
         checkpoint.save(self._ckpt_dir, self.state, self.key, self.counters, arrays)
 
     # ----- reporting ------------------------------------------------------------
@@ -643,7 +956,7 @@ class Engine:
             f"tokens={ledger.tokens_in + ledger.tokens_out} cost=${ledger.cost:.4f}"
         )
 
-    def _write_event(self, batch: int, result: archive.InsertResult) -> None:
+    def _write_event(self, batch: int, result: archive.InsertResult, credit: dict[str, Any] | None) -> None:
         event = {
             "step": self.counters["batches"],
             "time": time.time(),
@@ -651,6 +964,7 @@ class Engine:
             "batch": batch,
             "added": int(np.sum(np.asarray(result.status) > 0)),
             "evals_per_s": round(self._rate(), 2),
+            **(credit or {}),
         }
         self._events.write(json.dumps(event) + "\n")
         self._events.flush()

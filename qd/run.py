@@ -20,8 +20,9 @@ from qd import archive
 from qd.config import Config, register
 from qd.errors import CheckpointError, ConfigError
 from qd.evaluator import InProcessEvaluator, PoolEvaluator, SandboxEvaluator
-from qd.loop import Budget, Engine, Migration
+from qd.loop import Budget, Engine
 from qd.paths import conf_dir
+from qd.strategy_config import build_arms, build_cycle, build_strategy, check_strategy, operator_labels
 from qd.task import load_task
 
 register()
@@ -65,6 +66,10 @@ def build_describer(cfg: DictConfig, task: Any) -> Any:
 
 def _geometry(cfg: DictConfig, task: Any, describer: Any) -> Geometry:
     a = cfg.archive
+    cycle = build_cycle(cfg)
+    if cycle is not None:  # the first phase's axes; the engine re-grids at each rotation
+        g = cycle.spec(0)
+        return Geometry(g.descriptor_dim, list(g.bins), list(g.lower), list(g.upper), source="cycle")
     if describer is None:
         return Geometry(task.descriptor_dim, list(a.bins), list(a.lower), list(a.upper))
     from descriptors import axis_bins
@@ -193,6 +198,8 @@ def check_config(cfg: DictConfig) -> tuple[Any, Any, Geometry]:
     if task.kind != "vector":
         _check_llm(cfg)
     build_operators(cfg, task)
+    operator_labels(cfg)
+    check_strategy(cfg, task, describer)
     return task, describer, geometry
 
 
@@ -310,17 +317,17 @@ def build_engine(cfg: DictConfig, run_dir: Path) -> Engine:
         client = build_llm(cfg, run_dir, stack) if task.kind != "vector" else None
         evaluator = _build_evaluator(cfg, task)
         stack.callback(getattr(evaluator, "close", lambda: None))
+        arms = build_arms(cfg, build_operators(cfg, task, client), operator_labels(cfg))
         engine = Engine(
-            task=task, spec=build_spec(cfg, run_dir, geometry), operators=build_operators(cfg, task, client),
+            task=task, spec=build_spec(cfg, run_dir, geometry), operators=arms,
             evaluator=evaluator, run_dir=run_dir, islands=cfg.islands.count,
             batch_size=r.batch_size, in_flight=r.in_flight,
             budget=Budget(r.max_evaluations, r.max_seconds, r.max_llm_calls, r.max_tokens, r.max_cost),
             checkpoint_every=r.checkpoint_every, seed=cfg.seed,
             learning_rate=cfg.archive.learning_rate, threshold_min=cfg.archive.threshold_min,
             qd_offset=cfg.archive.qd_offset,
-            migration=Migration(cfg.islands.migrate_every, cfg.islands.topology, cfg.islands.migrants),
             progress=r.progress, llm=client, initial_population=r.initial_population,
-            describer=describer,
+            describer=describer, strategy=build_strategy(cfg, arms, task),
         )
         engine.on_close(stack.pop_all().close)
     return engine

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+RESET_ID = -1  # genome_id of a reset marker in the migrations table
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS candidates (
     id INTEGER PRIMARY KEY,
@@ -193,6 +195,13 @@ class Store:
                 [(int(after_id), int(g), int(i)) for g, i in zip(genome_id, island)],
             )
 
+    def add_reset(self, after_id: int, islands: Iterable[int]) -> None:
+        """Records that ``islands`` were emptied after candidate ``after_id`` (rows of the
+        ``migrations`` table with genome_id -1), so replays drop what they held before.
+        Record a reset before the migrations that reseed those islands."""
+        islands = [int(i) for i in islands]
+        self.add_migrations(after_id, [RESET_ID] * len(islands), islands)
+
     def set_meta(self, key: str, value: object) -> None:
         with self._transaction() as db:
             db.execute(
@@ -249,10 +258,10 @@ class Store:
         )
         return {"calls": calls, "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost}
 
-    def count(self, valid: bool = False) -> int:
-        """Stored candidates (only the valid ones if ``valid``)."""
-        where = " WHERE valid = 1" if valid else ""
-        return self._rows(f"SELECT COUNT(*) FROM candidates{where}")[0][0]
+    def count(self, valid: bool = False, kind: str | None = None) -> int:
+        """Stored candidates (only the valid ones if ``valid``; only this ``kind`` if given)."""
+        where = " AND valid = 1" if valid else ""
+        return self._rows(f"SELECT COUNT(*) FROM candidates WHERE kind = COALESCE(?, kind){where}", (kind,))[0][0]
 
     def last_id(self) -> int:
         return self._next_id() - 1
@@ -288,22 +297,40 @@ class Store:
     def placements(self, after_id: int = -1, descriptor_dim: int | None = None) -> dict[str, np.ndarray]:
         """Every archive offer in history order: stored candidates and recorded migrations.
 
+        History order: candidate ``id`` sits at ``2 * id``; the migrations and resets
+        recorded after it at ``2 * id + 1``, in the order they were recorded. An offer
+        to an island that a later reset emptied is left out, and resets are not offers.
+
         Returns arrays of length N: ``id`` i64, ``island`` i32, ``fitness`` f32,
-        ``descriptor`` f32[N, D], ``valid`` bool — what ``qd.archive.rebuild`` takes.
-        Only candidates with ``id > after_id`` (and migrations after them) are included.
+        ``descriptor`` f32[N, D], ``valid`` bool — what ``qd.archive.rebuild`` takes —
+        and ``migrated`` bool (the offer is a migration or reseed, not a new
+        candidate); plus ``reset`` i32[K], the sorted islands reset in the range.
+        Only candidates with ``id > after_id`` (and migrations and resets after them)
+        are included. To resume from a state checkpointed at ``after_id``, empty the
+        ``reset`` islands first (``qd.archive.reset``), then insert the offers
+        (``qd.islands.replay`` does both).
         """
         rows = self._rows(
             "SELECT id, island, fitness, descriptor, valid FROM candidates WHERE id > ? ORDER BY id",
             (after_id,),
         )
         migrants = self._rows(
-            "SELECT m.after_id, m.genome_id, m.island, c.fitness, c.descriptor, c.valid "
+            "SELECT m.seq, m.after_id, m.genome_id, m.island, c.fitness, c.descriptor, c.valid "
             "FROM migrations m JOIN candidates c ON c.id = m.genome_id "
             "WHERE m.after_id > ? ORDER BY m.seq",
             (after_id,),
         )
-        order = [(2 * r[0], r[0], r[1], r[2], r[3], r[4]) for r in rows]
-        order += [(2 * m[0] + 1, m[1], m[2], m[3], m[4], m[5]) for m in migrants]
+        resets = self._rows(
+            "SELECT seq, after_id, island FROM migrations WHERE genome_id = ? AND after_id > ?",
+            (RESET_ID, after_id),
+        )
+        # Each row: (history position, id, island, fitness, descriptor, valid, migrated).
+        order = [((2 * r[0], 0), *r, False) for r in rows]
+        order += [((2 * m[1] + 1, m[0]), *m[2:], True) for m in migrants]
+        last_reset: dict[int, tuple[int, int]] = {}
+        for seq, after, island in resets:
+            last_reset[island] = max(last_reset.get(island, (-1, -1)), (2 * after + 1, seq))
+        order = [r for r in order if r[0] > last_reset.get(r[2], (-1, -1))]
         order.sort(key=lambda r: r[0])
         dim = descriptor_dim
         descriptors = []
@@ -323,6 +350,8 @@ class Store:
             "fitness": np.array([np.nan if r[3] is None else r[3] for r in order], np.float32),
             "descriptor": desc.astype(np.float32),
             "valid": np.array([bool(r[5]) for r in order], bool),
+            "migrated": np.array([r[6] for r in order], bool),
+            "reset": np.array(sorted(last_reset), np.int32),
         }
 
 

@@ -1,6 +1,7 @@
 """Insert and rebuild for any archive kind: cells (grid, CVT) or novelty.
 
-The engine calls these two and never asks which kind of archive it has.
+The engine calls these and never asks which kind of archive it has; jitted code
+(island migration and resets) uses the traceable :func:`insert_batch`.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import numpy as np
 
 from qd.archive.insert import InsertResult
 from qd.archive.insert import insert as cell_insert
+from qd.archive.insert import insert_batch as cell_insert_batch
 from qd.archive.insert import rebuild as cell_rebuild
-from qd.archive.novelty import NoveltySpec, novelty_insert, novelty_rebuild
+from qd.archive.novelty import NoveltySpec, novelty_insert, novelty_insert_batch, novelty_rebuild
 from qd.archive.state import ArchiveState
 
 
@@ -31,6 +33,23 @@ def insert(
     if isinstance(spec, NoveltySpec):
         return novelty_insert(spec, state, island, descriptor, fitness, genome_id, valid)[:2]
     return cell_insert(spec, state, island, descriptor, fitness, genome_id, valid, learning_rate)
+
+
+def insert_batch(
+    spec,
+    state: ArchiveState,
+    island: jax.Array,
+    descriptor: jax.Array,
+    fitness: jax.Array,
+    genome_id: jax.Array,
+    valid: jax.Array,
+    learning_rate: float = 1.0,
+) -> tuple[ArchiveState, InsertResult]:
+    """The traceable :func:`insert` (no padding, no donation), for use inside other
+    jitted code: dispatches on the spec's type at trace time."""
+    if isinstance(spec, NoveltySpec):
+        return novelty_insert_batch(spec, state, island, descriptor, fitness, genome_id, valid)[:2]
+    return cell_insert_batch(spec, state, island, descriptor, fitness, genome_id, valid, learning_rate)
 
 
 def rebuild(

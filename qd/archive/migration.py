@@ -23,7 +23,8 @@ class Migrants(NamedTuple):
 
     Attributes:
         source_island, source_cell, island (target): i32[M]; descriptor f32[M, D];
-        fitness f32[M]; genome_id i32[M]; valid bool[M] (False for empty sources).
+        fitness f32[M]; genome_id i32[M]; valid bool[M] (False for empty, ineligible
+        or non-sending sources).
     """
 
     source_island: jax.Array
@@ -54,11 +55,26 @@ def _targets(key: jax.Array, num_islands: int, topology: str) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
-def select_migrants(state: ArchiveState, key: jax.Array, topology: str, k: int) -> Migrants:
-    """The top-``k`` elites of every island, addressed to its targets."""
+def select_migrants(
+    state: ArchiveState,
+    key: jax.Array,
+    topology: str,
+    k: int,
+    eligible: jax.Array | None = None,
+    sending: jax.Array | None = None,
+) -> Migrants:
+    """The top-``k`` elites of every island, addressed to its targets.
+
+    Args:
+        eligible: bool[I, C]; only these cells' elites may be sent (default all),
+            so an island can keep received migrants from travelling on.
+        sending: bool[I]; islands that send this time (default all). The others'
+            migrants are in the result with ``valid`` False.
+    """
     _check_topology(topology)
     num_islands = state.num_islands
-    top_fitness, top_cell = jax.lax.top_k(state.fitness, k)  # [I, k]
+    fitness = state.fitness if eligible is None else jnp.where(eligible, state.fitness, -jnp.inf)
+    _, top_cell = jax.lax.top_k(fitness, k)  # [I, k]
     targets = _targets(key, num_islands, topology)  # [I, T]
     num_targets = targets.shape[1]
     source = jnp.arange(num_islands, dtype=jnp.int32)[:, None]
@@ -68,6 +84,11 @@ def select_migrants(state: ArchiveState, key: jax.Array, topology: str, k: int) 
         return x.reshape(-1, *x.shape[3:])
 
     genome_id = state.genome_id[source, top_cell]
+    valid = genome_id >= 0
+    if eligible is not None:
+        valid &= eligible[source, top_cell]
+    if sending is not None:
+        valid &= sending[:, None]
     return Migrants(
         source_island=fan_out(jnp.broadcast_to(source, top_cell.shape)),
         source_cell=fan_out(top_cell.astype(jnp.int32)),
@@ -75,9 +96,9 @@ def select_migrants(state: ArchiveState, key: jax.Array, topology: str, k: int) 
         .reshape(-1)
         .astype(jnp.int32),
         descriptor=fan_out(state.descriptor[source, top_cell]),
-        fitness=fan_out(top_fitness),
+        fitness=fan_out(state.fitness[source, top_cell]),
         genome_id=fan_out(genome_id),
-        valid=fan_out(genome_id >= 0),
+        valid=fan_out(valid),
     )
 
 

@@ -1,6 +1,6 @@
-"""Embedding descriptors: the real model's geometry, the cache, the fit schedule, resume and CVT cells.
+"""Embedding descriptors: the real model's geometry and long texts, the cache, the fit schedule, resume, CVT cells.
 
-Only the geometry test loads all-MiniLM-L6-v2; the rest use a fake encoder (a
+Only the tests marked slow load all-MiniLM-L6-v2; the rest use a fake encoder (a
 seeded unit vector per text) so they check this module's logic, not the model.
 """
 
@@ -10,9 +10,13 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from descriptors.base import Item, is_fitted_kind
-from descriptors.embedding import CACHE_KIND, DIM, EmbeddingCache, EmbeddingDescriptor, Encoder, model_path
+from descriptors.embedding import (
+    _OVERLAP, CACHE_KIND, DIM, EmbeddingCache, EmbeddingDescriptor, Encoder, _model, _windows, model_path,
+)
 from qd.store import Store
 
 PAIRS = [  # (anchor, paraphrase)
@@ -97,6 +101,72 @@ def test_real_model_places_paraphrases_closer_than_unrelated_texts():
     for i in range(len(PAIRS)):
         unrelated = [np.linalg.norm(za[i] - x) for x in zu]
         assert np.linalg.norm(za[i] - zp[i]) < np.median(unrelated), (PAIRS[i], unrelated)
+
+
+# A function_fit-style program of 353 word pieces; EDITED changes one constant in its last line.
+LONG = "import math\n\n\ndef f(x):\n    \"\"\"A piecewise fit: one polynomial per interval of x.\"\"\"\n" + "".join(
+    f"    if x < {-3.0 + 0.25 * i:.2f}:\n"
+    f"        return {0.1 * i:.1f} * x * x + {0.5 - 0.05 * i:.2f} * x + {2.0 + 0.01 * i:.2f}\n"
+    for i in range(1, 13)) + "    return x * x + 0.5 * x + 2.0\n"
+EDITED = LONG.replace("+ 2.0\n", "+ 2.5\n")
+
+
+@pytest.mark.slow
+def test_real_model_sees_an_edit_past_the_truncation_and_short_texts_are_unchanged():
+    model = _model("cpu")
+    assert len(model.tokenizer(LONG, add_special_tokens=False, verbose=False)["input_ids"]) > 300
+    assert EDITED != LONG and EDITED[:-12] == LONG[:-12]
+    truncated = model.encode([LONG, EDITED], convert_to_numpy=True, normalize_embeddings=True)
+    assert float(truncated[0] @ truncated[1]) > 1 - 1e-6  # the model alone cannot tell them apart
+
+    short = [*PAIRS[0], UNRELATED[0]]
+    emb = Encoder(batch_size=8).encode([LONG, *short, EDITED])
+    np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-6)
+    assert float(emb[0] @ emb[-1]) < 1 - 1e-5  # below the novelty gate's float tolerance
+    assert float(emb[0] @ emb[-1]) > 0.999  # still the nearest of neighbours
+    plain = model.encode(short, batch_size=8, convert_to_numpy=True, normalize_embeddings=True)
+    np.testing.assert_allclose(emb[1:-1], plain, atol=1e-6)
+
+
+def _labelled(word_sizes):
+    """A text of words made of labelled pieces ("p0|p1 p2"), with its offsets and word ids."""
+    parts, offsets, word_ids, at, k = [], [], [], 0, 0
+    for w, n in enumerate(word_sizes):
+        for j in range(n):
+            piece = f"{'|' if j else ' ' if parts else ''}p{k}"
+            parts.append(piece)
+            offsets.append((at + len(piece) - len(f"p{k}"), at + len(piece)))
+            word_ids.append(w)
+            at += len(piece)
+            k += 1
+    return "".join(parts), offsets, word_ids
+
+
+@settings(max_examples=60, deadline=None)
+@given(word_sizes=st.lists(st.integers(1, 12), min_size=1, max_size=120), size=st.integers(40, 100))
+def test_windows_cover_the_text_at_word_starts_with_bounded_overlap(word_sizes, size):
+    text, offsets, word_ids = _labelled(word_sizes)
+    windows = _windows(text, offsets, word_ids, size)
+    pieces = [[int(p[1:]) for p in w.replace("|", " ").split()] for w, _ in windows]
+    n = len(offsets)
+    if n <= size:
+        assert windows == [(text, n)]
+        return
+    assert pieces[0][0] == 0 and pieces[-1][-1] == n - 1
+    word_starts = {k for k in range(n) if k == 0 or word_ids[k] != word_ids[k - 1]} | {n}
+    for (w, count), ks in zip(windows, pieces):
+        assert ks == list(range(ks[0], ks[-1] + 1)) and count == len(ks) <= size  # contiguous, within the limit
+        assert ks[0] in word_starts and ks[-1] + 1 in word_starts  # whole words only
+    for a, b in zip(pieces, pieces[1:]):
+        assert a[0] < b[0] <= a[-1] + 1 and a[-1] + 1 - b[0] <= _OVERLAP  # no gap, overlap at most _OVERLAP
+
+
+def test_a_word_longer_than_a_window_is_cut_inside_it():
+    text, offsets, word_ids = _labelled([3, 130, 2])
+    windows = _windows(text, offsets, word_ids, 50)
+    pieces = [[int(p[1:]) for p in w.replace("|", " ").split()] for w, _ in windows]
+    assert all(count == len(ks) <= 50 for (_, count), ks in zip(windows, pieces))
+    assert sorted({k for ks in pieces for k in ks}) == list(range(135))
 
 
 def test_cache_encodes_each_text_once_and_survives_reopening_the_store(tmp_path):
