@@ -70,9 +70,6 @@ class Budget:
     max_cost: float | None = None
 
 
-_OWN_ARRAYS = ("bandit.", "islands.", "curiosity.")  # checkpoint arrays that are not the describer's
-
-
 @jax.jit
 def _proposal_keys(key: jax.Array) -> tuple[jax.Array, ...]:
     """One dispatch for all of a proposal's randomness: next key, arm choice, a seed
@@ -81,6 +78,11 @@ def _proposal_keys(key: jax.Array) -> tuple[jax.Array, ...]:
     key, arm_key, seed_key, parent_key, inspire_key, op_key = jax.random.split(key, 6)
     seed = jax.random.randint(seed_key, (), 0, 2**31 - 1)
     return key, arm_key, seed, parent_key, inspire_key, op_key
+
+
+def _part(arrays: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """The checkpoint arrays under ``prefix`` (describer., bandit.J., islands., curiosity.), unprefixed."""
+    return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
 
 
 def _pad(x: Any, size: int) -> np.ndarray:
@@ -254,7 +256,7 @@ class Engine:
                 self.counters.setdefault(name, 0)
             saved = checkpoint.load_arrays(self._ckpt_dir)
             if self._fitted and self.counters["fits"]:
-                describer.load_state_dict({k: v for k, v in saved.items() if not k.startswith(_OWN_ARRAYS)})
+                describer.load_state_dict(_part(saved, "describer."))
                 self._use_describer_cells()
             if strategy.cycle is not None:
                 self.spec = strategy.cycle.spec(self._phase())
@@ -276,15 +278,13 @@ class Engine:
 
     def _restore_strategy(self, saved: dict[str, np.ndarray]) -> None:
         """Scheduler, island and curiosity state from the checkpoint's arrays (fresh if absent)."""
-        def part(prefix: str) -> dict[str, np.ndarray]:
-            return {k[len(prefix):]: v for k, v in saved.items() if k.startswith(prefix)}
-
         self._bandit_states = [
-            load_bandit(part(f"bandit.{j}."), len(self.arms)) if part(f"bandit.{j}.") else b.init(len(self.arms))
+            load_bandit(_part(saved, f"bandit.{j}."), len(self.arms)) if _part(saved, f"bandit.{j}.")
+            else b.init(len(self.arms))
             for j, b in enumerate(self._bandits)
         ]
         shape = (self.islands, self.spec.num_cells)
-        isl, cur = part("islands."), part("curiosity.")
+        isl, cur = _part(saved, "islands."), _part(saved, "curiosity.")
         self.istate = (island_ops.IslandState(**isl) if isl and isl["migrant"].shape == shape
                        else island_ops.init(*shape))
         self.curiosity = (select.Curiosity(**cur) if cur and cur["score"].shape == shape
@@ -905,7 +905,9 @@ class Engine:
             self.counters["llm"] = self.llm.ledger.as_dict()
         if self.meta is not None:
             self.counters["meta"] = self.meta.state_dict()
-        arrays = dict(self.describer.state_dict()) if self._fitted and self.counters["fits"] else {}
+        arrays = {}
+        if self._fitted and self.counters["fits"]:
+            arrays.update({f"describer.{k}": v for k, v in self.describer.state_dict().items()})
         for j, state in enumerate(self._bandit_states):
             arrays.update({f"bandit.{j}.{k}": v for k, v in bandit_arrays(state).items()})
         arrays.update({f"islands.{k}": np.asarray(v) for k, v in self.istate._asdict().items()})

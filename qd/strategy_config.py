@@ -109,8 +109,10 @@ def build_gate_settings(cfg: DictConfig) -> dict[str, Any] | None:
 
 
 def build_arms(cfg: DictConfig, operators: list[tuple[Any, float]], labels: list[str]) -> list[Arm]:
-    """One arm per operator entry, or per (entry, model) with ``scheduler.arms=operators_models``."""
-    by_model = cfg.scheduler.arms == "operators_models" and len(cfg.llm.models) > 1
+    """One arm per operator entry, or per (entry, model) with ``scheduler.arms=operators_models``
+    or per-island model weights (``islands.models``)."""
+    per_model = cfg.scheduler.arms == "operators_models" or bool(cfg.islands.models)
+    by_model = per_model and len(cfg.llm.models) > 1
     models = [(m.name, m.weight) for m in cfg.llm.models] if by_model else [(None, 1.0)]
     total = sum(w for _, w in models)
     return [Arm(op, model, weight * share / total, label)

@@ -101,7 +101,7 @@ def test_embedding_run_refits_and_a_resume_keeps_the_frozen_projection(tmp_path,
     # Every candidate committed after the last fit, before and after the resume, has the
     # descriptor the checkpointed (frozen) projection gives.
     frozen = EmbeddingDescriptor(refit_at=(6, 14))
-    frozen.load_state_dict({k.removeprefix("0."): v for k, v in state.items()})
+    frozen.load_state_dict({k.removeprefix("describer.0."): v for k, v in state.items() if k.startswith("describer.")})
     late = [c for c in stored(tmp_path) if c.valid and c.id > before[-1].id - 4]
     import asyncio
 
@@ -120,7 +120,7 @@ def test_cvt_in_embedding_space_fits_centroids_then_places_everything(tmp_path, 
     assert summary["descriptor"] == {"name": "embedding", "dim": 384, "fits": 1}
     (refit,) = refits(tmp_path)
     assert refit["placed"] == refit["candidates"] >= 6
-    centroids = checkpoint.load_arrays(tmp_path / "checkpoints")["0.centroids"]
+    centroids = checkpoint.load_arrays(tmp_path / "checkpoints")["describer.0.centroids"]
     assert centroids.shape == (16, 384)
     np.testing.assert_allclose(np.linalg.norm(centroids, axis=1), 1.0, atol=1e-5)
     assert summary["global"]["num_elites"] >= 2

@@ -243,3 +243,12 @@ def test_all_llm_strategies_together_on_the_real_llama_server(tmp_path, llama_se
     from qd import checkpoint
     saved = checkpoint.load_arrays(tmp_path / "checkpoints")
     assert float(saved["bandit.0.pulls"].sum()) == len(pulled)
+
+
+def test_per_island_models_send_each_island_to_its_own_model(tmp_path, scripted_llm):
+    server = scripted_llm([Rule("", lambda r: new_cells()(r))])
+    cfg = config(server.base_url, "llm.models=[{name: a}, {name: b}]", "islands.count=2",
+                 "islands.models=[{a: 1}, {b: 1}]", "runner.max_llm_calls=8")
+    run_config(cfg, tmp_path)
+    children = [c for c in stored(tmp_path) if c.model is not None]
+    assert len(children) == 8 and {(c.island, c.model) for c in children} == {(0, "a"), (1, "b")}
