@@ -81,9 +81,9 @@ def test_meta_prompt_credit_goes_to_the_instruction_whose_children_improved(tmp_
         return good(request) if "ALPHA" in prompt else "Sorry, no code."
 
     server = scripted_llm([Rule("", reply)])
-    cfg = config(server.base_url, "meta=evolve", "meta.seeds=['Use method ALPHA.', 'Use method BETA.']",
-                 "meta.evolve_every=10", "llm.models=[{name: scripted}]", "runner.max_llm_calls=40")
-    run_config(cfg, tmp_path)
+    cfg_overrides = ["meta=evolve", "meta.seeds=['Use method ALPHA.', 'Use method BETA.']",
+                     "meta.evolve_every=10", "llm.models=[{name: scripted}]", "runner.max_llm_calls=40"]
+    run_config(config(server.base_url, *cfg_overrides), tmp_path)
     rows = stored(tmp_path)
     instructions = {c.id: c for c in rows if c.kind == "instruction"}
     by_text = {c.text: c.id for c in instructions.values()}
@@ -97,6 +97,9 @@ def test_meta_prompt_credit_goes_to_the_instruction_whose_children_improved(tmp_
     assert evolved and all(c.parent_ids and c.parent_ids[0] in instructions for c in evolved)
     llm_rows = [c for c in rows if c.model is not None]
     assert len(llm_rows) == 40  # instruction mutations count against max_llm_calls
+    # A resume counts them once: the budget is met exactly again.
+    run_config(config(server.base_url, *cfg_overrides[:-1], "runner.max_llm_calls=60"), tmp_path)
+    assert len([c for c in stored(tmp_path) if c.model is not None]) == 60
 
 
 def _whitespace_blind(texts):
@@ -252,3 +255,21 @@ def test_per_island_models_send_each_island_to_its_own_model(tmp_path, scripted_
     run_config(cfg, tmp_path)
     children = [c for c in stored(tmp_path) if c.model is not None]
     assert len(children) == 8 and {(c.island, c.model) for c in children} == {(0, "a"), (1, "b")}
+
+
+def test_instruction_mutations_count_once_with_proposals_in_flight_and_across_a_resume(tmp_path, scripted_llm):
+    count = itertools.count()
+
+    def reply(request: dict) -> str:
+        if "Answer with the new instruction only" in request["messages"][-1]["content"]:
+            return f"Try idea number {next(count)}."
+        return f"```python\ndef f(x):\n    return x * x + {next(count) % 7}.0\n```"
+
+    server = scripted_llm([Rule("", reply)])
+    overrides = ["llm.models=[{name: scripted}]", "runner.in_flight=2", "islands=ring4", "islands.migrate_every=4",
+                 "select.inspirations=islands", "operators=llm", "scheduler=ucb1", "scheduler.arms=operators",
+                 "meta=evolve", "meta.evolve_every=6"]
+    for budget in (24, 32):
+        summary = run_config(config(server.base_url, *overrides, f"runner.max_llm_calls={budget}"), tmp_path)
+        assert len([c for c in stored(tmp_path) if c.model is not None]) == budget == summary["llm"]["calls"]
+    assert any(c.kind == "instruction" and c.operator == "meta" for c in stored(tmp_path))
