@@ -11,8 +11,14 @@ function of its seed and of what the operators and evaluator return: with the
 LLM response cache, a rerun replays the same run exactly.
 
 Text tasks (programs, prompts) use LLM operators and are evaluated in the
-sandbox; a dead LLM (``LLMError`` after retries) stops the run cleanly, keeping
-everything already evaluated. A ``describer`` (see ``descriptors.base``) may
+sandbox (``qd.proposal``); a dead LLM (``LLMError`` after retries) stops the run
+cleanly, keeping everything already evaluated.
+
+How the search moves is a ``qd.strategy.Strategy``: each proposal pulls an arm
+(operator, model) chosen by the scheduler; parents come from ``qd.select``;
+after each commit the arm, the parents' curiosity and the meta instructions are
+paid in archive improvement, islands migrate or reset (``qd.islands``), and a
+CycleQD rotation rebuilds the archive from the store. A ``describer`` (see ``descriptors.base``) may
 place text candidates instead of the task's own descriptors; a fitted one is
 refit on its schedule, after which every stored candidate is re-described and
 re-inserted into a fresh archive in one batched call, and a checkpoint written.
@@ -44,9 +50,10 @@ from descriptors.base import Item, is_fitted_kind
 from qd import archive, checkpoint, select
 from qd import islands as island_ops
 from qd.errors import CheckpointError
-from qd.gate import DuplicateIndex, rejected, reuse
+from qd.gate import DuplicateIndex
 from qd.llm import LLMError
 from qd.progress import RunProgress
+from qd.proposal import Proposal, TextProposals, sample_index
 from qd.scheduler import make_bandit
 from qd.scheduler import load_state_dict as load_bandit
 from qd.scheduler import state_dict as bandit_arrays
@@ -91,70 +98,6 @@ def _pad(x: Any, size: int) -> np.ndarray:
     return np.concatenate([x, np.zeros((size - len(x), *x.shape[1:]), x.dtype)])
 
 
-def _sample_index(child: int, attempt: int = 0, stream: int = 0) -> int:
-    """A run-unique index per LLM call (the client's cache key and sampling seed):
-    ``child`` for a child's first answer; gate resamples and instruction mutations
-    get their own ranges above 2**32."""
-    return child if attempt == 0 and stream == 0 else ((stream * 1024 + attempt) << 32) | child
-
-
-@dataclasses.dataclass
-class _Draft:
-    """An operator's child before evaluation, and where it came from."""
-
-    child: Any  # operators.llm.Child, or a _Seed
-    parent_ids: list[int]
-    instruction: int | None = None  # meta instruction shown in its prompt
-    rejection: dict[str, Any] | None = None  # the candidate's fields when the novelty gate turned it away
-    resample: bool = False  # asked again after a rejection (an extra LLM call)
-
-    @property
-    def usable(self) -> bool:
-        return self.child.text is not None and self.rejection is None
-
-
-@dataclasses.dataclass
-class _Proposal:
-    """A finished proposal: its candidates, and what the commit credits.
-
-    ``parents`` is i64[B, 2]: (island, cell) of each candidate's first parent,
-    -1 for seeds; ``instructions`` the meta instruction id behind each candidate.
-    ``fits`` is the describer fit count it was described under (None if unfitted).
-    """
-
-    candidates: list[Candidate]
-    fits: int | None
-    arm: int | None  # None for seed proposals (no arm was pulled)
-    parents: np.ndarray
-    instructions: list[int | None]
-    resamples: int = 0  # gate resamples among the candidates (reserved LLM calls)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Seed:
-    """A task's initial text genome, in the shape of an LLM operator's child."""
-
-    text: str
-    error: None = None
-    operator: str = "init"
-    model: None = None
-    prompt: None = None
-    response: None = None
-    tokens_in: int = 0
-    tokens_out: int = 0
-    cost: float = 0.0
-
-
-def _parent(candidate: Candidate) -> Any:
-    """An elite as an LLM operator shows it: code, score, metrics and evaluator feedback."""
-    from operators.llm import Parent
-
-    notes = [f"error: {candidate.error}"] if candidate.error else []
-    for name, value in (candidate.artifacts or {}).items():
-        notes.append(f"{name}:\n{value}")
-    return Parent(candidate.id, candidate.text, candidate.fitness, candidate.metrics, "\n".join(notes) or None)
-
-
 def _open_events(path: Path):
     """Opens events.jsonl for appending, dropping a line torn by a crash."""
     if path.exists():
@@ -164,7 +107,7 @@ def _open_events(path: Path):
     return open(path, "a")
 
 
-class Engine:
+class Engine(TextProposals):
     """One run: a task, an archive spec, operators, and a run directory.
 
     Args:
@@ -583,7 +526,7 @@ class Engine:
     async def _propose(
         self, island: int, size: int, seq: int, seeding: bool, arm: int, seed: int,
         parent_key: jax.Array, inspire_key: jax.Array, op_key: jax.Array,
-    ) -> _Proposal:
+    ) -> Proposal:
         """Children of one proposal, evaluated (and described)."""
         op = self.arms[arm].operator
         if self.task.kind != "vector":
@@ -613,148 +556,9 @@ class Engine:
             )
             for j in range(len(ev.fitness))
         ]
-        return _Proposal(candidates, None, None if seeding else arm, parents, [None] * len(candidates))
+        return Proposal(candidates, None, None if seeding else arm, parents, [None] * len(candidates))
 
-    async def _propose_text(
-        self, arm: int, island: int, size: int, seq: int, seeding: bool, seed: int,
-        parent_key: jax.Array, inspire_key: jax.Array,
-    ) -> _Proposal:
-        """LLM children of selected elites (or the task's seeds on an empty island),
-        gated, deduplicated, evaluated and described."""
-        if seeding:
-            texts = self.task.initial(np.random.default_rng(seed), size)
-            drafts = [_Draft(_Seed(text), []) for text in texts]
-            parents = np.full((len(drafts), 2), -1, np.int64)
-        else:
-            drafts, parents = await self._llm_children(arm, island, size, seq, seed, parent_key, inspire_key)
-        dup = self._duplicates.lookup([d.child.text if d.usable else None for d in drafts])
-        originals = dict(zip(dup.stored, self.store.get(dup.stored.values())))
-        todo = [j for j, d in enumerate(drafts) if d.usable and j not in dup]
-        ev = await self.evaluator([drafts[j].child.text for j in todo]) if todo else None
-        at = {j: k for k, j in enumerate(todo)}
-        out = []
-        for j, d in enumerate(drafts):
-            child, k = d.child, at.get(j)
-            if d.rejection is not None:
-                fields = d.rejection
-            elif j in originals:  # an exact duplicate: the stored evaluation, not a new one
-                fields = reuse(originals[j])
-            elif j in dup.earlier:
-                fields = reuse(out[dup.earlier[j]])
-            elif k is not None:
-                fields = dict(
-                    fitness=float(ev.fitness[k]), descriptor=ev.descriptor[k], valid=bool(ev.valid[k]),
-                    metrics=ev.metrics[k], error=ev.error[k], artifacts=ev.artifacts[k],
-                    eval_seconds=ev.seconds[k],
-                )
-            else:
-                fields = dict(fitness=math.nan, descriptor=None, valid=False, error=child.error)
-            out.append(Candidate(
-                kind="text", island=island, text=child.text, parent_ids=d.parent_ids,
-                operator=child.operator, model=child.model, prompt=child.prompt,
-                response=child.response, tokens_in=child.tokens_in, tokens_out=child.tokens_out,
-                cost=child.cost, **fields,
-            ))
-        fits = self.counters["fits"]
-        if self.describer is not None:
-            await self._describe(out)
-        return _Proposal(out, fits if self._fitted else None, None if seeding else arm, parents,
-                         [d.instruction for d in drafts], sum(d.resample for d in drafts))
-
-    async def _llm_children(
-        self, arm: int, island: int, size: int, seq: int, seed: int, parent_key: jax.Array,
-        inspire_key: jax.Array,
-    ) -> tuple[list[_Draft], np.ndarray]:
-        """One operator call per child, all at once (plus gate resamples); a dead LLM stops the run.
-
-        Returns the drafts and i64[len, 2] (island, cell) of each one's first parent.
-        """
-        a, s = self.arms[arm], self.strategy.selection
-        op = a.operator
-        _, cells = self._parents(parent_key, island, size * op.num_parents)
-        cells = cells.reshape(size, op.num_parents)
-        if op.num_inspirations:
-            source, spot = (np.asarray(x, np.int64) for x in select.inspirations(
-                self.state, inspire_key, island, cells[:, 0], op.num_inspirations, s.inspirations))
-        elites = self._gate_elites(island)
-
-        async def child(j: int) -> list[_Draft]:
-            parents = [_parent(self._genomes[island, c]) for c in cells[j]]
-            ids = [int(p.id) for p in parents]  # now: a refit may move them before the answer
-            shown = [_parent(self._genomes[i, c]) for i, c in zip(source[j], spot[j]) if c >= 0] \
-                if op.num_inspirations else []
-            rng = np.random.default_rng([seed, j])
-            instruction = self.meta.pick(rng) if self.meta is not None else None
-            drafts: list[_Draft] = []
-            for attempt in range(1 + self._resamples()):
-                context = self.prompt_context(
-                    island=island, sample_index=_sample_index(seq * self.batch_size + j, attempt),
-                    rng=rng, model=a.model, instruction=instruction.text if instruction else None,
-                )
-                try:
-                    answers = await op(parents, shown, context)
-                except LLMError as err:
-                    if not drafts:
-                        raise
-                    self.request_stop(str(err))  # keep the rejected answers already paid for
-                    break
-                drafts += [_Draft(c, ids, instruction.id if instruction else None, resample=attempt > 0)
-                           for c in answers]
-                if not await self._gate(drafts[-len(answers):], parents, elites) or not self._may_resample():
-                    break
-            return drafts
-
-        results = await asyncio.gather(*(child(j) for j in range(size)), return_exceptions=True)
-        drafts, firsts = [], []
-        for j, result in enumerate(results):
-            if isinstance(result, LLMError):
-                self.request_stop(str(result))
-                continue
-            if isinstance(result, BaseException):
-                raise result
-            drafts += result
-            firsts += [(island, cells[j, 0])] * len(result)
-        return drafts, np.asarray(firsts, np.int64).reshape(-1, 2)
-
-    def _resamples(self) -> int:
-        gate = self.gate
-        return gate.resample if gate is not None else 0
-
-    def _may_resample(self) -> bool:
-        """Reserves one more LLM call for a gate resample if the budgets leave room."""
-        if self._should_stop() or self._llm_calls_left(self._uncommitted()) < 1:
-            return False
-        self._extra_calls += 1
-        return True
-
-    def _gate_elites(self, island: int) -> list[Candidate]:
-        """The island's elites as the gate compares with them (none if it does not)."""
-        gate = self.gate
-        if gate is None or "elites" not in gate.against:
-            return []
-        filled = np.flatnonzero(np.asarray(self.state.genome_id[island]) >= 0)
-        return [self._genomes[island, c] for c in filled]
-
-    async def _gate(self, drafts: list[_Draft], parents: list[Any], elites: list[Candidate]) -> bool:
-        """Marks drafts too close to the island's elites or their parents; True if any was."""
-        gate = self.gate
-        usable = [d for d in drafts if d.usable]
-        if gate is None or not usable:
-            return False
-        verdicts = await gate.check([d.child.text for d in usable], [[p.text for p in parents]] * len(usable),
-                                    [e.text for e in elites])
-        for d, v in zip(usable, verdicts):
-            if v.rejected:
-                d.rejection = rejected(v, [p.id for p in parents], [e.id for e in elites])
-        return any(v.rejected for v in verdicts)
-
-    def prompt_context(self, **fields: Any) -> Any:
-        """What an LLM operator is told about the task besides its parents."""
-        from operators.llm import PromptContext
-
-        return PromptContext(task=self.task.description, language=self.task.language, **fields)
-
-    async def _commit(self, proposal: _Proposal) -> None:
+    async def _commit(self, proposal: Proposal) -> None:
         candidates = proposal.candidates
         if not candidates:
             return
@@ -811,7 +615,7 @@ class Engine:
             if error is not None:
                 c.valid, c.error = False, error
 
-    def _credit(self, proposal: _Proposal, result: archive.InsertResult,
+    def _credit(self, proposal: Proposal, result: archive.InsertResult,
                 fitness: np.ndarray) -> dict[str, Any] | None:
         """Pays the arm, the parents' curiosity and the instructions in archive improvement."""
         gain = child_credit(result, fitness, self.qd_offset)
@@ -837,7 +641,7 @@ class Engine:
         self.istate = island_ops.record(self.istate, self.state, pad(island), jax.tree_util.tree_map(pad, result),
                                         pad(np.ones(len(island), bool)))
 
-    def _curiosity(self, proposal: _Proposal, result: archive.InsertResult) -> None:
+    def _curiosity(self, proposal: Proposal, result: archive.InsertResult) -> None:
         """+1 to each parent still in its cell whose child entered, -0.5 if it did not;
         cells that a new genome entered start again from 0."""
         pad = functools.partial(_pad, size=archive.padded_size(len(proposal.candidates)))
@@ -885,7 +689,7 @@ class Engine:
 
     async def _evolve_instructions(self) -> None:
         """One LLM mutation of the instruction population (stored like any candidate)."""
-        index = _sample_index(self.counters["batches"], 0, stream=2)
+        index = sample_index(self.counters["batches"], 0, stream=2)
         rng = np.random.default_rng([self.seed, 7, self.counters["batches"]])
         before = self.store.last_id()  # only the pool writes rows while it evolves
         try:
