@@ -57,13 +57,15 @@ this script's ``plain`` run with that seed); that script holds the full qd-vs-Op
 
 Usage::
 
-    python bench/strategies.py --part arm                                 # 5 seeds, ~5 min
+    python bench/strategies.py --part arm                                 # 5 seeds, ~3 min
     python bench/strategies.py --part arm --evals 10240 --seeds 0         # smoke run
-    python bench/strategies.py --part llm                                 # 40 calls, seeds 0 1 2, ~40 min
+    python bench/strategies.py --part llm                                 # 40 calls, seeds 0 1 2, ~35 min
     python bench/strategies.py --part llm --calls 6 --seeds 0             # smoke run
-    python bench/strategies.py --part llm --peer                          # + OpenEvolve (~+15 min)
+    python bench/strategies.py --part llm --peer                          # + OpenEvolve (~+30 min)
     python bench/strategies.py --part arm --results bench/RESULTS.md --json /tmp/bst_arm.json
     python bench/strategies.py --render /tmp/bst_arm.json --results bench/RESULTS.md   # no runs
+    python bench/strategies.py --render /tmp/bst_llm.json /tmp/bst_rerun.json --results bench/RESULTS.md
+        # a later dump's runs replace the earlier's with the same (strategy, seed)
 """
 
 from __future__ import annotations
@@ -299,6 +301,8 @@ def report_arm(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join([
         TITLES["arm"], "",
         f"- Command: `{meta['command'].strip()}` ({meta['total_s'] / 60:.1f} min in all), commit {meta['commit']}",
+        *_note(meta),
+        *_reruns(meta),
         f"- Date: {started:%Y-%m-%d %H:%M} UTC",
         f"- Machine: {_machine()}; 1-min load {meta['load_start']} at the start, {meta['load_end']} at the end.",
         f"- Versions: {meta['versions']}",
@@ -308,8 +312,8 @@ def report_arm(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"proposal of {meta['batch']} per island in turn, in_flight {meta['in_flight']}); seeds "
         f"{' '.join(map(str, meta['seeds']))}. qd: `qd.run._compose` + `build_engine` with `experiment=arm "
         "islands=X runner.progress=false seed=S` (`conf/islands/`: ring4 = 4 islands, top-1 elite to the next "
-        "every 200 insertions per island; ring16 = 16 islands, top-2 every 200), store, events and checkpoints "
-        "included. pyribs: GridArchive 100 x 100 + one IsoLineEmitter (same sigmas, 256 uniform initial "
+        "every 200 insertions per island; ring16 = 16 islands, top-2 every 200; with batches of 256 that is once "
+        "per batch, as an island's count restarts when it sends), store, events and checkpoints included. pyribs: GridArchive 100 x 100 + one IsoLineEmitter (same sigmas, 256 uniform initial "
         "solutions, genome bounds [-pi, pi]) + Scheduler, ask/evaluate/tell, same `task.evaluate`.",
         "- Quality = the union over islands: best fitness per cell over every stored valid candidate "
         "(qd's `GridSpec.index`; pyribs's elites through the same function); QD score = Σ(f + π²) over "
@@ -355,7 +359,8 @@ def _qd_llm_child(p: dict[str, Any]) -> dict[str, Any]:
                  "operator": c.operator, "error": c.error, "island": c.island,
                  "descriptor": None if c.descriptor is None else [float(x) for x in c.descriptor]}
                 for c in rows if c.kind == "text"]
-    instructions = [{"text": c.text, "operator": c.operator, "llm": c.model is not None, "valid": bool(c.valid)}
+    instructions = [{"text": c.text, "operator": c.operator, "llm": c.model is not None, "valid": bool(c.valid),
+                     "error": c.error}
                     for c in rows if c.kind == "instruction"]
     return {
         "programs": programs, "instructions": instructions, "migrations": migrations,
@@ -437,10 +442,11 @@ def run_llm(args: argparse.Namespace, argv: list[str]) -> tuple[list[dict[str, A
         programs = r.pop("programs")
         r["grid"] = sq.grid_quality(programs, archive)
         r.setdefault("instructions", [])
-        r["operators"] = {}
+        r["operators"] = {}  # operator -> [LLM children, valid ones]
         for p in programs:
             if p["llm"]:
-                r["operators"][p["operator"] or "?"] = r["operators"].get(p["operator"] or "?", 0) + 1
+                n = r["operators"].setdefault(p["operator"] or "?", [0, 0])
+                n[0], n[1] = n[0] + 1, n[1] + p["valid"]
         r["no_program"] = (sq._qd_errors(programs) if r["system"] != "openevolve"
                            else {**sq._oe_iteration_errors(r["work"]), **sq._oe_invalid(programs)})
     meta = {"part": "llm", "command": "python bench/strategies.py " + " ".join(argv), "started": started.isoformat(),
@@ -453,6 +459,24 @@ def run_llm(args: argparse.Namespace, argv: list[str]) -> tuple[list[dict[str, A
     return results, meta
 
 
+def _instruction_outcomes(instructions: list[dict[str, Any]]) -> str:
+    """``; 4 instruction rewrites: 1 usable, answer has N lines (expected one) 3`` (empty without any)."""
+    import re
+
+    written = [i for i in instructions if i["llm"]]
+    if not written:
+        return ""
+    counts: dict[str, int] = {}
+    for i in written:
+        if not i["valid"]:
+            reason = re.sub(r"\d+", "N", re.sub(r"\s*\(answer cut.*\)$", "", (i.get("error") or "unusable")))
+            reason = reason.removeprefix("meta: ").removeprefix("meta>hyper: ")
+            counts[reason] = counts.get(reason, 0) + 1
+    usable = sum(i["valid"] for i in written)
+    return (f"; {len(written)} instruction rewrites: {usable} usable"
+            + "".join(f", {k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
+
+
 def report_llm(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     from smol_quality import _fmt
 
@@ -461,7 +485,7 @@ def report_llm(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         r["valid_frac"] = r["grid"]["llm_valid"] / r["answered"] if r["answered"] else None
         r["meta_calls"] = sum(i["llm"] for i in r["instructions"])
     lines = ["| strategy | seed | LLM calls: answered + rejected | of which instruction rewrites | "
-             "valid / answered | best fitness | QD score | cells | programs (seeds) | LLM children by operator | "
+             "valid / answered | best fitness | QD score | cells | programs (seeds) | LLM children by operator (valid) | "
              "migrations | wall s | check |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
     for r in results:
@@ -471,7 +495,8 @@ def report_llm(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         else:
             check = (f"summary global qd_score {r['own_qd_score']:.2f} (sum over islands), ledger calls "
                      f"{r['own_calls']}" + (f", stopped: {r['stop_reason']}" if r.get("stop_reason") else ""))
-            ops = ", ".join(f"{k} {v}" for k, v in sorted(r["operators"].items(), key=lambda kv: -kv[1]))
+            ops = ", ".join(f"{k} {n} ({v} valid)" for k, (n, v) in sorted(r["operators"].items(),
+                                                                           key=lambda kv: -kv[1][0]))
             mig = str(r["migrations"])
         if g["descriptor_mismatch"]:
             check += f", {g['descriptor_mismatch']} stored descriptors differ"
@@ -498,7 +523,7 @@ def report_llm(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         where.append(f"- {r['system']} seed {r['seed']}: {r['answered']} answers, {r['grid']['llm_valid']} valid "
                      "programs; the rest: "
                      + (", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])) or "none")
-                     + (f"; {r['meta_calls']} instruction rewrites" if r["meta_calls"] else ""))
+                     + _instruction_outcomes(r["instructions"]))
     evolved = []
     for r in results:
         new = [i["text"] for i in r["instructions"] if i["llm"] and i["valid"] and i["text"]]
@@ -521,6 +546,8 @@ def report_llm(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join([
         TITLES["llm"], "",
         f"- Command: `{meta['command'].strip()}` ({meta['total_s'] / 60:.0f} min in all), commit {meta['commit']}",
+        *_note(meta),
+        *_reruns(meta),
         f"- Date: {started:%Y-%m-%d %H:%M} UTC",
         f"- Machine: {_machine()}; 1-min load {meta['load_start']} at the start, {meta['load_end']} at the end, "
         f"{min(loads)}-{max(loads)} around the runs.",
@@ -558,6 +585,43 @@ def report_llm(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 # ----- main --------------------------------------------------------------------------------
 
 
+def merge(dumps: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``--json`` dumps of one part as one report: a later dump's runs replace the earlier
+    dumps' runs with the same (system, seed); each later dump is listed in ``meta["reruns"]``."""
+    meta = dict(dumps[0]["meta"])
+    if any(d["meta"]["part"] != meta["part"] for d in dumps):
+        raise SystemExit("--render: these dumps are of different parts")
+    runs: dict[tuple[str, int], dict[str, Any]] = {}
+    for d in dumps:
+        runs.update({(r["system"], r["seed"]): r for r in d["results"]})
+    reruns = []
+    for d in dumps[1:]:
+        m = d["meta"]
+        reruns.append({"command": m["command"], "started": m["started"], "total_s": m["total_s"],
+                       "commit": m["commit"], "note": m.get("note"),
+                       "runs": [f"{r['system']} seed {r['seed']}" for r in d["results"]]})
+        meta["systems"] = [*meta["systems"], *(s for s in m["systems"] if s not in meta["systems"])]
+        meta["seeds"] = sorted({*meta["seeds"], *m["seeds"]})
+        redone = {f"{r['system']} seed {r['seed']}" for r in d["results"]}
+        meta["failures"] = [f for f in meta.get("failures", []) if f.split(":")[0] not in redone] + m.get("failures", [])
+    meta["reruns"] = reruns
+    order = {s: i for i, s in enumerate(meta["systems"])}
+    return sorted(runs.values(), key=lambda r: (r["seed"], order[r["system"]])), meta
+
+
+def _reruns(meta: dict[str, Any]) -> list[str]:
+    return [f"- Rerun: `{r['command'].strip()}` ({r['total_s'] / 60:.0f} min, {r['started'][:16]} UTC, commit "
+            f"{r['commit']}) gave {', '.join(r['runs'])} (in place of any earlier run of the same strategy and seed)"
+            + (f": {r['note']}" if r.get("note") else "") for r in meta.get("reruns", [])]
+
+
+def _note(meta: dict[str, Any]) -> list[str]:
+    return [f"- Note: {meta['note']}"] if meta.get("note") else []
+
+
+# ----- main --------------------------------------------------------------------------------
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--part", choices=["arm", "llm"], help="which comparison to run")
@@ -571,17 +635,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--per-call-timeout", type=float, default=30.0, help="llm: child timeout = calls x this + 300 s")
     ap.add_argument("--results", type=Path, help="write this part's section into RESULTS.md")
     ap.add_argument("--json", type=Path, help="dump every run's numbers (and the metadata)")
-    ap.add_argument("--render", type=Path, help="no runs: report the numbers of an earlier --json dump")
+    ap.add_argument("--note", help="a line about this run for the report (e.g. why it was rerun)")
+    ap.add_argument("--render", type=Path, nargs="+",
+                    help="no runs: report earlier --json dumps (later ones replace runs of the same system and seed)")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
     if args.render:
-        dump = json.loads(args.render.read_text())
-        results, meta = dump["results"], dump["meta"]
+        results, meta = merge([json.loads(p.read_text()) for p in args.render])
     else:
         if args.part is None:
             ap.error("--part arm or --part llm (or --render)")
         args.seeds = args.seeds or ([0, 1, 2, 3, 4] if args.part == "arm" else [0, 1, 2])
         results, meta = (run_arm if args.part == "arm" else run_llm)(args, argv)
+        meta["note"] = args.note
         if args.json:
             args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
     section = (report_arm if meta["part"] == "arm" else report_llm)(results, meta)

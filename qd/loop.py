@@ -215,7 +215,7 @@ class Engine(TextProposals):
         self._genomes = self._empty_genome_table()
         self._replay_store()
         self._fill_genome_table()
-        self._stats = jax.device_get(archive.stats(self.state, qd_offset))
+        self._update_stats()
 
     # ----- resume -------------------------------------------------------------
 
@@ -353,7 +353,7 @@ class Engine(TextProposals):
         shape = (self.islands, self.spec.num_cells)
         self.istate = island_ops.init(*shape)._replace(migrant=jnp.asarray(self._migrant_cells()))
         self.curiosity = select.curiosity_init(*shape)  # cells mean something else now
-        self._stats = jax.device_get(archive.stats(self.state, self.qd_offset))
+        self._update_stats()
         self._checkpoint()
         return int(np.sum(np.isfinite(offered).all(1) & ok))
 
@@ -594,7 +594,7 @@ class Engine(TextProposals):
         if self.islands > 1:
             self._record(island, result)
             self._island_dynamics()
-        self._stats = jax.device_get(archive.stats(self.state, self.qd_offset))
+        self._update_stats()
         self._write_event(len(candidates), result, credit)
         if phase is not None and self._phase() != phase:
             self._rotate()  # checkpoints
@@ -723,6 +723,15 @@ class Engine(TextProposals):
 
     # ----- reporting ------------------------------------------------------------
 
+    def _update_stats(self) -> None:
+        self._stats = jax.device_get(archive.stats(self.state, self.qd_offset))
+        if self._union_applies():
+            self._union = jax.device_get(archive.union_stats(self.state, self.qd_offset))
+
+    def _union_applies(self) -> bool:
+        """Several islands of a cell archive: a cell is the same niche on each."""
+        return self.islands > 1 and not isinstance(self.spec, archive.NoveltySpec)
+
     def summary(self) -> dict[str, Any]:
         s = self._stats
         per_island = [
@@ -736,6 +745,8 @@ class Engine(TextProposals):
             "global": {f: float(getattr(s, f)[-1]) for f in archive.ArchiveStats._fields},
             "islands": per_island,
         }
+        if self._union_applies():  # "global" counts a cell once per island holding it
+            out["union"] = {f: float(getattr(self._union, f)[0]) for f in archive.ArchiveStats._fields}
         if self.llm is not None:
             out["llm"] = self.llm.ledger.as_dict()
         if self.describer is not None:

@@ -344,6 +344,8 @@ def run_in(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         engine.close()
     print(f"run_dir={run_dir}")
     print("summary=" + json.dumps(summary["global"]))
+    if "union" in summary:  # islands merged cell by cell: what the run found
+        print("union=" + json.dumps(summary["union"]))
     if "descriptor" in summary:
         d, cells = summary["descriptor"], int(summary["global"]["num_elites"])
         per_100 = 100.0 * cells / max(summary["evaluations"], 1)

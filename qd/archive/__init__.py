@@ -37,12 +37,12 @@ from qd.archive.novelty import (
 from qd.archive.kinds import insert, rebuild
 from qd.archive.select import Elites, elites, sample
 from qd.archive.state import ArchiveState, init, reset
-from qd.archive.stats import ArchiveStats, stats
+from qd.archive.stats import ArchiveStats, stats, union_stats
 
 __all__ = [
     "ArchiveState", "ArchiveStats", "CVTSpec", "Elites", "GridSpec", "IMPROVED", "InsertResult",
     "Migrants", "NEW_CELL", "NOT_ADDED", "NoveltySpec", "NoveltyState", "TOPOLOGIES", "archive_novelty",
     "cvt_centroids", "elites", "init", "insert", "insert_batch", "insert_device", "knn", "migrate",
     "novelty", "novelty_add", "novelty_init", "novelty_insert", "novelty_insert_batch", "novelty_rebuild",
-    "padded_size", "rebuild", "reset", "sample", "select_migrants", "stats",
+    "padded_size", "rebuild", "reset", "sample", "select_migrants", "stats", "union_stats",
 ]

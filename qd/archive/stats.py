@@ -60,3 +60,25 @@ def stats(state: ArchiveState, offset: float | jax.Array = 0.0) -> ArchiveStats:
         max_fitness=best,
         mean_fitness=fitness_sum / num,
     )
+
+
+@jax.jit
+def union_stats(state: ArchiveState, offset: float | jax.Array = 0.0) -> ArchiveStats:
+    """Statistics of the islands merged cell by cell (each cell keeps its best elite
+    over all islands): what the whole run found. Each field is f32[1].
+
+    The global entry of :func:`stats` counts a cell once per island that holds it,
+    so it grows with copies (migrants) and with the island count; this does not.
+    Meaningful for cell archives (grid, CVT), where a cell index is the same niche
+    on every island.
+    """
+    filled = state.genome_id >= 0
+    best = jnp.max(jnp.where(filled, state.fitness, -jnp.inf), axis=0)
+    merged = ArchiveState(
+        fitness=best[None],
+        descriptor=state.descriptor[:1],
+        genome_id=jnp.where(jnp.any(filled, axis=0), 0, -1)[None].astype(state.genome_id.dtype),
+        threshold=best[None],
+        threshold_min=state.threshold_min,
+    )
+    return jax.tree_util.tree_map(lambda x: x[-1:], stats(merged, offset))

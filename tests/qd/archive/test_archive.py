@@ -842,3 +842,17 @@ def test_out_of_range_island_is_an_error_for_host_calls():
         qa.elites(state, 5)
     with pytest.raises(ValueError, match="island -1 is out of range"):
         qa.sample(state, jax.random.key(0), -1, 3)
+
+
+def test_union_stats_merge_islands_cell_by_cell():
+    spec = qa.GridSpec((4,), (0.0,), (1.0,))
+    state = qa.init(spec, islands=3)
+    # cell 0 on islands 0 and 1 (a migrant copy), cell 2 on island 2
+    state, _ = qa.insert(spec, state, np.array([0, 1, 2]), np.array([[0.1], [0.1], [0.6]]),
+                              np.array([2.0, 3.0, 5.0]), np.array([0, 1, 2]))
+    u = qa.union_stats(state, 1.0)
+    assert float(u.num_elites[0]) == 2 and float(u.coverage[0]) == 0.5
+    assert float(u.qd_score[0]) == (3.0 - 1.0) + (5.0 - 1.0)  # best per cell, minus the offset
+    assert float(u.max_fitness[0]) == 5.0
+    g = qa.stats(state, 1.0)
+    assert float(g.num_elites[-1]) == 3  # the global entry counts the copy again
