@@ -318,14 +318,18 @@ def _calls_in_log(path: Path) -> tuple[int, int]:
     return n, bad
 
 
-def run_child(system: str, params: dict[str, Any], log: Path, timeout_s: float) -> dict[str, Any]:
+def run_child(system: str, params: dict[str, Any], log: Path, timeout_s: float,
+              command: list[str] | None = None) -> dict[str, Any]:
+    """One run in a fresh child process (``command`` + the params as JSON; default this
+    script's ``--_child SYSTEM``), its LLM calls counted in the server's ``log``."""
     work = Path(tempfile.mkdtemp(prefix=f"bsq_{system}_s{params['seed']}_"))
     params = {**params, "work": str(work)}
     calls0, bad0 = _calls_in_log(log)
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
+    command = command or [sys.executable, __file__, "--_child", system]
     with open(work / "child.log", "w") as f:
-        proc = subprocess.run([sys.executable, __file__, "--_child", system, json.dumps(params)],
+        proc = subprocess.run([*command, json.dumps(params)],
                               stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s, cwd=ROOT)
     proc_s = time.perf_counter() - t0
     calls1, bad1 = _calls_in_log(log)
@@ -438,16 +442,22 @@ def _oe_invalid(programs: list[dict[str, Any]]) -> dict[str, int]:
     return counts
 
 
-def run_all(args: argparse.Namespace, argv: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def start_server(prefix: str) -> tuple[Any, Path, datetime.datetime, float, float]:
+    """The shared embedded SmolLM2 server, logging to a fresh temp dir: (server, its log,
+    start time, perf_counter at start, 1-min load at start)."""
     from qd.llm_server import EmbeddedServer
 
-    tmp = Path(tempfile.mkdtemp(prefix="bsq_"))
-    log = tmp / "llm_server.log"
+    log = Path(tempfile.mkdtemp(prefix=prefix)) / "llm_server.log"
     started = datetime.datetime.now(datetime.timezone.utc)
     t_start, load_start = time.perf_counter(), round(os.getloadavg()[0], 2)
     server = EmbeddedServer(log_path=log)
     server.start()
     print(f"server {server.base_url} model {server.model} up in {server.startup_s:.1f}s (log {log})", flush=True)
+    return server, log, started, t_start, load_start
+
+
+def run_all(args: argparse.Namespace, argv: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    server, log, started, t_start, load_start = start_server("bsq_")
     results, failures = [], []
     archive = None
     seed_programs: dict[int, list[str]] = {}

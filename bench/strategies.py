@@ -377,39 +377,14 @@ def run_llm_child(params: dict[str, Any], log: Path, timeout_s: float) -> dict[s
     """One qd run of ``params['strategy']`` in a fresh child process, its calls counted in ``log``."""
     import smol_quality as sq
 
-    work = Path(tempfile.mkdtemp(prefix=f"s5g_{params['strategy']}_s{params['seed']}_"))
-    params = {**params, "work": str(work)}
-    calls0, bad0 = sq._calls_in_log(log)
-    load0 = os.getloadavg()[0]
-    with open(work / "child.log", "w") as f:
-        proc = subprocess.run([sys.executable, __file__, "--_child", json.dumps(params)], stdout=f,
-                              stderr=subprocess.STDOUT, timeout=timeout_s, cwd=ROOT)
-    calls1, bad1 = sq._calls_in_log(log)
-    out_path = work / "result.json"
-    if proc.returncode != 0 or not out_path.exists():
-        tail = (work / "child.log").read_text(errors="replace")[-3000:]
-        raise RuntimeError(f"{params['strategy']} seed {params['seed']} failed (rc={proc.returncode}), "
-                           f"work dir {work}:\n{tail}")
-    out = json.loads(out_path.read_text())
-    out.update({"system": params["strategy"], "seed": params["seed"], "calls": calls1 - calls0,
-                "failed_calls": bad1 - bad0, "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
-                "work": str(work)})
-    return out
+    return sq.run_child(params["strategy"], params, log, timeout_s, command=[sys.executable, __file__, "--_child"])
 
 
 def run_llm(args: argparse.Namespace, argv: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     import smol_quality as sq
     from _results import commit, versions
 
-    from qd.llm_server import EmbeddedServer
-
-    tmp = Path(tempfile.mkdtemp(prefix="s5g_llm_"))
-    log = tmp / "llm_server.log"
-    started = datetime.datetime.now(datetime.timezone.utc)
-    t_start, load_start = time.perf_counter(), round(os.getloadavg()[0], 2)
-    server = EmbeddedServer(log_path=log)
-    server.start()
-    print(f"server {server.base_url} model {server.model} up in {server.startup_s:.1f}s (log {log})", flush=True)
+    server, log, started, t_start, load_start = sq.start_server("strategies_llm_")
     systems = [*args.strategies, *(["openevolve"] if args.peer else [])]
     results, failures = [], []
     timeout = args.calls * args.per_call_timeout + 300
