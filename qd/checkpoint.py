@@ -89,3 +89,8 @@ def load_arrays(directory: Path) -> dict[str, np.ndarray]:
             return {k[len(_EXTRA):]: data[k] for k in data.files if k.startswith(_EXTRA)}
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise _corrupt(path, e) from None
+
+
+def part(arrays: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """The arrays under ``prefix`` (``describer.``, ``bandit.J.``, ``islands.``, ``curiosity.``), unprefixed."""
+    return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
