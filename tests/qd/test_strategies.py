@@ -232,10 +232,10 @@ def test_all_llm_strategies_together_on_the_real_llama_server(tmp_path, llama_se
         "scheduler=ucb1", "scheduler.arms=operators", "meta=evolve", "meta.evolve_every=6",
         "gate=embedding",
     ]
-    run_config(_compose([*overrides, "runner.max_llm_calls=24"]), tmp_path)
-    run_config(_compose([*overrides, "runner.max_llm_calls=32"]), tmp_path)  # resume
+    run_config(_compose([*overrides, "runner.max_llm_calls=12"]), tmp_path)
+    run_config(_compose([*overrides, "runner.max_llm_calls=18"]), tmp_path)  # resume
     rows = stored(tmp_path)
-    assert len([c for c in rows if c.model is not None]) == 32
+    assert len([c for c in rows if c.model is not None]) == 18
     lines = events(tmp_path)
     pulled = [e["arm"] for e in lines if "arm" in e]
     assert set(pulled) <= {"rewrite", "inspiration", "crossover"} and len(set(pulled)) >= 2
