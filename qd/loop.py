@@ -306,7 +306,7 @@ class Engine(TextProposals, StrategySteps):
         self._genomes = self._empty_genome_table()
         self._fill_genome_table()
         shape = (self.islands, self.spec.num_cells)
-        self.istate = island_ops.init(*shape)._replace(migrant=jnp.asarray(self._migrant_cells()))
+        self.istate = island_ops.init(*shape)._replace(migrant=jnp.asarray(self._migrant_cells(offers)))
         self.curiosity = select.curiosity_init(*shape)  # cells mean something else now
         self._update_stats()
         self._checkpoint()

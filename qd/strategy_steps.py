@@ -41,8 +41,7 @@ class StrategySteps:
     def _restore_strategy(self, saved: dict[str, np.ndarray]) -> None:
         """Scheduler, island and curiosity state from the checkpoint's arrays (fresh if absent)."""
         self._bandit_states = [
-            load_bandit(checkpoint.part(saved, f"bandit.{j}."), len(self.arms)) if checkpoint.part(saved, f"bandit.{j}.")
-            else b.init(len(self.arms))
+            load_bandit(part, len(self.arms)) if (part := checkpoint.part(saved, f"bandit.{j}.")) else b.init(len(self.arms))
             for j, b in enumerate(self._bandits)
         ]
         shape = (self.islands, self.spec.num_cells)
@@ -70,14 +69,15 @@ class StrategySteps:
                    "candidates": len(stored), "placed": placed, "elites": int(self._stats.num_elites[-1]),
                    "seconds": round(time.monotonic() - started, 3)})
 
-    def _migrant_cells(self) -> np.ndarray:
-        """bool[I, C]: elites that live away from the island they were born on."""
-        out = np.zeros((self.islands, self.spec.num_cells), bool)
+    def _migrant_cells(self, offers: dict[str, np.ndarray]) -> np.ndarray:
+        """bool[I, C]: elites that reached their island only as copies (migration,
+        reseed), read off the placement history ``Store.placements`` returned."""
+        own = ~offers["migrated"]
+        native = set(zip(offers["island"][own].tolist(), offers["id"][own].tolist()))
         ids = np.asarray(self.state.genome_id)
         island, cell = np.nonzero(ids >= 0)
-        if len(island) and self.islands > 1:
-            home = np.asarray([c.island for c in self.store.get(ids[island, cell])])
-            out[island, cell] = home != island
+        out = np.zeros(ids.shape, bool)
+        out[island, cell] = [(i, g) not in native for i, g in zip(island.tolist(), ids[island, cell].tolist())]
         return out
 
     def _score_cycle(self, candidates: list[Candidate]) -> None:
