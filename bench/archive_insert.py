@@ -249,7 +249,7 @@ class QdaxRunner:
 def qd_spec(case: Case):
     if case.kind == "grid":
         return qa.GridSpec.create(case.bins, case.lower.tolist(), case.upper.tolist())
-    return qa.CVTSpec.create(case.centroids)
+    return qa.CVTSpec(case.centroids)
 
 
 def prefill_candidates(case: Case, seed: int):

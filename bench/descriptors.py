@@ -204,7 +204,7 @@ def bench_reinsert(args) -> str:
     t0 = time.perf_counter()
     centroids = qa.cvt_centroids(cells, [0.0] * dim, [1.0] * dim, samples=100_000, seed=args.seed)
     log(f"  cvt_centroids: {time.perf_counter() - t0:.1f} s")
-    spec = qa.CVTSpec.create(centroids)
+    spec = qa.CVTSpec(centroids)
     desc = rng.random((n, dim), dtype=np.float32)
     fit = rng.random(n, dtype=np.float32)
     ids = np.arange(n, dtype=np.int32)

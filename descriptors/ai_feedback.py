@@ -161,6 +161,7 @@ class AIFeedbackDescriptor:
         self.scale, self.temperature, self.max_tokens = scale, temperature, max_tokens
         self.prompt, self.use_logprobs, self.top_logprobs = prompt, use_logprobs, top_logprobs
         self.dim = len(self.axes)
+        self.calls_per_item = self.dim  # judge calls describing one new text (the budget reserves them)
         self.lower = (0.0,) * self.dim
         self.upper = (1.0,) * self.dim
         self.bins = tuple(a.bins for a in self.axes)
@@ -276,7 +277,7 @@ class AIFeedbackDescriptor:
         assert self.client is not None
         try:
             c: Completion = await self.client.complete(
-                messages, model=model, temperature=self.temperature, max_tokens=self.max_tokens,
+                messages, model=model, temperature=self.temperature, max_tokens=self.max_tokens, role="judge",
                 logprobs=self.use_logprobs, top_logprobs=self.top_logprobs if self.use_logprobs else None,
             )
         except LLMError as err:

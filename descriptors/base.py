@@ -65,6 +65,8 @@ class Descriptor(Protocol):
         name: what the axes are called in logs, e.g. ``"embedding"``.
         dim: D, the number of axes this descriptor contributes.
         lower, upper: (D,) bounds of each axis (the archive's grid bounds).
+        calls_per_item (optional, default 0): LLM calls ``describe`` may make per
+            new item, which the LLM budget reserves for each child in flight.
     """
 
     name: str
@@ -128,6 +130,7 @@ class Combined:
         self.parts = list(parts)
         self.name = "+".join(p.name for p in self.parts)
         self.dim = sum(p.dim for p in self.parts)
+        self.calls_per_item = sum(getattr(p, "calls_per_item", 0) for p in self.parts)
         self.lower = tuple(x for p in self.parts for x in p.lower)
         self.upper = tuple(x for p in self.parts for x in p.upper)
 

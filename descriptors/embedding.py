@@ -303,7 +303,7 @@ class EmbeddingDescriptor:
         if self._spec is None:
             from qd.archive.cvt import CVTSpec
 
-            self._spec = CVTSpec.create(self._state["centroids"])
+            self._spec = CVTSpec(self._state["centroids"])
         return self._spec
 
 

@@ -196,7 +196,7 @@ class LLMJudge:
         try:
             c = await self.client.complete(
                 self.messages(*(x.text for x in triplet)), model=self.model, temperature=self.temperature,
-                max_tokens=self.max_tokens, sample_index=sample_index,
+                max_tokens=self.max_tokens, sample_index=sample_index, role="judge",
             )
         except LLMError as e:
             self.failed += 1

@@ -3,8 +3,9 @@
 An operator renders a short prompt from file templates (``operators/prompts/``,
 overridable per template), asks the client once, and turns the answer into a
 child. An unusable answer is still a child, with ``text=None`` and the reason in
-``error``, so the store records what the model said and the loop moves on; only
-``qd.llm.LLMError`` (the model cannot be reached) propagates. Children keep the
+``error``, so the store records what the model said and the loop moves on; a
+failed call (``qd.llm.LLMError``) propagates, and the caller stores the child as
+failed (``Child.unanswered``). Children keep the
 parent's code outside its EVOLVE-BLOCK regions byte for byte (``operators.code``).
 
 Prompts are sized for the default embedded model (2,048-token context): the
@@ -25,6 +26,7 @@ import numpy as np
 
 from operators.code import MalformedAnswer, check_syntax, extract_code, layout, rebuild
 from operators.diff import DiffError, apply_diff, parse_diff
+from qd.llm import LLMError
 
 PROMPTS = Path(__file__).parent / "prompts"
 _FEEDBACK_CHARS = 600  # evaluator feedback shown: head and tail (tracebacks end with the cause)
@@ -67,11 +69,16 @@ class Child:
     error: str | None
     operator: str  # "rewrite", "diff", "crossover", "inspiration" or "diff>rewrite" (the fallback)
     model: str | None
-    prompt: str  # JSON of the messages sent
+    prompt: str | None  # JSON of the messages sent
     response: str | None
     tokens_in: int
     tokens_out: int
     cost: float
+
+    @classmethod
+    def unanswered(cls, operator: str, error: str) -> Child:
+        """A child whose call failed (``error`` is the client's one-line reason): stored, never evaluated."""
+        return cls(None, error, operator, None, None, None, 0, 0, 0.0)
 
 
 @dataclasses.dataclass
@@ -101,6 +108,7 @@ class ChatClient(Protocol):
         max_tokens: int | None = None,
         sample_index: int = 0,
         stop: list[str] | None = None,
+        role: str = "operator",
     ) -> Any: ...
 
 
@@ -166,7 +174,10 @@ class LLMOperator:
             child = await self._ask("diff", self._prompt("diff", parents, [], context), model, context,
                                     lambda answer: self._diffed(first, answer, context.language))
             if child.text is None and self.fallback_to_rewrite:
-                return [child, await self._rewrite("diff>rewrite", first, context, model)]
+                try:
+                    return [child, await self._rewrite("diff>rewrite", first, context, model)]
+                except LLMError as err:  # the diff's answer is paid for: keep it
+                    return [child, Child.unanswered("diff>rewrite", str(err))]
             return [child]
         if self.name == "rewrite":
             return [await self._rewrite("rewrite", first, context, model)]

@@ -271,7 +271,7 @@ class InstructionPool:
     async def _ask(self, client: ChatClient, messages: list[dict], model: str, sample_index: int,
                    operator: str, parent: Instruction, others: list[Instruction]) -> Instruction | None:
         """One call; its answer stored as a child of ``parent`` (or as the reason it is unusable)."""
-        c = await client.complete(messages, model=model, temperature=self.llm_temperature,
+        c = await client.complete(messages, model=model, temperature=self.llm_temperature, role="meta",
                                   max_tokens=self.max_tokens, sample_index=sample_index)
         text, error = None, None
         try:

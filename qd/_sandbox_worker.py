@@ -647,4 +647,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BrokenPipeError:  # the parent is gone (killed, maybe): leave quietly
+        os._exit(0)

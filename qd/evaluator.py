@@ -6,17 +6,22 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import multiprocessing
+import os
 from typing import Any
 
 import numpy as np
 
+from qd import lifeline
 from qd.task import Evaluation, Scored, Task, TextTask, load_task
 
 _WORKER_TASK: Task | None = None
 
 
-def _init_worker(name: str, params: dict[str, Any]) -> None:
+def _init_worker(name: str, params: dict[str, Any], parent: int) -> None:
     global _WORKER_TASK
+    # Die with the parent however it dies (SIGKILL included): a worker blocked on the call
+    # queue never sees EOF, as every worker holds a copy of its write end.
+    lifeline.watch_parent(parent)
     _WORKER_TASK = load_task(name, params)
 
 
@@ -38,7 +43,11 @@ class InProcessEvaluator:
 
 
 class PoolEvaluator:
-    """Splits each batch over ``workers`` spawned processes that each load the task once."""
+    """Splits each batch over ``workers`` spawned processes that each load the task once.
+
+    Each worker dies with this process (``qd.lifeline``); so does multiprocessing's
+    resource tracker, which exits once this process and the workers are gone.
+    """
 
     def __init__(self, name: str, params: dict[str, Any], workers: int):
         self.workers = workers
@@ -46,7 +55,7 @@ class PoolEvaluator:
             max_workers=workers,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_init_worker,
-            initargs=(name, params),
+            initargs=(name, params, os.getpid()),
         )
 
     async def __call__(self, genomes: Any) -> Evaluation:

@@ -6,12 +6,21 @@ attempt is counted in the ledger, malformed replies are retried like server
 errors, and the final failure is one line naming the cause and the fix.
 Successful replies can be cached on disk, keyed by everything that determines
 them, so a rerun replays the same answers (and the same budget) offline.
+
+The failure policy, one for every caller: a call that spends its retries, or
+that the server rejects (HTTP 400, a prompt too long), raises ``CallFailed`` and
+fails only what asked for it. Only what no retry can fix raises ``LLMDown`` and
+marks the client down: 401/403/404, or no call answered for ``give_up_after_s``
+(a flaky server that answers now and then keeps the run alive; a dead one ends
+it). The ledger counts every call by role (operator, judge, meta) and model.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import itertools
@@ -21,6 +30,7 @@ import os
 import random
 import tempfile
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,6 +43,7 @@ log = logging.getLogger(__name__)
 
 _DUMMY_KEY = "sk-no-key"  # local servers ignore the key but the client requires one
 _RETRY_STATUS = {408, 409, 429}  # plus every 5xx
+_FATAL_STATUS = {401, 403, 404}  # no retry and no other prompt fixes these: the run stops
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 _CONNECTIONS_PER_POOL = 16
 
@@ -59,6 +70,7 @@ class LLMSettings:
     max_retries: int = 5
     backoff_s: float = 0.5  # exponential backoff base, full jitter
     backoff_max_s: float = 30.0
+    give_up_after_s: float = 300.0  # no call answered for this long: the server is down, the run stops
     temperature: float = 0.8
     max_tokens: int = 512
     seed: int | None = None  # if set, each call sends a seed derived from (seed, sample_index)
@@ -89,46 +101,136 @@ _Parsed = tuple[str, str | None, int, int, list[dict[str, float]] | None]  # tex
 
 
 class LLMError(Exception):
-    """A call that cannot succeed; the message is one line with the cause and the fix."""
+    """A call that did not succeed; the message is one line with the cause and the fix."""
+
+
+class CallFailed(LLMError):
+    """This call failed (retries spent, or a request the server rejects, e.g. HTTP 400):
+    only its child fails; the run goes on."""
+
+
+class LLMDown(LLMError):
+    """No call can succeed: the server refuses the key or the model (401/403/404), or
+    no call has succeeded for ``give_up_after_s``. The client stays down, and the run stops."""
+
+
+ROLES = ("operator", "judge", "meta")  # who makes calls; agents will add theirs
 
 
 @dataclasses.dataclass
-class Ledger:
-    """Running totals the loop reads for budgets and progress (cache hits count as calls)."""
+class Usage:
+    """Counts of one (role, model): answered calls (cache hits included), failures, tokens, cost."""
 
     calls: int = 0
-    cached_calls: int = 0
-    failed_calls: int = 0
+    cached: int = 0
+    failed: int = 0
     retries: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
     cost: float = 0.0
-    in_flight: int = 0
-    per_model: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
-    def add(self, c: Completion) -> None:
+    def merge(self, other: Usage) -> None:
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+_CURRENT_TALLY: contextvars.ContextVar[Ledger | None] = contextvars.ContextVar("qd_llm_tally", default=None)
+
+
+@contextlib.contextmanager
+def tally() -> Iterator[Ledger]:
+    """Also counts, in a fresh ledger, every call made from this context and the tasks it starts.
+
+    The engine wraps each proposal (and each refit or meta mutation) in one, and
+    commits that ledger with the proposal's candidates: the calls a run has paid for
+    are then exactly those in the store, however the process died.
+    """
+    ledger = Ledger()
+    token = _CURRENT_TALLY.set(ledger)
+    try:
+        yield ledger
+    finally:
+        _CURRENT_TALLY.reset(token)
+
+
+class Ledger:
+    """Running totals by (role, model), which the loop reads for budgets and progress.
+
+    ``calls`` counts answered calls (cache hits count, so a replay spends the same
+    budget); ``failed`` calls that gave up; ``in_flight`` HTTP attempts under way.
+    """
+
+    def __init__(self) -> None:
+        self.cells: dict[tuple[str, str], Usage] = {}
+        self.in_flight = 0
+
+    def _cell(self, role: str, model: str) -> Usage:
+        return self.cells.setdefault((role, model), Usage())
+
+    def add(self, c: Completion, role: str = "operator") -> None:
         """Count one answered call, cached or not, exactly the same way."""
-        self.calls += 1
-        self.cached_calls += int(c.cached)
-        self.tokens_in += c.tokens_in
-        self.tokens_out += c.tokens_out
-        self.cost += c.cost
-        m = self.per_model.setdefault(c.model, {"calls": 0, "tokens_in": 0, "tokens_out": 0, "cost": 0.0})
-        m["calls"] += 1
-        m["tokens_in"] += c.tokens_in
-        m["tokens_out"] += c.tokens_out
-        m["cost"] += c.cost
+        u = self._cell(role, c.model)
+        u.calls += 1
+        u.cached += int(c.cached)
+        u.tokens_in += c.tokens_in
+        u.tokens_out += c.tokens_out
+        u.cost += c.cost
+
+    def fail(self, role: str, model: str) -> None:
+        self._cell(role, model).failed += 1
+
+    def retry(self, role: str, model: str) -> None:
+        self._cell(role, model).retries += 1
+
+    def merge(self, other: Ledger) -> None:
+        for key, u in other.cells.items():
+            self._cell(*key).merge(u)
+
+    def total(self, by: int | None = None) -> dict[str, Usage] | Usage:
+        """All cells summed, or (``by`` = 0 role, 1 model) summed per role or per model."""
+        if by is None:
+            out = Usage()
+            for u in self.cells.values():
+                out.merge(u)
+            return out
+        groups: dict[str, Usage] = {}
+        for key, u in self.cells.items():
+            groups.setdefault(key[by], Usage()).merge(u)
+        return groups
+
+    @property
+    def calls(self) -> int:
+        return self.total().calls
+
+    @property
+    def tokens(self) -> int:
+        t = self.total()
+        return t.tokens_in + t.tokens_out
+
+    @property
+    def cost(self) -> float:
+        return self.total().cost
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Totals, then ``per_role`` and ``per_model`` splits (the summary and events.jsonl)."""
+        t = self.total()
+        return {
+            "calls": t.calls, "cached_calls": t.cached, "failed_calls": t.failed, "retries": t.retries,
+            "tokens_in": t.tokens_in, "tokens_out": t.tokens_out, "cost": t.cost, "in_flight": self.in_flight,
+            "per_role": {k: dataclasses.asdict(u) for k, u in sorted(self.total(0).items())},
+            "per_model": {k: dataclasses.asdict(u) for k, u in sorted(self.total(1).items())},
+        }
 
-    def restore(self, d: dict) -> None:
-        """Load totals from a checkpoint; nothing is in flight after a restart."""
-        for f in dataclasses.fields(self):
-            if f.name in d:
-                setattr(self, f.name, d[f.name])
-        self.per_model = {k: dict(v) for k, v in self.per_model.items()}
-        self.in_flight = 0
+    def rows(self) -> list[tuple]:
+        """(role, model, calls, cached, failed, retries, tokens_in, tokens_out, cost) per cell, for the store."""
+        return [(*key, *dataclasses.astuple(u)) for key, u in self.cells.items()]
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Sequence]) -> Ledger:
+        ledger = cls()
+        for role, model, *counts in rows:
+            ledger._cell(role, model).merge(Usage(*counts))
+        return ledger
 
 
 class _ShardedTransport(httpx2.AsyncBaseTransport):
@@ -223,6 +325,8 @@ class LLMClient:
                 )
         self.settings = settings
         self.ledger = Ledger()
+        self.down: str | None = None  # why no call can succeed any more (LLMDown's message)
+        self._answered_at: float | None = None  # monotonic time of the last answer, or of the first try
         self._models = {m.name: m for m in settings.models}
         self._weights = np.array([m.weight for m in settings.models], dtype=float)
         if (self._weights < 0).any() or self._weights.sum() <= 0:
@@ -270,11 +374,17 @@ class LLMClient:
         stop: list[str] | None = None,
         logprobs: bool = False,
         top_logprobs: int | None = None,
+        role: str = "operator",
     ) -> Completion:
         """Answer ``messages``; ``model=None`` picks by weight, reproducibly from (seed, sample_index).
 
         ``logprobs``/``top_logprobs`` are the OpenAI chat fields: ask for the top
         ``top_logprobs`` alternatives at each generated token (``Completion.top_logprobs``).
+        ``role`` (one of ``ROLES``) is who asks: the ledger splits calls by it.
+
+        Raises:
+            CallFailed: this call failed; another may succeed.
+            LLMDown: no call can succeed (``self.down`` says why).
         """
         s = self.settings
         if top_logprobs is not None and not (logprobs and 0 <= top_logprobs <= 20):
@@ -283,7 +393,8 @@ class LLMClient:
             model = self._model_for_sample(sample_index)
         spec = self._models.get(model)
         if spec is None:
-            raise LLMError(f"llm: model {model!r} is not in llm.models (add it there or pick one of {list(self._models)})")
+            raise self._fall(LLMDown(
+                f"llm: model {model!r} is not in llm.models (add it there or pick one of {list(self._models)})"))
         request: dict[str, Any] = {
             "model": model,
             "messages": messages,
@@ -302,17 +413,22 @@ class LLMClient:
             _canonical({**request, "stop": stop, "seed": s.seed, "sample_index": sample_index}).encode()
         ).hexdigest()
 
+        ledgers = [self.ledger] + [t for t in (_CURRENT_TALLY.get(),) if t is not None]
         hit = self._cache_get(key)
         if hit is not None:
-            self.ledger.add(hit)
+            for ledger in ledgers:
+                ledger.add(hit, role)
             return hit
+        if self.down is not None:
+            raise LLMDown(self.down)
 
         t0 = time.perf_counter()
         async with self._sem:
             try:
-                text, finish, t_in, t_out, top = await self._with_retries(request)
+                text, finish, t_in, t_out, top = await self._with_retries(request, role, ledgers)
             except LLMError:
-                self.ledger.failed_calls += 1
+                for ledger in ledgers:
+                    ledger.fail(role, model)
                 raise
         result = Completion(
             text=text,
@@ -326,7 +442,8 @@ class LLMClient:
             top_logprobs=top,
         )
         self._cache_put(key, result)
-        self.ledger.add(result)
+        for ledger in ledgers:
+            ledger.add(result, role)
         return result
 
     async def aclose(self) -> None:
@@ -334,17 +451,37 @@ class LLMClient:
 
     # -- network -------------------------------------------------------------------------------
 
-    async def _with_retries(self, request: dict) -> _Parsed:
+    def _fall(self, err: LLMDown) -> LLMDown:
+        """Marks the client down (the first reason wins) and returns ``err`` to raise."""
+        if self.down is None:
+            self.down = str(err)
+        return err
+
+    async def _with_retries(self, request: dict, role: str, ledgers: list[Ledger]) -> _Parsed:
+        """Attempts until one answers; a failure after ``max_retries`` fails the call, and
+        one that finds no answer for ``give_up_after_s`` (this call's or any other's) fails them all."""
         s = self.settings
         attempt = 0
+        if self._answered_at is None:
+            self._answered_at = time.monotonic()
         while True:
             try:
-                return await self._attempt(request)
+                parsed = await self._attempt(request)
+                self._answered_at = time.monotonic()
+                return parsed
             except _Retryable as err:
+                if self.down is not None:
+                    raise LLMDown(self.down) from None
+                quiet = time.monotonic() - self._answered_at
+                if quiet >= s.give_up_after_s:
+                    raise self._fall(LLMDown(
+                        f"llm: {s.base_url} answered no call for {quiet:.0f}s (last: {err.cause}) "
+                        "(is the server running? raise llm.give_up_after_s to wait longer)")) from None
                 if attempt >= s.max_retries:
-                    raise LLMError(self._give_up_message(err, attempt)) from None
+                    raise CallFailed(self._give_up_message(err, attempt)) from None
                 attempt += 1
-                self.ledger.retries += 1
+                for ledger in ledgers:
+                    ledger.retry(role, request["model"])
                 delay = self._jitter.uniform(0.0, min(s.backoff_max_s, s.backoff_s * 2 ** (attempt - 1)))
                 if err.retry_after is not None:
                     delay = max(delay, min(err.retry_after, s.backoff_max_s))
@@ -374,7 +511,10 @@ class LLMClient:
                 except ValueError:
                     retry_after = None
                 raise _Retryable("status", f"HTTP {code}", retry_after) from None
-            raise LLMError(self._status_message(code, request["model"], err)) from None
+            message = self._status_message(code, request["model"], err)
+            if code in _FATAL_STATUS:
+                raise self._fall(LLMDown(message)) from None
+            raise CallFailed(message) from None
         finally:
             self.ledger.in_flight -= 1
         return self._parse(body, request)

@@ -11,8 +11,12 @@ function of its seed and of what the operators and evaluator return: with the
 LLM response cache, a rerun replays the same run exactly.
 
 Text tasks (programs, prompts) use LLM operators and are evaluated in the
-sandbox (``qd.proposal``); a dead LLM (``LLMError`` after retries) stops the run
-cleanly, keeping everything already evaluated.
+sandbox (``qd.proposal``). A failed LLM call fails only its child (stored
+invalid with the reason); a client that is down (``qd.llm.LLMDown``: a refused
+key, or no answer for ``llm.give_up_after_s``) stops the run cleanly, keeping
+everything already evaluated. Every proposal counts its calls in its own ledger
+(``qd.llm.tally``), committed with its candidates, so the LLM budget is what the
+store holds, whatever made the calls (operators, judges, meta mutations).
 
 How the search moves is a ``qd.strategy.Strategy``: each proposal pulls an arm
 (operator, model) chosen by the scheduler; parents come from ``qd.select``;
@@ -38,8 +42,9 @@ import json
 import math
 import signal
 import time
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +55,7 @@ from qd import archive, checkpoint, select
 from qd import islands as island_ops
 from qd.errors import CheckpointError
 from qd.gate import DuplicateIndex
+from qd.llm import Ledger, tally
 from qd.progress import RunProgress
 from qd.proposal import Proposal, TextProposals
 from qd.scheduler import make_bandit
@@ -57,6 +63,9 @@ from qd.scheduler import state_dict as bandit_arrays
 from qd.store import Candidate, Store
 from qd.strategy import Arm, Strategy
 from qd.strategy_steps import StrategySteps
+
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,6 +152,7 @@ class Engine(TextProposals, StrategySteps):
         self.task, self.spec, self.evaluator, self.llm = task, spec, evaluator, llm
         self.describer, self.seed = describer, seed
         self._fitted = describer is not None and is_fitted_kind(describer)
+        self._calls_per_child = 1 + getattr(describer, "calls_per_item", 0)
         self._closers: list[Any] = []
         self._seed_proposals = max(1, -(-initial_population // batch_size))
         self._seeding = np.zeros(islands, np.int64)  # seed proposals in flight per island
@@ -177,12 +187,11 @@ class Engine(TextProposals, StrategySteps):
             self.state = archive.init(self.spec, islands, self.spec.descriptor_dim, threshold_min)
             self.key = jax.random.key(seed)
             self.counters = {
-                "batches": 0, "last_id": -1, "elapsed": 0.0, "proposals": 0, "llm_calls": 0, "fits": 0,
-                "insertions": 0,
+                "batches": 0, "last_id": -1, "elapsed": 0.0, "proposals": 0, "fits": 0, "insertions": 0,
             }
         else:
             self.state, self.key, self.counters = loaded
-            for name in ("proposals", "llm_calls", "fits", "insertions"):
+            for name in ("proposals", "fits", "insertions"):
                 self.counters.setdefault(name, 0)
             saved = checkpoint.load_arrays(self._ckpt_dir)
             if self._fitted and self.counters["fits"]:
@@ -199,6 +208,9 @@ class Engine(TextProposals, StrategySteps):
         self._restore_strategy(saved)
         self._count = self.store.count(kind=task.kind)
         self._valid_count = self.store.count(valid=True, kind=task.kind)
+        self.spent = Ledger.from_rows(self.store.llm_calls())  # committed LLM calls: what budgets count
+        if self.llm is not None:
+            self.llm.ledger.merge(self.spent)
         self._genomes = self._empty_genome_table()
         self._replay_store()
         self._fill_genome_table()
@@ -209,15 +221,6 @@ class Engine(TextProposals, StrategySteps):
     def _replay_store(self) -> None:
         """Inserts every store row (and migration) newer than the checkpoint."""
         after = self.counters["last_id"]
-        if self.llm is not None:
-            self.llm.ledger.restore(self.counters.get("llm") or {})
-            usage = self.store.llm_usage(after)
-            self.counters["llm_calls"] += usage["calls"]
-            ledger = self.llm.ledger  # calls made after the checkpoint, as stored
-            ledger.calls += usage["calls"]
-            ledger.tokens_in += usage["tokens_in"]
-            ledger.tokens_out += usage["tokens_out"]
-            ledger.cost += usage["cost"]
         offers = self.store.placements(after, self.spec.descriptor_dim)
         if len(offers["id"]) or len(offers["reset"]):
             # Islands reset after the checkpoint restart empty; then one batched insert.
@@ -311,6 +314,17 @@ class Engine(TextProposals, StrategySteps):
         self._update_stats()
         self._checkpoint()
         return int(np.sum(np.isfinite(offered).all(1) & ok))
+
+    async def counted(self, work: Awaitable[T]) -> T:
+        """Awaits ``work`` (a refit, a meta mutation: LLM calls outside any proposal) and
+        records the calls it made in the store and the budget, even when it fails."""
+        with tally() as calls:
+            try:
+                return await work
+            finally:
+                if calls.cells:
+                    self.store.add_calls(calls.rows())
+                    self.spent.merge(calls)
 
     def _log(self, event: dict[str, Any]) -> None:
         self._events.write(json.dumps({**event, "time": time.time()}) + "\n")
@@ -432,11 +446,14 @@ class Engine(TextProposals, StrategySteps):
         b = self.budget
         if self._stop_requested:
             return True
+        if self.llm is not None and self.llm.down is not None:
+            self.request_stop(self.llm.down)
+            return True
         if b.max_seconds is not None and self._elapsed() >= b.max_seconds:
             return True
         if self.llm is not None:
             ledger = self.llm.ledger
-            if b.max_tokens is not None and ledger.tokens_in + ledger.tokens_out >= b.max_tokens:
+            if b.max_tokens is not None and ledger.tokens >= b.max_tokens:
                 return True
             if b.max_cost is not None and ledger.cost >= b.max_cost:
                 return True
@@ -448,14 +465,16 @@ class Engine(TextProposals, StrategySteps):
         if self.budget.max_evaluations is not None:
             size = min(size, self.budget.max_evaluations - self.evaluations - in_flight_candidates)
         if self.task.kind != "vector":
-            # Each LLM child is one call (a diff's rewrite fallback is a second child).
-            size = min(size, self._llm_calls_left(in_flight_candidates))
+            size = min(size, self._llm_calls_left(in_flight_candidates) // self._calls_per_child)
         return max(0, size)
 
     def _llm_calls_left(self, in_flight_candidates: int) -> float:
+        """Calls the budget leaves after the committed ones and those reserved for children
+        in flight (each child: its operator call, plus a judge call per AI-feedback axis;
+        a diff's rewrite fallback is a second child, a refit's judgments count on return)."""
         if self.budget.max_llm_calls is None:
             return math.inf
-        return self.budget.max_llm_calls - self.counters["llm_calls"] - in_flight_candidates
+        return self.budget.max_llm_calls - self.spent.calls - in_flight_candidates * self._calls_per_child
 
     def _split(self) -> jax.Array:
         self.key, sub = jax.random.split(self.key)
@@ -475,7 +494,10 @@ class Engine(TextProposals, StrategySteps):
         """Children of one proposal, evaluated (and described)."""
         op = self.arms[arm].operator
         if self.task.kind != "vector":
-            return await self._propose_text(arm, island, size, seq, seeding, seed, parent_key, inspire_key)
+            with tally() as calls:
+                proposal = await self._propose_text(arm, island, size, seq, seeding, seed, parent_key, inspire_key)
+            proposal.calls = calls
+            return proposal
         parents = np.full((size, 2), -1, np.int64)
         if seeding:
             # An empty island starts from the task's initial genomes, varied once
@@ -511,11 +533,11 @@ class Engine(TextProposals, StrategySteps):
             self._score_cycle(candidates)
         # Committed before it counts; SQLite releases the GIL, so proposals in flight
         # keep running while the batch is written.
-        ids = np.asarray(await asyncio.to_thread(self.store.add, candidates))
+        ids = np.asarray(await asyncio.to_thread(self.store.add, candidates, proposal.calls.rows()))
         self._duplicates.remember(candidates)
         self._count += len(ids)
         self._valid_count += sum(c.valid for c in candidates)
-        self.counters["llm_calls"] += sum(c.model is not None for c in candidates)
+        self.spent.merge(proposal.calls)
         self._extra_calls -= proposal.resamples
         island = np.asarray([c.island for c in candidates], np.int32)
         fitness = np.asarray([c.fitness for c in candidates], np.float32)
@@ -544,7 +566,7 @@ class Engine(TextProposals, StrategySteps):
         if phase is not None and self._phase() != phase:
             self._rotate()  # checkpoints
         elif self._fitted and self.describer.needs_fit(self._valid_count):
-            await self.refit()  # checkpoints
+            await self.counted(self.refit())  # checkpoints
         elif self.counters["batches"] % self.checkpoint_every == 0:
             self._checkpoint()
         if self.meta is not None and self.meta.due() and not self._should_stop() \
@@ -553,8 +575,6 @@ class Engine(TextProposals, StrategySteps):
 
     def _checkpoint(self) -> None:
         self.counters["elapsed"] = self._elapsed()
-        if self.llm is not None:
-            self.counters["llm"] = self.llm.ledger.as_dict()
         if self.meta is not None:
             self.counters["meta"] = self.meta.state_dict()
         arrays = {}
@@ -616,9 +636,12 @@ class Engine(TextProposals, StrategySteps):
         if self.llm is None:
             return ""
         ledger = self.llm.ledger
+        t = ledger.total()
+        roles = ledger.total(0)
+        split = "" if len(roles) < 2 else " (" + " ".join(f"{r}={u.calls}" for r, u in roles.items()) + ")"
         return (
-            f" llm_calls={ledger.calls} in_flight={ledger.in_flight} "
-            f"tokens={ledger.tokens_in + ledger.tokens_out} cost=${ledger.cost:.4f}"
+            f" llm_calls={t.calls}{split} failed={t.failed} in_flight={ledger.in_flight} "
+            f"tokens={t.tokens_in + t.tokens_out} cost=${t.cost:.4f}"
         )
 
     def _write_event(self, batch: int, result: archive.InsertResult, credit: dict[str, Any] | None) -> None:

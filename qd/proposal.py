@@ -21,9 +21,10 @@ from typing import Any
 import jax
 import numpy as np
 
+from operators.llm import Child, Parent, PromptContext
 from qd import select
 from qd.gate import rejected, reuse
-from qd.llm import LLMError
+from qd.llm import Ledger, LLMError
 from qd.store import Candidate
 
 
@@ -38,7 +39,7 @@ def sample_index(child: int, attempt: int = 0, stream: int = 0) -> int:
 class Draft:
     """An operator's child before evaluation, and where it came from."""
 
-    child: Any  # operators.llm.Child, or a Seed
+    child: Any  # operators.llm.Child (failed calls too: Child.unanswered), or a Seed
     parent_ids: list[int]
     instruction: int | None = None  # meta instruction shown in its prompt
     rejection: dict[str, Any] | None = None  # the candidate's fields when the novelty gate turned it away
@@ -64,6 +65,7 @@ class Proposal:
     parents: np.ndarray
     instructions: list[int | None]
     resamples: int = 0  # gate resamples among the candidates (reserved LLM calls)
+    calls: Ledger = dataclasses.field(default_factory=Ledger)  # the LLM calls made for it, committed with it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,8 +85,6 @@ class Seed:
 
 def as_parent(candidate: Candidate) -> Any:
     """An elite as an LLM operator shows it: code, score, metrics and evaluator feedback."""
-    from operators.llm import Parent
-
     notes = [f"error: {candidate.error}"] if candidate.error else []
     for name, value in (candidate.artifacts or {}).items():
         notes.append(f"{name}:\n{value}")
@@ -150,7 +150,7 @@ class TextProposals:
         self, arm: int, island: int, size: int, seq: int, seed: int, parent_key: jax.Array,
         inspire_key: jax.Array,
     ) -> tuple[list[Draft], np.ndarray]:
-        """One operator call per child, all at once (plus gate resamples); a dead LLM stops the run.
+        """One operator call per child, all at once (plus gate resamples); a failed call fails its child.
 
         Returns the drafts and i64[len, 2] (island, cell) of each one's first parent.
         """
@@ -178,25 +178,18 @@ class TextProposals:
                 )
                 try:
                     answers = await op(parents, shown, context)
-                except LLMError as err:
-                    if not drafts:
-                        raise
-                    self.request_stop(str(err))  # keep the rejected answers already paid for
-                    break
+                except LLMError as err:  # this child fails; a client that is down stops the run
+                    answers = [Child.unanswered(op.name, str(err))]
                 drafts += [Draft(c, ids, instruction.id if instruction else None, resample=attempt > 0)
                            for c in answers]
-                if not await self._gate(drafts[-len(answers):], parents, elites) or not self._may_resample():
+                if answers[-1].model is None or not await self._gate(drafts[-len(answers):], parents, elites) \
+                        or not self._may_resample():
                     break
             return drafts
 
-        results = await asyncio.gather(*(child(j) for j in range(size)), return_exceptions=True)
+        results = await asyncio.gather(*(child(j) for j in range(size)))
         drafts, firsts = [], []
         for j, result in enumerate(results):
-            if isinstance(result, LLMError):
-                self.request_stop(str(result))
-                continue
-            if isinstance(result, BaseException):
-                raise result
             drafts += result
             firsts += [(island, cells[j, 0])] * len(result)
         return drafts, np.asarray(firsts, np.int64).reshape(-1, 2)
@@ -235,6 +228,4 @@ class TextProposals:
 
     def prompt_context(self, **fields: Any) -> Any:
         """What an LLM operator is told about the task besides its parents."""
-        from operators.llm import PromptContext
-
         return PromptContext(task=self.task.description, language=self.task.language, **fields)

@@ -103,12 +103,6 @@ def _check_archive(cfg: DictConfig, g: Geometry) -> None:
             archive.GridSpec(tuple(g.bins), tuple(g.lower), tuple(g.upper))
         except ValueError as e:
             raise ConfigError(f"{g.source}.bins", str(e).split(": ", 1)[-1]) from None
-    elif a.kind == "cvt" and a.cells < 1:
-        raise ConfigError("archive.cells", "must be >= 1")
-    elif a.kind == "novelty":
-        for field in ("capacity", "k"):
-            if a[field] < 1:
-                raise ConfigError(f"archive.{field}", f"must be >= 1, got {a[field]}")
 
 
 def build_spec(cfg: DictConfig, run_dir: Path, g: Geometry):
@@ -125,14 +119,14 @@ def build_spec(cfg: DictConfig, run_dir: Path, g: Geometry):
     from qd.archive.cvt import CVTSpec, cvt_centroids
 
     if g.own_cells:
-        return CVTSpec.create(np.zeros((a.cells, g.dim), np.float32))
+        return CVTSpec(np.zeros((a.cells, g.dim), np.float32))
     path = run_dir / "centroids.npy"
     if path.exists():
         centroids = np.load(path)
     else:
         centroids = cvt_centroids(a.cells, list(g.lower), list(g.upper), a.cvt_samples, a.cvt_seed)
         np.save(path, centroids)
-    return CVTSpec.create(centroids)
+    return CVTSpec(centroids)
 
 
 _NUMERIC_PARAMS = ("sigma", "iso_sigma", "line_sigma")
@@ -175,22 +169,15 @@ def check_config(cfg: DictConfig) -> tuple[Any, Any, Geometry]:
     Returns the task, its describer (None for the task's own descriptors) and
     the descriptor geometry.
     """
+    from qd.config import check_ranges
+
     OmegaConf.to_object(cfg)  # types and missing values
+    check_ranges(cfg)  # every numeric field against its range in qd/config.py, before the cross-field checks
     params = OmegaConf.to_container(cfg.experiment.params, resolve=True)
     task = load_task(cfg.experiment.task, params)
     describer = build_describer(cfg, task)
     geometry = _geometry(cfg, task, describer)
     _check_archive(cfg, geometry)
-    r = cfg.runner
-    at_least_one = {
-        "runner.batch_size": r.batch_size, "runner.in_flight": r.in_flight,
-        "runner.workers": r.workers, "runner.checkpoint_every": r.checkpoint_every,
-        "runner.initial_population": r.initial_population,
-        "islands.count": cfg.islands.count, "islands.migrants": cfg.islands.migrants,
-    }
-    for field, value in at_least_one.items():
-        if value < 1:
-            raise ConfigError(field, f"must be >= 1, got {value}")
     if cfg.islands.topology not in archive.TOPOLOGIES:
         raise ConfigError("islands.topology", f"unknown topology {cfg.islands.topology!r}",
                           f"use one of {list(archive.TOPOLOGIES)}")
@@ -226,8 +213,8 @@ def _check_llm(cfg: DictConfig) -> None:
         raise ConfigError("llm.provider", f"unknown provider {llm.provider!r}", f"use one of {list(PROVIDERS)}")
     if not llm.models:
         raise ConfigError("llm.models", "is empty", "name at least one model, e.g. llm=local")
-    if any(m.weight < 0 for m in llm.models) or sum(m.weight for m in llm.models) <= 0:
-        raise ConfigError("llm.models", "weights must be >= 0 with a positive sum")
+    if sum(m.weight for m in llm.models) <= 0:  # each weight >= 0: the schema's range
+        raise ConfigError("llm.models", "weights must have a positive sum", "give some model a weight > 0")
     if llm.provider == "local":
         _check_local_server(llm)
     elif not llm.base_url:
@@ -237,9 +224,6 @@ def _check_llm(cfg: DictConfig) -> None:
             "llm.api_key_env", f"environment variable {llm.api_key_env} is not set",
             f"export {llm.api_key_env}=... or set llm.api_key_env=null for a server without keys",
         )
-    for field in ("concurrency", "max_tokens"):
-        if llm[field] < 1:
-            raise ConfigError(f"llm.{field}", f"must be >= 1, got {llm[field]}")
 
 
 def _check_local_server(llm: DictConfig) -> None:
@@ -286,7 +270,8 @@ def build_llm(cfg: DictConfig, run_dir: Path, stack: contextlib.ExitStack) -> An
     return LLMClient(LLMSettings(
         base_url=base_url, models=tuple(models), api_key_env=llm.api_key_env,
         concurrency=llm.concurrency, timeout_s=llm.timeout_s, max_retries=llm.max_retries,
-        backoff_s=llm.backoff_s, backoff_max_s=llm.backoff_max_s, temperature=llm.temperature,
+        backoff_s=llm.backoff_s, backoff_max_s=llm.backoff_max_s, give_up_after_s=llm.give_up_after_s,
+        temperature=llm.temperature,
         max_tokens=llm.max_tokens, seed=cfg.seed if llm.seed is None else llm.seed,
         cache_dir=cache_dir,
     ))

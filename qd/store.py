@@ -57,6 +57,19 @@ CREATE TABLE IF NOT EXISTS cache (
     value BLOB NOT NULL,
     PRIMARY KEY (kind, key)
 );
+CREATE TABLE IF NOT EXISTS llm_calls (
+    seq INTEGER PRIMARY KEY,
+    after_id INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    model TEXT NOT NULL,
+    calls INTEGER NOT NULL,
+    cached INTEGER NOT NULL,
+    failed INTEGER NOT NULL,
+    retries INTEGER NOT NULL,
+    tokens_in INTEGER NOT NULL,
+    tokens_out INTEGER NOT NULL,
+    cost REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS judgments (
     seq INTEGER PRIMARY KEY,
     created REAL NOT NULL,
@@ -156,8 +169,12 @@ class Store:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def add(self, candidates: Sequence[Candidate]) -> list[int]:
-        """Commits a batch in one transaction; sets and returns their ids (ascending)."""
+    def add(self, candidates: Sequence[Candidate], calls: Sequence[tuple] = ()) -> list[int]:
+        """Commits a batch in one transaction; sets and returns their ids (ascending).
+
+        ``calls`` are the LLM calls that made them (``qd.llm.Ledger.rows()``): paid
+        calls become durable with what they produced, never before, never apart.
+        """
         now = time.time()
         rows = [
             (
@@ -178,6 +195,7 @@ class Store:
                 f"VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})",
                 [(start + i, *row) for i, row in enumerate(rows)],
             )
+            self._insert_calls(db, start + len(rows) - 1, calls)
         ids = list(range(start, start + len(rows)))
         for c, i, row in zip(candidates, ids, rows):
             c.id, c.created = i, row[0]
@@ -250,13 +268,26 @@ class Store:
         rows = self._rows("SELECT anchor, first, second, closer FROM judgments ORDER BY seq")
         return np.asarray(rows, np.int64).reshape(-1, 4)
 
-    def llm_usage(self, after_id: int = -1) -> dict[str, float]:
-        """LLM calls (candidates with a model), tokens and cost of rows newer than ``after_id``."""
-        ((calls, tokens_in, tokens_out, cost),) = self._rows(
-            "SELECT COUNT(model), COALESCE(SUM(tokens_in), 0), COALESCE(SUM(tokens_out), 0), "
-            "COALESCE(SUM(cost), 0) FROM candidates WHERE id > ?", (after_id,),
+    def add_calls(self, calls: Sequence[tuple]) -> None:
+        """Records LLM calls made apart from a candidate batch (a refit's judgments, a meta mutation)."""
+        with self._transaction() as db:
+            self._insert_calls(db, self._next_id() - 1, calls)
+
+    @staticmethod
+    def _insert_calls(db: sqlite3.Connection, after_id: int, calls: Sequence[tuple]) -> None:
+        db.executemany(
+            "INSERT INTO llm_calls (after_id, role, model, calls, cached, failed, retries, tokens_in, "
+            "tokens_out, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(int(after_id), *row) for row in calls],
         )
-        return {"calls": calls, "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost}
+
+    def llm_calls(self) -> list[tuple]:
+        """Every recorded LLM call count as (role, model, calls, cached, failed, retries,
+        tokens_in, tokens_out, cost), summed per (role, model): ``qd.llm.Ledger.from_rows``."""
+        return self._rows(
+            "SELECT role, model, SUM(calls), SUM(cached), SUM(failed), SUM(retries), SUM(tokens_in), "
+            "SUM(tokens_out), SUM(cost) FROM llm_calls GROUP BY role, model ORDER BY role, model"
+        )
 
     def count(self, valid: bool = False, kind: str | None = None) -> int:
         """Stored candidates (only the valid ones if ``valid``; only this ``kind`` if given)."""

@@ -165,17 +165,13 @@ class StrategySteps:
         """One LLM mutation of the instruction population (stored like any candidate)."""
         index = sample_index(self.counters["batches"], 0, stream=2)
         rng = np.random.default_rng([self.seed, 7, self.counters["batches"]])
-        before = self.store.last_id()  # only the pool writes rows while it evolves
         try:
-            child = await self.meta.evolve(self.llm, rng, index, model=self.strategy.meta_model)
-        except LLMError as err:
-            self.request_stop(str(err))
+            child = await self.counted(self.meta.evolve(self.llm, rng, index, model=self.strategy.meta_model))
+        except LLMError as err:  # nothing added; a client that is down stops the run at the next check
+            self._log({"event": "meta", "error": str(err)})
             return
         finally:
-            # Counted now (its rows, not the ledger: proposals in flight call the model
-            # meanwhile), so a resume must not count them again from the store.
-            self.counters["llm_calls"] += self.store.llm_usage(before)["calls"]
-            self.counters["last_id"] = self.store.last_id()
+            self.counters["last_id"] = self.store.last_id()  # the pool's rows are not placements
         self._log({"event": "meta", "child": None if child is None else child.id,
                    "parent": None if child is None else child.parent_id, "failures": self.meta.failures,
                    "members": [[m.id, m.uses, round(m.mean, 6)] for m in self.meta.members]})

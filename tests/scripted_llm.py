@@ -49,10 +49,18 @@ class Rule:
     # per generated token {token: logprob} of the top alternatives, sent when a request asks for
     # logprobs (the highest is the sampled token; at most the request's top_logprobs are sent)
     logprobs: list[dict[str, float]] | None = None
+    # faults taken in turn by successive matching requests (None: a valid reply), e.g.
+    # ("429", "500", None): a flaky server; overrides ``fault``
+    rotation: tuple[str | None, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.fault is not None and self.fault not in FAULTS and not re.fullmatch(r"\d{3}", self.fault):
-            raise ValueError(f"unknown fault {self.fault!r}; one of {FAULTS} or an HTTP status")
+        for fault in (self.fault, *self.rotation):
+            if fault is not None and fault not in FAULTS and not re.fullmatch(r"\d{3}", fault):
+                raise ValueError(f"unknown fault {fault!r}; one of {FAULTS} or an HTTP status")
+
+    def fault_for(self, use: int) -> str | None:
+        """The fault of this rule's ``use``-th matching request (0-based)."""
+        return self.rotation[use % len(self.rotation)] if self.rotation else self.fault
 
 
 def _tokens(text: str) -> int:
@@ -76,25 +84,28 @@ def _logprobs(positions: list[dict[str, float]] | None, top: Any) -> dict | None
 class _Server:
     """The asyncio side: HTTP parsing, rule matching, counters."""
 
-    def __init__(self, rules: list[Rule], latency_s: float, default_reply: str):
+    def __init__(self, rules: list[Rule], latency_s: float, default_reply: str, record: bool = True):
         self.rules, self.latency_s, self.default_reply = list(rules), latency_s, default_reply
         self.used = [0] * len(self.rules)
         self.requests: list[dict] = []
+        self.record = record  # False: count requests but keep no bodies (long soak runs)
+        self.count = 0
         self.in_flight = 0
         self.max_in_flight = 0
         self.writers: set[asyncio.StreamWriter] = set()
         self.tasks: set[asyncio.Task] = set()
 
     def stats(self) -> dict:
-        return {"requests": len(self.requests), "max_in_flight": self.max_in_flight, "in_flight": self.in_flight}
+        return {"requests": self.count, "max_in_flight": self.max_in_flight, "in_flight": self.in_flight}
 
-    def match(self, body: dict) -> Rule | None:
+    def match(self, body: dict) -> tuple[Rule | None, str | None]:
+        """The first rule with uses left that matches, and the fault it answers with."""
         prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []) if isinstance(m, dict))
         for i, rule in enumerate(self.rules):
             if (rule.times is None or self.used[i] < rule.times) and re.search(rule.pattern, prompt):
                 self.used[i] += 1
-                return rule
-        return None
+                return rule, rule.fault_for(self.used[i] - 1)
+        return None, None
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.writers.add(writer)
@@ -134,7 +145,9 @@ class _Server:
             return await self.send(writer, 200, self.requests)
         if method == "POST" and path == "/v1/chat/completions":
             body = json.loads(raw or b"{}")
-            self.requests.append(body)
+            self.count += 1
+            if self.record:
+                self.requests.append(body)
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             try:
@@ -146,8 +159,7 @@ class _Server:
     async def chat(self, body: dict, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
-        rule = self.match(body)
-        fault = rule.fault if rule else None
+        rule, fault = self.match(body)
         if fault == "hang":
             await reader.read()  # until the client gives up and closes
             return False
@@ -179,7 +191,7 @@ class _Server:
             choices[0]["logprobs"] = _logprobs(rule.logprobs if rule else None, body.get("top_logprobs"))
         prompt = "".join(str(m.get("content", "")) for m in body.get("messages", []) if isinstance(m, dict))
         reply: dict[str, Any] = {
-            "id": f"chatcmpl-{len(self.requests)}",
+            "id": f"chatcmpl-{self.count}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "scripted"),
@@ -207,9 +219,13 @@ async def _serve(server: _Server, host: str, port: int, started: Callable[[int],
     started(srv.sockets[0].getsockname()[1])
     async with srv:
         await stop.wait()
-        for w in list(server.writers):
-            w.close()  # also ends handlers parked on "hang"
-        if server.tasks:  # let handlers finish so none is destroyed pending
+        srv.close()  # no new connections; handlers of those already accepted may still start
+        for _ in range(3):  # let handlers finish so none is destroyed pending
+            await asyncio.sleep(0)
+            for w in list(server.writers):
+                w.close()  # also ends handlers parked on "hang"
+            if not server.tasks:
+                break
             _, pending = await asyncio.wait(list(server.tasks), timeout=1.0)
             for t in pending:
                 t.cancel()
@@ -217,7 +233,8 @@ async def _serve(server: _Server, host: str, port: int, started: Callable[[int],
 
 def _process_main() -> None:
     """Entry point of the server process: config pickled on stdin, port printed, serve until stdin closes."""
-    rules, latency_s, default_reply, host = pickle.load(sys.stdin.buffer)
+    rules, latency_s, default_reply, host, *rest = pickle.load(sys.stdin.buffer)
+    record = rest[0] if rest else True
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -226,7 +243,7 @@ def _process_main() -> None:
         def started(port: int) -> None:
             print(port, flush=True)
 
-        await _serve(_Server(rules, latency_s, default_reply), host, 0, started, stop)
+        await _serve(_Server(rules, latency_s, default_reply, record), host, 0, started, stop)
 
     asyncio.run(main())
 
@@ -235,8 +252,9 @@ class ScriptedLLM:
     """An OpenAI-compatible server whose answers follow ``rules``; a context manager."""
 
     def __init__(self, rules: list[Rule] | tuple[Rule, ...] = (), *, latency_s: float = 0.0,
-                 default_reply: str = "...", host: str = "127.0.0.1"):
+                 default_reply: str = "...", host: str = "127.0.0.1", record: bool = True):
         self.rules, self.latency_s, self.default_reply, self.host = list(rules), latency_s, default_reply, host
+        self.record = record  # False: ``requests`` stays empty, ``stats()`` still counts (hour-long runs)
         self.base_url = ""
         self._server: _Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -249,7 +267,7 @@ class ScriptedLLM:
         if in_process:
             # A plain subprocess rather than multiprocessing: the caller needs no __main__ guard.
             try:
-                config = pickle.dumps((self.rules, self.latency_s, self.default_reply, self.host))
+                config = pickle.dumps((self.rules, self.latency_s, self.default_reply, self.host, self.record))
             except (pickle.PicklingError, AttributeError, TypeError) as err:
                 raise TypeError(f"in_process=True needs picklable rules (module-level reply functions): {err}") from None
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
@@ -267,7 +285,7 @@ class ScriptedLLM:
         else:
             ready = threading.Event()
             ports: list[int] = []
-            self._server = _Server(self.rules, self.latency_s, self.default_reply)
+            self._server = _Server(self.rules, self.latency_s, self.default_reply, self.record)
 
             def run() -> None:
                 self._loop = asyncio.new_event_loop()

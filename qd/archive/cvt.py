@@ -137,15 +137,18 @@ def _nearest(centroids: np.ndarray, points: np.ndarray) -> np.ndarray:
     """(n, D) centroids, (S, D) points -> (S,) index of each point's nearest centroid."""
     if centroids.shape[1] <= 8:
         return cKDTree(centroids).query(points, workers=-1)[1]
-    return np.asarray(_jit_index(CVTSpec.create(centroids), points.astype(np.float32)))
+    return np.asarray(_jit_index(CVTSpec(centroids), points.astype(np.float32)))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, init=False)
 class CVTSpec:
     """The cells of a CVT archive and an exact nearest-centroid lookup.
 
-    A JAX pytree: pass it to jitted functions as an ordinary argument. Build it with
-    :meth:`create`, which also precomputes the lookup structures.
+    Build it with ``CVTSpec(centroids)``, which validates the centroids and precomputes
+    the lookup structures (on the host, once). It is a JAX pytree: pass it to jitted
+    functions as an ordinary argument (its arrays are traced, ``grid_shape`` is static),
+    or through ``tree_map`` and ``device_put``. Rebuilding it from its leaves does not
+    rerun that precomputation (see :func:`_unflatten`).
 
     Lookup paths, both ending in a float32 pick among a few candidates:
 
@@ -190,19 +193,20 @@ class CVTSpec:
     grid_lo: jax.Array | None
     grid_inv_width: jax.Array | None
     bucket_table: jax.Array | None
-    grid_shape: tuple[int, ...] = dataclasses.field(metadata={"static": True})
+    grid_shape: tuple[int, ...]
 
-    @classmethod
-    def create(cls, centroids: jax.Array | np.ndarray) -> CVTSpec:
+    def __init__(self, centroids: jax.Array | np.ndarray) -> None:
         """Builds the spec and its lookup structures (on the host, in float64).
+
+        For D <= 3 and C >= 256 the spec carries a bucket grid unless the centroids are
+        so unevenly spread that some bucket would need more than 64 candidates.
 
         Args:
             centroids: (C, D) centroids; converted to float32.
 
-        Returns:
-            The spec. For D <= 3 and C >= 256 it carries a bucket grid unless the
-            centroids are so unevenly spread that some bucket would need more than 64
-            candidates.
+        Raises:
+            ValueError: ``centroids`` is not (C, D) with 1 <= C < 2**24 and D >= 1
+                (the message names the shape), or has a non-finite entry.
         """
         c32 = np.asarray(centroids, dtype=np.float32)
         if c32.ndim != 2 or not 1 <= c32.shape[0] < 2**24 or c32.shape[1] < 1:
@@ -214,9 +218,7 @@ class CVTSpec:
         c64 = c32.astype(np.float64)
         num_cells, dim = c32.shape
 
-        fields: dict[str, jax.Array | None] = dict.fromkeys(
-            [f.name for f in dataclasses.fields(cls) if f.name != "grid_shape"]
-        )
+        fields: dict[str, jax.Array | None] = dict.fromkeys(_ARRAY_FIELDS)
         fields["centroids"] = jnp.asarray(c32)
         if dim <= _DIRECT_MAX_DIM:
             columns = np.full((dim, _padded(num_cells)), _FAR, dtype=np.float32)
@@ -241,20 +243,23 @@ class CVTSpec:
         grid = None
         if dim <= _DIRECT_MAX_DIM and num_cells >= _GRID_MIN_CELLS:
             grid = _build_grid(c64)
-        if grid is None:
-            return cls(**fields, grid_shape=())
-        grid_lo, grid_inv_width, bucket_index, grid_shape = grid
-        bucket_table = np.concatenate(
-            [
-                c32[np.minimum(bucket_index, num_cells - 1)],
-                bucket_index[..., None].astype(np.float32),
-            ],
-            axis=2,
-        )
-        fields["grid_lo"] = jnp.asarray(grid_lo)
-        fields["grid_inv_width"] = jnp.asarray(grid_inv_width)
-        fields["bucket_table"] = jnp.asarray(bucket_table)
-        return cls(**fields, grid_shape=grid_shape)
+        grid_shape: tuple[int, ...] = ()
+        if grid is not None:
+            grid_lo, grid_inv_width, bucket_index, grid_shape = grid
+            bucket_table = np.concatenate(
+                [
+                    c32[np.minimum(bucket_index, num_cells - 1)],
+                    bucket_index[..., None].astype(np.float32),
+                ],
+                axis=2,
+            )
+            fields["grid_lo"] = jnp.asarray(grid_lo)
+            fields["grid_inv_width"] = jnp.asarray(grid_inv_width)
+            fields["bucket_table"] = jnp.asarray(bucket_table)
+        # Frozen dataclass: fields are set past its __setattr__, as dataclasses do.
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "grid_shape", grid_shape)
 
     @property
     def num_cells(self) -> int:
@@ -411,7 +416,44 @@ class CVTSpec:
         )
 
 
-jax.tree_util.register_dataclass(CVTSpec)
+# The traced fields, in pytree leaf order; grid_shape is the static aux data.
+_ARRAY_FIELDS = tuple(
+    f.name for f in dataclasses.fields(CVTSpec) if f.name != "grid_shape"
+)
+
+
+def _flatten_with_keys(
+    spec: CVTSpec,
+) -> tuple[list[tuple[jax.tree_util.GetAttrKey, jax.Array | None]], tuple[int, ...]]:
+    """Leaves keyed by attribute name (as register_dataclass did), aux ``grid_shape``."""
+    return [
+        (jax.tree_util.GetAttrKey(name), getattr(spec, name)) for name in _ARRAY_FIELDS
+    ], spec.grid_shape
+
+
+def _flatten(spec: CVTSpec) -> tuple[list[jax.Array | None], tuple[int, ...]]:
+    """The array fields (None ones are empty subtrees) and the static ``grid_shape``."""
+    return [getattr(spec, name) for name in _ARRAY_FIELDS], spec.grid_shape
+
+
+def _unflatten(grid_shape: tuple[int, ...], children: Sequence[object]) -> CVTSpec:
+    """Rebuilds a spec from its fields without calling ``__init__``.
+
+    ``__init__`` takes only centroids and recomputes everything from them on the host,
+    which would be slow, and impossible on tracers; JAX unflattens on every jit call
+    and tree_map, with leaves that may be tracers or other placeholders, so the fields
+    are set as they come.
+    """
+    spec = object.__new__(CVTSpec)
+    for name, value in zip(_ARRAY_FIELDS, children, strict=True):
+        object.__setattr__(spec, name, value)
+    object.__setattr__(spec, "grid_shape", grid_shape)
+    return spec
+
+
+jax.tree_util.register_pytree_with_keys(
+    CVTSpec, _flatten_with_keys, _unflatten, _flatten
+)
 _jit_index = jax.jit(CVTSpec.index)
 
 

@@ -105,7 +105,7 @@ def test_judge_error_invalidates_only_that_candidate(scripted_llm):
     assert out.valid.tolist() == [False, True] and out.values[1, 0] == pytest.approx(4 / 9)
     assert out.error[0].startswith("ai_feedback.tone: judge call failed (llm: ")
     assert "HTTP 500" in out.error[0] and "after 2 retries" in out.error[0] and "\n" not in out.error[0]
-    assert server.stats()["requests"] == 3 + 1 and client.ledger.failed_calls == 1
+    assert server.stats()["requests"] == 3 + 1 and client.ledger.total().failed == 1
 
 
 def test_cache_hit_sends_nothing(scripted_llm, tmp_path):

@@ -244,10 +244,13 @@ def test_llm_error_propagates(name):
         run(op, [PARENT] * op.num_parents, [PARENT])
 
 
-def test_llm_error_propagates_from_the_fallback():
-    op = make_llm_operator("diff", FakeClient("no diff here", LLMError("llm: budget")))
-    with pytest.raises(LLMError):
-        run(op, [PARENT])
+def test_a_failed_fallback_call_keeps_the_answered_diff():
+    """The diff's answer is paid for: a failed rewrite fallback is a failed second child, not a lost first."""
+    op = make_llm_operator("diff", FakeClient("no diff here", LLMError("llm: server unreachable")))
+    diff, fallback = run(op, [PARENT])
+    assert diff.operator == "diff" and diff.text is None and diff.response == "no diff here"
+    assert (fallback.operator, fallback.text, fallback.model, fallback.error) == (
+        "diff>rewrite", None, None, "llm: server unreachable")
 
 
 def test_unknown_operator():

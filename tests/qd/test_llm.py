@@ -11,7 +11,7 @@ import socket
 import numpy as np
 import pytest
 
-from qd.llm import Completion, Ledger, LLMClient, LLMError, LLMSettings, ModelSpec
+from qd.llm import CallFailed, Completion, Ledger, LLMClient, LLMDown, LLMError, LLMSettings, ModelSpec, tally
 from scripted_llm import Rule
 
 MSG = [{"role": "user", "content": "hello"}]
@@ -41,6 +41,12 @@ def call(messages=MSG, **kw):
     return lambda client: client.complete(messages, **kw)
 
 
+def counts(client: LLMClient) -> tuple[int, int, int]:
+    """(answered calls, retries, failed calls) in the client's ledger."""
+    t = client.ledger.total()
+    return t.calls, t.retries, t.failed
+
+
 def test_success_fills_completion_and_ledger(scripted_llm):
     server = scripted_llm([Rule("", reply="x" * 40)])
     client = LLMClient(settings(server.base_url))
@@ -48,10 +54,11 @@ def test_success_fills_completion_and_ledger(scripted_llm):
     assert (c.text, c.model, c.cached, c.finish_reason) == ("x" * 40, "m", False, "stop")
     assert (c.tokens_in, c.tokens_out) == (100, 10)  # the scripted server's usage: chars / 4
     assert c.cost == pytest.approx((100 * 2.0 + 10 * 10.0) / 1e6)
-    led = client.ledger
-    assert (led.calls, led.cached_calls, led.failed_calls, led.retries, led.in_flight) == (1, 0, 0, 0, 0)
-    assert (led.tokens_in, led.tokens_out, led.cost) == (100, 10, c.cost)
-    assert led.per_model == {"m": {"calls": 1, "tokens_in": 100, "tokens_out": 10, "cost": c.cost}}
+    led = client.ledger.as_dict()
+    assert [led[k] for k in ("calls", "cached_calls", "failed_calls", "retries", "in_flight")] == [1, 0, 0, 0, 0]
+    assert (led["tokens_in"], led["tokens_out"], led["cost"]) == (100, 10, c.cost)
+    one = {"calls": 1, "cached": 0, "failed": 0, "retries": 0, "tokens_in": 100, "tokens_out": 10, "cost": c.cost}
+    assert led["per_model"] == {"m": one} and led["per_role"] == {"operator": one}
     assert server.requests[0]["model"] == "m" and server.requests[0]["max_tokens"] == 512
 
 
@@ -61,7 +68,7 @@ def test_transient_fault_is_retried(scripted_llm, fault):
     client = LLMClient(settings(server.base_url, timeout_s=0.3))
     (c,) = run(client, call())
     assert c.text == "ok"
-    assert (client.ledger.calls, client.ledger.retries, client.ledger.failed_calls) == (1, 1, 0)
+    assert counts(client) == (1, 1, 0)
     assert server.stats()["requests"] == 2
 
 
@@ -69,12 +76,12 @@ def test_transient_fault_is_retried(scripted_llm, fault):
 def test_persistent_fault_raises_one_line(scripted_llm, fault):
     server = scripted_llm([Rule("", fault=fault)])
     client = LLMClient(settings(server.base_url, timeout_s=0.2, max_retries=2))
-    with pytest.raises(LLMError) as err:
+    with pytest.raises(CallFailed) as err:
         run(client, call())
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith(f"llm: {server.base_url}") and "after 2 retries" in msg
-    assert (client.ledger.calls, client.ledger.retries, client.ledger.failed_calls) == (0, 2, 1)
-    assert server.stats()["requests"] == 3
+    assert counts(client) == (0, 2, 1)
+    assert server.stats()["requests"] == 3 and client.down is None  # only this call failed
 
 
 @pytest.mark.parametrize("status", ["400", "401", "403", "404"])
@@ -84,7 +91,66 @@ def test_client_errors_are_not_retried(scripted_llm, status):
     with pytest.raises(LLMError, match=f"HTTP {status}") as err:
         run(client, call())
     assert "\n" not in str(err.value)
-    assert server.stats()["requests"] == 1 and client.ledger.retries == 0 and client.ledger.failed_calls == 1
+    assert server.stats()["requests"] == 1 and counts(client) == (0, 0, 1)
+
+
+def test_http_400_fails_the_call_and_the_client_goes_on(scripted_llm):
+    server = scripted_llm([Rule("too long", fault="400"), Rule("", reply="fine")])
+    client = LLMClient(settings(server.base_url))
+    with pytest.raises(CallFailed, match="HTTP 400"):
+        run(client, call([{"role": "user", "content": "too long"}]))
+    assert client.down is None
+
+
+@pytest.mark.parametrize("status", ["401", "403", "404"])
+def test_refused_key_or_model_puts_the_client_down_at_once(scripted_llm, status):
+    server = scripted_llm([Rule("", fault=status)])
+    client = LLMClient(settings(server.base_url))
+
+    async def twice(c):
+        with pytest.raises(LLMDown, match=f"HTTP {status}"):
+            await c.complete(MSG)
+        with pytest.raises(LLMDown, match=f"HTTP {status}"):  # no second request: it is down
+            await c.complete(MSG, sample_index=1)
+
+    run(client, twice)
+    assert server.stats()["requests"] == 1 and client.down is not None and "HTTP " + status in client.down
+
+
+def test_no_answer_for_give_up_after_s_puts_the_client_down(scripted_llm):
+    server = scripted_llm([Rule("", fault="500")])
+    client = LLMClient(settings(server.base_url, max_retries=1000, give_up_after_s=0.3))
+    with pytest.raises(LLMDown, match=r"answered no call for 0s \(last: HTTP 500\).*llm.give_up_after_s"):
+        run(client, call())
+    assert server.stats()["requests"] > 3 and client.down is not None and counts(client)[2] == 1
+
+
+def test_an_answer_resets_the_give_up_clock(scripted_llm):
+    """A flaky server that answers now and then keeps the client up, however long it runs."""
+    server = scripted_llm([Rule("", reply="ok", rotation=("500", "500", None))])
+    client = LLMClient(settings(server.base_url, max_retries=5, give_up_after_s=0.15, backoff_s=0.02,
+                                backoff_max_s=0.02))
+    results = run(client, *[call(sample_index=i) for i in range(12)])  # ~0.5 s in all
+    assert [c.text for c in results] == ["ok"] * 12 and client.down is None
+
+
+def test_ledger_splits_calls_by_role_and_tallies_a_context(scripted_llm):
+    server = scripted_llm([Rule("fail", fault="400"), Rule("", reply="ok")])
+    client = LLMClient(settings(server.base_url))
+
+    async def calls(c):
+        await c.complete(MSG)
+        with tally() as mine:
+            await asyncio.gather(c.complete(MSG, role="judge", sample_index=1),
+                                 c.complete(MSG, role="meta", sample_index=2))
+            with pytest.raises(CallFailed):
+                await c.complete([{"role": "user", "content": "fail"}], role="judge")
+        return mine
+
+    (mine,) = run(client, calls)
+    roles = client.ledger.as_dict()["per_role"]
+    assert {r: (u["calls"], u["failed"]) for r, u in roles.items()} == {"operator": (1, 0), "judge": (1, 1), "meta": (1, 0)}
+    assert {r: (u["calls"], u["failed"]) for r, u in mine.as_dict()["per_role"].items()} == {"judge": (1, 1), "meta": (1, 0)}
 
 
 def test_unreachable_server_names_the_fix():
@@ -102,7 +168,7 @@ def test_truncated_and_nonsense_replies_are_returned_as_is(scripted_llm):
     cut, odd = run(client, call([{"role": "user", "content": "cut"}]), call([{"role": "user", "content": "odd"}]))
     assert (cut.text, cut.finish_reason) == ("abcd", "length")
     assert odd.finish_reason == "stop" and "garbled" in odd.text
-    assert client.ledger.retries == 0 and server.stats()["requests"] == 2
+    assert counts(client)[1] == 0 and server.stats()["requests"] == 2
 
 
 def test_missing_usage_is_estimated(scripted_llm):
@@ -149,6 +215,9 @@ def test_cache_replays_without_request(scripted_llm, tmp_path):
     assert dataclasses.replace(again, cached=False) == first
     a, b = first_client.ledger.as_dict(), second_client.ledger.as_dict()
     assert b.pop("cached_calls") == 1 and a.pop("cached_calls") == 0
+    for split in ("per_role", "per_model"):
+        assert b[split]["operator" if split == "per_role" else "m"].pop("cached") == 1
+        assert a[split]["operator" if split == "per_role" else "m"].pop("cached") == 0
     assert a == b  # budgets replay identically
     files = list((tmp_path / "cache").rglob("*"))
     entries = [f for f in files if f.is_file()]
@@ -214,17 +283,17 @@ def test_key_never_leaks(scripted_llm, monkeypatch, caplog, tmp_path):
         assert secret not in text
 
 
-def test_ledger_restore_round_trip():
+def test_ledger_rows_round_trip():
     led = Ledger()
     led.add(Completion("t", "m", 3, 4, 0.5, False, "stop", 0.1))
-    led.add(Completion("t", "m", 3, 4, 0.5, True, "stop", 0.1))
-    led.in_flight, led.retries = 2, 5
-    restored = Ledger()
-    restored.restore(json.loads(json.dumps(led.as_dict())))
+    led.add(Completion("t", "m", 3, 4, 0.5, True, "stop", 0.1), role="judge")
+    led.fail("operator", "m")
+    led.retry("operator", "m")
+    led.in_flight = 2
+    restored = Ledger.from_rows(json.loads(json.dumps(led.rows())))
     assert restored.in_flight == 0  # nothing is in flight after a restart
-    assert dataclasses.replace(restored, in_flight=2) == led
-    restored.per_model["m"]["calls"] += 1
-    assert led.per_model["m"]["calls"] == 2
+    assert restored.as_dict() == {**led.as_dict(), "in_flight": 0}
+    assert restored.as_dict()["per_role"]["judge"]["cached"] == 1
 
 
 def test_scripted_server_in_its_own_process(scripted_llm):
@@ -232,5 +301,5 @@ def test_scripted_server_in_its_own_process(scripted_llm):
     server = scripted_llm([Rule("", fault="500", times=1), Rule("", reply="from afar")], in_process=True)
     client = LLMClient(settings(server.base_url))
     (c,) = run(client, call())
-    assert c.text == "from afar" and client.ledger.retries == 1
+    assert c.text == "from afar" and counts(client)[1] == 1
     assert server.stats()["requests"] == 2 and server.requests[1]["messages"] == MSG

@@ -5,8 +5,6 @@ with malformed answers, dead servers, budgets, and cache replay.
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -86,24 +84,6 @@ def test_rerun_with_the_cache_replays_the_run_exactly_without_the_server(tmp_pat
     assert fingerprint(tmp_path / "a") == fingerprint(tmp_path / "b")
 
 
-def test_dead_llm_server_stops_the_run_cleanly_with_a_checkpoint(tmp_path, scripted_llm):
-    server = scripted_llm([Rule("", PERFECT, times=3), Rule("", fault="500")])
-    proc = subprocess.run(
-        [sys.executable, "-m", "qd.run", "experiment=function_fit", "llm.provider=server",
-         f"llm.base_url={server.base_url}", "llm.models=[{name: scripted}]", "llm.api_key_env=null",
-         "llm.backoff_s=0.01", "llm.backoff_max_s=0.02", "llm.max_retries=2",
-         "runner.progress=false", "runner.max_llm_calls=100", "runner.in_flight=1",
-         "operators.mix=[{name: rewrite}]", f"hydra.run.dir={tmp_path}"],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 1, proc.stderr[-2000:]
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("qd-run: stopped: llm: ") and "500" in last, last
-    assert (tmp_path / "checkpoints" / "checkpoint.npz").exists()
-    rows = stored(tmp_path)
-    assert sum(c.operator == "rewrite" for c in rows) == 3  # what was answered is kept
-
-
 @pytest.mark.parametrize("budget, field", [("runner.max_tokens=3000", "tokens"), ("runner.max_cost=0.002", "cost")])
 def test_token_and_cost_budgets_stop_the_run(tmp_path, scripted_llm, budget, field):
     server = scripted_llm([Rule("", PERFECT)])
@@ -137,6 +117,8 @@ def test_real_llama_server_produces_valid_children_that_improve_on_the_seed(tmp_
     assert better, [(c.fitness, [fitness[p] for p in c.parent_ids]) for c in valid]
     assert seeds
     assert summary["llm"]["tokens_out"] > 0
+    # every answered call is a stored child, and the ledger says who made it
+    assert summary["llm"]["calls"] == len(children) == summary["llm"]["per_role"]["operator"]["calls"]
 
 
 def test_progress_line_shows_llm_calls_tokens_and_cost(tmp_path, scripted_llm, capsys):

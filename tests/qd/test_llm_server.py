@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 
 import pytest
 
 from qd.llm import Completion, LLMClient, LLMSettings, ModelSpec
-from qd.llm_server import EmbeddedServer, smollm2_path
+from qd.llm_server import EmbeddedServer, _is_recorded, smollm2_path
 
 pytestmark = pytest.mark.slow
 
@@ -46,8 +47,27 @@ def test_stop_leaves_no_process(tmp_path):
     server = EmbeddedServer(smollm2_path(), log_path=tmp_path / "server.log", n_threads=1).start()
     pid = server.pid
     assert server.startup_s is not None and server.startup_s < server.startup_timeout_s
+    record = json.loads(server.record_path.read_text())
+    assert record["pid"] == pid and _is_recorded(record)
+    assert str(server.record_path) in record["cmdline"]  # `ps` shows whose server it is
     server.stop()
     server.stop()  # idempotent
-    assert server.pid is None
+    assert server.pid is None and not server.record_path.exists()
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)  # the whole process group is gone
+
+
+def test_a_server_left_running_is_stopped_by_the_next_one(tmp_path):
+    """As after a crash: the next server for the same log (run directory) stops the recorded one."""
+    log = tmp_path / "server.log"
+    old = EmbeddedServer(smollm2_path(), log_path=log, n_threads=1).start()
+    old_proc, old._proc = old._proc, None  # forgotten, as by a process that died
+    try:
+        with EmbeddedServer(smollm2_path(), log_path=log, n_threads=1) as new:
+            assert old_proc.wait(10) is not None
+            assert json.loads(new.record_path.read_text())["pid"] == new.pid
+            assert ask(new, "Say hello.", max_tokens=4).text
+        assert f"(pid {old_proc.pid})" in log.read_text()
+    finally:
+        old_proc.kill()
+        old_proc.wait()

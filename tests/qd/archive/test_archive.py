@@ -486,7 +486,7 @@ def test_migration_works_with_a_cvt_spec():
     cvt = pytest.importorskip("qd.archive.cvt")
     rng = np.random.default_rng(0)
     centroids = rng.uniform(0.0, 1.0, (20, 2)).astype(np.float32)
-    spec = cvt.CVTSpec.create(centroids)
+    spec = cvt.CVTSpec(centroids)
     # Island 0 holds the centroids of cells 0, 1, 2 (ids 10, 11, 12), written
     # directly into the documented state fields (no CVT insert compile needed).
     empty = jax.tree_util.tree_map(np.array, qa.init(spec, islands=ISLANDS))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import jax
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from qd.archive import cvt
 from qd.archive.cvt import CVTSpec, _build_grid, cvt_centroids
 
 _index = jax.jit(lambda spec, x: spec.index(x))
@@ -40,7 +42,7 @@ def brute_force(centroids: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 def check_exact(centroids: np.ndarray, x: np.ndarray) -> CVTSpec:
     """Asserts the jitted index matches brute force; returns the spec for more checks."""
-    spec = CVTSpec.create(centroids)
+    spec = CVTSpec(centroids)
     got = np.asarray(_index(spec, jnp.asarray(x)))
     np.testing.assert_array_equal(got, brute_force(centroids, x))
     return spec
@@ -169,7 +171,7 @@ def test_index_exact_100k_centroids(dim: int) -> None:
 def test_index_in_jit_with_traced_spec() -> None:
     """The spec is an ordinary jit argument: array fields traced, grid_shape static."""
     centroids = cvt_centroids(500, [0.0, -1.0], [1.0, 1.0], samples=5000, seed=3)
-    spec = CVTSpec.create(centroids)
+    spec = CVTSpec(centroids)
     leaves, treedef = jax.tree_util.tree_flatten(spec)
     assert all(isinstance(leaf, jax.Array) for leaf in leaves)
     assert jax.tree_util.tree_unflatten(treedef, leaves).grid_shape == spec.grid_shape
@@ -186,9 +188,9 @@ def test_index_in_jit_with_traced_spec() -> None:
     np.testing.assert_array_equal(np.asarray(centers), centroids[np.asarray(cells)])
 
 
-def test_spec_shapes_and_create_from_jax_array() -> None:
+def test_spec_shapes_and_build_from_jax_array() -> None:
     centroids = np.random.default_rng(5).uniform(0, 1, (37, 4)).astype(np.float64)
-    spec = CVTSpec.create(jnp.asarray(centroids, jnp.float32))
+    spec = CVTSpec(jnp.asarray(centroids, jnp.float32))
     assert (spec.num_cells, spec.descriptor_dim) == (37, 4)
     assert isinstance(spec.num_cells, int) and isinstance(spec.descriptor_dim, int)
     assert spec.centroids.dtype == jnp.float32 and spec.centroids.shape == (37, 4)
@@ -196,12 +198,78 @@ def test_spec_shapes_and_create_from_jax_array() -> None:
     assert out.shape == (5,) and out.dtype == jnp.int32
     with pytest.raises(ValueError):
         _index(spec, jnp.zeros((5, 3)))
-    single = CVTSpec.create(np.ones((1, 2)))
+    single = CVTSpec(np.ones((1, 2)))
     np.testing.assert_array_equal(np.asarray(_index(single, jnp.zeros((3, 2)))), 0)
     with pytest.raises(ValueError):
-        CVTSpec.create(np.zeros((0, 2)))
+        CVTSpec(np.zeros((0, 2)))
     with pytest.raises(ValueError):
-        CVTSpec.create(np.full((3, 2), np.nan))
+        CVTSpec(np.full((3, 2), np.nan))
+
+
+def _random_case(cells: int, dim: int, queries: int) -> tuple[np.ndarray, np.ndarray]:
+    """Centroids in [-1, 1] and queries a bit beyond, seeded by the shapes.
+
+    The same shapes give the same spec, so the tests below share compiled lookups.
+    """
+    rng = np.random.default_rng(cells * 10 + dim)
+    centroids = rng.uniform(-1, 1, (cells, dim)).astype(np.float32)
+    return centroids, rng.uniform(-1.2, 1.2, (queries, dim)).astype(np.float32)
+
+
+# (cells, dim, queries): a bucket grid (D <= 3, C >= 256) and a matmul scan (D > 3).
+# Compiling the lookup dominates these tests; scan leaves have data-independent shapes,
+# so the scan case reuses a shape test_index_exact_property already compiled.
+_CASES = [(300, 2, 400), (9, 5, 32)]
+
+
+@pytest.mark.parametrize(("cells", "dim", "queries"), _CASES)
+def test_constructor_builds_exact_spec(cells: int, dim: int, queries: int) -> None:
+    """``CVTSpec(centroids)`` is the one constructor and precomputes the lookup."""
+    assert not hasattr(CVTSpec, "create")
+    spec = check_exact(*_random_case(cells, dim, queries))
+    assert bool(spec.grid_shape) == (dim <= 3)
+    assert (spec.num_cells, spec.descriptor_dim) == (cells, dim)
+
+
+@pytest.mark.parametrize(("cells", "dim", "queries"), _CASES)
+def test_pytree_round_trips_without_rebuilding(
+    cells: int, dim: int, queries: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """flatten/unflatten, jit (in and out), tree_map and device_put reuse the fields."""
+    centroids, x = _random_case(cells, dim, queries)
+    spec = CVTSpec(centroids)
+
+    def rebuild(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the spec was rebuilt from its centroids")
+
+    monkeypatch.setattr(CVTSpec, "__init__", rebuild)
+    monkeypatch.setattr(cvt, "_build_grid", rebuild)
+
+    leaves, treedef = jax.tree_util.tree_flatten(spec)
+    assert all(isinstance(leaf, jax.Array) for leaf in leaves)
+    back = jax.tree_util.tree_unflatten(treedef, leaves)
+    assert type(back) is CVTSpec and back.grid_shape == spec.grid_shape
+    for name in cvt._ARRAY_FIELDS:
+        assert getattr(back, name) is getattr(spec, name)
+    paths = jax.tree_util.tree_leaves_with_path(spec)
+    assert ".centroids" in {jax.tree_util.keystr(path) for path, _ in paths}
+
+    expected = brute_force(centroids, x)
+    for other in (
+        jax.jit(lambda s: s)(spec),  # traced as an argument, rebuilt from outputs
+        jax.tree_util.tree_map(lambda a: a, spec),
+        jax.device_put(spec),
+    ):
+        assert type(other) is CVTSpec and other.grid_shape == spec.grid_shape
+        assert jax.tree_util.tree_structure(other) == treedef
+        # _index traces the spec too; same shapes as above, so no recompilation.
+        np.testing.assert_array_equal(np.asarray(_index(other, jnp.asarray(x))), expected)
+
+
+@pytest.mark.parametrize("shape", [(5,), (0, 2), (3, 0), (2, 3, 4)])
+def test_constructor_rejects_bad_shape(shape: tuple[int, ...]) -> None:
+    with pytest.raises(ValueError, match=re.escape(str(shape))):
+        CVTSpec(np.zeros(shape, np.float32))
 
 
 def test_cvt_centroids_shape_bounds_and_determinism() -> None:

@@ -486,7 +486,7 @@ CVT_SETTINGS = [(1.0, -math.inf), (1.0, -math.inf), (1.0, -5.0), (1.0, 0.0)]
 @pytest.fixture(scope="module")
 def cvt_spec():
     cvt = pytest.importorskip("qd.archive.cvt")
-    return cvt.CVTSpec.create(CVT_CENTROIDS)
+    return cvt.CVTSpec(CVT_CENTROIDS)
 
 
 def _ribs_cvt(learning_rate, threshold_min, offset):
