@@ -303,3 +303,12 @@ def test_scripted_server_in_its_own_process(scripted_llm):
     (c,) = run(client, call())
     assert c.text == "from afar" and counts(client)[1] == 1
     assert server.stats()["requests"] == 2 and server.requests[1]["messages"] == MSG
+
+
+def test_a_failed_call_is_not_cached_and_is_asked_again(scripted_llm, tmp_path):
+    server = scripted_llm([Rule("", fault="500", times=1), Rule("", reply="second time")])
+    s = settings(server.base_url, cache_dir=str(tmp_path / "cache"), max_retries=0)
+    with pytest.raises(CallFailed):
+        run(LLMClient(s), call())
+    (again,) = run(LLMClient(s), call())
+    assert (again.text, again.cached, server.stats()["requests"]) == ("second time", False, 2)
