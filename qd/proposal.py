@@ -176,20 +176,24 @@ class TextProposals:
                     island=island, sample_index=sample_index(seq * self.batch_size + j, attempt),
                     rng=rng, model=a.model, instruction=instruction.text if instruction else None,
                 )
+                failed = False
                 try:
                     answers = await op(parents, shown, context)
                 except LLMError as err:  # this child fails; a client that is down stops the run
-                    answers = [Child.unanswered(op.name, str(err))]
+                    answers, failed = [Child.unanswered(op.name, str(err))], True
                 drafts += [Draft(c, ids, instruction.id if instruction else None, resample=attempt > 0)
                            for c in answers]
-                if answers[-1].model is None or not await self._gate(drafts[-len(answers):], parents, elites) \
+                if failed or not await self._gate(drafts[-len(answers):], parents, elites) \
                         or not self._may_resample():
                     break
             return drafts
 
-        results = await asyncio.gather(*(child(j) for j in range(size)))
+        # Every child finishes before a bug in one is raised, so none is left running.
+        results = await asyncio.gather(*(child(j) for j in range(size)), return_exceptions=True)
         drafts, firsts = [], []
         for j, result in enumerate(results):
+            if isinstance(result, BaseException):
+                raise result
             drafts += result
             firsts += [(island, cells[j, 0])] * len(result)
         return drafts, np.asarray(firsts, np.int64).reshape(-1, 2)
