@@ -7,6 +7,7 @@ key or model, or answers nothing for ``llm.give_up_after_s``.
 
 import contextlib
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -67,11 +68,11 @@ def test_a_flaky_server_is_ridden_out_to_the_call_budget(tmp_path, scripted_llm)
 
 def test_a_server_gone_for_good_stops_the_run_after_give_up_after_s(tmp_path, scripted_llm):
     server = scripted_llm([Rule("", varied)], latency_s=0.05)
-    proc = subprocess.Popen(qd_run(server.base_url, tmp_path, "runner.max_llm_calls=1000", "llm.give_up_after_s=3"),
+    proc = subprocess.Popen(qd_run(server.base_url, tmp_path, "runner.max_llm_calls=1000", "llm.give_up_after_s=2"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
-        if sum(r[1] is not None for r in rows(tmp_path)) >= 3:
+        if sum(r[1] is not None for r in rows(tmp_path)) >= 2:
             break
         time.sleep(0.1)
     server.stop()
@@ -80,11 +81,12 @@ def test_a_server_gone_for_good_stops_the_run_after_give_up_after_s(tmp_path, sc
     waited = time.monotonic() - stopped
     assert proc.returncode == 1, err[-3000:]
     last = err.strip().splitlines()[-1]
-    assert last.startswith("qd-run: stopped: llm: ") and "answered no call for 3s" in last, last
-    assert 3 <= waited < 30
+    quiet = re.search(r"answered no call for (\d+)s", last)
+    assert last.startswith("qd-run: stopped: llm: ") and quiet and int(quiet[1]) >= 2, last
+    assert 2 <= waited < 30
     assert (tmp_path / "checkpoints" / "checkpoint.npz").exists()
     answered = [r for r in rows(tmp_path) if r[1] is not None]
-    assert len(answered) >= 3 and llm_line(out)["calls"] == len(answered)  # what was answered is kept
+    assert len(answered) >= 2 and llm_line(out)["calls"] == len(answered)  # what was answered is kept
 
 
 def test_a_refused_key_stops_the_run_at_once(tmp_path, scripted_llm):
