@@ -20,11 +20,6 @@ Ways in:
 * ``module_command(module, args)``: ``python -c <qd.lifeline.main> --parent PID
   -m MODULE ARGS``, which runs ``MODULE`` as ``__main__`` in the same process under
   a lifeline (the embedded llama.cpp server).
-* ``command(cmd)``: ``python -c <qd.lifeline.main> --parent PID -- CMD ...`` for any
-  other program: the wrapper runs ``CMD`` (in the wrapper's process group when
-  the wrapper leads one, else in a group of its own), forwards
-  SIGTERM/SIGINT/SIGHUP to it, exits with its status, kills its group when the
-  parent dies, and the kernel kills it when the wrapper dies.
 
 This module imports only the standard library: it runs before the target does.
 """
@@ -39,7 +34,6 @@ import threading
 from pathlib import Path
 
 _POLL_S = 0.2  # getppid() polling interval where pidfds are missing
-_PR_SET_PDEATHSIG = 1
 
 
 def _open_parent(parent: int) -> int | None:
@@ -76,14 +70,9 @@ def _wait_for_exit(parent: int, fd: int | None) -> None:
         os.close(fd)
 
 
-def _die(groups: tuple[int, ...] = ()) -> None:
-    """SIGKILL the process ``groups``, then this process's group when it leads one
-    (everything it started), else this process alone."""
-    for pgid in groups:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except OSError:
-            pass
+def _die() -> None:
+    """SIGKILL this process's group when it leads one (everything it started), else
+    this process alone."""
     try:
         if os.getpgrp() == os.getpid():
             os.killpg(os.getpid(), signal.SIGKILL)
@@ -131,11 +120,6 @@ def module_command(module: str, args: list[str], *, tag: str | None = None) -> l
     return [*_wrapper(tag), "-m", module, *args]
 
 
-def command(cmd: list[str], *, tag: str | None = None) -> list[str]:
-    """argv running the program ``cmd`` so that it dies with this process."""
-    return [*_wrapper(tag), "--", *cmd]
-
-
 def _run_module(parent: int, module: str, args: list[str]) -> None:
     import runpy
 
@@ -144,53 +128,9 @@ def _run_module(parent: int, module: str, args: list[str]) -> None:
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
-def _run_command(parent: int, cmd: list[str]) -> int:
-    """Run ``cmd`` until it ends or ``parent`` dies; its exit status (128+N for signal N)."""
-    import ctypes
-    import subprocess
-
-    try:
-        parent_fd = _open_parent(parent)
-    except ProcessLookupError:
-        return 137
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def pdeathsig() -> None:  # this wrapper is single-threaded, and forks from its only thread
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-    # Leading a group (the usual case: started with start_new_session), the wrapper keeps
-    # the program in it, so a killpg of the wrapper reaches both; else the program gets
-    # a group of its own, to be killed whole.
-    own_group = os.getpgrp() != os.getpid()
-    proc = subprocess.Popen(cmd, preexec_fn=pdeathsig, process_group=0 if own_group else None)
-    groups = (proc.pid,) if own_group else ()
-
-    def forward(sig: int, _frame: object) -> None:
-        try:
-            os.killpg(proc.pid, sig) if own_group else proc.send_signal(sig)
-        except OSError:
-            pass
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, forward)
-    try:
-        child_fd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
-        child_fd = None
-    while True:
-        fds = [fd for fd in (parent_fd, child_fd) if fd is not None]
-        ready = select.select(fds, [], [], None if parent_fd is not None and child_fd is not None else _POLL_S)[0]
-        if (parent_fd in ready) if parent_fd is not None else os.getppid() != parent:
-            _die(groups)
-        if proc.poll() is not None:
-            break
-    code = proc.returncode
-    return 128 - code if code < 0 else code
-
-
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: python -m qd.lifeline --parent PID [--tag TEXT] (-m MODULE [ARGS...] | -- CMD [ARGS...])"
+    usage = "usage: python -m qd.lifeline --parent PID [--tag TEXT] -m MODULE [ARGS...]"
     parent, i = None, 0
     while i < len(argv) and argv[i] in ("--parent", "--tag"):
         if i + 1 >= len(argv):
@@ -199,12 +139,9 @@ def main(argv: list[str] | None = None) -> None:
             parent = int(argv[i + 1])
         i += 2
     rest = argv[i:]
-    if parent is None or len(rest) < 2 or rest[0] not in ("-m", "--"):
+    if parent is None or len(rest) < 2 or rest[0] != "-m":
         sys.exit(usage)
-    if rest[0] == "-m":
-        _run_module(parent, rest[1], rest[2:])
-    else:
-        sys.exit(_run_command(parent, rest[1:]))
+    _run_module(parent, rest[1], rest[2:])
 
 
 if __name__ == "__main__":

@@ -186,17 +186,20 @@ class Ledger:
         for key, u in other.cells.items():
             self._cell(*key).merge(u)
 
-    def total(self, by: int | None = None) -> dict[str, Usage] | Usage:
-        """All cells summed, or (``by`` = 0 role, 1 model) summed per role or per model."""
-        if by is None:
-            out = Usage()
-            for u in self.cells.values():
-                out.merge(u)
-            return out
+    def total(self) -> Usage:
+        """All cells summed."""
+        out = Usage()
+        for u in self.cells.values():
+            out.merge(u)
+        return out
+
+    def split(self, by: str) -> dict[str, Usage]:
+        """Cells summed per ``"role"`` or per ``"model"``, sorted by name."""
+        at = ("role", "model").index(by)
         groups: dict[str, Usage] = {}
         for key, u in self.cells.items():
-            groups.setdefault(key[by], Usage()).merge(u)
-        return groups
+            groups.setdefault(key[at], Usage()).merge(u)
+        return dict(sorted(groups.items()))
 
     @property
     def calls(self) -> int:
@@ -217,8 +220,8 @@ class Ledger:
         return {
             "calls": t.calls, "cached_calls": t.cached, "failed_calls": t.failed, "retries": t.retries,
             "tokens_in": t.tokens_in, "tokens_out": t.tokens_out, "cost": t.cost, "in_flight": self.in_flight,
-            "per_role": {k: dataclasses.asdict(u) for k, u in sorted(self.total(0).items())},
-            "per_model": {k: dataclasses.asdict(u) for k, u in sorted(self.total(1).items())},
+            "per_role": {k: dataclasses.asdict(u) for k, u in self.split("role").items()},
+            "per_model": {k: dataclasses.asdict(u) for k, u in self.split("model").items()},
         }
 
     def rows(self) -> list[tuple]:

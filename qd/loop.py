@@ -637,7 +637,7 @@ class Engine(TextProposals, StrategySteps):
             return ""
         ledger = self.llm.ledger
         t = ledger.total()
-        roles = ledger.total(0)
+        roles = ledger.split("role")
         split = "" if len(roles) < 2 else " (" + " ".join(f"{r}={u.calls}" for r, u in roles.items()) + ")"
         return (
             f" llm_calls={t.calls}{split} failed={t.failed} in_flight={ledger.in_flight} "

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from qd import archive
-from qd.config import Config, register
+from qd.config import Config, check_ranges, register
 from qd.errors import CheckpointError, ConfigError
 from qd.evaluator import InProcessEvaluator, PoolEvaluator, SandboxEvaluator
 from qd.loop import Budget, Engine
@@ -158,8 +158,8 @@ def build_operators(cfg: DictConfig, task: Any, client: Any = None) -> list[tupl
         except ValueError as e:
             field, problem = str(e).split(": ", 1)
             raise ConfigError(f"operators.mix[{i}].{field}", problem) from None
-    if sum(w for _, w in ops) <= 0 or any(w < 0 for _, w in ops):
-        raise ConfigError("operators.mix", "weights must be >= 0 with a positive sum")
+    if sum(w for _, w in ops) <= 0:  # each weight >= 0: the schema's range
+        raise ConfigError("operators.mix", "weights must have a positive sum", "give some operator a weight > 0")
     return ops
 
 
@@ -169,8 +169,6 @@ def check_config(cfg: DictConfig) -> tuple[Any, Any, Geometry]:
     Returns the task, its describer (None for the task's own descriptors) and
     the descriptor geometry.
     """
-    from qd.config import check_ranges
-
     OmegaConf.to_object(cfg)  # types and missing values
     check_ranges(cfg)  # every numeric field against its range in qd/config.py, before the cross-field checks
     params = OmegaConf.to_container(cfg.experiment.params, resolve=True)

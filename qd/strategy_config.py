@@ -33,9 +33,6 @@ def check_strategy(cfg: DictConfig, task: Any, describer: Any) -> None:
     """Validates the strategy groups against each other and the task."""
     isl, sel, sch = cfg.islands, cfg.select, cfg.scheduler
     text = task.kind != "vector"
-    for field in ("migrate_every", "reset_patience"):
-        if isl[field] < 0:
-            raise ConfigError(f"islands.{field}", f"must be >= 0, got {isl[field]}")
     if isl.reset_patience and isl.count < 2:
         raise ConfigError("islands.reset_patience", "a reset needs surviving islands", "set islands.count >= 2")
     for field in ("mix", "models"):
@@ -55,8 +52,6 @@ def check_strategy(cfg: DictConfig, task: Any, describer: Any) -> None:
                           f"use one of {list(select.INSPIRATION_RULES)}")
     if sel.inspirations == "islands" and isl.count < 2:
         raise ConfigError("select.inspirations", "islands needs other islands", "set islands.count >= 2")
-    if sel.temperature <= 0 or sel.k < 1:
-        raise ConfigError("select.temperature" if sel.temperature <= 0 else "select.k", "must be > 0")
     if sch.rule not in RULES:
         raise ConfigError("scheduler.rule", f"unknown rule {sch.rule!r}", f"use one of {list(RULES)}")
     if sch.arms not in ARM_KINDS:

@@ -31,7 +31,7 @@ def config(base_url: str, *overrides: str):
         "llm.models=[{name: scripted, price_in: 1.0, price_out: 2.0}]", "llm.api_key_env=null",
         "llm.backoff_s=0.01", "llm.backoff_max_s=0.02", "llm.timeout_s=5",
         "runner.progress=false", "runner.max_llm_calls=24", "runner.in_flight=4",
-        "runner.workers=2", "sandbox.wall_s=1", "sandbox.cpu_s=1",
+        "runner.workers=2", "sandbox.wall_s=1", "sandbox.cpu_s=2",  # an endless loop always hits the wall clock first
         "operators.mix=[{name: rewrite}]", *overrides,
     ])
 

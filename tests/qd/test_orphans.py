@@ -110,10 +110,10 @@ LIFELINES = """
     # a Python module, run in-process by the wrapper, leading its own group (as the llama server)
     subprocess.Popen(lifeline.module_command("timeit", ["-n1", "-r1", "import time; time.sleep(60)"]),
                      start_new_session=True)
-    # a program with a child of its own: the wrapper in our group, the program in a group of its own
-    subprocess.Popen(lifeline.command(["sh", "-c", "sleep 61 & sleep 61; :"]))
-    # a program under a wrapper that leads its group
-    subprocess.Popen(lifeline.command(["sleep", "62"]), start_new_session=True)
+    # a module that starts a program of its own, in its group: killed with the group
+    subprocess.Popen(lifeline.module_command(
+        "timeit", ["-n1", "-r1", "import subprocess, time; subprocess.Popen(['sleep', '61']); time.sleep(60)"]),
+        start_new_session=True)
     # a plain fork watching from a thread (as a pool worker does)
     if os.fork() == 0:
         lifeline.watch_parent()
@@ -133,7 +133,7 @@ def test_lifelines_kill_children_of_a_sigkilled_parent():
             kids = descendants(parent.pid)
             lines = [cmdline(p) for p in kids]
             sleeps = sum(line.startswith("sleep 6") for line in lines)
-            return kids if sleeps == 3 and any("timeit" in line for line in lines) else None
+            return kids if sleeps == 1 and sum("-m timeit" in line for line in lines) == 2 else None
 
         kids = wait_for("every child", started, parent, 10)
     finally:
@@ -145,7 +145,7 @@ def test_lifeline_of_an_orphan_at_birth_fires_at_once():
     """A child whose parent died before it could look dies at once instead of running on."""
     from qd import lifeline
 
-    cmd = lifeline.command(["sleep", "60"])
+    cmd = lifeline.module_command("timeit", ["-n1", "-r1", "import time; time.sleep(60)"])
     cmd[cmd.index("--parent") + 1] = "1"  # not our parent: as if re-parented already
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd="/")
