@@ -3,7 +3,7 @@
 
 Setup (one run of this script):
 
-* model: one ``qd.llm_server.EmbeddedServer`` (llama.cpp, SmolLM2-135M-Instruct), shared by
+* model: one ``qd.llm.server.EmbeddedServer`` (llama.cpp, SmolLM2-135M-Instruct), shared by
   every run. It answers one request at a time, so the runs go one after the other (qd, then
   OpenEvolve, for each seed). LLM calls are counted on the server side, from its access log
   (``POST /v1/chat/completions`` lines during the run), so both systems are counted alike,
@@ -445,7 +445,7 @@ def _oe_invalid(programs: list[dict[str, Any]]) -> dict[str, int]:
 def start_server(prefix: str) -> tuple[Any, Path, datetime.datetime, float, float]:
     """The shared embedded SmolLM2 server, logging to a fresh temp dir: (server, its log,
     start time, perf_counter at start, 1-min load at start)."""
-    from qd.llm_server import EmbeddedServer
+    from qd.llm.server import EmbeddedServer
 
     log = Path(tempfile.mkdtemp(prefix=prefix)) / "llm_server.log"
     started = datetime.datetime.now(datetime.timezone.utc)

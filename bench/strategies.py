@@ -30,7 +30,7 @@ end effector's (x, y) in [-1, 1]^2, fitness = -variance of the joint angles, Iso
   arm config's own qd_offset 0 would make the score negative); coverage = filled / 10,000.
   qd's own ``summary()["global"]`` (offset 0, sum over islands) is printed as a check.
 
-**llm** (SmolLM2, real llama.cpp): one ``qd.llm_server.EmbeddedServer`` (SmolLM2-135M-Instruct,
+**llm** (SmolLM2, real llama.cpp): one ``qd.llm.server.EmbeddedServer`` (SmolLM2-135M-Instruct,
 n_ctx 2048) shared by every run, one run at a time, each in a fresh child process (as
 ``bench/smol_quality.py``); ``experiment=function_fit llm.provider=server llm.base_url=URL
 "llm.models=[{name: MODEL}]" llm.api_key_env=null runner.max_llm_calls=N runner.progress=false

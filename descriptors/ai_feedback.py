@@ -31,7 +31,7 @@ import numpy as np
 from scipy.stats import rankdata
 
 from descriptors.base import Described, Item
-from qd.llm import Completion, LLMClient, LLMError
+from qd.contract import ChatClient, Completion, LLMError
 
 CACHE_KIND = "ai_feedback"
 PROMPT = (
@@ -127,7 +127,7 @@ class AIFeedbackDescriptor:
     def __init__(
         self,
         axes: Sequence[Axis],
-        client: LLMClient | None = None,
+        client: ChatClient | None = None,
         model: str | None = None,
         *,
         scale: int = 9,
@@ -173,7 +173,7 @@ class AIFeedbackDescriptor:
         self.margin, self._fits = margin, 0
         self._span: tuple[np.ndarray, np.ndarray] | None = None
 
-    def attach(self, store: Any, llm: LLMClient | None = None) -> None:
+    def attach(self, store: Any, llm: ChatClient | None = None) -> None:
         """Cache answers in ``store``; judge with the run's client ``llm`` unless one was given."""
         self._store = store
         if self.client is None:

@@ -23,38 +23,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-
-@dataclasses.dataclass(frozen=True)
-class Item:
-    """What a descriptor sees of one evaluated candidate.
-
-    Attributes:
-        text: the genome (program, prompt).
-        fitness: the evaluator's fitness.
-        metrics: the evaluator's metrics, or None.
-        id: the store id once stored (None while a fresh child is described).
-    """
-
-    text: str
-    fitness: float = float("nan")
-    metrics: dict | None = None
-    id: int | None = None
-
-
-class Described(NamedTuple):
-    """A batch's descriptors.
-
-    Attributes:
-        values: f32[B, D]; NaN rows where the candidate is invalid or the
-            descriptor is not fitted yet.
-        valid: bool[B]; False makes the candidate invalid (stored with ``error``);
-            True with NaN values means "valid but not placeable yet" (unfitted).
-        error: B one-line reasons (None where valid).
-    """
-
-    values: np.ndarray
-    valid: np.ndarray
-    error: list[str | None]
+from qd.contract import Described, Item
 
 
 @runtime_checkable

@@ -191,7 +191,7 @@ class LLMJudge:
         ]
 
     async def _one(self, triplet: Triplet, sample_index: int) -> int | None:
-        from qd.llm import LLMError
+        from qd.contract import LLMError
 
         try:
             c = await self.client.complete(

@@ -26,7 +26,7 @@ import numpy as np
 
 from operators.code import MalformedAnswer, check_syntax, extract_code, layout, rebuild
 from operators.diff import DiffError, apply_diff, parse_diff
-from qd.llm import LLMError
+from qd.contract import ChatClient, Child, LLMError, Parent, PromptContext
 
 PROMPTS = Path(__file__).parent / "prompts"
 _FEEDBACK_CHARS = 600  # evaluator feedback shown: head and tail (tracebacks end with the cause)
@@ -48,68 +48,6 @@ _RULES = (
     "Change only the code between the EVOLVE-BLOCK-START and EVOLVE-BLOCK-END lines; "
     "keep the rest exactly as it is."
 )
-
-
-@dataclasses.dataclass
-class Parent:
-    """A program shown to the model, with what its evaluation said."""
-
-    id: int
-    text: str
-    fitness: float | None
-    metrics: dict | None = None
-    feedback: str | None = None  # evaluator feedback: error reason, stderr tail, artifacts
-
-
-@dataclasses.dataclass
-class Child:
-    """One answer turned into a candidate; ``text`` is None when unusable (``error`` says why)."""
-
-    text: str | None
-    error: str | None
-    operator: str  # "rewrite", "diff", "crossover", "inspiration" or "diff>rewrite" (the fallback)
-    model: str | None
-    prompt: str | None  # JSON of the messages sent
-    response: str | None
-    tokens_in: int
-    tokens_out: int
-    cost: float
-
-    @classmethod
-    def unanswered(cls, operator: str, error: str) -> Child:
-        """A child whose call failed (``error`` is the client's one-line reason): stored, never evaluated."""
-        return cls(None, error, operator, None, None, None, 0, 0, 0.0)
-
-
-@dataclasses.dataclass
-class PromptContext:
-    """What the operator needs besides the programs."""
-
-    task: str  # shown to the model; must not leak hidden targets
-    language: str = "python"
-    island: int = 0
-    sample_index: int = 0  # unique per child in the run: the client's cache key and seed
-    rng: np.random.Generator | None = None  # model choice; None: the client's default
-    model: str | None = None  # the scheduler's choice; overrides ``rng``
-    instruction: str | None = None  # a mutation instruction (``operators.meta``) shown in the prompt
-
-
-class ChatClient(Protocol):
-    """What an operator needs from ``qd.llm.LLMClient``."""
-
-    def pick_model(self, rng: np.random.Generator) -> str: ...
-
-    async def complete(
-        self,
-        messages: list[dict],
-        *,
-        model: str | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        sample_index: int = 0,
-        stop: list[str] | None = None,
-        role: str = "operator",
-    ) -> Any: ...
 
 
 def load_templates(

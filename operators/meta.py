@@ -35,8 +35,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from operators.code import MalformedAnswer
-from operators.llm import ChatClient, load_templates
-from qd.store import Candidate, Store
+from operators.llm import load_templates
+from qd.contract import Candidate, ChatClient
 
 SEED, META, HYPER_SEED, HYPER = "seed", "meta", "seed>hyper", "meta>hyper"  # store ``operator`` values
 DEFAULT_SEEDS = (
@@ -89,7 +89,7 @@ class InstructionPool:
 
     def __init__(
         self,
-        store: Store,
+        store: Any,  # qd.store.Store: the pool's texts and lineage live in the run's store
         *,
         seeds: Sequence[str] = DEFAULT_SEEDS,
         mutation_prompt: str = DEFAULT_MUTATION_PROMPT,

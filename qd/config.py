@@ -16,7 +16,7 @@ from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from qd.errors import ConfigError
+from qd.contract import ConfigError
 
 RANGE = "range"  # dataclass field metadata key of a numeric field's Range
 SEED_MAX = 2**31 - 1  # seeds: numpy and LLM servers need them non-negative, some as int32
@@ -242,7 +242,7 @@ class MetaConf:
 class GateConf:
     enabled: bool = False  # skip evaluating children too similar to their island's elites or parent
     # Cosine at or above which a child is rejected (1: MiniLM cannot tell them apart).
-    # (0, 1], not the whole cosine range: at <= 0 every child is rejected (qd.gate refuses it).
+    # (0, 1], not the whole cosine range: at <= 0 every child is rejected (qd.search.gate refuses it).
     threshold: float = number(1.0, gt=0, le=1)
     against: list[str] = dataclasses.field(default_factory=lambda: ["elites", "parents"])
     resample: int = number(0, ge=0)  # times a rejected child may be asked for again

@@ -18,10 +18,10 @@ everything already evaluated. Every proposal counts its calls in its own ledger
 (``qd.llm.tally``), committed with its candidates, so the LLM budget is what the
 store holds, whatever made the calls (operators, judges, meta mutations).
 
-How the search moves is a ``qd.strategy.Strategy``: each proposal pulls an arm
-(operator, model) chosen by the scheduler; parents come from ``qd.select``;
+How the search moves is a ``qd.search.strategy.Strategy``: each proposal pulls an arm
+(operator, model) chosen by the scheduler; parents come from ``qd.search.select``;
 after each commit the arm, the parents' curiosity and the meta instructions are
-paid in archive improvement, islands migrate or reset (``qd.islands``), and a
+paid in archive improvement, islands migrate or reset (``qd.search.islands``), and a
 CycleQD rotation rebuilds the archive from the store. A ``describer`` (see ``descriptors.base``) may
 place text candidates instead of the task's own descriptors; a fitted one is
 refit on its schedule, after which every stored candidate is re-described and
@@ -51,17 +51,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from descriptors.base import Item, is_fitted_kind
-from qd import archive, checkpoint, select
-from qd import islands as island_ops
+from qd import archive, checkpoint
+from qd.search import select
+from qd.search import islands as island_ops
 from qd.errors import CheckpointError
-from qd.gate import DuplicateIndex
+from qd.search.gate import DuplicateIndex
 from qd.llm import Ledger, tally
 from qd.progress import RunProgress
 from qd.proposal import Proposal, TextProposals
-from qd.scheduler import make_bandit
-from qd.scheduler import state_dict as bandit_arrays
+from qd.search.scheduler import make_bandit
+from qd.search.scheduler import state_dict as bandit_arrays
 from qd.store import Candidate, Store
-from qd.strategy import Arm, Strategy
+from qd.search.strategy import Arm, Strategy
 from qd.strategy_steps import StrategySteps
 
 
@@ -109,7 +110,7 @@ class Engine(TextProposals, StrategySteps):
     Args:
         task: initial genomes and evaluator (a numeric ``Task`` or a ``TextTask``).
         spec: archive tessellation (GridSpec / CVTSpec).
-        operators: the arms, as ``qd.strategy.Arm``s or (operator, weight) pairs. A
+        operators: the arms, as ``qd.search.strategy.Arm``s or (operator, weight) pairs. A
             numeric operator is an async callable ``op(key, parents f32[B, k, n],
             context) -> f32[B, n]``; an LLM operator is ``op(parents, inspirations,
             context) -> list[Child]``. Both have ``name`` and ``num_parents``; LLM
@@ -123,7 +124,7 @@ class Engine(TextProposals, StrategySteps):
         describer: a ``descriptors.base.Descriptor`` placing text candidates (None:
             the task's own descriptors). Its ``dim`` must match ``spec``.
         strategy: islands, selection, scheduler, meta-prompts, novelty gate and
-            cyclic objectives (``qd.strategy``; the default is plain MAP-Elites).
+            cyclic objectives (``qd.search.strategy``; the default is plain MAP-Elites).
     """
 
     def __init__(

@@ -22,8 +22,8 @@ import jax
 import numpy as np
 
 from operators.llm import Child, Parent, PromptContext
-from qd import select
-from qd.gate import rejected, reuse
+from qd.search import select
+from qd.search.gate import rejected, reuse
 from qd.llm import Ledger, LLMError
 from qd.store import Candidate
 

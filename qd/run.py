@@ -18,11 +18,12 @@ from omegaconf.errors import OmegaConfBaseException
 
 from qd import archive
 from qd.config import Config, check_ranges, register
-from qd.errors import CheckpointError, ConfigError
+from qd.contract import ConfigError
+from qd.errors import CheckpointError
 from qd.evaluator import InProcessEvaluator, PoolEvaluator, SandboxEvaluator
 from qd.loop import Budget, Engine
 from qd.paths import conf_dir
-from qd.strategy_config import build_arms, build_cycle, build_strategy, check_strategy, operator_labels
+from qd.search.build import build_arms, build_cycle, build_strategy, check_strategy, operator_labels
 from qd.task import load_task
 
 register()
@@ -236,7 +237,7 @@ def _check_local_server(llm: DictConfig) -> None:
         if not Path(llm.local.model_path).is_file():
             raise ConfigError("llm.local.model_path", f"no file {llm.local.model_path}", "give a GGUF file")
         return
-    from qd.llm_server import smollm2_path
+    from qd.llm.server import smollm2_path
 
     try:
         smollm2_path()
@@ -251,7 +252,7 @@ def build_llm(cfg: DictConfig, run_dir: Path, stack: contextlib.ExitStack) -> An
     llm = cfg.llm
     base_url, models = llm.base_url, [ModelSpec(m.name, m.weight, m.price_in, m.price_out) for m in llm.models]
     if llm.provider == "local":
-        from qd.llm_server import EmbeddedServer
+        from qd.llm.server import EmbeddedServer
 
         server = EmbeddedServer(
             llm.local.model_path, log_path=run_dir / "llm_server.log", alias=models[0].name,

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from qd.contract import Candidate
+
 RESET_ID = -1  # genome_id of a reset marker in the migrations table
 
 _SCHEMA = """
@@ -86,37 +88,6 @@ _COLUMNS = (
     "prompt", "response", "tokens_in", "tokens_out", "cost", "fitness", "descriptor",
     "valid", "metrics", "error", "eval_seconds", "artifacts",
 )
-
-
-@dataclasses.dataclass
-class Candidate:
-    """One evaluated candidate. ``vector`` (f32[n]) for numeric genomes, else ``text``."""
-
-    kind: str
-    island: int
-    fitness: float
-    descriptor: np.ndarray
-    valid: bool
-    text: str | None = None
-    vector: np.ndarray | None = None
-    parent_ids: Sequence[int] = ()
-    operator: str | None = None
-    model: str | None = None
-    prompt: str | None = None
-    response: str | None = None
-    tokens_in: int = 0
-    tokens_out: int = 0
-    cost: float = 0.0
-    metrics: dict | None = None
-    error: str | None = None
-    eval_seconds: float | None = None
-    artifacts: dict | None = None  # evaluator feedback (output tails, task artifacts)
-    id: int | None = None
-    created: float | None = None
-
-    @property
-    def genome(self) -> str | np.ndarray:
-        return self.vector if self.vector is not None else self.text
 
 
 def _blob(x: np.ndarray | None) -> bytes | None:
@@ -339,7 +310,7 @@ class Store:
         Only candidates with ``id > after_id`` (and migrations and resets after them)
         are included. To resume from a state checkpointed at ``after_id``, empty the
         ``reset`` islands first (``qd.archive.reset``), then insert the offers
-        (``qd.islands.replay`` does both).
+        (``qd.search.islands.replay`` does both).
         """
         rows = self._rows(
             "SELECT id, island, fitness, descriptor, valid FROM candidates WHERE id > ? ORDER BY id",

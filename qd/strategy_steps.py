@@ -1,6 +1,6 @@
 """The strategy's steps in the loop, after each commit and at resume.
 
-What ``qd.strategy.Strategy`` asks of the engine besides choosing arms and
+What ``qd.search.strategy.Strategy`` asks of the engine besides choosing arms and
 drawing parents: pay the arm, the parents' curiosity and the meta instructions
 in archive improvement; island bookkeeping, migration and stagnation resets
 (recorded in the store so rebuilds replay them); CycleQD scoring and
@@ -18,13 +18,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from qd import archive, checkpoint, select
-from qd import islands as island_ops
+from qd import archive, checkpoint
+from qd.search import select
+from qd.search import islands as island_ops
 from qd.llm import LLMError
 from qd.proposal import Proposal, sample_index
-from qd.scheduler import load_state_dict as load_bandit
+from qd.search.scheduler import load_state_dict as load_bandit
 from qd.store import Candidate
-from qd.strategy import child_credit, proposal_cost
+from qd.search.strategy import child_credit, proposal_cost
 
 
 def _pad(x: Any, size: int) -> np.ndarray:

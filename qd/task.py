@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from qd.errors import ConfigError
+from qd.contract import ConfigError
 from qd.paths import experiments_dir
 
 

@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from qd.errors import ConfigError
+from qd.contract import ConfigError
 from qd.task import Evaluation
 
 

@@ -78,7 +78,7 @@ def main() -> None:
     if args.base_url:
         result = asyncio.run(measure(descriptor, client(args.base_url, args.model)))
     else:
-        from qd.llm_server import EmbeddedServer
+        from qd.llm.server import EmbeddedServer
 
         with EmbeddedServer(log_path=Path(tempfile.mkdtemp()) / "server.log") as server:
             result = asyncio.run(measure(descriptor, client(server.base_url, server.model)))

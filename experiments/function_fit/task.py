@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from descriptors.code_metrics import code_metrics
-from qd.errors import ConfigError
+from qd.contract import ConfigError
 from qd.task import Scored, Stage
 
 _HERE = Path(__file__).resolve().parent

@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-from qd.errors import ConfigError
+from qd.contract import ConfigError
 from qd.task import Evaluation
 
 SKILLS = ("skill_a", "skill_b", "skill_c")

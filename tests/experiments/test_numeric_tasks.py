@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from qd.errors import ConfigError
+from qd.contract import ConfigError
 from qd.task import load_task
 
 

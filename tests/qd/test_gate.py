@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qd.gate import (
+from qd.search.gate import (
     CACHE_KIND, REUSED, SIMILARITY, DuplicateIndex, GateVerdict, NoveltyGate, evaluated, rejected, reuse, text_key,
 )
 from qd.store import Candidate, Store

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import qd.archive as qa
-from qd import islands
+from qd.search import islands
 from qd.store import Candidate, Store
 
 SPEC = qa.GridSpec.create((5, 4), (-1.0, 0.0), (1.0, 2.0))  # 20 cells

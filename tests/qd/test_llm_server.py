@@ -10,7 +10,7 @@ import re
 import pytest
 
 from qd.llm import Completion, LLMClient, LLMSettings, ModelSpec
-from qd.llm_server import EmbeddedServer, _is_recorded, smollm2_path
+from qd.llm.server import EmbeddedServer, _is_recorded, smollm2_path
 
 pytestmark = pytest.mark.slow
 

@@ -136,7 +136,7 @@ def test_code_metrics_descriptor_from_the_command_line_config(tmp_path, scripted
     (["descriptor=ai_feedback", "descriptor.parts.0.axes=[]"], "descriptor.parts[0].axes"),
 ])
 def test_bad_descriptor_config_names_the_field(overrides, field):
-    from qd.errors import ConfigError
+    from qd.contract import ConfigError
 
     cfg = config("http://127.0.0.1:9", *overrides)
     with pytest.raises(ConfigError) as e:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from qd.llm import LLMError
-from qd.llm_server import EmbeddedServer
+from qd.llm.server import EmbeddedServer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -177,7 +177,7 @@ def test_pool_workers_resource_tracker_and_sandbox_die_with_a_sigkilled_parent()
         kill_alone(parent)
     assert any("spawn_main" in line for line in lines), lines  # the pool starts workers as needed
     assert any("resource_tracker" in line for line in lines), lines
-    assert sum("_sandbox_worker" in line for line in lines) >= 2, lines
+    assert sum("sandbox/worker.py" in line for line in lines) >= 2, lines
     assert wait_gone(kids, 10) == {}
 
 
@@ -271,7 +271,7 @@ def test_sigkilled_qd_run_leaves_no_process_and_resumes(tmp_path):
         kill_alone(first)
         log.close()
     assert any("llama_cpp.server" in line for line in lines), lines
-    assert sum("_sandbox_worker" in line for line in lines) >= 2, lines
+    assert sum("sandbox/worker.py" in line for line in lines) >= 2, lines
     assert wait_gone(kids, 15) == {}, (tmp_path / "first.log").read_text()[-3000:]
     assert (run_dir / "llm_server.json").exists()  # the dead server's record, for resume to check
 

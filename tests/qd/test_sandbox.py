@@ -74,7 +74,7 @@ def leftovers(mark: str | None = None) -> list[int]:
         while up in table and up not in chain:
             chain.append(up)
             up = table[up][0]
-        foreign = os.getpid() not in chain and any(b"_sandbox_worker.py" in table[a][2] for a in chain)
+        foreign = os.getpid() not in chain and any(b"sandbox/worker.py" in table[a][2] for a in chain)
         if (mark and mark.encode() in cmdline) or (61000 <= uid < 65000 and not foreign):
             found.append(pid)
     return found
@@ -83,7 +83,7 @@ def leftovers(mark: str | None = None) -> list[int]:
 def worker_pids() -> set[int]:
     """This process's sandbox workers."""
     return {pid for pid, (parent, _, cmdline) in processes().items()
-            if parent == os.getpid() and b"_sandbox_worker.py" in cmdline}
+            if parent == os.getpid() and b"sandbox/worker.py" in cmdline}
 
 
 def assert_clean_and_serving(sb: Sandbox, mark: str | None = None) -> None:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qd import scheduler
-from qd.scheduler import BanditState, make_bandit
+from qd.search import scheduler
+from qd.search.scheduler import BanditState, make_bandit
 
 ADAPTIVE = ("ucb1", "thompson", "epsilon_greedy")
 SEEDS = jnp.arange(10)

@@ -1,4 +1,4 @@
-"""Parent and inspiration selection (qd.select): validity properties over random fill
+"""Parent and inspiration selection (qd.search.select): validity properties over random fill
 patterns, and the bias of each rule checked against NumPy references with fixed keys.
 
 Shapes are kept few (I = 2, C = 16, D = 2; n in {32, 8192}) so the jitted functions
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import qd.archive as qa
-from qd import select
+from qd.search import select
 
 I, C, D = 2, 16, 2
 MANY = 8192  # draws for the statistical checks: frequency std <= 0.006

@@ -9,7 +9,7 @@ import pytest
 
 from helpers import run_config, small_config, stored
 from qd import archive
-from qd.errors import ConfigError
+from qd.contract import ConfigError
 from qd.run import _compose, check_config
 from scripted_llm import Rule
 
@@ -112,7 +112,7 @@ def _whitespace_blind(texts):
 
 def test_novelty_gate_skips_a_near_duplicate_and_never_a_distinct_child(tmp_path, scripted_llm):
     from helpers import run_engine
-    from qd.gate import NoveltyGate
+    from qd.search.gate import NoveltyGate
     from qd.run import build_engine
 
     distinct = new_cells()
@@ -166,7 +166,7 @@ def test_cycleqd_rotation_rebuilds_the_archive_with_every_stored_candidate(tmp_p
     for e in rotations:  # every valid stored candidate was offered again
         assert e["placed"] == e["candidates"] >= 1000
     # The final archive is exactly the rebuild of the whole store in the last phase.
-    from qd.cycle import CyclicObjective
+    from qd.search.cycle import CyclicObjective
     rows = stored(tmp_path)
     cycle = CyclicObjective.create(["skill_a", "skill_b", "skill_c"], [0] * 3, [1] * 3, [8] * 3, 1000)
     fitness, descriptor, valid, _ = cycle.score(0, [c.metrics for c in rows], [c.valid for c in rows])

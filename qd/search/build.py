@@ -1,4 +1,4 @@
-"""From the hydra groups to a ``qd.strategy.Strategy`` and the scheduler's arms.
+"""From the hydra groups to a ``qd.search.strategy.Strategy`` and the scheduler's arms.
 
 Every combination that cannot work is refused here, before any server starts,
 with a one-line error naming the field and the fix.
@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from qd import select
-from qd.cycle import CyclicObjective
-from qd.errors import ConfigError
-from qd.scheduler import RULES, make_bandit
-from qd.strategy import COSTS, Arm, IslandPolicy, Selection, Strategy
+from qd.search import select
+from qd.search.cycle import CyclicObjective
+from qd.contract import ConfigError
+from qd.search.scheduler import RULES, make_bandit
+from qd.search.strategy import COSTS, Arm, IslandPolicy, Selection, Strategy
 
 ARM_KINDS = ("operators", "operators_models")
 
@@ -96,7 +96,7 @@ def build_gate_settings(cfg: DictConfig) -> dict[str, Any] | None:
     g = cfg.gate
     if not g.enabled:
         return None
-    from qd.gate import NoveltyGate
+    from qd.search.gate import NoveltyGate
 
     settings = {"threshold": g.threshold, "against": tuple(g.against), "resample": g.resample}
     NoveltyGate(None, **settings)  # checks them
@@ -181,7 +181,7 @@ def _gate_factory(cfg: DictConfig) -> Callable[[Any], Any] | None:
 
     def make(store: Any) -> Any:
         from descriptors.embedding import EmbeddingCache, Encoder
-        from qd.gate import NoveltyGate
+        from qd.search.gate import NoveltyGate
 
         return NoveltyGate(EmbeddingCache(Encoder(), store).embed, **settings)
 

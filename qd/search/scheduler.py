@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from qd.errors import ConfigError
+from qd.contract import ConfigError
 
 RULES = ("ucb1", "thompson", "epsilon_greedy", "fixed")
 

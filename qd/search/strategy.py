@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from qd import archive
-from qd.cycle import CyclicObjective
+from qd.search.cycle import CyclicObjective
 
 COSTS = ("calls", "tokens", "usd")
 
@@ -59,7 +59,7 @@ class IslandPolicy:
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
-    """Rules of ``qd.select``: ``parents`` and ``inspirations``, with their knobs."""
+    """Rules of ``qd.search.select``: ``parents`` and ``inspirations``, with their knobs."""
 
     parents: str = "uniform"
     inspirations: str = "uniform"
@@ -72,7 +72,7 @@ class Strategy:
     """Everything the engine needs to decide how to search (defaults: MAP-Elites).
 
     Attributes:
-        scheduler: a ``qd.scheduler.Bandit`` per island (one shared object when
+        scheduler: a ``qd.search.scheduler.Bandit`` per island (one shared object when
             the islands share one), or None for the arms' fixed weights.
         cost: what credit is divided by: LLM ``calls``, ``tokens`` or ``usd``
             (numeric tasks: evaluations).
@@ -80,7 +80,7 @@ class Strategy:
         meta: store -> ``operators.meta.InstructionPool`` (the pool keeps its
             instructions in the run's store), or None; ``meta_model`` mutates them
             (None: the client's pick).
-        gate: store -> ``qd.gate.NoveltyGate`` (its embeddings are cached in the
+        gate: store -> ``qd.search.gate.NoveltyGate`` (its embeddings are cached in the
             store), or None. Exact duplicates are reused whatever the gate.
         cycle: a ``CyclicObjective`` or None.
     """

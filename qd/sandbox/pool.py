@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-_WORKER = Path(__file__).with_name("_sandbox_worker.py")
+_WORKER = Path(__file__).with_name("worker.py")
 _HEADER = struct.Struct(">I")
 _UID_BASE, _UID_SPAN = 61000, 4000  # children of root run as uid/gid 61000 + n, one per worker
 _UIDS = itertools.count()

@@ -1,0 +1,216 @@
+"""The ground floor: what the engine and its plug-ins (``operators/``, ``descriptors/``) share.
+
+Operators and descriptors import only this module and ``qd.archive`` from the
+engine, so they never reach into the loop, the store or the LLM client; the
+engine imports them. Everything here is plain data or a protocol:
+
+- ``ConfigError``: a bad setting, with a field path (``ConfigError.under``
+  prefixes it where a builder knows the plug-in's place in the config);
+- ``Candidate``: one evaluated genome as the store keeps it;
+- ``Parent``, ``Child``, ``PromptContext``: what an LLM operator reads and returns;
+- ``ChatClient``, ``Completion`` and the ``LLMError`` family: what a plug-in may
+  ask of the run's model client and what it gets back;
+- ``Item``, ``Described``: what a descriptor reads and returns;
+- ``NumericOperator``, ``TextOperator``: the operator shapes the proposers call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+
+class ConfigError(ValueError):
+    """A bad config field: ``field`` is the dotted key, ``fix`` says what to do."""
+
+    def __init__(self, field: str, problem: str, fix: str = ""):
+        self.field, self.problem, self.fix = field, problem, fix
+        super().__init__(f"{field}: {problem}" + (f" ({fix})" if fix else ""))
+
+    def under(self, prefix: str) -> ConfigError:
+        """The same error with its field placed under ``prefix`` (a builder knows where
+        a plug-in's settings live: ``descriptor.parts[1]`` + ``bins``)."""
+        return ConfigError(f"{prefix}.{self.field}" if prefix else self.field, self.problem, self.fix)
+
+
+class LLMError(Exception):
+    """A call that did not succeed; the message is one line with the cause and the fix."""
+
+
+class CallFailed(LLMError):
+    """This call failed (retries spent, or a request the server rejects, e.g. HTTP 400):
+    only its child fails; the run goes on."""
+
+
+class LLMDown(LLMError):
+    """No call can succeed: the server refuses the key or the model (401/403/404), or
+    no call has succeeded for ``give_up_after_s``. The client stays down, and the run stops."""
+
+
+@dataclasses.dataclass
+class Completion:
+    """One answer. ``seconds`` is the wall time of the whole call, retries included.
+
+    ``top_logprobs`` (only when asked for with ``logprobs=True``): one dict per
+    generated token, mapping each top alternative token to its logprob; None when
+    not asked for or when the server sent none (callers fall back to ``text``).
+    """
+
+    text: str
+    model: str
+    tokens_in: int
+    tokens_out: int
+    cost: float
+    cached: bool
+    finish_reason: str | None
+    seconds: float
+    top_logprobs: list[dict[str, float]] | None = None
+
+
+@dataclasses.dataclass
+class Candidate:
+    """One evaluated candidate. ``vector`` (f32[n]) for numeric genomes, else ``text``."""
+
+    kind: str
+    island: int
+    fitness: float
+    descriptor: np.ndarray
+    valid: bool
+    text: str | None = None
+    vector: np.ndarray | None = None
+    parent_ids: Sequence[int] = ()
+    operator: str | None = None
+    model: str | None = None
+    prompt: str | None = None
+    response: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+    metrics: dict | None = None
+    error: str | None = None
+    eval_seconds: float | None = None
+    artifacts: dict | None = None  # evaluator feedback (output tails, task artifacts)
+    id: int | None = None
+    created: float | None = None
+
+    @property
+    def genome(self) -> str | np.ndarray:
+        return self.vector if self.vector is not None else self.text
+
+
+@dataclasses.dataclass
+class Parent:
+    """A program shown to the model, with what its evaluation said."""
+
+    id: int
+    text: str
+    fitness: float | None
+    metrics: dict | None = None
+    feedback: str | None = None  # evaluator feedback: error reason, stderr tail, artifacts
+
+
+@dataclasses.dataclass
+class Child:
+    """One answer turned into a candidate; ``text`` is None when unusable (``error`` says why)."""
+
+    text: str | None
+    error: str | None
+    operator: str  # "rewrite", "diff", "crossover", "inspiration" or "diff>rewrite" (the fallback)
+    model: str | None
+    prompt: str | None  # JSON of the messages sent
+    response: str | None
+    tokens_in: int
+    tokens_out: int
+    cost: float
+
+    @classmethod
+    def unanswered(cls, operator: str, error: str) -> Child:
+        """A child whose call failed (``error`` is the client's one-line reason): stored, never evaluated."""
+        return cls(None, error, operator, None, None, None, 0, 0, 0.0)
+
+
+@dataclasses.dataclass
+class PromptContext:
+    """What the operator needs besides the programs."""
+
+    task: str  # shown to the model; must not leak hidden targets
+    language: str = "python"
+    island: int = 0
+    sample_index: int = 0  # unique per child in the run: the client's cache key and seed
+    rng: np.random.Generator | None = None  # model choice; None: the client's default
+    model: str | None = None  # the scheduler's choice; overrides ``rng``
+    instruction: str | None = None  # a mutation instruction (``operators.meta``) shown in the prompt
+
+
+class ChatClient(Protocol):
+    """What a plug-in may ask of the run's model client (``qd.llm.LLMClient`` is one)."""
+
+    def pick_model(self, rng: np.random.Generator) -> str: ...
+
+    async def complete(
+        self,
+        messages: list[dict],
+        *,
+        model: str | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        sample_index: int = 0,
+        stop: list[str] | None = None,
+        role: str = "operator",
+    ) -> Completion: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """What a descriptor sees of one evaluated candidate.
+
+    Attributes:
+        text: the genome (program, prompt).
+        fitness: the evaluator's fitness.
+        metrics: the evaluator's metrics, or None.
+        id: the store id once stored (None while a fresh child is described).
+    """
+
+    text: str
+    fitness: float = float("nan")
+    metrics: dict | None = None
+    id: int | None = None
+
+
+class Described(NamedTuple):
+    """A batch's descriptors.
+
+    Attributes:
+        values: f32[B, D]; NaN rows where the candidate is invalid or the
+            descriptor is not fitted yet.
+        valid: bool[B]; False makes the candidate invalid (stored with ``error``);
+            True with NaN values means "valid but not placeable yet" (unfitted).
+        error: B one-line reasons (None where valid).
+    """
+
+    values: np.ndarray
+    valid: np.ndarray
+    error: list[str | None]
+
+
+class NumericOperator(Protocol):
+    """A variation of vector genomes: ``f32[B, num_parents, n] -> f32[B, n]``."""
+
+    name: str
+    num_parents: int
+
+    async def __call__(self, key: Any, parents: np.ndarray, context: dict) -> np.ndarray: ...
+
+
+class TextOperator(Protocol):
+    """An LLM variation of text genomes: one call per child (the answers, failed ones raise ``LLMError``)."""
+
+    name: str
+    num_parents: int
+    num_inspirations: int
+
+    async def __call__(self, parents: list[Parent], inspirations: list[Parent],
+                       context: PromptContext) -> list[Child]: ...
