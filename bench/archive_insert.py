@@ -9,7 +9,7 @@ is not timed) into an archive pre-filled to a realistic occupancy, and prints a
 markdown table of candidates/s (median over repeated calls after warm-up) with the
 ratios qd/pyribs and qd/QDax.
 
-* qd: ``qd.archive.insert``; the state is donated and replaced by the returned one;
+* qd: ``qd.archive.cells``; the state is donated and replaced by the returned one;
   the clock stops after ``jax.block_until_ready`` on the new state and the result.
 * pyribs: ``GridArchive`` / ``CVTArchive(centroids=...)`` (default scipy k-d tree),
   float32 storage, ``solution_dim=1``.
@@ -449,7 +449,7 @@ def qd_small_batch_breakdown(quick: bool) -> dict[str, float]:
 
     Uses qd's private ``insert_device`` (the jitted core behind ``insert``) when present.
     """
-    insert_mod = importlib.import_module("qd.archive.insert")
+    insert_mod = importlib.import_module("qd.archive.cells")
 
     spec = qa.GridSpec.create((100, 100), [0.0, 0.0], [1.0, 1.0])
     rng = np.random.default_rng(1)
@@ -505,7 +505,7 @@ def qd_small_batch_breakdown(quick: bool) -> dict[str, float]:
 
 def qd_archive_sized_copies(bins=(1000, 1000), batch=1024) -> list[str]:
     """N-sized ``copy(`` ops in the compiled insert (each costs a pass over memory)."""
-    insert_mod = importlib.import_module("qd.archive.insert")
+    insert_mod = importlib.import_module("qd.archive.cells")
     jit = getattr(insert_mod, "insert_device", None)
     if jit is None:
         return []

@@ -311,7 +311,7 @@ class _InProcessSandbox:
 
 
 def _build_qd(client: Any, concurrency: int, candidates: int, workers: int, run_dir: Path,
-              checkpoint_every: int, in_process_eval: bool = False):
+              checkpoint_every: int, in_process_eval: bool = False, on_commit: Any = None):
     import operators.llm
     import qd.archive
     from qd.evaluator import SandboxEvaluator
@@ -327,7 +327,7 @@ def _build_qd(client: Any, concurrency: int, candidates: int, workers: int, run_
         operators=[(operators.llm.make_llm_operator("rewrite", client), 1.0)],
         evaluator=SandboxEvaluator(task, sandbox), run_dir=run_dir, batch_size=1,
         in_flight=concurrency, budget=Budget(max_evaluations=candidates), llm=client,
-        checkpoint_every=checkpoint_every, progress=False,
+        checkpoint_every=checkpoint_every, progress=False, on_commit=on_commit,
     )
 
 
@@ -354,17 +354,11 @@ def run_qd(concurrency: int, candidates: int, latency_s: float, workers: int,
     try:
         t = time.perf_counter()
         client = _llm_client(server.base_url, concurrency) if server else _StandInModel(latency_s)
+        marks: list[tuple[int, float, float]] = []  # after each commit: candidates, wall, CPU
         engine = _build_qd(client, concurrency, candidates, workers, run_dir, checkpoint_every,
-                           in_process_eval=variant == "bare")
+                           in_process_eval=variant == "bare",
+                           on_commit=lambda e: marks.append((e["evaluations"], time.perf_counter(), time.process_time())))
         build_s = time.perf_counter() - t
-        marks: list[tuple[int, float, float]] = []
-        commit = engine._commit
-
-        async def timed_commit(batch):  # measurement hook: count, wall, CPU after each commit
-            await commit(batch)
-            marks.append((engine.evaluations, time.perf_counter(), time.process_time()))
-
-        engine._commit = timed_commit
         children = _ChildCPU({server_pid} if server_pid else set())
         server_cpu0 = _pid_cpu(server_pid)
         children.start()

@@ -69,7 +69,8 @@ import numpy as np  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 import qd.archive as qa  # noqa: E402
-from qd.run import _compose, build_engine  # noqa: E402
+from qd.plan import compose  # noqa: E402
+from qd.run import build_engine  # noqa: E402
 from qd.task import load_task  # noqa: E402
 from ribs.archives import GridArchive  # noqa: E402
 from ribs.emitters import GaussianEmitter  # noqa: E402
@@ -124,7 +125,7 @@ def run_pyribs(task: Any, seed: int, evals: int, batch: int, marks: list[int]) -
 
 
 def qd_config(seed: int, evals: int, batch: int, in_flight: int):
-    return _compose([
+    return compose([
         "experiment=sphere", "operators=gaussian", f"operators.mix.0.sigma={SIGMA}",
         f"experiment.params.dim={DIM}", f"runner.batch_size={batch}",
         f"runner.max_evaluations={evals}", f"runner.in_flight={in_flight}",

@@ -8,7 +8,7 @@ Setup (one run of this script):
   OpenEvolve, for each seed). LLM calls are counted on the server side, from its access log
   (``POST /v1/chat/completions`` lines during the run), so both systems are counted alike,
   retries and failed requests included.
-* qd: ``qd.run._compose`` + ``build_engine`` with ``experiment=function_fit llm.provider=server
+* qd: ``qd.plan.compose`` + ``build_engine`` with ``experiment=function_fit llm.provider=server
   llm.base_url=URL "llm.models=[{name: MODEL}]" llm.api_key_env=null runner.max_llm_calls=N
   runner.progress=false seed=S`` (everything else as ``conf/``: temperature, max_tokens and
   concurrency from ``conf/llm/local.yaml``, in_flight 4, the ``conf/operators/llm.yaml`` mix, the
@@ -85,9 +85,9 @@ LIMITS = {"wall_s": 5.0, "cpu_s": 5, "memory_mb": 512}  # conf/experiment/functi
 def _configured() -> dict:
     """What qd's function_fit run is configured with (conf/llm/local.yaml, conf/operators/llm.yaml),
     so OpenEvolve gets the same sampling and the report names the current setup."""
-    from qd.run import _compose
+    from qd.plan import compose
 
-    cfg = _compose(["experiment=function_fit"])
+    cfg = compose(["experiment=function_fit"])
     mix = " / ".join(f"{o.name} {o.weight:g}" for o in cfg.operators.mix)
     return {"temperature": cfg.llm.temperature, "max_tokens": cfg.llm.max_tokens, "timeout_s": cfg.llm.timeout_s,
             "concurrency": cfg.llm.concurrency, "in_flight": cfg.runner.in_flight, "mix": mix}
@@ -194,7 +194,8 @@ def oe_evaluate(program_path: str):
 def _qd_child(p: dict[str, Any]) -> dict[str, Any]:
     import logging
 
-    from qd.run import _compose, build_engine
+    from qd.plan import compose
+    from qd.run import build_engine
     from qd.store import Store
 
     for name in ("jax._src.xla_bridge", "httpx", "httpx2", "httpcore", "openai"):
@@ -208,7 +209,7 @@ def _qd_child(p: dict[str, Any]) -> dict[str, Any]:
     ]
     if p["target"] != "quadratic":
         overrides.append(f"experiment.params.target={p['target']}")
-    cfg = _compose(overrides)
+    cfg = compose(overrides)
     t0 = time.perf_counter()
     engine = build_engine(cfg, run_dir)
     t1 = time.perf_counter()
@@ -484,9 +485,9 @@ def run_all(args: argparse.Namespace, argv: list[str]) -> tuple[list[dict[str, A
     if not results:
         raise SystemExit("no run finished")
     if archive is None:  # only OpenEvolve ran: the grid from the config
-        from qd.run import _compose
+        from qd.plan import compose
 
-        a = _compose(["experiment=function_fit"]).archive
+        a = compose(["experiment=function_fit"]).archive
         archive = {"bins": list(a.bins), "lower": list(a.lower), "upper": list(a.upper), "qd_offset": a.qd_offset}
     for r in results:
         programs = r.pop("programs")

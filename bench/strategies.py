@@ -11,7 +11,7 @@ end effector's (x, y) in [-1, 1]^2, fitness = -variance of the joint angles, Iso
 * qd, ``islands=single`` / ``ring4`` / ``ring16`` (1, 4 or 16 islands on a ring, top-1 /
   top-1 / top-2 elites copied every 200 insertions per island, as ``conf/islands/``): the same
   total evaluations, spread round-robin over the islands (one proposal of 256 per island in
-  turn). ``qd.run._compose`` + ``qd.run.build_engine`` with ``experiment=arm islands=X
+  turn). ``qd.plan.compose`` + ``qd.run.build_engine`` with ``experiment=arm islands=X
   runner.progress=false seed=S`` (everything else as ``conf/``: in_flight 2, in-process
   evaluation, store, events and checkpoints) in a fresh temp dir, in this process.
 * pyribs (reference row): ``GridArchive(solution_dim=12, dims=[100, 100],
@@ -151,11 +151,12 @@ def run_qd_arm(islands: str, seed: int, evals: int, batch: int) -> dict[str, Any
     import numpy as np
 
     from qd.archive import GridSpec
-    from qd.run import _compose, build_engine
+    from qd.plan import compose
+    from qd.run import build_engine
     from qd.store import Store
 
-    cfg = _compose(["experiment=arm", f"islands={islands}", f"runner.max_evaluations={evals}",
-                    f"runner.batch_size={batch}", "runner.progress=false", f"seed={seed}"])
+    cfg = compose(["experiment=arm", f"islands={islands}", f"runner.max_evaluations={evals}",
+                   f"runner.batch_size={batch}", "runner.progress=false", f"seed={seed}"])
     a = cfg.archive
     spec = GridSpec(tuple(a.bins), tuple(a.lower), tuple(a.upper))
     run_dir = Path(tempfile.mkdtemp(prefix="s5g_arm_"))
@@ -194,10 +195,10 @@ def run_pyribs_arm(seed: int, evals: int, batch: int) -> dict[str, Any]:
     from ribs.schedulers import Scheduler
 
     from qd.archive import GridSpec
-    from qd.run import _compose
+    from qd.plan import compose
     from qd.task import load_task
 
-    cfg = _compose(["experiment=arm"])
+    cfg = compose(["experiment=arm"])
     a, op = cfg.archive, cfg.operators.mix[0]
     task = load_task("arm", dict(cfg.experiment.params))
     spec = GridSpec(tuple(a.bins), tuple(a.lower), tuple(a.upper))
@@ -233,10 +234,10 @@ def run_pyribs_arm(seed: int, evals: int, batch: int) -> dict[str, Any]:
 def run_arm(args: argparse.Namespace, argv: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from _results import commit, versions
 
-    from qd.run import _compose
+    from qd.plan import compose
 
     _quiet()
-    conf = _compose(["experiment=arm"])
+    conf = compose(["experiment=arm"])
     evals = args.evals or conf.runner.max_evaluations
     batch = args.batch or conf.runner.batch_size
     started = datetime.datetime.now(datetime.timezone.utc)
@@ -310,7 +311,7 @@ def report_arm(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"the joint angles), Iso+LineDD (iso_sigma {meta['iso_sigma']:g}, line_sigma {meta['line_sigma']:g}), "
         f"batch {meta['batch']}, {meta['evals']:,} evaluations per run whatever the island count (qd: one "
         f"proposal of {meta['batch']} per island in turn, in_flight {meta['in_flight']}); seeds "
-        f"{' '.join(map(str, meta['seeds']))}. qd: `qd.run._compose` + `build_engine` with `experiment=arm "
+        f"{' '.join(map(str, meta['seeds']))}. qd: `qd.plan.compose` + `build_engine` with `experiment=arm "
         "islands=X runner.progress=false seed=S` (`conf/islands/`: ring4 = 4 islands, top-1 elite to the next "
         "every 200 insertions per island; ring16 = 16 islands, top-2 every 200; with batches of 256 that is once "
         "per batch, as an island's count restarts when it sends), store, events and checkpoints included. pyribs: GridArchive 100 x 100 + one IsoLineEmitter (same sigmas, 256 uniform initial "
@@ -333,13 +334,14 @@ def report_arm(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 
 def _qd_llm_child(p: dict[str, Any]) -> dict[str, Any]:
-    from qd.run import _compose, build_engine
+    from qd.plan import compose
+    from qd.run import build_engine
     from qd.store import Store
 
     _quiet()
     run_dir = Path(p["work"]) / "qd_run"
     run_dir.mkdir(parents=True)
-    cfg = _compose([
+    cfg = compose([
         "experiment=function_fit", "llm.provider=server", f"llm.base_url={p['base_url']}",
         f"llm.models=[{{name: {p['model']}}}]", "llm.api_key_env=null", f"runner.max_llm_calls={p['calls']}",
         "runner.progress=false", f"seed={p['seed']}", *STRATEGIES[p["strategy"]],

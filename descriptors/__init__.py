@@ -11,15 +11,19 @@ from __future__ import annotations
 from typing import Any
 
 from descriptors.base import Combined, Described, Descriptor, Item, is_fitted_kind
+from qd.contract import ConfigError
 
 KINDS = ("code_metrics", "embedding", "ai_feedback", "learned")
+_AXIS_TEXTS = ("name", "question", "low", "high")
 
 
 def make_descriptor(kind: str, params: dict[str, Any], seed: int = 0, cvt_cells: int = 0) -> Descriptor:
     """One descriptor from its config part (``conf/descriptor/*.yaml``).
 
     ``cvt_cells`` > 0 asks a raw-embedding descriptor to fit that many CVT
-    centroids in embedding space (``archive=cvt``). Raises ValueError("field: problem").
+    centroids in embedding space (``archive=cvt``). Raises ConfigError naming the
+    field relative to the part (``projection``, ``axes[1].question``); a builder
+    puts it under ``descriptor.parts[i]``.
     """
     if kind == "code_metrics":
         from descriptors.code_metrics import CodeMetricsDescriptor
@@ -29,7 +33,7 @@ def make_descriptor(kind: str, params: dict[str, Any], seed: int = 0, cvt_cells:
         from descriptors.embedding import EmbeddingDescriptor
 
         if params["projection"] not in ("pca", "random", "none"):
-            raise ValueError(f"projection: unknown {params['projection']!r}; use pca, random or none")
+            raise ConfigError("projection", f"unknown {params['projection']!r}", "use pca, random or none")
         refit_at = tuple(params["refit_at"]) or (8,)
         if params["projection"] == "none" and not cvt_cells:
             refit_at = ()  # the raw embedding needs no fit (novelty archive)
@@ -41,37 +45,52 @@ def make_descriptor(kind: str, params: dict[str, Any], seed: int = 0, cvt_cells:
             cells=cvt_cells or 64, reference=reference,
         )
     if kind == "ai_feedback":
-        if not params["axes"]:
-            raise ValueError("axes: is empty; name at least one axis (name, question, low, high)")
         from descriptors.ai_feedback import AIFeedbackDescriptor, Axis
 
-        try:
-            axes = [
-                Axis(a["name"], a["question"], a["low"], a["high"], a["bins"],
-                     tuple((e["text"], e["position"]) for e in a.get("examples") or ()))
-                for a in params["axes"]
-            ]
-        except ValueError as e:
-            raise ValueError(f"axes: {e}") from None
+        _check_axes(params["axes"])
+        axes = [
+            Axis(a["name"], a["question"], a["low"], a["high"], a["bins"],
+                 tuple((e["text"], e["position"]) for e in a.get("examples") or ()))
+            for a in params["axes"]
+        ]
         return AIFeedbackDescriptor(axes, model=params["model"], rescale_at=tuple(params.get("rescale_at") or ()))
     if kind == "learned":
         from descriptors.learned import LearnedDescriptor
 
         if params["judge"] not in ("llm", "human"):
-            raise ValueError(f"judge: unknown {params['judge']!r}; use llm or human")
+            raise ConfigError("judge", f"unknown {params['judge']!r}", "use llm or human")
         return LearnedDescriptor(
             dims=params["dims"], refit_at=tuple(params["refit_at"]) or (100, 200, 400),
             fit_after=tuple(params["fit_after"]) or None,
             judge=params["judge"], seed=seed,
         )
-    raise ValueError(f"kind: unknown descriptor {kind!r}; use one of {list(KINDS)}")
+    raise ConfigError("kind", f"unknown descriptor {kind!r}", f"use one of {list(KINDS)}")
+
+
+def _check_axes(axes: list[dict[str, Any]]) -> None:
+    """The AI-feedback axes of a config part, checked with their config names (``axes[1].question``)."""
+    if not axes:
+        raise ConfigError("axes", "is empty", "name at least one axis (name, question, low, high)")
+    for i, a in enumerate(axes):
+        for field in _AXIS_TEXTS:
+            if not str(a[field]).strip():
+                raise ConfigError(f"axes[{i}].{field}", "is empty", f"give the axis a {field}")
+        if a["bins"] < 1:
+            raise ConfigError(f"axes[{i}].bins", f"is {a['bins']}", "use at least 1")
+        for j, e in enumerate(a.get("examples") or ()):
+            if not 0.0 <= e["position"] <= 1.0:
+                raise ConfigError(f"axes[{i}].examples[{j}].position", f"{e['position']} is outside [0, 1]",
+                                  "give 0 for the low end and 1 for the high end")
+    names = [a["name"] for a in axes]
+    if len(set(names)) != len(names):
+        raise ConfigError("axes", f"names repeat in {names}", "make them unique")
 
 
 def axis_bins(kind: str, params: dict[str, Any], dim: int) -> list[int]:
     """Grid bins per axis of one part: its ``bins``, the AI-feedback axes' bins, or 10 each."""
     if params.get("bins"):
         if len(params["bins"]) != dim:
-            raise ValueError(f"bins: has {len(params['bins'])} entries for {dim} axes; give {dim}")
+            raise ConfigError("bins", f"has {len(params['bins'])} entries for {dim} axes", f"give {dim}")
         return [int(b) for b in params["bins"]]
     if kind == "ai_feedback":
         return [int(a["bins"]) for a in params["axes"]]

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-from qd.contract import Described, Item
+from qd.contract import ConfigError, Described, Item
 
 
 @runtime_checkable
@@ -95,7 +95,7 @@ class Combined:
 
     def __init__(self, parts: Sequence[Descriptor]):
         if not parts:
-            raise ValueError("descriptor.parts: is empty; name at least one descriptor")
+            raise ConfigError("parts", "is empty", "name at least one descriptor")
         self.parts = list(parts)
         self.name = "+".join(p.name for p in self.parts)
         self.dim = sum(p.dim for p in self.parts)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from descriptors.base import Described, Item
+from qd.contract import ConfigError
 
 _BRANCHES = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.IfExp, ast.ExceptHandler,
              ast.With, ast.AsyncWith, ast.Assert, ast.comprehension, ast.match_case)
@@ -83,9 +84,9 @@ class CodeMetricsDescriptor:
     def __init__(self, metrics: Sequence[str], lower: Sequence[float], upper: Sequence[float]):
         unknown = [m for m in metrics if m not in METRICS]
         if not metrics or unknown:
-            raise ValueError(f"metrics: unknown or empty {unknown or list(metrics)}; use some of {list(METRICS)}")
+            raise ConfigError("metrics", f"unknown or empty {unknown or list(metrics)}", f"use some of {list(METRICS)}")
         if not (len(lower) == len(upper) == len(metrics)):
-            raise ValueError(f"lower: lower and upper need one bound per metric ({len(metrics)})")
+            raise ConfigError("lower", f"lower and upper need one bound per metric ({len(metrics)})")
         self.metrics = tuple(metrics)
         self.dim = len(self.metrics)
         self.lower, self.upper = tuple(map(float, lower)), tuple(map(float, upper))

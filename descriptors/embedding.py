@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from descriptors.base import Described, Item, pending
+from qd.contract import ConfigError
 
 MODEL = "all-MiniLM-L6-v2"
 # ":w1": long texts are windowed, not truncated; vectors cached by older versions are not reused.
@@ -206,17 +207,17 @@ class EmbeddingDescriptor:
                  margin: float = 0.05, batch_size: int = 64, cells: int = 64, encoder: Encoder | None = None,
                  reference: Sequence[str] | None = None):
         if projection not in PROJECTIONS:
-            raise ValueError(f"projection: unknown {projection!r}; use one of {list(PROJECTIONS)}")
+            raise ConfigError("projection", f"unknown {projection!r}", f"use one of {list(PROJECTIONS)}")
         if projection != "none" and not 1 <= dims <= DIM:
-            raise ValueError(f"dims: {dims} is not in 1..{DIM}")
+            raise ConfigError("dims", f"{dims} is not in 1..{DIM}")
         if any(int(n) < 1 for n in refit_at):
-            raise ValueError(f"refit_at: {list(refit_at)} has counts below 1")
+            raise ConfigError("refit_at", f"{list(refit_at)} has counts below 1")
         if projection != "none" and not refit_at:
-            raise ValueError(f"refit_at: is empty; a {projection} projection is fitted, give at least one count")
+            raise ConfigError("refit_at", f"is empty; a {projection} projection is fitted", "give at least one count")
         if cells < 1:
-            raise ValueError(f"cells: {cells} is below 1")
+            raise ConfigError("cells", f"{cells} is below 1")
         if reference is not None and not any(isinstance(t, str) and t.strip() for t in reference):
-            raise ValueError("reference: has no text; give a corpus of texts to fit on (or none)")
+            raise ConfigError("reference", "has no text", "give a corpus of texts to fit on (or none)")
         self.projection = projection
         self.reference = None if reference is None else [t for t in reference if isinstance(t, str) and t.strip()]
         self.refit_at = (0,) if self.reference else tuple(sorted({int(n) for n in refit_at}))
@@ -312,14 +313,14 @@ def load_reference(path: str | Path) -> list[str]:
     other file with one text per line."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"reference: no file {path}; give a .jsonl of {{\"text\": ...}} lines or a text file")
+        raise ConfigError("reference", f"no file {path}", "give a .jsonl of {\"text\": ...} lines or a text file")
     lines = [line for line in path.read_text().splitlines() if line.strip()]
     if path.suffix != ".jsonl":
         return lines
     try:
         return [json.loads(line)["text"] for line in lines]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise ValueError(f"reference: {path} is not JSON lines with a \"text\" field ({e})") from None
+        raise ConfigError("reference", f"{path} is not JSON lines with a \"text\" field", str(e)) from None
 
 
 def _pca(centered: np.ndarray, dims: int) -> np.ndarray:

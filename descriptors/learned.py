@@ -30,6 +30,7 @@ import numpy as np
 import optax
 
 from descriptors.base import Described, Item, pending
+from qd.contract import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -304,16 +305,16 @@ class LearnedDescriptor:
                  seed: int = 0, steps: int = 1000, lr: float = 1e-2, margin: float = 1.0,
                  weight_decay: float = 1e-3, hidden: int = 0, padding: float = 0.05, rounds: int = 3):
         if dims < 1:
-            raise ValueError(f"dims: must be >= 1, got {dims}")
+            raise ConfigError("dims", f"must be >= 1, got {dims}")
         if not refit_at or any(t < 1 for t in refit_at) or list(refit_at) != sorted(set(refit_at)):
-            raise ValueError(f"refit_at: must be increasing positive counts, got {list(refit_at)}; "
-                             "e.g. [100, 200, 400]")
+            raise ConfigError("refit_at", f"must be increasing positive counts, got {list(refit_at)}",
+                              "e.g. [100, 200, 400]")
         if isinstance(judge, str) and judge not in ("llm", "human"):
-            raise ValueError(f"judge: unknown judge {judge!r}; use llm or human")
+            raise ConfigError("judge", f"unknown judge {judge!r}", "use llm or human")
         self.dim, self.refit_at = dims, tuple(int(t) for t in refit_at)
         self.fit_after = self.refit_at if fit_after is None else tuple(int(t) for t in fit_after)
         if len(self.fit_after) != len(self.refit_at) or list(self.fit_after) != sorted(set(self.fit_after)):
-            raise ValueError(f"fit_after: must be increasing counts, one per refit_at entry, got {list(self.fit_after)}")
+            raise ConfigError("fit_after", f"must be increasing counts, one per refit_at entry, got {list(self.fit_after)}")
         self.lower, self.upper = (0.0,) * dims, (1.0,) * dims
         self.judge: Any = judge if isinstance(judge, str) or hasattr(judge, "source") else GroundTruthJudge(judge)
         self.features = features

@@ -16,6 +16,7 @@ import numpy as np
 
 from operators.gaussian import gaussian
 from operators.isoline import isoline
+from qd.contract import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,16 +39,26 @@ _NUMERIC = {
 }
 
 
+def check_numeric_operator(name: str, **params: float | None) -> dict[str, float]:
+    """The params ``name`` uses, checked (a pure validator: builds nothing).
+
+    Raises ConfigError naming the field relative to the operator entry
+    (``name``, ``sigma``, ...); a builder puts it under ``operators.mix[i]``.
+    """
+    if name not in _NUMERIC:
+        raise ConfigError("name", f"unknown operator {name!r}", f"use one of {sorted(_NUMERIC)}")
+    _, _, required = _NUMERIC[name]
+    missing = [p for p in required if params.get(p) is None]
+    if missing:
+        raise ConfigError(missing[0], f"required by the {name} operator")
+    return {p: float(params[p]) for p in required}
+
+
 def make_numeric_operator(
     name: str, lower: Any = -np.inf, upper: Any = np.inf, **params: float
 ) -> NumericOperator:
-    """Builds a numeric operator by name; unknown names or missing params raise ValueError."""
-    if name not in _NUMERIC:
-        raise ValueError(f"name: unknown operator {name!r} (use one of {sorted(_NUMERIC)})")
-    fn, num_parents, required = _NUMERIC[name]
-    missing = [p for p in required if params.get(p) is None]
-    if missing:
-        raise ValueError(f"{missing[0]}: required by the {name} operator")
-    kept = {p: float(params[p]) for p in required}
+    """Builds a numeric operator by name; unknown names or missing params raise ConfigError."""
+    kept = check_numeric_operator(name, **params)
+    fn, num_parents, _ = _NUMERIC[name]
     bounds = {"lower": np.asarray(lower, np.float32), "upper": np.asarray(upper, np.float32)}
     return NumericOperator(name, num_parents, fn, {**kept, **bounds})

@@ -26,7 +26,7 @@ import numpy as np
 
 from operators.code import MalformedAnswer, check_syntax, extract_code, layout, rebuild
 from operators.diff import DiffError, apply_diff, parse_diff
-from qd.contract import ChatClient, Child, LLMError, Parent, PromptContext
+from qd.contract import ChatClient, Child, ConfigError, LLMError, Parent, PromptContext
 
 PROMPTS = Path(__file__).parent / "prompts"
 _FEEDBACK_CHARS = 600  # evaluator feedback shown: head and tail (tracebacks end with the cause)
@@ -57,14 +57,14 @@ def load_templates(
     """All prompt templates named in ``fields``, the defaults replaced by ``overrides`` (name -> file path).
 
     Raises:
-        ValueError: ``templates.<name>: ...`` for an unknown template name, an
+        ConfigError: ``templates.<name>: ...`` for an unknown template name, an
             unreadable file, a malformed or unknown ``$placeholder``, or a
             missing one the prompt needs (e.g. a rewrite template without ``$parent``).
     """
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(fields))
     if unknown:
-        raise ValueError(f"templates.{unknown[0]}: unknown template (use one of {sorted(fields)})")
+        raise ConfigError(f"templates.{unknown[0]}", "unknown template", f"use one of {sorted(fields)}")
     templates = {}
     for name, (required, allowed) in fields.items():
         path = Path(overrides.get(name) or PROMPTS / f"{name}.txt")
@@ -72,18 +72,16 @@ def load_templates(
             template = Template(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError) as err:
             why = getattr(err, "strerror", None) or err
-            raise ValueError(f"templates.{name}: cannot read {path} ({why})") from None
+            raise ConfigError(f"templates.{name}", f"cannot read {path}", str(why)) from None
         if not template.is_valid():
-            raise ValueError(f"templates.{name}: malformed placeholder in {path} (write $$ for a literal $)")
+            raise ConfigError(f"templates.{name}", f"malformed placeholder in {path}", "write $$ for a literal $")
         used = set(template.get_identifiers())
         if used - allowed:
-            raise ValueError(
-                f"templates.{name}: unknown placeholder ${sorted(used - allowed)[0]} in {path} "
-                f"(use {', '.join('$' + f for f in sorted(allowed))})"
-            )
+            raise ConfigError(f"templates.{name}", f"unknown placeholder ${sorted(used - allowed)[0]} in {path}",
+                              f"use {', '.join('$' + f for f in sorted(allowed))}")
         if required - used:
             missing = sorted(required - used)[0]
-            raise ValueError(f"templates.{name}: missing placeholder ${missing} in {path} (the prompt needs it)")
+            raise ConfigError(f"templates.{name}", f"missing placeholder ${missing} in {path}", "the prompt needs it")
         templates[name] = template
     return templates
 
@@ -203,36 +201,43 @@ class LLMOperator:
         ).rstrip()
 
 
-def make_llm_operator(
+def check_llm_operator(
     name: str,
-    client: ChatClient,
     *,
     temperature: float | None = None,
     max_tokens: int | None = None,
     templates: dict[str, str] | None = None,
     num_inspirations: int = 3,
     fallback_to_rewrite: bool = True,
-) -> LLMOperator:
-    """Builds an LLM operator by name; every template is read and checked here, not at the first call.
+) -> dict[str, Any]:
+    """An LLM operator's settings, checked: the :class:`LLMOperator` fields except ``client``.
+
+    A pure validator (no client, no operator): every template is read and checked
+    here, so a config typo surfaces before a run starts.
 
     Raises:
-        ValueError: ``name: unknown operator ...``, a bad template (see ``load_templates``),
-            or ``num_inspirations`` < 1 for the inspiration operator.
+        ConfigError: ``name: unknown operator ...``, a bad template (see ``load_templates``),
+            or ``num_inspirations`` < 1 for the inspiration operator; fields are relative
+            to the operator entry (a builder puts them under ``operators.mix[i]``).
     """
     if name not in _SHAPES:
-        raise ValueError(f"name: unknown operator {name!r} (use one of {sorted(_SHAPES)})")
+        raise ConfigError("name", f"unknown operator {name!r}", f"use one of {sorted(_SHAPES)}")
     if name == "inspiration" and num_inspirations < 1:
-        raise ValueError(f"num_inspirations: must be >= 1 for the inspiration operator, got {num_inspirations}")
-    return LLMOperator(
+        raise ConfigError("num_inspirations", f"must be >= 1 for the inspiration operator, got {num_inspirations}")
+    return dict(
         name=name,
         num_parents=_SHAPES[name],
         num_inspirations=num_inspirations if name == "inspiration" else 0,
-        client=client,
         templates=load_templates(templates),
         temperature=temperature,
         max_tokens=max_tokens,
         fallback_to_rewrite=fallback_to_rewrite,
     )
+
+
+def make_llm_operator(name: str, client: ChatClient, **settings: Any) -> LLMOperator:
+    """Builds an LLM operator by name (``settings``: see :func:`check_llm_operator`, which checks them)."""
+    return LLMOperator(client=client, **check_llm_operator(name, **settings))
 
 
 def _check(child: str, parents: list[Parent], language: str) -> None:

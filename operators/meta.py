@@ -31,12 +31,13 @@ import math
 import re
 import textwrap
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from operators.code import MalformedAnswer
 from operators.llm import load_templates
-from qd.contract import Candidate, ChatClient
+from qd.contract import Candidate, ChatClient, ConfigError
 
 SEED, META, HYPER_SEED, HYPER = "seed", "meta", "seed>hyper", "meta>hyper"  # store ``operator`` values
 DEFAULT_SEEDS = (
@@ -106,44 +107,80 @@ class InstructionPool:
         max_tokens: int = 96,
         templates: dict[str, str] | None = None,
     ):
-        """Checks every setting and template here, not at the first call.
-
-        Raises:
-            ValueError: ``<field>: ...`` for a bad setting, seed or mutation prompt
-                (each must be one line of at most ``max_chars``, seeds distinct),
-                or a bad template (see ``operators.llm.load_templates``).
-        """
-        for name, value, least in [("size", size, 1), ("evolve_every", evolve_every, 1),
-                                   ("hyper_every", hyper_every, 1), ("min_uses", min_uses, 0),
-                                   ("max_chars", max_chars, 1), ("max_tokens", max_tokens, 1)]:
-            if value < least:
-                raise ValueError(f"{name}: must be >= {least}, got {value}")
-        if not temperature > 0 or not explore >= 0:
-            raise ValueError(f"temperature, explore: need > 0 and >= 0, got {temperature}, {explore}")
-        if not 1 <= len(seeds) <= size:
-            raise ValueError(f"seeds: need 1 to size={size} seeds, got {len(seeds)}")
-        kept: dict[str, str] = {}  # normalized -> text
-        for name, text in [*((f"seeds[{i}]", s) for i, s in enumerate(seeds)), ("mutation_prompt", mutation_prompt)]:
-            try:
-                text = _parse(text, max_chars, None, [])
-            except MalformedAnswer as err:
-                raise ValueError(f"{name}: {err.reason}") from None
-            if _key(text) in kept:
-                raise ValueError(f"{name}: repeats another seed")
-            kept[_key(text)] = text
+        """Checks every setting and template here (:meth:`check_settings`), not at the first call."""
+        seeds, mutation_prompt, self.templates = self._checked(
+            seeds=seeds, mutation_prompt=mutation_prompt, size=size, evolve_every=evolve_every,
+            min_uses=min_uses, temperature=temperature, explore=explore, hyper_every=hyper_every,
+            max_chars=max_chars, max_tokens=max_tokens, templates=templates)
         self.store = store
-        self.templates = load_templates(templates, _FIELDS)
         self.size, self.evolve_every, self.min_uses = size, evolve_every, min_uses
         self.temperature, self.explore = temperature, explore
         self.hyper, self.hyper_every = hyper, hyper_every
         self.task = textwrap.shorten(task, _TASK_CHARS, placeholder=" ...") if task.strip() else ""
         self.max_chars, self.llm_temperature, self.max_tokens = max_chars, llm_temperature, max_tokens
-        *self._seeds, self._mutation_seed = kept.values()
+        self._seeds, self._mutation_seed = seeds, mutation_prompt
         self.members: list[Instruction] = []  # in id order; empty until the first pick or evolve
         self.mutation: Instruction | None = None  # the current mutation prompt
         self.since_evolve = 0  # picks since the last evolve
         self.evolutions = 0
         self.failures = 0  # unusable answers (each is a store row with the reason)
+
+    @staticmethod
+    def check_settings(
+        *,
+        seeds: Sequence[str] = DEFAULT_SEEDS,
+        mutation_prompt: str = DEFAULT_MUTATION_PROMPT,
+        size: int = 12,
+        evolve_every: int = 25,
+        min_uses: int = 5,
+        temperature: float = 0.25,
+        explore: float = 0.5,
+        hyper: bool = False,
+        hyper_every: int = 4,
+        task: str = "",
+        max_chars: int = 200,
+        llm_temperature: float | None = None,
+        max_tokens: int = 96,
+        templates: dict[str, str] | None = None,
+    ) -> None:
+        """Checks the pool's settings (the constructor's keywords) without building a pool.
+
+        Raises:
+            ConfigError: ``<field>: ...`` for a bad setting, seed or mutation prompt
+                (each must be one line of at most ``max_chars``, seeds distinct),
+                or a bad template (see ``operators.llm.load_templates``); a builder
+                puts the field under ``meta``.
+        """
+        InstructionPool._checked(
+            seeds=seeds, mutation_prompt=mutation_prompt, size=size, evolve_every=evolve_every,
+            min_uses=min_uses, temperature=temperature, explore=explore, hyper_every=hyper_every,
+            max_chars=max_chars, max_tokens=max_tokens, templates=templates)
+
+    @staticmethod
+    def _checked(*, seeds: Sequence[str], mutation_prompt: str, size: int, evolve_every: int, min_uses: int,
+                 temperature: float, explore: float, hyper_every: int, max_chars: int, max_tokens: int,
+                 templates: dict[str, str] | None) -> tuple[list[str], str, dict[str, Any]]:
+        """The seeds and the mutation prompt cut to one line each, and the templates; or ConfigError."""
+        for name, value, least in [("size", size, 1), ("evolve_every", evolve_every, 1),
+                                   ("hyper_every", hyper_every, 1), ("min_uses", min_uses, 0),
+                                   ("max_chars", max_chars, 1), ("max_tokens", max_tokens, 1)]:
+            if value < least:
+                raise ConfigError(name, f"must be >= {least}, got {value}")
+        if not temperature > 0 or not explore >= 0:
+            raise ConfigError("temperature, explore", f"need > 0 and >= 0, got {temperature}, {explore}")
+        if not 1 <= len(seeds) <= size:
+            raise ConfigError("seeds", f"need 1 to size={size} seeds, got {len(seeds)}")
+        kept: dict[str, str] = {}  # normalized -> text
+        for name, text in [*((f"seeds[{i}]", s) for i, s in enumerate(seeds)), ("mutation_prompt", mutation_prompt)]:
+            try:
+                text = _parse(text, max_chars, None, [])
+            except MalformedAnswer as err:
+                raise ConfigError(name, err.reason) from None
+            if _key(text) in kept:
+                raise ConfigError(name, "repeats another seed")
+            kept[_key(text)] = text
+        *first, mutation = kept.values()
+        return first, mutation, load_templates(templates, _FIELDS)
 
     def pick(self, rng: np.random.Generator) -> Instruction:
         """The instruction for one proposal, counted as a use (deterministic for ``rng``)."""

@@ -192,8 +192,10 @@ class DescriptorPartConf:
 
 @dataclasses.dataclass
 class DescriptorConf:
-    # Empty: the task's own descriptors. Otherwise the parts' axes, concatenated,
-    # place text candidates, and the archive takes its bounds and bins from them.
+    # false (descriptor=task): the task's own descriptors, with archive.bins/lower/upper.
+    # true: the parts' axes, concatenated, place text candidates, and the archive
+    # takes its bounds and bins from them (parts must not be empty).
+    enabled: bool = False
     parts: list[DescriptorPartConf] = dataclasses.field(default_factory=list)
 
 
@@ -220,7 +222,9 @@ class SelectConf:
 
 @dataclasses.dataclass
 class SchedulerConf:
-    rule: str = "fixed"  # fixed (the configured weights) | ucb1 | thompson | epsilon_greedy
+    # fixed is a rule (the configured weights, never learning), not an off switch:
+    # this group has no `enabled`.
+    rule: str = "fixed"  # fixed | ucb1 | thompson | epsilon_greedy
     arms: str = "operators"  # operators | operators_models: one arm per (operator, model)
     cost: str = "calls"  # what credit is divided by: calls | tokens | usd (numeric tasks: evaluations)
     c: float = number(1.4142135623730951, ge=0)  # ucb1 exploration
@@ -250,8 +254,9 @@ class GateConf:
 
 @dataclasses.dataclass
 class CycleConf:
-    # Empty: off. Otherwise the task's metrics that take turns being the quality
-    # (CycleQD); the others are the descriptor axes, with these ranges and bins.
+    enabled: bool = False  # CycleQD (cycle=skills); false: cycle=none
+    # The task's metrics that take turns being the quality (at least 2); the
+    # others are the descriptor axes, with these ranges and bins.
     metrics: list[str] = dataclasses.field(default_factory=list)
     lower: list[float] = number(default_factory=list)
     upper: list[float] = number(default_factory=list)
@@ -333,7 +338,7 @@ class RunnerConf:
     name: str = "local"
     batch_size: int = number(64, ge=1)  # children per proposal
     in_flight: int = number(2, ge=1)  # proposals running at once
-    initial_population: int = number(8, ge=1)  # seed children in flight per empty island; the rest wait for parents
+    initial_population: int = number(8, ge=1)  # founder children (of the task's initial genomes) in flight per empty island; the rest wait for parents
     evaluator: str = "auto"  # auto (inprocess for numeric, sandbox for text) | inprocess | pool | sandbox
     workers: int = number(2, ge=1)  # pool / sandbox size
     # Budgets: None = no limit; a limit of 0 (or less) would stop the run before it starts.

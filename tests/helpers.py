@@ -6,12 +6,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from qd.run import _compose
+from qd.plan import compose
 
 
 def small_config(*overrides: str) -> DictConfig:
     """The sphere experiment shrunk to run in about a second."""
-    return _compose([
+    return compose([
         "experiment=sphere", "experiment.params.dim=10", "archive.bins=[20,20]",
         "archive.lower=[-26,-26]", "archive.upper=[26,26]", "runner.batch_size=32",
         "runner.max_evaluations=640", "runner.progress=false", "runner.checkpoint_every=3",
@@ -48,14 +48,15 @@ def text_engine(cfg: DictConfig, path: Path, describer, stack, spec=None):
     (default archive: an 8-cell grid on [0, 1] per descriptor axis)."""
     from qd import archive
     from qd.loop import Budget, Engine
-    from qd.run import _build_evaluator, build_llm, build_operators, check_config
+    from qd.plan import plan
+    from qd.run import _build_evaluator, build_llm, build_operators
 
-    task, _, _ = check_config(cfg)
-    client = build_llm(cfg, path, stack)
+    p = plan(cfg)
+    client = build_llm(p, path, stack)
     d = describer.dim
     return Engine(
-        task=task, spec=spec or archive.GridSpec((8,) * d, (0.0,) * d, (1.0,) * d),
-        operators=build_operators(cfg, task, client), evaluator=_build_evaluator(cfg, task),
+        task=p.task, spec=spec or archive.GridSpec((8,) * d, (0.0,) * d, (1.0,) * d),
+        operators=build_operators(p, client), evaluator=_build_evaluator(p),
         run_dir=path, batch_size=1, in_flight=4, budget=Budget(max_llm_calls=cfg.runner.max_llm_calls),
         checkpoint_every=5, progress=False, llm=client, initial_population=cfg.runner.initial_population,
         describer=describer,

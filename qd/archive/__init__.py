@@ -12,7 +12,7 @@ if os.environ.get("QD_CPU_ASYNC_DISPATCH") != "1":
 
 from qd.archive.cvt import CVTSpec, cvt_centroids
 from qd.archive.grid import GridSpec
-from qd.archive.insert import (
+from qd.archive.cells import (
     IMPROVED,
     NEW_CELL,
     NOT_ADDED,

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 
+from qd.contract import ConfigError
+
 
 @jax.tree_util.register_static
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +26,9 @@ class GridSpec:
         upper: (D,) upper bound per dimension.
         epsilon: added before flooring, as pyribs does, so a descriptor exactly on a
             boundary lands in the upper cell despite float rounding.
+
+    Bad arguments raise ConfigError naming the argument (``bins``, ``upper``); the
+    config layer puts it under the config section they came from.
     """
 
     bins: tuple[int, ...]
@@ -36,16 +41,15 @@ class GridSpec:
         object.__setattr__(self, "lower", tuple(float(x) for x in self.lower))
         object.__setattr__(self, "upper", tuple(float(x) for x in self.upper))
         if not (len(self.bins) == len(self.lower) == len(self.upper)):
-            raise ValueError(
-                f"GridSpec: bins, lower and upper must have one entry per descriptor "
-                f"dimension; got {len(self.bins)}, {len(self.lower)}, {len(self.upper)}"
+            raise ConfigError(
+                "bins", f"bins, lower and upper must have one entry per descriptor dimension; "
+                f"got {len(self.bins)}, {len(self.lower)}, {len(self.upper)}"
             )
         if any(b < 1 for b in self.bins):
-            raise ValueError(f"GridSpec.bins: every entry must be >= 1, got {self.bins}")
+            raise ConfigError("bins", f"every entry must be >= 1, got {list(self.bins)}")
         if any(u <= l for l, u in zip(self.lower, self.upper)):
-            raise ValueError(
-                f"GridSpec.upper must exceed GridSpec.lower in every dimension; "
-                f"got lower={self.lower} upper={self.upper}"
+            raise ConfigError(
+                "upper", f"must exceed lower in every dimension, got lower={list(self.lower)} upper={list(self.upper)}"
             )
 
     @classmethod

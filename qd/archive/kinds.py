@@ -9,10 +9,10 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from qd.archive.insert import InsertResult
-from qd.archive.insert import insert as cell_insert
-from qd.archive.insert import insert_batch as cell_insert_batch
-from qd.archive.insert import rebuild as cell_rebuild
+from qd.archive.cells import InsertResult
+from qd.archive.cells import insert as cell_insert
+from qd.archive.cells import insert_batch as cell_insert_batch
+from qd.archive.cells import rebuild as cell_rebuild
 from qd.archive.novelty import NoveltySpec, novelty_insert, novelty_insert_batch, novelty_rebuild
 from qd.archive.state import ArchiveState
 
@@ -29,7 +29,7 @@ def insert(
 ) -> tuple[ArchiveState, InsertResult]:
     """Inserts a batch: a NoveltySpec goes to :func:`qd.archive.novelty.novelty_insert`
     (``learning_rate`` unused), a cell spec (GridSpec, CVTSpec) to
-    :func:`qd.archive.insert.insert`; args and results as there."""
+    :func:`qd.archive.cells.insert`; args and results as there."""
     if isinstance(spec, NoveltySpec):
         return novelty_insert(spec, state, island, descriptor, fitness, genome_id, valid)[:2]
     return cell_insert(spec, state, island, descriptor, fitness, genome_id, valid, learning_rate)
@@ -63,7 +63,7 @@ def rebuild(
     threshold_min: float = -np.inf,
     learning_rate: float = 1.0,
 ) -> ArchiveState:
-    """A fresh archive holding all given candidates (see :func:`qd.archive.insert.rebuild`
+    """A fresh archive holding all given candidates (see :func:`qd.archive.cells.rebuild`
     and :func:`qd.archive.novelty.novelty_rebuild`)."""
     if isinstance(spec, NoveltySpec):
         return novelty_rebuild(spec, islands, island, descriptor, fitness, genome_id, valid, threshold_min)

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from qd.archive.insert import InsertResult, insert_batch
+from qd.archive.cells import InsertResult, insert_batch
 from qd.archive.state import ArchiveState, CellSpec
 
 TOPOLOGIES = ("ring", "random", "complete")

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from qd.archive.insert import InsertResult, padded_batch, unpack_result
+from qd.archive.cells import InsertResult, padded_batch, unpack_result
 from qd.archive.state import ArchiveState, init
 
 # Block sizes of the k-NN search, measured on XLA:CPU (1,024 queries x 100k x 384-D,

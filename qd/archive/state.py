@@ -7,6 +7,8 @@ from typing import NamedTuple, Protocol
 import jax
 import jax.numpy as jnp
 
+from qd.contract import ConfigError
+
 EMPTY_ID = -1
 
 
@@ -61,9 +63,9 @@ def init(
     """An empty archive for ``islands`` islands over the cells of ``spec``."""
     dim = spec.descriptor_dim if descriptor_dim is None else descriptor_dim
     if dim != spec.descriptor_dim:
-        raise ValueError(
-            f"descriptor_dim={dim} does not match the spec's {spec.descriptor_dim} "
-            "dimensions; set archive.descriptor_dim to match the bounds"
+        raise ConfigError(
+            "descriptor_dim", f"is {dim} but the spec has {spec.descriptor_dim} dimensions",
+            "pass the spec's dimension, or none",
         )
     if islands < 1:
         raise ValueError(f"islands must be >= 1, got {islands}")

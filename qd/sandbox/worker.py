@@ -268,7 +268,7 @@ class Worker:
         self.uid = init["uid"] if root else os.geteuid()
         self.gid = init["uid"] if root else os.getegid()
         self.pid_ns, self.user_ns = namespaces["pid"], namespaces["user"]
-        self.protected = set() if self.pid_ns else set(self._children())
+        self.reaper = Reaper(self.pid_ns)
         if not self.pid_ns:
             _prctl(PR_SET_CHILD_SUBREAPER, 1)
         self.network_off = False
@@ -489,7 +489,7 @@ class Worker:
             reason = reason or why
             if not killed:
                 killed = True
-                self._kill_all(pid)
+                self.reaper.kill_all(pid)
 
         try:
             while status is None or open_fds:
@@ -504,13 +504,13 @@ class Worker:
                         poller.unregister(pidfd)
                         _, status, usage = os.wait4(pid, 0)
                         cpu = usage.ru_utime + usage.ru_stime
-                        self._sweep(pid)
+                        self.reaper.sweep(pid)
                         deadline = min(deadline, time.monotonic() + DRAIN_S)
                     elif fd == self.rfd:
                         frame = _read_frame(self.rfd)
                         if frame is None:  # the parent is gone: clean up and leave
-                            self._kill_all(pid)
-                            self._sweep(pid)
+                            self.reaper.kill_all(pid)
+                            self.reaper.sweep(pid)
                             os._exit(0)
                         if "text" in frame:  # the next request, sent after cancelling this one
                             self.queued.append(frame)
@@ -531,7 +531,16 @@ class Worker:
             os.close(pidfd)
         return reason, status, cpu, outputs
 
-    def _kill_all(self, pid: int) -> None:
+
+class Reaper:
+    """Kills and reaps what a run leaves behind: the child, its process group, and the
+    orphans that reach the worker (pid 1 of its PID namespace, or a subreaper)."""
+
+    def __init__(self, pid_ns: bool):
+        self.pid_ns = pid_ns
+        self.protected = set() if pid_ns else set(self.children())  # the worker's own helpers
+
+    def kill_all(self, pid: int) -> None:
         """SIGKILL the child and everything it started."""
         for kill, target in ((os.kill, -1), ) if self.pid_ns else ((os.killpg, pid), (os.kill, pid)):
             try:
@@ -539,7 +548,7 @@ class Worker:
             except (ProcessLookupError, PermissionError):
                 pass
 
-    def _sweep(self, pid: int) -> None:
+    def sweep(self, pid: int) -> None:
         """Kill and reap whatever the run left behind (daemons, orphans, zombies)."""
         if self.pid_ns:
             # pid 1 of the namespace: kill(-1) reaches every other process in it, and
@@ -558,7 +567,7 @@ class Worker:
         except (ProcessLookupError, PermissionError):
             pass
         # As a subreaper, orphans of the run become our children: kill until none are left.
-        while kids := set(self._children()) - self.protected:
+        while kids := set(self.children()) - self.protected:
             for kid in kids:
                 try:
                     os.kill(kid, signal.SIGKILL)
@@ -567,7 +576,7 @@ class Worker:
                     pass
 
     @staticmethod
-    def _children() -> list[int]:
+    def children() -> list[int]:
         me, kids = str(os.getpid()), []
         for name in os.listdir("/proc"):
             if name.isdigit():

@@ -1,36 +1,92 @@
-"""From the hydra groups to a ``qd.search.strategy.Strategy`` and the scheduler's arms.
+"""From the hydra groups to a ``qd.search.strategy.Strategy`` and the scheduler's arms, in two steps.
 
-Every combination that cannot work is refused here, before any server starts,
-with a one-line error naming the field and the fix.
+:func:`plan_strategy` checks the groups ``islands``, ``select``, ``scheduler``,
+``meta``, ``gate`` and ``cycle`` against each other and the task (part of
+``qd.plan.plan``; it builds nothing a run would throw away: the gate and the
+instruction pool are checked by their own ``check_settings``) and returns a
+:class:`StrategyPlan`. :func:`build_arms` and :func:`build_strategy` turn that
+plan into the run's objects without checking anything again.
+
+Every switchable group is off with ``enabled: false`` (``meta=none``,
+``gate=none``, ``cycle=none``); ``scheduler=fixed`` is not an off switch but a
+rule: the configured weights, never learning.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from qd.contract import ConfigError
 from qd.search import select
 from qd.search.cycle import CyclicObjective
-from qd.contract import ConfigError
-from qd.search.scheduler import RULES, make_bandit
+from qd.search.scheduler import RULES, check_bandit, make_bandit
 from qd.search.strategy import COSTS, Arm, IslandPolicy, Selection, Strategy
 
 ARM_KINDS = ("operators", "operators_models")
 
 
-def _fail_on(error: ValueError, prefix: str) -> ConfigError:
-    """A module's ``"field: problem"`` ValueError as a ConfigError under ``prefix``."""
-    field, _, problem = str(error).partition(": ")
-    field = field if field.startswith(prefix.split(".")[0] + ".") else f"{prefix}.{field}"
-    return ConfigError(field, problem or str(error))
+class ArmPlan(NamedTuple):
+    """One arm to build: the operator entry (index into ``Plan.operators``), the model
+    (None: the client picks), the fixed scheduler's weight and the arm's label."""
+
+    entry: int
+    model: str | None
+    weight: float
+    label: str
 
 
-def check_strategy(cfg: DictConfig, task: Any, describer: Any) -> None:
-    """Validates the strategy groups against each other and the task."""
+@dataclasses.dataclass(frozen=True, eq=False)
+class StrategyPlan:
+    """The strategy groups, checked.
+
+    Attributes:
+        arms: the arms, in the scheduler's order.
+        rule: ``scheduler.rule``; ``params`` its keyword arguments (``decay``, ``c``, ...).
+        island_weights: per island, the fixed weight of each arm (``islands.mix`` x
+            ``islands.models``), or None when the islands share the scheduler.
+        cost, islands, selection: as in :class:`~qd.search.strategy.Strategy`.
+        meta: the ``InstructionPool`` keywords (checked), or None when ``meta.enabled`` is false.
+        meta_model: the model that mutates instructions (None: the client's pick).
+        gate: the ``NoveltyGate`` keywords (checked), or None when ``gate.enabled`` is false.
+        cycle: the ``CyclicObjective``, or None when ``cycle.enabled`` is false.
+    """
+
+    arms: tuple[ArmPlan, ...]
+    rule: str
+    params: dict[str, Any]
+    island_weights: tuple[np.ndarray, ...] | None
+    cost: str
+    islands: IslandPolicy
+    selection: Selection
+    meta: dict[str, Any] | None
+    meta_model: str | None
+    gate: dict[str, Any] | None
+    cycle: CyclicObjective | None
+
+
+def plan_cycle(cfg: DictConfig) -> CyclicObjective | None:
+    """The CycleQD objective (None when ``cycle.enabled`` is false), its settings checked."""
+    c = cfg.cycle
+    if not c.enabled:
+        return None
+    if not c.metrics:
+        raise ConfigError("cycle.metrics", "is empty", "name the metrics to cycle, or use cycle=none")
+    try:
+        return CyclicObjective.create(c.metrics, c.lower, c.upper, c.bins, c.every)
+    except ConfigError as e:
+        raise e.under("cycle") from None
+
+
+def plan_strategy(cfg: DictConfig, task: Any, describer: Any, labels: Sequence[str],
+                  cycle: CyclicObjective | None) -> StrategyPlan:
+    """Checks the strategy groups against each other and the task; ``labels`` name the
+    operator entries (``Plan.operators``), ``cycle`` is :func:`plan_cycle`'s."""
     isl, sel, sch = cfg.islands, cfg.select, cfg.scheduler
     text = task.kind != "vector"
     if isl.reset_patience and isl.count < 2:
@@ -67,54 +123,44 @@ def check_strategy(cfg: DictConfig, task: Any, describer: Any) -> None:
         for group in ("meta", "gate"):
             if cfg[group].enabled:
                 raise ConfigError(f"{group}.enabled", "works on LLM text tasks only", f"use {group}=none")
-    if cfg.cycle.metrics:
+    if cycle is not None:
         if describer is not None:
-            raise ConfigError("cycle.metrics", "CycleQD sets the descriptors itself", "use descriptor=task")
+            raise ConfigError("cycle.enabled", "CycleQD sets the descriptors itself", "use descriptor=task")
         if cfg.archive.kind != "grid":
             raise ConfigError("cycle.metrics", f"CycleQD builds grids, not archive={cfg.archive.kind}",
                               "use archive=grid")
-    build_cycle(cfg)
-    _meta_factory(cfg, "")
-    try:
-        build_gate_settings(cfg)
-    except ValueError as e:
-        raise _fail_on(e, "gate") from None
+    arms = _arms(cfg, labels, text)
+    island_weights = _island_weights(cfg, arms) if isl.mix or isl.models else None
+    params = {"decay": sch.decay, **{"ucb1": {"c": sch.c}, "epsilon_greedy": {"epsilon": sch.epsilon}}.get(sch.rule, {})}
+    if island_weights is None and sch.rule != "fixed":
+        check_bandit(sch.rule, len(arms), **params)
+    return StrategyPlan(
+        arms=arms,
+        rule=sch.rule,
+        params=params,
+        island_weights=island_weights,
+        cost=sch.cost,
+        islands=IslandPolicy(isl.migrate_every, isl.topology, isl.migrants, isl.reset_patience),
+        selection=Selection(sel.parents, sel.inspirations, sel.temperature, sel.k),
+        meta=_meta_settings(cfg, getattr(task, "description", "")),
+        meta_model=cfg.meta.model,
+        gate=_gate_settings(cfg),
+        cycle=cycle,
+    )
 
 
-def build_cycle(cfg: DictConfig) -> CyclicObjective | None:
-    c = cfg.cycle
-    if not c.metrics:
-        return None
-    try:
-        return CyclicObjective.create(c.metrics, c.lower, c.upper, c.bins, c.every)
-    except ValueError as e:
-        raise _fail_on(e, "cycle") from None
-
-
-def build_gate_settings(cfg: DictConfig) -> dict[str, Any] | None:
-    """The gate's checked arguments (None when off); the gate itself needs the encoder."""
-    g = cfg.gate
-    if not g.enabled:
-        return None
-    from qd.search.gate import NoveltyGate
-
-    settings = {"threshold": g.threshold, "against": tuple(g.against), "resample": g.resample}
-    NoveltyGate(None, **settings)  # checks them
-    return settings
-
-
-def build_arms(cfg: DictConfig, operators: list[tuple[Any, float]], labels: list[str]) -> list[Arm]:
+def _arms(cfg: DictConfig, labels: Sequence[str], text: bool) -> tuple[ArmPlan, ...]:
     """One arm per operator entry, or per (entry, model) with ``scheduler.arms=operators_models``
-    or per-island model weights (``islands.models``)."""
+    or per-island model weights (``islands.models``), for text tasks with several models."""
     per_model = cfg.scheduler.arms == "operators_models" or bool(cfg.islands.models)
-    by_model = per_model and len(cfg.llm.models) > 1
-    models = [(m.name, m.weight) for m in cfg.llm.models] if by_model else [(None, 1.0)]
+    by_model = text and per_model and len(cfg.llm.models) > 1
+    models = [(m.name, float(m.weight)) for m in cfg.llm.models] if by_model else [(None, 1.0)]
     total = sum(w for _, w in models)
-    return [Arm(op, model, weight * share / total, label)
-            for (op, weight), label in zip(operators, labels) for model, share in models]
+    return tuple(ArmPlan(i, model, float(o.weight) * share / total, label)
+                 for i, (o, label) in enumerate(zip(cfg.operators.mix, labels)) for model, share in models)
 
 
-def _island_weights(cfg: DictConfig, arms: list[Arm]) -> list[np.ndarray]:
+def _island_weights(cfg: DictConfig, arms: Sequence[ArmPlan]) -> tuple[np.ndarray, ...]:
     """Per island, the fixed weight of each arm (``islands.mix`` x ``islands.models``)."""
     out = []
     for i in range(cfg.islands.count):
@@ -128,54 +174,75 @@ def _island_weights(cfg: DictConfig, arms: list[Arm]) -> list[np.ndarray]:
             raise ConfigError(f"islands.mix[{i}]", "gives every arm weight 0",
                               f"name operators by label: {sorted({a.label for a in arms})}")
         out.append(w)
-    return out
+    return tuple(out)
 
 
-def build_strategy(cfg: DictConfig, arms: list[Arm], task: Any) -> Strategy:
-    """The run's Strategy (checked by :func:`check_strategy` first)."""
-    sch = cfg.scheduler
-    if cfg.islands.mix or cfg.islands.models:
-        bandits = tuple(make_bandit("fixed", len(arms), weights=w) for w in _island_weights(cfg, arms))
-    elif sch.rule == "fixed":
-        bandits = None
-    else:
-        params = {"ucb1": {"c": sch.c}, "epsilon_greedy": {"epsilon": sch.epsilon}}.get(sch.rule, {})
-        try:
-            bandits = (make_bandit(sch.rule, len(arms), decay=sch.decay, **params),)
-        except ValueError as e:
-            raise _fail_on(e, "scheduler") from None
-    isl = cfg.islands
-    return Strategy(
-        scheduler=bandits,
-        cost=sch.cost,
-        islands=IslandPolicy(isl.migrate_every, isl.topology, isl.migrants, isl.reset_patience),
-        selection=Selection(cfg.select.parents, cfg.select.inspirations, cfg.select.temperature, cfg.select.k),
-        meta=_meta_factory(cfg, getattr(task, "description", "")),
-        meta_model=cfg.meta.model,
-        gate=_gate_factory(cfg),
-        cycle=build_cycle(cfg),
-    )
-
-
-def _meta_factory(cfg: DictConfig, task_description: str) -> Callable[[Any], Any] | None:
-    """store -> InstructionPool, its settings checked now (the store comes with the engine)."""
+def _meta_settings(cfg: DictConfig, task_description: str) -> dict[str, Any] | None:
+    """The ``InstructionPool`` keywords (None when off), checked without building a pool."""
     m = cfg.meta
     if not m.enabled:
         return None
     from operators.meta import DEFAULT_SEEDS, InstructionPool
 
-    settings = dict(seeds=list(m.seeds) or DEFAULT_SEEDS, size=m.size, evolve_every=m.evolve_every,
+    settings = dict(seeds=list(m.seeds) or list(DEFAULT_SEEDS), size=m.size, evolve_every=m.evolve_every,
                     hyper=m.hyper, task=task_description)
     try:
-        InstructionPool(None, **settings)
-    except ValueError as e:
-        raise _fail_on(e, "meta") from None
+        InstructionPool.check_settings(**settings)
+    except ConfigError as e:
+        raise e.under("meta") from None
+    return settings
+
+
+def _gate_settings(cfg: DictConfig) -> dict[str, Any] | None:
+    """The ``NoveltyGate`` keywords (None when off), checked without building a gate."""
+    g = cfg.gate
+    if not g.enabled:
+        return None
+    from qd.search.gate import NoveltyGate
+
+    try:
+        return NoveltyGate.check_settings(g.threshold, tuple(g.against), g.resample)
+    except ConfigError as e:
+        raise e.under("gate") from None
+
+
+def build_arms(strategy: StrategyPlan, operators: Sequence[Any]) -> list[Arm]:
+    """The planned arms with their operators (``operators[i]`` built from ``Plan.operators[i]``)."""
+    return [Arm(operators[a.entry], a.model, a.weight, a.label) for a in strategy.arms]
+
+
+def build_strategy(strategy: StrategyPlan) -> Strategy:
+    """The run's Strategy from its checked plan (nothing is checked again)."""
+    num_arms = len(strategy.arms)
+    if strategy.island_weights is not None:
+        bandits = tuple(make_bandit("fixed", num_arms, weights=w) for w in strategy.island_weights)
+    elif strategy.rule == "fixed":
+        bandits = None
+    else:
+        bandits = (make_bandit(strategy.rule, num_arms, **strategy.params),)
+    return Strategy(
+        scheduler=bandits,
+        cost=strategy.cost,
+        islands=strategy.islands,
+        selection=strategy.selection,
+        meta=_meta_factory(strategy.meta),
+        meta_model=strategy.meta_model,
+        gate=_gate_factory(strategy.gate),
+        cycle=strategy.cycle,
+    )
+
+
+def _meta_factory(settings: dict[str, Any] | None) -> Callable[[Any], Any] | None:
+    """store -> InstructionPool (the store comes with the engine)."""
+    if settings is None:
+        return None
+    from operators.meta import InstructionPool
+
     return functools.partial(InstructionPool, **settings)
 
 
-def _gate_factory(cfg: DictConfig) -> Callable[[Any], Any] | None:
+def _gate_factory(settings: dict[str, Any] | None) -> Callable[[Any], Any] | None:
     """store -> NoveltyGate over MiniLM embeddings cached in that store."""
-    settings = build_gate_settings(cfg)
     if settings is None:
         return None
 
@@ -186,14 +253,3 @@ def _gate_factory(cfg: DictConfig) -> Callable[[Any], Any] | None:
         return NoveltyGate(EmbeddingCache(Encoder(), store).embed, **settings)
 
     return make
-
-
-def operator_labels(cfg: DictConfig) -> list[str]:
-    """Each ``operators.mix`` entry's arm label (``label``, else its operator name), unique."""
-    labels = [o.label or o.name for o in cfg.operators.mix]
-    for i, label in enumerate(labels):
-        if labels.index(label) != i:
-            raise ConfigError(f"operators.mix[{i}].label", f"{label!r} names two entries",
-                              "give each entry of the same operator its own label")
-    return labels
-

@@ -20,11 +20,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from qd.archive.grid import GridSpec
+from qd.contract import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
 class CyclicObjective:
     """Metric names with the grid range and bins each has when it is an axis.
+
+    Bad settings raise ConfigError naming the field (``bins``); the config plan
+    puts it under ``cycle``.
 
     Attributes:
         metrics: the N >= 2 metric names the task reports.
@@ -42,18 +46,18 @@ class CyclicObjective:
     def __post_init__(self) -> None:
         n = len(self.metrics)
         if n < 2:
-            raise ValueError(f"cycle.metrics: needs at least 2 metrics, got {list(self.metrics)}")
+            raise ConfigError("metrics", f"needs at least 2 metrics, got {list(self.metrics)}")
         if len(set(self.metrics)) != n:
-            raise ValueError(f"cycle.metrics: names repeat in {list(self.metrics)}")
+            raise ConfigError("metrics", f"names repeat in {list(self.metrics)}", "list each metric once")
         for name in ("lower", "upper", "bins"):
             if len(getattr(self, name)) != n:
-                raise ValueError(f"cycle.{name}: needs one entry per metric ({n}), got {len(getattr(self, name))}")
+                raise ConfigError(name, f"needs one entry per metric ({n}), got {len(getattr(self, name))}")
         if any(u <= l for l, u in zip(self.lower, self.upper)):
-            raise ValueError(f"cycle.upper: must exceed cycle.lower for every metric, got {self.lower} / {self.upper}")
+            raise ConfigError("upper", f"must exceed lower for every metric, got {list(self.lower)} / {list(self.upper)}")
         if any(b < 1 for b in self.bins):
-            raise ValueError(f"cycle.bins: every entry must be >= 1, got {list(self.bins)}")
+            raise ConfigError("bins", f"every entry must be >= 1, got {list(self.bins)}")
         if self.every < 1:
-            raise ValueError(f"cycle.every: must be >= 1 insertions, got {self.every}")
+            raise ConfigError("every", f"must be >= 1 insertions, got {self.every}")
 
     @classmethod
     def create(cls, metrics: Sequence[str], lower: Sequence[float], upper: Sequence[float],

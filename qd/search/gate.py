@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from qd.contract import ConfigError
 from qd.store import Candidate, Store
 
 CACHE_KIND = "evaluated"
@@ -175,17 +176,28 @@ class NoveltyGate:
 
     def __init__(self, embed: Callable[[Sequence[str]], Awaitable[np.ndarray]], threshold: float = 1.0,
                  against: Sequence[str] = AGAINST, resample: int = 0):
-        if not (isinstance(threshold, (int, float)) and 0.0 < threshold <= 1.0):
-            raise ValueError(f"gate.threshold: {threshold!r} is not in (0, 1]")
+        settings = self.check_settings(threshold, against, resample)
+        self.embed = embed
+        self.threshold = settings["threshold"]
+        self.against = settings["against"]
+        self.resample = settings["resample"]
+
+    @staticmethod
+    def check_settings(threshold: float = 1.0, against: Sequence[str] = AGAINST, resample: int = 0) -> dict[str, Any]:
+        """The gate's settings checked (no embedder needed): the keywords of the constructor.
+
+        Raises:
+            ConfigError: naming the field (``threshold``, ``against``, ``resample``);
+                the config plan puts it under ``gate``.
+        """
+        if isinstance(threshold, bool) or not (isinstance(threshold, (int, float)) and 0.0 < threshold <= 1.0):
+            raise ConfigError("threshold", f"{threshold!r} is not in (0, 1]")
         if isinstance(resample, bool) or not isinstance(resample, int) or resample < 0:
-            raise ValueError(f"gate.resample: {resample!r} is not an integer >= 0")
+            raise ConfigError("resample", f"{resample!r} is not an integer >= 0")
         against = tuple(against)
         if not against or any(a not in AGAINST for a in against):
-            raise ValueError(f"gate.against: {list(against)} must be a non-empty subset of {list(AGAINST)}")
-        self.embed = embed
-        self.threshold = float(threshold)
-        self.against = against
-        self.resample = resample
+            raise ConfigError("against", f"{list(against)} must be a non-empty subset of {list(AGAINST)}")
+        return {"threshold": float(threshold), "against": against, "resample": resample}
 
     async def check(self, children: Sequence[str], parents: Sequence[Sequence[str]],
                     elites: Sequence[str]) -> list[GateVerdict]:

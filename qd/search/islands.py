@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from qd.archive import kinds
-from qd.archive.insert import InsertResult
+from qd.archive.cells import InsertResult
 from qd.archive.migration import Migrants, select_migrants
 from qd.archive.state import ArchiveState
 from qd.archive.state import reset as reset_islands

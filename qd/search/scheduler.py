@@ -278,7 +278,14 @@ def _check_weights(weights: Any, num_arms: int) -> None:
 
 
 def make_bandit(name: str, num_arms: int, **params: Any) -> Bandit:
-    """The rule ``name`` (one of :data:`RULES`) for ``num_arms`` arms, its params checked.
+    """The rule ``name`` (one of :data:`RULES`) for ``num_arms`` arms, its params checked
+    by :func:`check_bandit`."""
+    check_bandit(name, num_arms, **params)
+    return _FACTORIES[name](**params)
+
+
+def check_bandit(name: str, num_arms: int, **params: Any) -> None:
+    """Checks a rule and its params without building it (the config plan calls this).
 
     Raises ConfigError (a ValueError) naming the bad field, e.g.
     ``scheduler.epsilon: must be in [0, 1], got 2``.
@@ -302,7 +309,6 @@ def make_bandit(name: str, num_arms: int, **params: Any) -> Bandit:
             raise ConfigError(f"scheduler.{key}", f"must be a number, got {value!r}")
         if not ok(float(value)):
             raise ConfigError(f"scheduler.{key}", f"{problem}, got {value!r}")
-    return _FACTORIES[name](**params)
 
 
 def state_dict(state: BanditState) -> dict[str, np.ndarray]:

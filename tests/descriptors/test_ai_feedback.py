@@ -222,7 +222,7 @@ def test_client_logprobs_are_parsed_cached_and_keyed(scripted_llm, tmp_path):
 
 @pytest.mark.slow
 def test_real_judge_parses_every_text(llama_server):
-    """SmolLM2-135M as judge on clearly happy/sad sentences: every answer parses (agreement is printed only)."""
+    """SmolLM2-135M as judge on clearly happy/sad sentences: every answer parses, and happy ones score higher."""
     texts = [
         ("I love sunny days with my friends!", 1),
         ("My dog died this morning and I cannot stop crying.", 0),
@@ -238,6 +238,13 @@ def test_real_judge_parses_every_text(llama_server):
     assert ((out.values >= 0) & (out.values <= 1)).all()
     a = agreement(out.values[:, 0], [y for _, y in texts])
     print(f"\nSmolLM2-135M tone judge: scores {np.round(out.values[:, 0], 3).tolist()} agreement {a}")
+    # The judge is deterministic (temperature 0, logprob expectation), so the spread comes from the
+    # texts: measured on this set and 4 other sets of 3 happy + 3 sad sentences, each run twice
+    # (identical): auc min 0.889 (8 of 9 pairs ordered), median 0.889, max 1.0; spearman min 0.683,
+    # median 0.683, max 0.878; all 60 answers parsed. Floors: auc >= 0.75 (7 of 9), spearman >= 0.4.
+    # (accuracy is not floored: every score falls in 0.34-0.46, below the 0.5 cut, so it is 0.5.)
+    assert a["n"] == 6 and a["missing"] == 0
+    assert a["auc"] >= 0.75 and a["spearman"] >= 0.4, a
 
 
 def test_rescale_fits_each_axis_range_and_round_trips(scripted_llm):

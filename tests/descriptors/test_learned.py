@@ -250,7 +250,7 @@ def test_engine_reinserts_every_candidate_after_each_learned_refit(tmp_path, scr
 
     from helpers import text_engine
     from qd import checkpoint
-    from qd.run import _compose
+    from qd.plan import compose as _compose
 
     mix = np.random.default_rng(1).normal(size=(2, 32))
     server = scripted_llm([Rule("", _program)])

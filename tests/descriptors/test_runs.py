@@ -15,7 +15,7 @@ import pytest
 from descriptors.code_metrics import code_metrics
 from qd import checkpoint
 from helpers import run_config, stored
-from qd.run import _compose
+from qd.plan import compose
 from scripted_llm import Rule
 
 JUDGE = r"Answer with the digit only\.\nText: (?![\s\S]*Text: )"  # the last turn of a judge chat
@@ -37,7 +37,7 @@ def judge(request: dict) -> str:
 
 
 def config(base_url: str, *overrides: str):
-    return _compose([
+    return compose([
         "experiment=function_fit", "llm.provider=server", f"llm.base_url={base_url}",
         "llm.models=[{name: scripted}]", "llm.api_key_env=null", "llm.timeout_s=5",
         "runner.progress=false", "runner.max_llm_calls=20", "runner.in_flight=4",

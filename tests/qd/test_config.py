@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from qd.run import _compose, check_config
+from qd.plan import compose, plan
 
 GROUPS = {
     "experiment": ["sphere", "arm"],
@@ -16,24 +16,24 @@ GROUPS = {
 def test_every_config_combination_composes_and_validates(choice):
     # experiment must come first: it overrides archive/operators defaults.
     overrides = [f"experiment={choice['experiment']}"] + [f"{g}={v}" for g, v in choice.items() if g != "experiment"]
-    cfg = _compose(overrides)
-    check_config(cfg)
+    cfg = compose(overrides)
+    plan(cfg)
     assert cfg.archive.kind == choice["archive"]
     assert len(cfg.archive.lower) == 2
 
 
 def test_defaults_are_the_function_fit_main_job_on_the_embedded_llm():
-    cfg = _compose([])
+    cfg = compose([])
     assert cfg.experiment.name == "function_fit" and cfg.llm.provider == "local"
     assert [o.name for o in cfg.operators.mix][0] == "rewrite"
     assert cfg.runner.max_llm_calls > 0 and cfg.runner.evaluator == "auto"
-    check_config(cfg)
+    plan(cfg)
 
 
 @pytest.mark.parametrize("experiment", ["function_fit", "circle_packing"])
 @pytest.mark.parametrize("llm", ["local", "openai", "vllm", "ollama"])
 def test_text_experiments_compose_with_every_llm_provider(experiment, llm, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
-    cfg = _compose([f"experiment={experiment}", f"llm={llm}"])
-    check_config(cfg)
+    cfg = compose([f"experiment={experiment}", f"llm={llm}"])
+    plan(cfg)
     assert cfg.operators.mix and cfg.llm.models

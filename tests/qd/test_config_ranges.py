@@ -21,6 +21,7 @@ from omegaconf import MISSING
 
 import qd.run
 from qd.config import RANGE, Config, Range, field_kind
+from qd.plan import compose
 
 BASE = ["experiment=sphere"]  # numeric: no LLM server, no sandbox
 
@@ -163,7 +164,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def compose_values():
-    """``qd.run._compose`` for BASE plus value overrides, without re-reading conf/ (0.4 s -> 0.03 s a call).
+    """``qd.plan.compose`` for BASE plus value overrides, without re-reading conf/ (0.4 s -> 0.03 s a call).
 
     Hydra composes BASE once; each call applies its overrides to a copy with
     hydra's own step for value overrides (the one ``compose`` ends with), so the
@@ -173,15 +174,15 @@ def compose_values():
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    base, parser = qd.run._compose(BASE), OverridesParser.create()
+    base, parser = compose(BASE), OverridesParser.create()
 
-    def compose(overrides: list[str]):
+    def quick(overrides: list[str]):
         assert overrides[:len(BASE)] == BASE, overrides
         cfg = copy.deepcopy(base)
         ConfigLoaderImpl._apply_overrides_to_config(parser.parse_overrides(overrides[len(BASE):]), cfg)
         return cfg
 
-    return compose
+    return quick
 
 
 @pytest.fixture
@@ -193,12 +194,12 @@ def no_run(monkeypatch, compose_values):
         return lambda task: lambda: pytest.fail("the config passed the checks and a run would start")
 
     monkeypatch.setattr(hydra, "main", main)
-    monkeypatch.setattr(qd.run, "_compose", compose_values)
+    monkeypatch.setattr(qd.run, "compose", compose_values)  # what qd-run composes with
 
 
 def test_quick_compose_matches_hydra(compose_values):
     arg = override(next(steps for steps, _ in NUMERIC if field_name(steps).endswith("examples[0].position")), 0.5)
-    assert compose_values([*BASE, arg]) == qd.run._compose([*BASE, arg])
+    assert compose_values([*BASE, arg]) == compose([*BASE, arg])
 
 
 def test_every_bound_is_fed():
@@ -228,7 +229,7 @@ def test_first_invalid_value_fails_at_start(steps, value, capsys, no_run):
 def test_messages(arg, line, capsys, no_run):
     from qd.config import check_ranges
 
-    cfg = qd.run._compose([*BASE, arg])
+    cfg = compose([*BASE, arg])
     if line is None:
         check_ranges(cfg)
         return

@@ -199,13 +199,19 @@ def test_rejected_fields_name_the_nearest_parent_or_elite():
 
 
 @pytest.mark.parametrize("kwargs, field", [
-    ({"threshold": 0.0}, "gate.threshold"), ({"threshold": 1.01}, "gate.threshold"),
-    ({"threshold": math.nan}, "gate.threshold"), ({"resample": -1}, "gate.resample"),
-    ({"resample": 1.5}, "gate.resample"), ({"against": ("parent",)}, "gate.against"), ({"against": ()}, "gate.against"),
+    ({"threshold": 0.0}, "threshold"), ({"threshold": 1.01}, "threshold"),
+    ({"threshold": math.nan}, "threshold"), ({"resample": -1}, "resample"),
+    ({"resample": 1.5}, "resample"), ({"against": ("parent",)}, "against"), ({"against": ()}, "against"),
 ])
 def test_bad_settings_are_rejected_naming_the_field(kwargs, field):
-    with pytest.raises(ValueError, match=field):
+    from qd.contract import ConfigError
+
+    with pytest.raises(ConfigError) as err:
         NoveltyGate(FakeEmbed({}), **kwargs)
+    assert err.value.field == field
+    with pytest.raises(ConfigError) as err:  # the same check without an embedder, as the config plan runs it
+        NoveltyGate.check_settings(**kwargs)
+    assert err.value.under("gate").field == f"gate.{field}"
 
 
 def test_children_and_parent_lists_must_align():

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from helpers import run_config, stored
-from qd.run import _compose
+from qd.plan import compose as _compose
 from scripted_llm import Rule
 
 PERFECT = "```python\ndef f(x):\n    return x * x + 0.5 * x + 2.0\n```"

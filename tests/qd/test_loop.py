@@ -2,6 +2,7 @@ import json
 import os
 import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -48,7 +49,13 @@ def test_run_spends_exactly_the_evaluation_budget_and_improves(tmp_path):
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert len(events) == summary["batches"]
     assert events[-1]["evaluations"] == 640
-    assert events[-1]["global"]["qd_score"] >= events[0]["global"]["qd_score"]
+    # Improves on the initial batch, not just "does not lose" (true of any elitist
+    # archive). Measured over seeds 0-11: qd_score x5.9-x10.5 (median x8.6) from the
+    # first event (32 evaluations) to the last; max_fitness +4.3 to +5.4. Floors: x3, +2.
+    first, last = events[0]["global"], events[-1]["global"]
+    assert events[0]["evaluations"] == 32
+    assert last["qd_score"] >= 3.0 * first["qd_score"] > 0, (first, last)
+    assert last["max_fitness"] >= first["max_fitness"] + 2.0, (first, last)
     assert {"coverage", "qd_score", "norm_qd_score", "max_fitness", "mean_fitness"} <= set(events[-1]["global"])
     assert_archive_matches_store(tmp_path, cfg)
 
@@ -91,7 +98,7 @@ def test_rows_stored_after_the_checkpoint_are_replayed(tmp_path):
     checkpoint.save(tmp_path / "checkpoints", partial, key, counters)
     engine = build_engine(cfg, tmp_path)  # replays rows 101..319 on start
     try:
-        np.testing.assert_array_equal(np.asarray(engine.state.genome_id), np.asarray(state.genome_id))
+        np.testing.assert_array_equal(np.asarray(engine.state.archive.genome_id), np.asarray(state.genome_id))
         assert engine.evaluations == 320
     finally:
         engine.close()
@@ -113,8 +120,16 @@ def test_sigterm_stops_cleanly_with_a_checkpoint(tmp_path):
 
 
 def test_time_budget_stops_the_run(tmp_path):
+    started = time.monotonic()
     _, summary = run(small_config("runner.max_evaluations=null", "runner.max_seconds=2"), tmp_path)
-    assert summary["elapsed_s"] < 15 and summary["evaluations"] > 0
+    wall = time.monotonic() - started
+    # The run spends its 2 s and stops within one batch of it. Measured (seeds 0-2):
+    # elapsed_s 2.009-2.010 (one batch is about 4 ms); build + run 2.22-2.28 s after
+    # other runs in the process, 2.55-2.62 s when it compiles first (this test alone).
+    # Margins for a loaded machine: elapsed_s < 2.5, build + run < 4.
+    assert 2.0 <= summary["elapsed_s"] < 2.5, summary["elapsed_s"]
+    assert wall < 4.0, wall
+    assert summary["evaluations"] > 0
 
 
 def test_corrupt_checkpoint_is_a_one_line_error(tmp_path):

@@ -16,7 +16,8 @@ import pytest
 from descriptors.base import Described, pending
 from qd import archive
 from helpers import run_engine, text_engine
-from qd.run import _compose, build_engine, check_config
+from qd.plan import compose, plan
+from qd.run import build_engine
 from qd.store import Store
 from scripted_llm import Rule
 
@@ -58,7 +59,7 @@ class LengthDescriptor:
 
 
 def config(base_url: str, *overrides: str):
-    return _compose([
+    return compose([
         "experiment=function_fit", "llm.provider=server", f"llm.base_url={base_url}",
         "llm.models=[{name: scripted}]", "llm.api_key_env=null", "llm.timeout_s=5",
         "runner.progress=false", "runner.max_llm_calls=24", "runner.in_flight=4",
@@ -129,7 +130,7 @@ def test_code_metrics_descriptor_from_the_command_line_config(tmp_path, scripted
 
 
 @pytest.mark.parametrize("overrides, field", [
-    (["descriptor.parts=[{kind: colour}]"], "descriptor.parts[0].kind"),
+    (["descriptor=code_metrics", "descriptor.parts=[{kind: colour}]"], "descriptor.parts[0].kind"),
     (["descriptor=code_metrics", "descriptor.parts.0.metrics=[speed, nodes]"], "descriptor.parts[0].metrics"),
     (["descriptor=code_metrics", "descriptor.parts.0.bins=[3]"], "descriptor.parts[0].bins"),
     (["descriptor=embedding_space"], "archive.kind"),
@@ -140,5 +141,5 @@ def test_bad_descriptor_config_names_the_field(overrides, field):
 
     cfg = config("http://127.0.0.1:9", *overrides)
     with pytest.raises(ConfigError) as e:
-        check_config(cfg)
+        plan(cfg)
     assert str(e.value).startswith(field), str(e.value)

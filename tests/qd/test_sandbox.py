@@ -281,24 +281,48 @@ def test_long_output_keeps_head_and_tail(sandbox):
 
 
 def test_network_is_off(sandbox, entry):
-    server = socket.create_server(("127.0.0.1", 0))
+    """A candidate cannot reach a server the test listens on, by loopback or by the
+    host's own address, and sees no network interface but its own loopback. Fails
+    (never skips) where the sandbox could not turn the network off."""
+    server = socket.create_server(("0.0.0.0", 0))
     server.settimeout(0)
     code = """
         import socket
-        def main(port):
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return "connected"
+        def main(port, hosts=()):
+            reached = []
+            for host in hosts:
+                try:
+                    socket.create_connection((host, port), timeout=1).close()
+                    reached.append(host)
+                except OSError:
+                    pass
+            if not hosts:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return "connected"
+            return {"reached": reached, "interfaces": [n for _, n in socket.if_nameindex()]}
         """
     try:
         port = server.getsockname()[1]
-        if sandbox.isolation()["network_off"]:
-            result = run(sandbox, code, port=port)
-            assert not result.ok and result.error.startswith(("OSError", "ConnectionRefusedError")), result
-            with pytest.raises(BlockingIOError):
-                server.accept()
+        assert sandbox.isolation()["network_off"], (
+            f"the sandbox could not turn the network off here: {sandbox.isolation()}")
+        hosts = ["127.0.0.1"]
+        try:  # the host's address on its default route, if it has one (no packet is sent)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                probe.connect(("192.0.2.1", 9))
+                hosts.append(probe.getsockname()[0])
+        except OSError:
+            pass
+        result = run(sandbox, code, port=port, hosts=hosts)
+        assert result.ok, result
+        assert result.value == {"reached": [], "interfaces": ["lo"]}, (hosts, result.value)
+        result = run(sandbox, code, port=port)
+        assert not result.ok and result.error.startswith(("OSError", "ConnectionRefusedError")), result
+        with pytest.raises(BlockingIOError):
+            server.accept()
         online = Sandbox(entry, workers=1, limits=Limits(wall_s=5, network=True))
         try:
             assert run(online, code, port=port).value == "connected"
+            assert run(online, code, port=port, hosts=hosts).value["reached"] == hosts  # the probe works
             assert not online.isolation()["network_off"]
         finally:
             online.close()

@@ -10,12 +10,12 @@ import pytest
 from helpers import run_config, small_config, stored
 from qd import archive
 from qd.contract import ConfigError
-from qd.run import _compose, check_config
+from qd.plan import compose, plan
 from scripted_llm import Rule
 
 
 def config(base_url: str, *overrides: str):
-    return _compose([
+    return compose([
         "experiment=function_fit", "llm.provider=server", f"llm.base_url={base_url}",
         "llm.api_key_env=null", "llm.backoff_s=0.01", "llm.backoff_max_s=0.02", "llm.timeout_s=5",
         "runner.progress=false", "runner.in_flight=1", "runner.workers=2",
@@ -102,19 +102,28 @@ def test_meta_prompt_credit_goes_to_the_instruction_whose_children_improved(tmp_
     assert len([c for c in stored(tmp_path) if c.model is not None]) == 60
 
 
-def _whitespace_blind(texts):
-    """A stand-in embedder that cannot see whitespace (as MiniLM): equal up to spaces -> cosine 1."""
-    import hashlib
+class WhitespaceBlindEncoder:
+    """Stands in for MiniLM's ``Encoder``: cannot see whitespace (as MiniLM), so texts equal up to
+    spaces embed identically (cosine 1) and any other edit gives an unrelated vector."""
 
-    seeds = [int(hashlib.sha256("".join(t.split()).encode()).hexdigest()[:16], 16) for t in texts]
-    return np.stack([np.random.default_rng(s).normal(size=256) for s in seeds]).astype(np.float32)
+    dim = 384
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def encode(self, texts):
+        import hashlib
+
+        seeds = [int(hashlib.sha256("".join(t.split()).encode()).hexdigest()[:16], 16) for t in texts]
+        return np.stack([np.random.default_rng(s).normal(size=self.dim) for s in seeds]).astype(np.float32)
 
 
-def test_novelty_gate_skips_a_near_duplicate_and_never_a_distinct_child(tmp_path, scripted_llm):
-    from helpers import run_engine
-    from qd.search.gate import NoveltyGate
-    from qd.run import build_engine
+def test_novelty_gate_skips_a_near_duplicate_and_never_a_distinct_child(tmp_path, scripted_llm, monkeypatch):
+    # The gate is the one gate=embedding builds (its threshold, its store-backed embedding cache);
+    # only the model under it is a stand-in, so the test needs no MiniLM.
+    import descriptors.embedding
 
+    monkeypatch.setattr(descriptors.embedding, "Encoder", WhitespaceBlindEncoder)
     distinct = new_cells()
 
     def reply(request: dict) -> str:
@@ -127,13 +136,8 @@ def test_novelty_gate_skips_a_near_duplicate_and_never_a_distinct_child(tmp_path
     server = scripted_llm([Rule("", reply)])
     cfg = config(server.base_url, "llm.models=[{name: scripted, weight: 1}]", "llm.seed=0",
                  "runner.max_llm_calls=30", "gate=embedding", "gate.resample=0")
-    engine = build_engine(cfg, tmp_path)  # gate=embedding, with the stand-in embedder swapped in
-
-    async def embed(texts):
-        return _whitespace_blind(texts)
-
-    engine.gate = NoveltyGate(embed, threshold=1.0, against=("elites", "parents"))
-    run_engine(engine)
+    assert plan(cfg).strategy.gate == {"threshold": 1.0, "against": ("elites", "parents"), "resample": 0}
+    run_config(cfg, tmp_path)
     children = [c for c in stored(tmp_path) if c.operator == "rewrite"]
     rejected = [c for c in children if c.error and c.error.startswith("novelty gate")]
     assert rejected and all(not c.valid and c.eval_seconds is None for c in rejected)
@@ -156,9 +160,9 @@ def test_exact_duplicates_reuse_the_stored_evaluation(tmp_path, scripted_llm):
 
 
 def test_cycleqd_rotation_rebuilds_the_archive_with_every_stored_candidate(tmp_path):
-    cfg = _compose(["experiment=skills", "cycle=skills", "cycle.every=1000", "cycle.bins=[8,8,8]",
-                    "runner.batch_size=100", "runner.max_evaluations=3500", "runner.progress=false",
-                    "runner.checkpoint_every=1000"])
+    cfg = compose(["experiment=skills", "cycle=skills", "cycle.every=1000", "cycle.bins=[8,8,8]",
+                   "runner.batch_size=100", "runner.max_evaluations=3500", "runner.progress=false",
+                   "runner.checkpoint_every=1000"])
     summary = run_config(cfg, tmp_path)
     rotations = [e for e in events(tmp_path) if e.get("event") == "rotate"]
     assert [e["phase"] for e in rotations] == [1, 2, 0]
@@ -195,7 +199,7 @@ def test_island_reset_is_recorded_and_a_resume_replays_it(tmp_path):
     try:
         from qd import checkpoint
         live, _, _ = checkpoint.load(tmp_path / "a" / "checkpoints")
-        np.testing.assert_array_equal(np.asarray(engine.state.genome_id), np.asarray(live.genome_id))
+        np.testing.assert_array_equal(np.asarray(engine.state.archive.genome_id), np.asarray(live.genome_id))
     finally:
         engine.close()
 
@@ -214,9 +218,9 @@ def test_island_reset_is_recorded_and_a_resume_replays_it(tmp_path):
     (["cycle=skills", "archive=cvt"], "cycle.metrics"),
 ])
 def test_unknown_combinations_fail_at_start_naming_the_field(overrides, field):
-    cfg = _compose(["experiment=skills", *overrides])
+    cfg = compose(["experiment=skills", *overrides])
     with pytest.raises(ConfigError) as err:
-        check_config(cfg)
+        plan(cfg)
     assert str(err.value).startswith(field), str(err.value)
 
 
@@ -232,8 +236,8 @@ def test_all_llm_strategies_together_on_the_real_llama_server(tmp_path, llama_se
         "scheduler=ucb1", "scheduler.arms=operators", "meta=evolve", "meta.evolve_every=6",
         "gate=embedding",
     ]
-    run_config(_compose([*overrides, "runner.max_llm_calls=12"]), tmp_path)
-    run_config(_compose([*overrides, "runner.max_llm_calls=18"]), tmp_path)  # resume
+    run_config(compose([*overrides, "runner.max_llm_calls=12"]), tmp_path)
+    run_config(compose([*overrides, "runner.max_llm_calls=18"]), tmp_path)  # resume
     rows = stored(tmp_path)
     assert len([c for c in rows if c.model is not None]) == 18
     lines = events(tmp_path)

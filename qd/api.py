@@ -1,0 +1,81 @@
+"""qd from Python: compose a config with the CLI's names, build a run, run it, read what it found.
+
+    import qd
+
+    cfg = qd.compose(["experiment=sphere", "runner.max_evaluations=2048"])
+    engine = qd.build(cfg, "runs/demo", on_commit=lambda event: print(event["global"]["qd_score"]))
+    try:
+        summary = engine.run()
+    finally:
+        engine.close()
+    best = qd.elites("runs/demo")[0]
+
+``compose`` takes exactly what ``qd-run`` takes on its command line (hydra
+overrides), ``build`` is what ``qd-run`` builds (validated once into a plan, so
+a bad field fails here with the CLI's one-line error), and ``on_commit`` sees
+each ``commit`` event of ``events.jsonl`` (``qd.events``) as it is written:
+benchmarks and notebooks follow a run through it instead of patching the engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from omegaconf import DictConfig
+
+from qd import checkpoint
+from qd.contract import Candidate
+from qd.loop import Engine
+from qd.plan import compose, plan
+from qd.store import Store
+
+__all__ = ["Elite", "build", "compose", "elites", "plan"]
+
+
+def build(cfg: DictConfig, run_dir: str | Path, *, on_commit: Callable[[dict], Any] | None = None) -> Engine:
+    """The run ``qd-run`` would make of ``cfg`` in ``run_dir`` (a resume if it holds one).
+
+    Starts what the run needs (for text tasks the LLM server and the sandbox);
+    ``Engine.close`` stops them. The config is saved as ``config.yaml`` beside the
+    store, as ``qd-run`` does, so ``qd-run resume=RUN_DIR`` continues it.
+    """
+    from omegaconf import OmegaConf
+
+    from qd.run import build_engine
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    engine = build_engine(cfg, run_dir)
+    engine.on_commit = on_commit
+    return engine
+
+
+@dataclasses.dataclass(frozen=True)
+class Elite:
+    """One archive cell's elite: where it is, and the stored candidate (genome, lineage, metrics)."""
+
+    island: int
+    cell: int
+    fitness: float
+    descriptor: np.ndarray
+    candidate: Candidate
+
+
+def elites(run_dir: str | Path) -> list[Elite]:
+    """The elites of a run's last checkpoint (every run writes one when it ends), best first."""
+    run_dir = Path(run_dir)
+    loaded = checkpoint.load(run_dir / "checkpoints")
+    if loaded is None:
+        raise FileNotFoundError(f"{run_dir} has no checkpoint; pass a run directory made by qd-run or qd.build")
+    state = loaded[0]
+    ids, fitness, descriptor = (np.asarray(x) for x in (state.genome_id, state.fitness, state.descriptor))
+    island, cell = np.nonzero(ids >= 0)
+    with Store(run_dir / "store.sqlite", readonly=True) as store:
+        rows = store.get(ids[island, cell])
+    out = [Elite(int(i), int(c), float(fitness[i, c]), descriptor[i, c], row)
+           for i, c, row in zip(island, cell, rows)]
+    return sorted(out, key=lambda e: -e.fitness)

@@ -1,0 +1,176 @@
+"""Where a candidate lands in the archive, and rebuilding the archive when that changes.
+
+Three sources place a candidate: the task's own descriptors (its evaluator
+reports them), a describer (``descriptors/``: embeddings, AI feedback, learned
+similarity), or CycleQD, which takes fitness and descriptors from the metrics of
+the current phase. When placement changes for every candidate at once (a
+fitted describer is refit; a CycleQD phase ends), the archive is rebuilt from
+the store: every placement in its history (candidates, migrations, resets) is
+re-placed and inserted into a fresh archive in one batched call, so no stored
+candidate is lost.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from descriptors.base import is_fitted_kind
+from qd import archive
+from qd.contract import Candidate, Item
+from qd.search import islands as island_ops
+from qd.search import select
+from qd.state import RunState
+
+
+class Offers:
+    """One insert's arrays: island i32[B], descriptor f32[B, D], fitness f32[B], valid bool[B]."""
+
+    def __init__(self, candidates: list[Candidate], dim: int):
+        self.island = np.asarray([c.island for c in candidates], np.int32)
+        self.fitness = np.asarray([c.fitness for c in candidates], np.float32)
+        self.valid = np.asarray([c.valid for c in candidates])
+        self.descriptor = np.stack([
+            c.descriptor if c.descriptor is not None else np.full(dim, np.nan, np.float32) for c in candidates
+        ])
+
+
+class Placement:
+    """The run's placement rule and its current tessellation (``spec``).
+
+    Args:
+        spec: the configured tessellation (a CycleQD run starts from its phase 0 grid).
+        describer: a ``descriptors.base.Descriptor`` or None (the task's descriptors).
+        cycle: a ``qd.search.cycle.CyclicObjective`` or None.
+        kind: the task's candidate kind (``vector``/``text``): what a rebuild re-places.
+        valid: valid candidates already stored (a fitted describer's schedule counts them).
+    """
+
+    def __init__(self, spec: Any, describer: Any, cycle: Any, kind: str, islands: int,
+                 learning_rate: float, seed: int, valid: int = 0):
+        self.describer, self.cycle, self.kind = describer, cycle, kind
+        self.islands, self.learning_rate, self.seed, self.valid = islands, learning_rate, seed, valid
+        self.fitted = describer is not None and is_fitted_kind(describer)
+        self.calls_per_child = getattr(describer, "calls_per_item", 0)
+        self.spec = cycle.spec(0) if cycle is not None else spec
+        self.built_phase = 0  # the CycleQD phase the archive's grid and fitness belong to
+        self.fits = 0  # describer fits: a child described under an older fit is described again
+
+    def resume(self, state: RunState) -> None:
+        """Takes the checkpointed describer fit and the phase's grid."""
+        self.fits = state.counters.fits
+        if self.fitted and self.fits:
+            self.describer.load_state_dict(state.describer)
+            self._use_describer_cells()
+        if self.cycle is not None:
+            self.built_phase = self.phase(state)
+            self.spec = self.cycle.spec(self.built_phase)
+
+    def phase(self, state: RunState) -> int:
+        return self.cycle.phase(state.counters.insertions)
+
+    def rotation_due(self, state: RunState) -> bool:
+        """CycleQD: the phase changed since the archive was built."""
+        return self.cycle is not None and self.phase(state) != self.built_phase
+
+    def refit_due(self) -> bool:
+        return self.fitted and self.describer.needs_fit(self.valid)
+
+    async def describe(self, candidates: list[Candidate]) -> None:
+        """Places each evaluated, valid text candidate with the describer (in place).
+
+        A describer failure makes the candidate invalid with its reason; an
+        unfitted describer leaves NaN descriptors (stored, placed after the fit).
+        """
+        todo = [c for c in candidates if c.valid and c.text is not None]
+        if self.describer is None or not todo:
+            return
+        out = await self.describer.describe([Item(c.text, c.fitness, c.metrics, c.id) for c in todo])
+        for c, values, ok, error in zip(todo, np.asarray(out.values, np.float32), out.valid, out.error):
+            c.descriptor = values
+            if not ok:
+                c.valid, c.error = False, f"descriptor: {error}"
+
+    def offers(self, candidates: list[Candidate], state: RunState) -> Offers:
+        """The insert's arrays; under CycleQD, fitness and descriptors from the phase's metrics first."""
+        if self.cycle is not None:
+            fitness, descriptor, valid, errors = self.cycle.score(
+                self.phase(state), [c.metrics for c in candidates], [c.valid for c in candidates])
+            for c, f, d, ok, error in zip(candidates, fitness, descriptor, valid, errors):
+                c.fitness, c.descriptor = float(f), d
+                if error is not None:
+                    c.valid, c.error = False, error
+        self.valid += sum(c.valid for c in candidates)
+        return Offers(candidates, self.spec.descriptor_dim)
+
+    async def refit(self, store: Any, state: RunState) -> tuple[RunState, dict[str, Any]]:
+        """Fits the describer on every valid stored candidate, then rebuilds the archive."""
+        started = time.monotonic()
+        stored = [c for c in store.iter() if c.valid and c.kind == "text"]
+        items = [Item(c.text, c.fitness, c.metrics, c.id) for c in stored]
+        fits = state.counters.fits + 1
+        await self.describer.fit(items, np.random.default_rng([self.seed, fits - 1]))
+        self.fits = fits
+        self._use_describer_cells()
+        out = await self.describer.describe(items)
+        fitness = np.asarray([c.fitness for c in stored], np.float32)
+        state = state.count(fits=fits)._replace(describer=self.describer.state_dict())
+        state, placed = self.rebuild(store, state, [c.id for c in stored], fitness, out.values, out.valid)
+        return state, {"event": "refit", "fits": fits, "candidates": len(items), "placed": placed,
+                       "seconds": round(time.monotonic() - started, 3)}
+
+    def rotate(self, store: Any, state: RunState) -> tuple[RunState, dict[str, Any]]:
+        """CycleQD: the next metric becomes the quality; every stored candidate is re-scored."""
+        started = time.monotonic()
+        phase = self.phase(state)
+        stored = [c for c in store.iter() if c.kind == self.kind]
+        fitness, descriptor, valid, _ = self.cycle.score(phase, [c.metrics for c in stored], [c.valid for c in stored])
+        self.spec, self.built_phase = self.cycle.spec(phase), phase
+        state, placed = self.rebuild(store, state, [c.id for c in stored], fitness, descriptor, valid)
+        return state, {"event": "rotate", "phase": phase, "quality": self.cycle.quality(phase),
+                       "candidates": len(stored), "placed": placed, "seconds": round(time.monotonic() - started, 3)}
+
+    def rebuild(self, store: Any, state: RunState, ids: list[int], fitness: Any, descriptor: Any,
+                valid: Any) -> tuple[RunState, int]:
+        """A fresh archive from every placement in the store's history (candidates,
+        migrations, resets) with these per-candidate values, in one batched insert.
+        Returns the state and how many placements were valid."""
+        row = {int(i): j for j, i in enumerate(ids)}
+        offers = store.placements(-1, self.spec.descriptor_dim)
+        dim, n = self.spec.descriptor_dim, len(ids)
+        # Row n is a placeholder for offers of candidates not among ``ids``: never placed.
+        take = np.asarray([row.get(int(i), n) for i in offers["id"]], np.int64)
+        offered = np.vstack([np.asarray(descriptor, np.float32).reshape(n, dim), np.full((1, dim), np.nan)])[take]
+        score = np.append(np.asarray(fitness, np.float32).reshape(-1), np.nan)[take].astype(np.float32)
+        ok = offers["valid"] & np.append(np.asarray(valid, bool).reshape(-1), False)[take]
+        rebuilt = archive.rebuild(self.spec, self.islands, offers["island"], offered, score, offers["id"],
+                                  ok, float(state.archive.threshold_min), self.learning_rate)
+        shape = (self.islands, self.spec.num_cells)
+        state = state._replace(
+            archive=rebuilt,
+            islands=island_ops.init(*shape)._replace(migrant=jnp.asarray(_migrant_cells(rebuilt, offers))),
+            curiosity=select.curiosity_init(*shape),  # cells mean something else now
+        )
+        return state, int(np.sum(np.isfinite(offered).all(1) & ok))
+
+    def _use_describer_cells(self) -> None:
+        """Takes the describer's own tessellation (CVT centroids fitted in embedding space)."""
+        cell_spec = getattr(self.describer, "cell_spec", None)
+        spec = cell_spec() if callable(cell_spec) else None
+        if spec is not None:
+            self.spec = spec
+
+
+def _migrant_cells(state: archive.ArchiveState, offers: dict[str, np.ndarray]) -> np.ndarray:
+    """bool[I, C]: elites that reached their island only as copies (migration,
+    reseed), read off the placement history ``Store.placements`` returned."""
+    own = ~offers["migrated"]
+    native = set(zip(offers["island"][own].tolist(), offers["id"][own].tolist()))
+    ids = np.asarray(state.genome_id)
+    island, cell = np.nonzero(ids >= 0)
+    out = np.zeros(ids.shape, bool)
+    out[island, cell] = [(i, g) not in native for i, g in zip(island.tolist(), ids[island, cell].tolist())]
+    return out

@@ -1,0 +1,365 @@
+"""A run's plan: the composed config, validated once, holding everything building needs.
+
+:func:`compose` composes ``conf/`` with the CLI's names (``compose(["experiment=arm",
+"islands=ring4"])`` is what ``qd-run experiment=arm islands=ring4`` runs). :func:`plan`
+checks every field once -- types and missing values, each numeric field against
+its range in ``qd/config.py``, then each group against the others and the task --
+and returns a frozen :class:`Plan`. ``qd.run.build_engine`` consumes it and checks
+nothing again.
+
+Validation builds nothing a run would throw away: the novelty gate, the
+instruction pool and the LLM operators are checked by their own pure validators
+(``NoveltyGate.check_settings``, ``InstructionPool.check_settings``,
+``operators.check_llm_operator``); no client, server or sandbox starts. What the
+plan does build is kept and used by the run: the task, the describer, the
+CycleQD objective.
+
+Every failure is one ``ConfigError`` naming the dotted field. Plug-ins
+(``operators/``, ``descriptors/``, ``qd.search``, ``qd.archive``) name fields
+relative to their own settings; the plan puts them in place with
+``ConfigError.under`` (``descriptor.parts[1]`` + ``bins``), never by parsing text.
+
+One off idiom: every switchable group is off with ``enabled: false``
+(``descriptor=task``, ``meta=none``, ``gate=none``, ``cycle=none``), and a group
+that is enabled but empty is an error. ``scheduler=fixed`` is not an off switch
+but a rule (the configured operator weights, never learning), so it has no
+``enabled``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from omegaconf import DictConfig, OmegaConf
+
+from qd import archive
+from qd.config import check_ranges, register
+from qd.contract import ConfigError
+from qd.paths import conf_dir
+from qd.search.build import StrategyPlan, plan_cycle, plan_strategy
+from qd.task import load_task
+
+register()
+
+ARCHIVE_KINDS = ("grid", "cvt", "novelty")
+PROVIDERS = ("local", "openai", "vllm", "ollama", "server")
+EVALUATORS = ("auto", "inprocess", "pool", "sandbox")
+_NUMERIC_PARAMS = ("sigma", "iso_sigma", "line_sigma")
+_LLM_PARAMS = ("temperature", "max_tokens", "num_inspirations", "fallback_to_rewrite", "templates")
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    """The config ``qd-run`` would run for these command-line overrides (``["experiment=arm"]``)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(str(conf_dir()), version_base=None, job_name="qd"):
+        return hydra_compose("config", overrides=overrides)
+
+
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    """Descriptor space of a run: D, and per axis the grid bins and bounds."""
+
+    dim: int
+    bins: list[int]
+    lower: list[float]
+    upper: list[float]
+    own_cells: bool = False  # the describer fits its own CVT centroids (raw embeddings)
+    source: str = "archive"  # which config section these came from, for errors
+
+
+class OperatorEntry(NamedTuple):
+    """One ``operators.mix`` entry, checked.
+
+    ``params``: for a numeric operator its step sizes (``sigma``, ...); for an LLM
+    operator the ``operators.llm.LLMOperator`` fields but the client (templates
+    read and checked).
+    """
+
+    name: str
+    label: str
+    weight: float
+    params: dict[str, Any]
+
+
+class BudgetLimits(NamedTuple):
+    """The run's limits (None: no limit)."""
+
+    max_evaluations: int | None
+    max_seconds: float | None
+    max_llm_calls: int | None
+    max_tokens: int | None
+    max_cost: float | None
+
+
+class LocalServer(NamedTuple):
+    """``llm.local``: the embedded llama.cpp server qd starts for ``llm.provider=local``."""
+
+    model_path: str | None
+    n_ctx: int
+    n_threads: int | None
+    startup_timeout_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class LLMPlan:
+    """The model client's settings, checked (text tasks only).
+
+    ``settings`` are the client's ``LLMSettings`` but where the run directory or the
+    embedded server decides: ``base_url`` is None for ``provider=local`` (the
+    server's), and ``cache_dir`` None with ``cache`` means ``<run_dir>/llm_cache``.
+    """
+
+    provider: str
+    settings: Any  # qd.llm.LLMSettings
+    cache: bool
+    local: LocalServer | None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Plan:
+    """A config validated once, and everything building a run needs from it (compared by identity).
+
+    Attributes:
+        cfg: the composed config (saved as ``<run_dir>/config.yaml``; schema-checked
+            scalars such as ``runner.batch_size`` are read from it as they are).
+        task: the experiment's task.
+        describer: the run's describer (``descriptor.enabled``), or None for the
+            task's own descriptors.
+        geometry: the descriptor space (D, bins, bounds).
+        evaluator: ``inprocess``, ``pool`` or ``sandbox``.
+        operators: the ``operators.mix`` entries, checked, with their arm labels.
+        strategy: the strategy groups, checked (``qd.search.build.StrategyPlan``).
+        budget: the run's limits.
+        llm: the model client's settings (None for numeric tasks).
+        sandbox: the sandbox limits (``qd.sandbox.Limits``; None unless evaluator is sandbox).
+    """
+
+    cfg: DictConfig
+    task: Any
+    describer: Any | None
+    geometry: Geometry
+    evaluator: str
+    operators: tuple[OperatorEntry, ...]
+    strategy: StrategyPlan
+    budget: BudgetLimits
+    llm: LLMPlan | None
+    sandbox: Any | None
+
+
+def plan(cfg: DictConfig) -> Plan:
+    """Validates every field of ``cfg`` once; the :class:`Plan` a run is built from.
+
+    Raises:
+        ConfigError: the first bad field, named with its dotted path.
+        omegaconf errors: a wrong type or a missing value.
+    """
+    OmegaConf.to_object(cfg)  # types and missing values
+    check_ranges(cfg)  # every numeric field against its range in qd/config.py, before the cross-field checks
+    params = OmegaConf.to_container(cfg.experiment.params, resolve=True)
+    task = load_task(cfg.experiment.task, params)
+    describer = _describer(cfg, task)
+    cycle = plan_cycle(cfg)
+    geometry = _geometry(cfg, task, describer, cycle)
+    _check_archive(cfg, geometry)
+    if cfg.islands.topology not in archive.TOPOLOGIES:
+        raise ConfigError("islands.topology", f"unknown topology {cfg.islands.topology!r}",
+                          f"use one of {list(archive.TOPOLOGIES)}")
+    evaluator = _evaluator_kind(cfg, task)
+    llm = _llm(cfg) if task.kind != "vector" else None
+    operators = _operators(cfg, task)
+    strategy = plan_strategy(cfg, task, describer, [o.label for o in operators], cycle)
+    r = cfg.runner
+    return Plan(
+        cfg=cfg, task=task, describer=describer, geometry=geometry, evaluator=evaluator,
+        operators=operators, strategy=strategy,
+        budget=BudgetLimits(r.max_evaluations, r.max_seconds, r.max_llm_calls, r.max_tokens, r.max_cost),
+        llm=llm, sandbox=_sandbox(cfg) if evaluator == "sandbox" else None,
+    )
+
+
+def _describer(cfg: DictConfig, task: Any) -> Any:
+    """The run's describer from ``descriptor.parts`` (None when ``descriptor.enabled`` is false)."""
+    d = cfg.descriptor
+    if not d.enabled:
+        return None
+    parts = OmegaConf.to_container(d.parts, resolve=True)
+    if not parts:
+        raise ConfigError("descriptor.parts", "is empty",
+                          "name the parts (e.g. descriptor=embedding), or use descriptor=task")
+    if task.kind == "vector":
+        raise ConfigError("descriptor.enabled", "describers place text candidates; numeric tasks report their own",
+                          "use descriptor=task")
+    from descriptors import Combined, make_descriptor
+
+    cvt_cells = cfg.archive.cells if cfg.archive.kind == "cvt" else 0
+    built = []
+    for i, part in enumerate(parts):
+        try:
+            built.append(make_descriptor(part["kind"], part, cfg.seed, cvt_cells))
+        except ConfigError as e:
+            raise e.under(f"descriptor.parts[{i}]") from None
+    return Combined(built)
+
+
+def _geometry(cfg: DictConfig, task: Any, describer: Any, cycle: Any) -> Geometry:
+    a = cfg.archive
+    if cycle is not None:  # the first phase's axes; the engine re-grids at each rotation
+        g = cycle.spec(0)
+        return Geometry(g.descriptor_dim, list(g.bins), list(g.lower), list(g.upper), source="cycle")
+    if describer is None:
+        return Geometry(task.descriptor_dim, list(a.bins), list(a.lower), list(a.upper))
+    from descriptors import axis_bins
+
+    bins = []
+    for i, (part, built) in enumerate(zip(cfg.descriptor.parts, describer.parts)):
+        try:
+            bins += axis_bins(part.kind, OmegaConf.to_container(part, resolve=True), built.dim)
+        except ConfigError as e:
+            raise e.under(f"descriptor.parts[{i}]") from None
+    own = any(p.kind == "embedding" and p.projection == "none" for p in cfg.descriptor.parts)
+    return Geometry(describer.dim, bins, list(describer.lower), list(describer.upper),
+                    own_cells=own and a.kind == "cvt", source="descriptor.parts")
+
+
+def _check_archive(cfg: DictConfig, g: Geometry) -> None:
+    a = cfg.archive
+    if a.kind not in ARCHIVE_KINDS:
+        raise ConfigError("archive.kind", f"unknown kind {a.kind!r}", f"use one of {list(ARCHIVE_KINDS)}")
+    if a.kind == "grid" and g.dim > 8:
+        raise ConfigError("archive.kind", f"a grid over {g.dim} descriptor axes has too many cells",
+                          "use archive=cvt or archive=novelty for raw embeddings")
+    for name in ("lower", "upper") + (("bins",) if a.kind == "grid" else ()):
+        if len(getattr(g, name)) != g.dim:  # a describer's axes always match
+            raise ConfigError(
+                f"archive.{name}", f"has {len(getattr(g, name))} entries but the task has "
+                f"{g.dim} descriptors", f"give {g.dim} values",
+            )
+    if a.kind == "grid":
+        try:
+            archive.GridSpec(tuple(g.bins), tuple(g.lower), tuple(g.upper))  # a value: its checks are the spec's own
+        except ConfigError as e:
+            raise e.under(g.source) from None
+    if a.kind == "cvt" and not g.own_cells:  # centroids by k-means over uniform samples of the bounds
+        if any(not lo < hi for lo, hi in zip(g.lower, g.upper)):
+            raise ConfigError(f"{g.source}.upper", f"must exceed lower in every dimension, got lower={g.lower} "
+                              f"upper={g.upper}")
+        if a.cvt_samples < a.cells:
+            raise ConfigError("archive.cvt_samples", f"is {a.cvt_samples}, fewer than archive.cells={a.cells}",
+                              "sample at least one point per cell")
+
+
+def _evaluator_kind(cfg: DictConfig, task: Any) -> str:
+    """inprocess / pool for numeric tasks; LLM-written text only ever runs in the sandbox."""
+    e = cfg.runner.evaluator
+    if e not in EVALUATORS:
+        raise ConfigError("runner.evaluator", f"unknown evaluator {e!r}", "use auto, inprocess, pool or sandbox")
+    if task.kind == "vector":
+        if e == "sandbox":
+            raise ConfigError("runner.evaluator", "numeric tasks are trusted and have no sandbox entry",
+                              "use auto, inprocess or pool")
+        return "inprocess" if e == "auto" else e
+    if e not in ("auto", "sandbox"):
+        raise ConfigError("runner.evaluator", f"{e!r} would run LLM-written code outside the sandbox",
+                          "use auto or sandbox")
+    return "sandbox"
+
+
+def _sandbox(cfg: DictConfig) -> Any:
+    from qd.sandbox import Limits
+
+    return Limits(**OmegaConf.to_container(cfg.sandbox, resolve=True))
+
+
+def _operators(cfg: DictConfig, task: Any) -> tuple[OperatorEntry, ...]:
+    """The ``operators.mix`` entries, each checked by its plug-in's validator (nothing is built)."""
+    mix = cfg.operators.mix
+    if not mix:
+        raise ConfigError("operators.mix", "is empty", "pick a group, e.g. operators=gaussian")
+    labels = [o.label or o.name for o in mix]
+    for i, label in enumerate(labels):
+        if labels.index(label) != i:
+            raise ConfigError(f"operators.mix[{i}].label", f"{label!r} names two entries",
+                              "give each entry of the same operator its own label")
+    entries = []
+    for i, (o, label) in enumerate(zip(mix, labels)):
+        try:
+            entries.append(OperatorEntry(o.name, label, float(o.weight), _operator_params(o, task)))
+        except ConfigError as e:
+            raise e.under(f"operators.mix[{i}]") from None
+    if sum(e.weight for e in entries) <= 0:  # each weight >= 0: the schema's range
+        raise ConfigError("operators.mix", "weights must have a positive sum", "give some operator a weight > 0")
+    return tuple(entries)
+
+
+def _operator_params(o: DictConfig, task: Any) -> dict[str, Any]:
+    """A numeric operator for vector tasks, an LLM operator for text tasks: its checked params."""
+    if task.kind == "vector":
+        from operators import check_numeric_operator
+
+        return check_numeric_operator(o.name, **{k: o[k] for k in _NUMERIC_PARAMS})
+    from operators import check_llm_operator
+
+    params = OmegaConf.to_container(o, resolve=True)
+    return check_llm_operator(o.name, **{k: params[k] for k in _LLM_PARAMS})
+
+
+def _llm(cfg: DictConfig) -> LLMPlan:
+    """Everything about the model that can fail before the run starts, and the client's settings."""
+    llm = cfg.llm
+    if llm.provider not in PROVIDERS:
+        raise ConfigError("llm.provider", f"unknown provider {llm.provider!r}", f"use one of {list(PROVIDERS)}")
+    if not llm.models:
+        raise ConfigError("llm.models", "is empty", "name at least one model, e.g. llm=local")
+    if sum(m.weight for m in llm.models) <= 0:  # each weight >= 0: the schema's range
+        raise ConfigError("llm.models", "weights must have a positive sum", "give some model a weight > 0")
+    local = None
+    if llm.provider == "local":
+        _check_local_server(llm)
+        local = LocalServer(llm.local.model_path, llm.local.n_ctx, llm.local.n_threads, llm.local.startup_timeout_s)
+    elif not llm.base_url:
+        raise ConfigError("llm.base_url", f"is not set for provider {llm.provider}", "give the server's URL")
+    if llm.api_key_env and not os.environ.get(llm.api_key_env):
+        raise ConfigError(
+            "llm.api_key_env", f"environment variable {llm.api_key_env} is not set",
+            f"export {llm.api_key_env}=... or set llm.api_key_env=null for a server without keys",
+        )
+    from qd.llm import LLMSettings, ModelSpec
+
+    models = tuple(ModelSpec(m.name, m.weight, m.price_in, m.price_out) for m in llm.models)
+    settings = LLMSettings(
+        base_url=None if local else llm.base_url, models=models, api_key_env=llm.api_key_env,
+        concurrency=llm.concurrency, timeout_s=llm.timeout_s, max_retries=llm.max_retries,
+        backoff_s=llm.backoff_s, backoff_max_s=llm.backoff_max_s, give_up_after_s=llm.give_up_after_s,
+        temperature=llm.temperature, max_tokens=llm.max_tokens,
+        seed=cfg.seed if llm.seed is None else llm.seed,
+        cache_dir=str(Path(llm.cache_dir)) if llm.cache and llm.cache_dir else None,
+    )
+    return LLMPlan(llm.provider, settings, bool(llm.cache), local)
+
+
+def _check_local_server(llm: DictConfig) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise ConfigError(
+            "llm.provider", "local needs llama-cpp-python, which is not installed",
+            'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install "llama-cpp-python[server]", or use llm=openai/vllm/ollama',
+        )
+    if llm.local.model_path is not None:
+        if not Path(llm.local.model_path).is_file():
+            raise ConfigError("llm.local.model_path", f"no file {llm.local.model_path}", "give a GGUF file")
+        return
+    from qd.llm.server import smollm2_path
+
+    try:
+        smollm2_path()
+    except (FileNotFoundError, LookupError) as e:
+        raise ConfigError("llm.local.model_path", str(e).splitlines()[0]) from None
+
+
+__all__ = ["BudgetLimits", "Geometry", "LLMPlan", "LocalServer", "OperatorEntry", "Plan", "compose", "plan"]

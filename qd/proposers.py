@@ -1,0 +1,309 @@
+"""Proposals: children of parents from one island, made by one arm, evaluated and placed.
+
+A proposer is started with a small :class:`Ticket` (which island, how many
+children, which arm, its keys) and an ``qd.elite_table.ArchiveView``. It reads the
+view while it starts, synchronously, then returns the awaitable that makes the
+children, evaluates them and (text) describes them. The driver commits the
+finished :class:`Proposal`; no proposer sees the driver.
+
+- :class:`VectorProposer`: numeric operators on vector genomes, evaluated by the task.
+- :class:`TextProposer`: one LLM call per child; the novelty gate may turn an
+  answer away and ask again; exact duplicates of evaluated texts copy the
+  stored evaluation; the rest run in the sandbox, then go to the describer.
+
+An empty island first gets children of the task's initial genomes (its
+*founders*): vectors varied once by the operator, texts as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+from collections.abc import Awaitable
+from typing import Any, Protocol
+
+import jax
+import numpy as np
+
+from qd.contract import Candidate, Child, LLMError, Parent, PromptContext
+from qd.elite_table import ArchiveView
+from qd.llm import Ledger, tally
+from qd.search.gate import rejected, reuse
+
+
+@dataclasses.dataclass(frozen=True)
+class Ticket:
+    """What one proposal is to make; everything random about it comes from its keys.
+
+    ``founding``: the island is empty, so its children come from the task's
+    initial genomes and no arm is credited; ``genome_seed`` seeds those genomes
+    and the per-child prompt randomness.
+    """
+
+    seq: int
+    island: int
+    size: int
+    arm: int
+    founding: bool
+    genome_seed: int
+    parent_key: jax.Array
+    inspire_key: jax.Array
+    op_key: jax.Array
+
+
+@dataclasses.dataclass
+class Proposal:
+    """A finished proposal: its candidates, and what the commit credits.
+
+    ``parents`` is i64[B, 2]: (island, cell) of each candidate's first parent, -1
+    for founders; ``instructions`` the meta instruction id behind each candidate;
+    ``fits`` the describer fit it was described under (None if unfitted);
+    ``reserved`` the budget units it held (children and gate resamples).
+    """
+
+    candidates: list[Candidate]
+    arm: int | None
+    parents: np.ndarray
+    instructions: list[int | None]
+    reserved: int
+    fits: int | None = None
+    calls: Ledger = dataclasses.field(default_factory=Ledger)  # its LLM calls, committed with it
+
+
+class Proposer(Protocol):
+    """Starts a proposal: reads ``view`` now, returns the work that finishes it; is told
+    which candidates were committed (a text proposer remembers their texts)."""
+
+    def start(self, ticket: Ticket, view: ArchiveView) -> Awaitable[Proposal]: ...
+
+    def committed(self, candidates: list[Candidate]) -> None: ...
+
+
+class VectorProposer:
+    """Numeric operators on vector genomes; the task's evaluator places them."""
+
+    def __init__(self, task: Any, arms: list[Any], evaluator: Any):
+        self.task, self.arms, self.evaluator = task, arms, evaluator
+
+    def start(self, ticket: Ticket, view: ArchiveView) -> Awaitable[Proposal]:
+        t = ticket
+        op = self.arms[t.arm].operator
+        parents = np.full((t.size, 2), -1, np.int64)
+        if t.founding:
+            # Founders: the task's initial genomes, varied once (as pyribs's emitters start from x0 plus noise).
+            initial = self.task.initial(np.random.default_rng(t.genome_seed), t.size)
+            parent_ids = np.zeros((t.size, 0), np.int64)
+            genomes, name = np.repeat(np.asarray(initial)[:, None], op.num_parents, axis=1), f"init+{op.name}"
+        else:
+            ids, cells = view.parents(t.parent_key, t.island, t.size * op.num_parents)
+            cells, parent_ids = cells.reshape(t.size, op.num_parents), ids.reshape(t.size, op.num_parents)
+            parents[:] = np.stack([np.full(t.size, t.island), cells[:, 0]], 1)
+            genomes, name = view.genomes(t.island, cells), op.name
+        return self._finish(t, op, genomes, name, parent_ids, parents)
+
+    def committed(self, candidates: list[Candidate]) -> None:
+        pass  # vector genomes are never deduplicated
+
+    async def _finish(self, t: Ticket, op: Any, genomes: np.ndarray, name: str, parent_ids: np.ndarray,
+                      parents: np.ndarray) -> Proposal:
+        genomes = await op(t.op_key, genomes, {"island": t.island})
+        ev = await self.evaluator(genomes)
+        candidates = [
+            Candidate(
+                kind="vector", island=t.island, fitness=float(ev.fitness[j]), descriptor=ev.descriptor[j],
+                valid=bool(ev.valid[j]), vector=genomes[j], parent_ids=parent_ids[j], operator=name,
+                metrics=ev.metrics[j] if ev.metrics else None, error=ev.error[j] if ev.error else None,
+            )
+            for j in range(len(ev.fitness))
+        ]
+        return Proposal(candidates, None if t.founding else t.arm, parents, [None] * len(candidates), t.size)
+
+
+def sample_index(child: int, attempt: int = 0, stream: int = 0) -> int:
+    """A run-unique index per LLM call (the client's cache key and sampling seed):
+    ``child`` for a child's first answer; gate resamples and instruction mutations
+    get their own ranges above 2**32."""
+    return child if attempt == 0 and stream == 0 else ((stream * 1024 + attempt) << 32) | child
+
+
+@dataclasses.dataclass(frozen=True)
+class InitialGenome:
+    """A task's initial text genome, in the shape of an LLM operator's child."""
+
+    text: str
+    error: None = None
+    operator: str = "init"
+    model: None = None
+    prompt: None = None
+    response: None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+
+
+@dataclasses.dataclass
+class Draft:
+    """An operator's child before evaluation, and where it came from."""
+
+    child: Any  # a Child (failed calls too: Child.unanswered), or an InitialGenome
+    parent_ids: list[int]
+    instruction: int | None = None  # meta instruction shown in its prompt
+    rejection: dict[str, Any] | None = None  # the candidate's fields when the novelty gate turned it away
+    resample: bool = False  # asked again after a rejection (an extra LLM call)
+
+    @property
+    def usable(self) -> bool:
+        return self.child.text is not None and self.rejection is None
+
+
+def as_parent(candidate: Candidate) -> Parent:
+    """An elite as an LLM operator shows it: code, score, metrics and evaluator feedback."""
+    notes = [f"error: {candidate.error}"] if candidate.error else []
+    for name, value in (candidate.artifacts or {}).items():
+        notes.append(f"{name}:\n{value}")
+    return Parent(candidate.id, candidate.text, candidate.fitness, candidate.metrics, "\n".join(notes) or None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shown:
+    """What a text proposal's children are shown, read from the view when it starts."""
+
+    parents: list[list[Parent]]  # per child
+    inspirations: list[list[Parent]]  # per child
+    elites: list[Candidate]  # the island's elites, when the gate compares with them
+    first_cells: np.ndarray  # i64[B]: cell of each child's first parent
+
+
+class TextProposer:
+    """LLM children of selected elites (or an empty island's founders), gated,
+    deduplicated, evaluated in the sandbox and placed by the describer.
+
+    Args:
+        task, arms, evaluator: the run's.
+        placement: ``qd.placement.Placement`` (describes children).
+        spending: ``qd.budget.Spending`` (gate resamples reserve their call there).
+        duplicates: ``qd.search.gate.DuplicateIndex`` of evaluated texts.
+        store: reads the stored originals of duplicates.
+        gate, meta: the novelty gate and the instruction pool, or None.
+        batch_size: fixes each child's place in the sample-index stream.
+    """
+
+    def __init__(self, task: Any, arms: list[Any], evaluator: Any, *, placement: Any, spending: Any,
+                 duplicates: Any, store: Any, gate: Any = None, meta: Any = None, batch_size: int = 1):
+        self.task, self.arms, self.evaluator, self.placement = task, arms, evaluator, placement
+        self.spending, self.duplicates, self.store = spending, duplicates, store
+        self.gate, self.meta, self.batch_size = gate, meta, batch_size
+
+    def start(self, ticket: Ticket, view: ArchiveView) -> Awaitable[Proposal]:
+        return self._finish(ticket, None if ticket.founding else self._show(ticket, view))
+
+    def committed(self, candidates: list[Candidate]) -> None:
+        self.duplicates.remember(candidates)  # later exact duplicates reuse their evaluations
+
+    def _show(self, t: Ticket, view: ArchiveView) -> Shown:
+        op = self.arms[t.arm].operator
+        _, cells = view.parents(t.parent_key, t.island, t.size * op.num_parents)
+        cells = cells.reshape(t.size, op.num_parents)
+        shown: list[list[Parent]] = [[] for _ in range(t.size)]
+        if op.num_inspirations:
+            source, spot = view.inspirations(t.inspire_key, t.island, cells[:, 0], op.num_inspirations)
+            shown = [[as_parent(view.genomes(i, c)) for i, c in zip(source[j], spot[j]) if c >= 0]
+                     for j in range(t.size)]
+        gated = self.gate is not None and "elites" in self.gate.against
+        return Shown([[as_parent(view.genomes(t.island, c)) for c in row] for row in cells], shown,
+                     view.island_elites(t.island) if gated else [], cells[:, 0])
+
+    async def _finish(self, t: Ticket, shown: Shown | None) -> Proposal:
+        with tally() as calls:
+            if shown is None:
+                texts = self.task.initial(np.random.default_rng(t.genome_seed), t.size)
+                drafts, parents = [Draft(InitialGenome(text), []) for text in texts], np.full((t.size, 2), -1)
+            else:
+                drafts, parents = await self._children(t, shown)
+            candidates = await self._evaluate(t.island, drafts)
+            fits = self.placement.fits if self.placement.fitted else None
+            await self.placement.describe(candidates)
+        return Proposal(candidates, None if t.founding else t.arm, np.asarray(parents, np.int64).reshape(-1, 2),
+                        [d.instruction for d in drafts], t.size + sum(d.resample for d in drafts), fits, calls)
+
+    async def _evaluate(self, island: int, drafts: list[Draft]) -> list[Candidate]:
+        """Candidates of the drafts: stored evaluations for duplicates, the sandbox for the rest."""
+        dup = self.duplicates.lookup([d.child.text if d.usable else None for d in drafts])
+        originals = dict(zip(dup.stored, self.store.get(dup.stored.values())))
+        todo = [j for j, d in enumerate(drafts) if d.usable and j not in dup]
+        ev = await self.evaluator([drafts[j].child.text for j in todo]) if todo else None
+        at = {j: k for k, j in enumerate(todo)}
+        out = []
+        for j, d in enumerate(drafts):
+            child, k = d.child, at.get(j)
+            if d.rejection is not None:
+                fields = d.rejection
+            elif j in originals:  # an exact duplicate: the stored evaluation, not a new one
+                fields = reuse(originals[j])
+            elif j in dup.earlier:
+                fields = reuse(out[dup.earlier[j]])
+            elif k is not None:
+                fields = dict(
+                    fitness=float(ev.fitness[k]), descriptor=ev.descriptor[k], valid=bool(ev.valid[k]),
+                    metrics=ev.metrics[k], error=ev.error[k], artifacts=ev.artifacts[k], eval_seconds=ev.seconds[k],
+                )
+            else:
+                fields = dict(fitness=math.nan, descriptor=None, valid=False, error=child.error)
+            out.append(Candidate(
+                kind="text", island=island, text=child.text, parent_ids=d.parent_ids, operator=child.operator,
+                model=child.model, prompt=child.prompt, response=child.response, tokens_in=child.tokens_in,
+                tokens_out=child.tokens_out, cost=child.cost, **fields,
+            ))
+        return out
+
+    async def _children(self, t: Ticket, shown: Shown) -> tuple[list[Draft], list[tuple[int, int]]]:
+        """One operator call per child, all at once (plus gate resamples); a failed call fails its child.
+
+        Returns the drafts and (island, cell) of each one's first parent.
+        """
+        # Every child finishes before a bug in one is raised, so none is left running.
+        results = await asyncio.gather(*(self._child(t, shown, j) for j in range(t.size)), return_exceptions=True)
+        drafts, firsts = [], []
+        for j, result in enumerate(results):
+            if isinstance(result, BaseException):
+                raise result
+            drafts += result
+            firsts += [(t.island, shown.first_cells[j])] * len(result)
+        return drafts, firsts
+
+    async def _child(self, t: Ticket, shown: Shown, j: int) -> list[Draft]:
+        arm = self.arms[t.arm]
+        parents = shown.parents[j]
+        ids = [int(p.id) for p in parents]
+        rng = np.random.default_rng([t.genome_seed, j])
+        instruction = self.meta.pick(rng) if self.meta is not None else None
+        drafts: list[Draft] = []
+        for attempt in range(1 + (self.gate.resample if self.gate is not None else 0)):
+            context = PromptContext(
+                task=self.task.description, language=self.task.language, island=t.island,
+                sample_index=sample_index(t.seq * self.batch_size + j, attempt), rng=rng, model=arm.model,
+                instruction=instruction.text if instruction else None,
+            )
+            failed = False
+            try:
+                answers = await arm.operator(parents, shown.inspirations[j], context)
+            except LLMError as err:  # this child fails; a client that is down stops the run
+                answers, failed = [Child.unanswered(arm.operator.name, str(err))], True
+            drafts += [Draft(c, ids, instruction.id if instruction else None, resample=attempt > 0) for c in answers]
+            if failed or not await self._gate(drafts[-len(answers):], parents, shown.elites) \
+                    or not self.spending.try_reserve_call():
+                break
+        return drafts
+
+    async def _gate(self, drafts: list[Draft], parents: list[Parent], elites: list[Candidate]) -> bool:
+        """Marks drafts too close to the island's elites or their parents; True if any was."""
+        usable = [d for d in drafts if d.usable]
+        if self.gate is None or not usable:
+            return False
+        verdicts = await self.gate.check([d.child.text for d in usable], [[p.text for p in parents]] * len(usable),
+                                         [e.text for e in elites])
+        for d, v in zip(usable, verdicts):
+            if v.rejected:
+                d.rejection = rejected(v, [p.id for p in parents], [e.id for e in elites])
+        return any(v.rejected for v in verdicts)

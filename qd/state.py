@@ -1,0 +1,117 @@
+"""The run's state as one value: what a checkpoint holds, and nothing else.
+
+``RunState`` is a NamedTuple of the archive, the island bookkeeping, the
+curiosity scores, the scheduler's bandit states, the RNG key and typed
+counters, plus the JSON state of the instruction pool and the arrays of a
+fitted describer. The parts of the run take it and return a new one; the driver
+keeps the latest. :func:`save` and :func:`load` *are* the checkpoint (one atomic
+``.npz``, ``qd.checkpoint``); everything else a run knows is in the store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from qd import archive, checkpoint
+from qd.search import islands as island_ops
+from qd.search import scheduler, select
+
+
+class Counters(NamedTuple):
+    """The run's clocks, all monotone.
+
+    Attributes:
+        batches: commits (archive insert batches): the checkpoint schedule's clock.
+        last_id: the newest store row reflected in the archive (replayed after it on resume).
+        elapsed: run seconds before the current session.
+        proposals: proposals started: fixes each one's island and place in the key stream.
+        fits: describer fits so far.
+        insertions: candidates offered to the archive: CycleQD's phase clock.
+    """
+
+    batches: int = 0
+    last_id: int = -1
+    elapsed: float = 0.0
+    proposals: int = 0
+    fits: int = 0
+    insertions: int = 0
+
+
+class RunState(NamedTuple):
+    """Everything that changes as a run goes, in one value (see the module doc)."""
+
+    archive: archive.ArchiveState
+    islands: island_ops.IslandState
+    curiosity: select.Curiosity
+    bandits: tuple[scheduler.BanditState, ...]
+    key: jax.Array
+    counters: Counters = Counters()
+    meta: dict | None = None  # operators.meta.InstructionPool.state_dict()
+    describer: dict[str, np.ndarray] | None = None  # a fitted describer's state_dict()
+
+    def count(self, **changes: Any) -> RunState:
+        """The state with some counters replaced."""
+        return self._replace(counters=self.counters._replace(**changes))
+
+    def split(self) -> tuple[RunState, jax.Array]:
+        """A fresh subkey, and the state with the key advanced past it."""
+        key, sub = jax.random.split(self.key)
+        return self._replace(key=key), sub
+
+
+def init(spec: Any, num_islands: int, bandits: tuple[Any, ...], num_arms: int, seed: int,
+         threshold_min: float) -> RunState:
+    """A new run's state: empty archive, fresh bookkeeping, the key of ``seed``."""
+    shape = (num_islands, spec.num_cells)
+    return RunState(
+        archive=archive.init(spec, num_islands, spec.descriptor_dim, threshold_min),
+        islands=island_ops.init(*shape),
+        curiosity=select.curiosity_init(*shape),
+        bandits=tuple(b.init(num_arms) for b in bandits),
+        key=jax.random.key(seed),
+    )
+
+
+def save(directory: Path, state: RunState) -> None:
+    """Writes ``state`` as the run's checkpoint (atomically)."""
+    arrays = {f"describer.{k}": v for k, v in (state.describer or {}).items()}
+    for j, b in enumerate(state.bandits):
+        arrays.update({f"bandit.{j}.{k}": v for k, v in scheduler.state_dict(b).items()})
+    arrays.update({f"islands.{k}": np.asarray(v) for k, v in state.islands._asdict().items()})
+    arrays["curiosity.score"] = np.asarray(state.curiosity.score)
+    counters = dict(state.counters._asdict(), **({"meta": state.meta} if state.meta else {}))
+    checkpoint.save(directory, state.archive, state.key, counters, arrays)
+
+
+def load(directory: Path, fresh: RunState) -> RunState | None:
+    """The checkpointed state in ``directory`` (None if there is none).
+
+    Parts a checkpoint lacks or holds in another shape (a checkpoint from before
+    they existed, or scheduler arms that changed) come from ``fresh``.
+    """
+    loaded = checkpoint.load(directory)
+    if loaded is None:
+        return None
+    state, key, saved_counters = loaded
+    saved = checkpoint.load_arrays(directory)
+    counters = Counters(**{k: saved_counters[k] for k in Counters._fields if k in saved_counters})
+    shape = state.fitness.shape
+    isl, cur = checkpoint.part(saved, "islands."), checkpoint.part(saved, "curiosity.")
+    num_arms = fresh.bandits[0].num_arms
+    return RunState(
+        archive=state,
+        islands=island_ops.IslandState(**isl) if isl and isl["migrant"].shape == shape else island_ops.init(*shape),
+        curiosity=select.Curiosity(**cur) if cur and cur["score"].shape == shape else select.curiosity_init(*shape),
+        bandits=tuple(
+            scheduler.load_state_dict(part, num_arms) if (part := checkpoint.part(saved, f"bandit.{j}.")) else b
+            for j, b in enumerate(fresh.bandits)
+        ),
+        key=key,
+        counters=counters,
+        meta=saved_counters.get("meta") or None,
+        describer=checkpoint.part(saved, "describer.") or None,
+    )

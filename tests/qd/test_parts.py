@@ -1,0 +1,135 @@
+"""The engine's parts on their own: the budget ledger, the run state and its checkpoint,
+the archive view, the events log."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from qd import archive, events
+from qd import state as run_state
+from qd.budget import Budget, Spending
+from qd.elite_table import ArchiveView, EliteTable
+from qd.llm import Ledger
+from qd.search import scheduler
+from qd.search.strategy import Selection
+
+SPEC = archive.GridSpec((4, 4), (0.0, 0.0), (1.0, 1.0))
+
+
+def _calls(n: int, tokens: int = 0) -> Ledger:
+    """A ledger of ``n`` answered operator calls (and ``tokens`` tokens in)."""
+    return Ledger.from_rows([("operator", "m", n, 0, 0, 0, tokens, 0, 0.0)])
+
+
+def test_spending_sizes_proposals_to_what_evaluations_and_calls_leave():
+    s = Spending(Budget(max_evaluations=10, max_llm_calls=7), evaluations=2, spent=_calls(1), calls_per_child=2)
+    assert s.size(64) == 3  # (7 - 1) calls // 2 per child
+    s.reserve(3)
+    assert s.size(64) == 0 and s.calls_left() == 0
+    s.commit(3, reserved=3, calls=_calls(6))
+    assert (s.evaluations, s.reserved, s.spent.calls, s.size(64)) == (5, 0, 7, 0)
+
+
+def test_spending_resample_reserves_a_call_only_while_room_and_not_stopping():
+    s = Spending(Budget(max_llm_calls=3), 0, Ledger(), calls_per_child=1)
+    s.reserve(2)
+    assert s.try_reserve_call() and s.reserved == 3
+    assert not s.try_reserve_call()  # no call left
+    free = Spending(Budget(), 0, Ledger(), calls_per_child=1)
+    free.stopping = True
+    assert not free.try_reserve_call() and math.isinf(free.calls_left())
+
+
+def test_spending_exhausted_by_time_tokens_or_cost():
+    s = Spending(Budget(max_seconds=5, max_tokens=100), 0, Ledger(), 1)
+    assert not s.exhausted(4.9, None)
+    assert s.exhausted(5.0, None)
+    assert not s.exhausted(0.0, _calls(1, tokens=99))
+    assert s.exhausted(0.0, _calls(1, tokens=100))
+
+
+def test_run_state_saves_and_loads_as_the_checkpoint(tmp_path):
+    bandits = (scheduler.make_bandit("ucb1", 3),)
+    fresh = run_state.init(SPEC, 2, bandits, 3, seed=7, threshold_min=-math.inf)
+    a, _ = archive.insert(SPEC, fresh.archive, np.asarray([0, 1], np.int32),
+                          np.asarray([[0.1, 0.1], [0.9, 0.9]], np.float32), np.asarray([1.0, 2.0], np.float32),
+                          np.asarray([0, 1]))
+    b = bandits[0].update(fresh.bandits[0], 1, 2.0, 1.0)
+    state = fresh._replace(archive=a, bandits=(b,), meta={"members": [1]},
+                           describer={"w": np.ones(3, np.float32)}).count(batches=4, last_id=1, fits=1)
+    run_state.save(tmp_path, state)
+    back = run_state.load(tmp_path, fresh)
+    assert back.counters == state.counters and back.meta == {"members": [1]}
+    np.testing.assert_array_equal(back.describer["w"], np.ones(3))
+    for x, y in zip(jax.tree_util.tree_leaves((back.archive, back.bandits, back.islands, back.curiosity)),
+                    jax.tree_util.tree_leaves((state.archive, state.bandits, state.islands, state.curiosity))):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    np.testing.assert_array_equal(jax.random.key_data(back.key), jax.random.key_data(state.key))
+    assert run_state.load(tmp_path / "none", fresh) is None
+
+
+def test_run_state_loads_old_counters_and_fills_missing_parts_from_fresh(tmp_path):
+    from qd import checkpoint
+
+    fresh = run_state.init(SPEC, 1, (scheduler.make_bandit("fixed", 2),), 2, seed=0, threshold_min=-math.inf)
+    checkpoint.save(tmp_path, fresh.archive, fresh.key, {"batches": 3, "last_id": 9, "elapsed": 1.5})
+    back = run_state.load(tmp_path, fresh)
+    assert back.counters == run_state.Counters(batches=3, last_id=9, elapsed=1.5)
+    assert back.bandits is fresh.bandits or len(back.bandits) == 1
+
+
+def test_a_proposal_reads_the_archive_when_it_starts_not_when_it_runs():
+    """The driver's next insert donates the archive's buffers, and commits land while
+    proposals run: a proposer reads its parents synchronously, in ``start``."""
+    import asyncio
+
+    from qd.proposers import Ticket, VectorProposer
+    from qd.search import select
+    from qd.search.strategy import Arm
+    from qd.task import Evaluation
+
+    class Copy:  # a numeric operator: the first parent, unchanged
+        name, num_parents = "copy", 1
+
+        async def __call__(self, key, parents, context):
+            return parents[:, 0]
+
+    async def evaluate(genomes):
+        n = len(genomes)
+        return Evaluation(np.zeros(n, np.float32), np.full((n, 2), 0.5, np.float32), np.ones(n, bool))
+
+    state = archive.init(SPEC, 1)
+    elites = EliteTable(state.fitness.shape, genome_dim=2)
+    state, result = archive.insert(SPEC, state, np.zeros(1, np.int32), np.asarray([[0.1, 0.1]], np.float32),
+                                   np.asarray([1.0], np.float32), np.asarray([5]))
+    elites.table[0, int(result.cell[0])] = [3.0, 4.0]
+    view = ArchiveView(state, select.curiosity_init(1, SPEC.num_cells), elites, Selection())
+    keys = jax.random.split(jax.random.key(0), 3)
+    work = VectorProposer(None, [Arm(Copy())], evaluate).start(Ticket(0, 0, 4, 0, False, 0, *keys), view)
+    archive.insert(SPEC, state, np.zeros(1, np.int32), np.asarray([[0.9, 0.9]], np.float32),  # donates
+                   np.asarray([9.0], np.float32), np.asarray([6]))
+    elites.table[:] = -1.0
+    proposal = asyncio.run(work)
+    assert [list(c.parent_ids) for c in proposal.candidates] == [[5]] * 4
+    np.testing.assert_array_equal([c.vector for c in proposal.candidates], [[3.0, 4.0]] * 4)
+
+
+def test_events_are_versioned_and_old_lines_read_as_commits(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_text(json.dumps({"step": 1, "evaluations": 4}) + "\n" + '{"torn": ')
+    log = events.EventLog(path)  # drops the torn line
+    written = log.write("refit", {"fits": 1})
+    log.close()
+    old, new = events.read(path)
+    assert old == {"step": 1, "evaluations": 4, "v": 0, "event": "commit"}
+    assert new == written and new["v"] == events.VERSION == 1 and new["event"] == "refit"
+
+
+@pytest.mark.parametrize("kind", events.KINDS)
+def test_every_event_kind_is_documented(kind):
+    assert f"``{kind}``" in events.__doc__
