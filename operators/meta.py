@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import json
 import math
 import re
@@ -125,25 +126,10 @@ class InstructionPool:
         self.evolutions = 0
         self.failures = 0  # unusable answers (each is a store row with the reason)
 
-    @staticmethod
-    def check_settings(
-        *,
-        seeds: Sequence[str] = DEFAULT_SEEDS,
-        mutation_prompt: str = DEFAULT_MUTATION_PROMPT,
-        size: int = 12,
-        evolve_every: int = 25,
-        min_uses: int = 5,
-        temperature: float = 0.25,
-        explore: float = 0.5,
-        hyper: bool = False,
-        hyper_every: int = 4,
-        task: str = "",
-        max_chars: int = 200,
-        llm_temperature: float | None = None,
-        max_tokens: int = 96,
-        templates: dict[str, str] | None = None,
-    ) -> None:
-        """Checks the pool's settings (the constructor's keywords) without building a pool.
+    @classmethod
+    def check_settings(cls, **settings: Any) -> None:
+        """Checks the pool's settings (the constructor's keywords, its defaults for the rest)
+        without building a pool.
 
         Raises:
             ConfigError: ``<field>: ...`` for a bad setting, seed or mutation prompt
@@ -151,10 +137,13 @@ class InstructionPool:
                 or a bad template (see ``operators.llm.load_templates``); a builder
                 puts the field under ``meta``.
         """
-        InstructionPool._checked(
-            seeds=seeds, mutation_prompt=mutation_prompt, size=size, evolve_every=evolve_every,
-            min_uses=min_uses, temperature=temperature, explore=explore, hyper_every=hyper_every,
-            max_chars=max_chars, max_tokens=max_tokens, templates=templates)
+        try:
+            bound = _POOL_SETTINGS.bind(None, None, **settings)
+        except TypeError as e:
+            raise ConfigError(next(iter(settings), "meta"), f"unknown setting ({e})") from None
+        bound.apply_defaults()
+        a = bound.arguments
+        cls._checked(**{k: a[k] for k in inspect.signature(cls._checked).parameters})
 
     @staticmethod
     def _checked(*, seeds: Sequence[str], mutation_prompt: str, size: int, evolve_every: int, min_uses: int,
@@ -322,6 +311,9 @@ class InstructionPool:
                    tokens_out=c.tokens_out, cost=c.cost, error=error)
         await asyncio.to_thread(self.store.add, [row])
         return None if text is None else Instruction(row.id, text, parent.id)
+
+
+_POOL_SETTINGS = inspect.signature(InstructionPool.__init__)  # (self, store, *, settings...) as written
 
 
 def _row(text: str | None, operator: str, **fields) -> Candidate:

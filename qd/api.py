@@ -49,9 +49,7 @@ def build(cfg: DictConfig, run_dir: str | Path, *, on_commit: Callable[[dict], A
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
-    engine = build_engine(cfg, run_dir)
-    engine.on_commit = on_commit
-    return engine
+    return build_engine(cfg, run_dir, on_commit=on_commit)
 
 
 @dataclasses.dataclass(frozen=True)

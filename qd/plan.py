@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 from omegaconf import DictConfig, OmegaConf
 
 from qd import archive
+from qd.budget import Budget
 from qd.config import check_ranges, register
 from qd.contract import ConfigError
 from qd.paths import conf_dir
@@ -84,16 +85,6 @@ class OperatorEntry(NamedTuple):
     label: str
     weight: float
     params: dict[str, Any]
-
-
-class BudgetLimits(NamedTuple):
-    """The run's limits (None: no limit)."""
-
-    max_evaluations: int | None
-    max_seconds: float | None
-    max_llm_calls: int | None
-    max_tokens: int | None
-    max_cost: float | None
 
 
 class LocalServer(NamedTuple):
@@ -146,7 +137,7 @@ class Plan:
     evaluator: str
     operators: tuple[OperatorEntry, ...]
     strategy: StrategyPlan
-    budget: BudgetLimits
+    budget: Budget
     llm: LLMPlan | None
     sandbox: Any | None
 
@@ -177,7 +168,7 @@ def plan(cfg: DictConfig) -> Plan:
     return Plan(
         cfg=cfg, task=task, describer=describer, geometry=geometry, evaluator=evaluator,
         operators=operators, strategy=strategy,
-        budget=BudgetLimits(r.max_evaluations, r.max_seconds, r.max_llm_calls, r.max_tokens, r.max_cost),
+        budget=Budget(r.max_evaluations, r.max_seconds, r.max_llm_calls, r.max_tokens, r.max_cost),
         llm=llm, sandbox=_sandbox(cfg) if evaluator == "sandbox" else None,
     )
 
@@ -362,4 +353,4 @@ def _check_local_server(llm: DictConfig) -> None:
         raise ConfigError("llm.local.model_path", str(e).splitlines()[0]) from None
 
 
-__all__ = ["BudgetLimits", "Geometry", "LLMPlan", "LocalServer", "OperatorEntry", "Plan", "compose", "plan"]
+__all__ = ["Geometry", "LLMPlan", "LocalServer", "OperatorEntry", "Plan", "compose", "plan"]

@@ -25,7 +25,7 @@ from qd.config import Config
 from qd.contract import ConfigError
 from qd.errors import CheckpointError
 from qd.evaluator import InProcessEvaluator, PoolEvaluator, SandboxEvaluator
-from qd.loop import Budget, Engine
+from qd.loop import Engine
 from qd.paths import conf_dir
 from qd.plan import Plan, compose, plan
 from qd.search.build import build_arms, build_strategy
@@ -109,8 +109,9 @@ def _build_evaluator(p: Plan) -> Any:
     return SandboxEvaluator(p.task, Sandbox(p.task.sandbox_entry, workers=r.workers, limits=p.sandbox))
 
 
-def build_engine(source: Plan | DictConfig, run_dir: Path) -> Engine:
-    """Everything a run needs, from its plan (a config is planned first, once).
+def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None) -> Engine:
+    """Everything a run needs, from its plan (a config is planned first, once);
+    ``on_commit`` is the engine's per-commit callback.
 
     For text tasks this starts the LLM (the embedded server for ``llm=local``)
     and the sandbox; ``Engine.close`` stops them. Nothing is checked again here.
@@ -126,12 +127,12 @@ def build_engine(source: Plan | DictConfig, run_dir: Path) -> Engine:
             task=p.task, spec=build_spec(p, run_dir), operators=arms,
             evaluator=evaluator, run_dir=run_dir, islands=cfg.islands.count,
             batch_size=r.batch_size, in_flight=r.in_flight,
-            budget=Budget(**p.budget._asdict()),
+            budget=p.budget,
             checkpoint_every=r.checkpoint_every, seed=cfg.seed,
             learning_rate=cfg.archive.learning_rate, threshold_min=cfg.archive.threshold_min,
             qd_offset=cfg.archive.qd_offset,
             progress=r.progress, llm=client, initial_population=r.initial_population,
-            describer=p.describer, strategy=build_strategy(p.strategy),
+            describer=p.describer, strategy=build_strategy(p.strategy), on_commit=on_commit,
         )
         engine.on_close(stack.pop_all().close)
     return engine

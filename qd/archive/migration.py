@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 from qd.archive.cells import InsertResult, insert_batch
 from qd.archive.state import ArchiveState, CellSpec
+from qd.contract import ConfigError
 
 TOPOLOGIES = ("ring", "random", "complete")
 
@@ -38,7 +39,7 @@ class Migrants(NamedTuple):
 
 def _check_topology(topology: str) -> None:
     if topology not in TOPOLOGIES:
-        raise ValueError(f"islands.topology={topology!r} is not one of {TOPOLOGIES}")
+        raise ConfigError("topology", f"unknown topology {topology!r}", f"use one of {list(TOPOLOGIES)}")
 
 
 def _targets(key: jax.Array, num_islands: int, topology: str) -> jax.Array:

@@ -167,25 +167,32 @@ def test_llm_judge_against_the_real_llama_server(llama_server):
         ("It is raining heavily outside.", "Heavy rain is falling today.", "The recipe needs two eggs."),
         ("I love playing football.", "Quantum computers use qubits.", "Soccer is my favourite sport."),
     ]
-    triplets = [tuple(Item(t) for t in row) for row in texts] * 2
+    # Each triplet as written and with B and C swapped: 8 distinct questions, half answered "B" by a person.
+    triplets = [tuple(Item(t) for t in row) for row in texts] + [(Item(a), Item(c), Item(b)) for a, b, c in texts]
+    expected = [0, 1, 0, 1] + [1, 0, 1, 0]
 
     async def go():
         client = LLMClient(LLMSettings(base_url=llama_server.base_url, models=(ModelSpec(llama_server.model),),
                                        timeout_s=120.0, max_retries=1, seed=0))
         try:
-            judge = LLMJudge(client, temperature=0.7)
+            judge = LLMJudge(client)  # temperature 0, as LearnedDescriptor asks it in a run
             return judge, await judge(triplets)
         finally:
             await client.aclose()
 
     judge, answers = asyncio.run(go())
     parsed = sum(a is not None for a in answers)
-    agree = sum(a == e for a, e in zip(answers, [0, 1, 0, 1] * 2))
+    agree = sum(a == e for a, e in zip(answers, expected))
     print(f"SmolLM2 judge: asked {judge.asked}, parsed {parsed} ({agree} as a person would), "
           f"skipped {judge.skipped}, failed {judge.failed}")
     assert all(a in (0, 1, None) for a in answers)
     assert judge.asked == len(triplets) and parsed + judge.skipped + judge.failed == len(triplets)
-    assert parsed >= 1
+    # Measured on these 4 triplets and 2 other sets of 4 (each with B/C swapped): at temperature 0,
+    # parsed 8 of 8 in all 3 sets; at temperature 0.7 (what this test used before) parsed min 0,
+    # median 2, max 6 of 8 over 19 runs (seeds 0-9 of the old layout, 0-2 of each set). Floor: 6 of 8.
+    # Agreement is not floored: SmolLM2-135M answers "B" to every question (agree = 4 of 8 in every
+    # measured run, chance level), so nothing above chance can be asserted of this judge.
+    assert parsed >= 6, answers
 
 
 def _judge_run(tmp_path: Path) -> Path:

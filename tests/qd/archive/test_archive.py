@@ -465,9 +465,9 @@ def test_migration_sends_the_top_k_elites():
     assert qa.elites(state, 0).genome_id.tolist() == [10, 11, 12]
 
 
-def test_unknown_topology_raises_naming_the_setting():
+def test_unknown_topology_raises_naming_the_argument():
     state = qa.init(SPEC, islands=ISLANDS)
-    with pytest.raises(ValueError, match=r"islands\.topology"):
+    with pytest.raises(ValueError, match=r"^topology: unknown topology 'star'"):
         qa.migrate(SPEC, state, KEY, "star", 1)
 
 
