@@ -341,28 +341,41 @@ def test_llm_error_through_llm_client(scripted_llm):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("op_name", ["rewrite", "diff", "crossover", "inspiration"])
-def test_every_operator_against_the_real_llama_server(llama_server, op_name):
-    """Each operator returns children with the full record, whatever SmolLM2 answers."""
+def test_every_operator_against_the_real_llama_server(llama_server):
+    """Each operator returns children with the full record, whatever SmolLM2 answers, and some of
+    their answers make valid programs (3 samples of each operator, pooled)."""
+    ops, samples = ("rewrite", "diff", "crossover", "inspiration"), (1, 2, 3)
 
     async def go():
         client = LLMClient(LLMSettings(base_url=llama_server.base_url, models=(ModelSpec(llama_server.model),),
                                        max_tokens=128, seed=0))
         try:
-            op = make_llm_operator(op_name, client, num_inspirations=1)
-            context = PromptContext(task="Sum the squares of 1..n.", sample_index=1)
-            parents = [PARENT] * op.num_parents
-            return await op(parents, [PARENT] * op.num_inspirations, context)
+            made = []
+            for op_name in ops:
+                op = make_llm_operator(op_name, client, num_inspirations=1)
+                for sample_index in samples:
+                    context = PromptContext(task="Sum the squares of 1..n.", sample_index=sample_index)
+                    parents = [PARENT] * op.num_parents
+                    made.append((op_name, await op(parents, [PARENT] * op.num_inspirations, context)))
+            return made
         finally:
             await client.aclose()
 
-    children = asyncio.run(go())
-    assert 1 <= len(children) <= 2
-    for child in children:
-        assert child.model == llama_server.model and child.tokens_in > 0 and child.tokens_out > 0
-        assert child.response and child.prompt
-        assert (child.text is None) == (child.error is not None)
-        if child.text is not None:  # frozen code kept byte for byte
-            assert child.text.startswith("import math\n\ndef solve(n):\n    # EVOLVE-BLOCK-START\n")
-    if op_name == "diff" and len(children) == 2:
-        assert children[0].error.startswith("diff: ") and children[1].operator == "diff>rewrite"
+    made = asyncio.run(go())
+    for op_name, children in made:
+        assert 1 <= len(children) <= 2
+        for child in children:
+            assert child.model == llama_server.model and child.tokens_in > 0 and child.tokens_out > 0
+            assert child.response and child.prompt
+            assert (child.text is None) == (child.error is not None)
+            if child.text is not None:  # frozen code kept byte for byte
+                assert child.text.startswith("import math\n\ndef solve(n):\n    # EVOLVE-BLOCK-START\n")
+        if op_name == "diff" and len(children) == 2:
+            assert children[0].error.startswith("diff: ") and children[1].operator == "diff>rewrite"
+    valid = [(op_name, c.operator) for op_name, children in made for c in children if c.text is not None]
+    print(f"\nSmolLM2 operators: {len(valid)} valid of {sum(len(cs) for _, cs in made)} children: {valid}")
+    # Measured: one call of each operator with seeds 0-29 (sample_index 1): valid children from
+    # rewrite 10/30, diff 6/30 (all from its rewrite fallback; a SEARCH/REPLACE answer parsed 0/30),
+    # crossover 9/30, inspiration 14/30. Pooled as here (3 calls of each, 10 disjoint groups of
+    # seeds): min 1, median 4, max 7 valid of 12; by those rates P(0 of 12) = 0.8%. Floor: 1.
+    assert len(valid) >= 1, [c.error for _, children in made for c in children]

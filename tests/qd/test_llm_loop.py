@@ -9,7 +9,7 @@ import json
 import pytest
 
 from helpers import run_config, stored
-from qd.plan import compose as _compose
+from qd.plan import compose
 from scripted_llm import Rule
 
 PERFECT = "```python\ndef f(x):\n    return x * x + 0.5 * x + 2.0\n```"
@@ -26,7 +26,7 @@ def by_seed(request: dict) -> str:
 
 
 def config(base_url: str, *overrides: str):
-    return _compose([
+    return compose([
         "experiment=function_fit", "llm.provider=server", f"llm.base_url={base_url}",
         "llm.models=[{name: scripted, price_in: 1.0, price_out: 2.0}]", "llm.api_key_env=null",
         "llm.backoff_s=0.01", "llm.backoff_max_s=0.02", "llm.timeout_s=5",
@@ -97,8 +97,19 @@ def test_token_and_cost_budgets_stop_the_run(tmp_path, scripted_llm, budget, fie
 
 
 @pytest.mark.slow
-def test_real_llama_server_produces_valid_children_that_improve_on_the_seed(tmp_path, llama_server):
-    cfg = _compose([
+def test_real_llama_server_produces_valid_children_that_fill_new_cells(tmp_path, llama_server):
+    """SmolLM2's children run, and the archive grows past the seed programs: valid children in cells
+    that no seed program holds.
+
+    Named "..._that_improve_on_the_seed" before, it checked that some child beat its own parent. Neither
+    is something SmolLM2-135M does reliably in 40 calls. Measured with this config, run seeds 0-4: a
+    child beat the best seed program's fitness in 3 of 5 runs (at children 8, 21, 29; never when that
+    program is `x * x`: run seed 0 had none in 80 calls, run seed 2 none in 40); a child beat its own
+    parent in 4 of 5. With runner.initial_population=1 (one weak seed program), run seeds 0, 1, 3-6:
+    a child beat it in 2 of 6. So neither is asserted; fitness progress is left to the scripted-server
+    tests and the benchmarks.
+    """
+    cfg = compose([
         "experiment=function_fit", "llm.provider=server", f"llm.base_url={llama_server.base_url}",
         f"llm.models=[{{name: {llama_server.model}}}]", "llm.api_key_env=null",
         "runner.progress=false", "runner.max_llm_calls=40", "runner.in_flight=2",
@@ -109,13 +120,15 @@ def test_real_llama_server_produces_valid_children_that_improve_on_the_seed(tmp_
     children = [c for c in rows if c.model is not None]
     assert len(children) >= 40
     valid = [c for c in children if c.valid]
-    assert len(valid) >= 5, [c.error for c in children]
-    # Some child beats the elite it was made from (whether one also beats the best
-    # seed within 40 calls is the 135M model's luck of the draw).
-    fitness = {c.id: c.fitness for c in rows}
-    better = [c for c in valid if c.fitness > max(fitness[p] for p in c.parent_ids)]
-    assert better, [(c.fitness, [fitness[p] for p in c.parent_ids]) for c in valid]
     assert seeds
+    # Cells the seeds hold: at most one per distinct seed descriptor, so this undercounts new cells.
+    seed_cells = len({tuple(c.descriptor) for c in seeds if c.valid})
+    new_cells = summary["global"]["num_elites"] - seed_cells
+    # Measured over 11 runs of 40 calls (this config with run seeds 0-4, and initial_population=1 with
+    # run seeds 0, 1, 3-6): valid children min 7, median 16, max 22 (this config: 15-18); new cells min 4,
+    # median 8, max 12 (this config: 7-9). Floors: 8 valid children, 3 new cells.
+    assert len(valid) >= 8, [c.error for c in children]
+    assert new_cells >= 3, (summary["global"], seed_cells)
     assert summary["llm"]["tokens_out"] > 0
     # every answered call is a stored child, and the ledger says who made it
     assert summary["llm"]["calls"] == len(children) == summary["llm"]["per_role"]["operator"]["calls"]
