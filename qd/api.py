@@ -42,14 +42,9 @@ def build(cfg: DictConfig, run_dir: str | Path, *, on_commit: Callable[[dict], A
     ``Engine.close`` stops them. The config is saved as ``config.yaml`` beside the
     store, as ``qd-run`` does, so ``qd-run resume=RUN_DIR`` continues it.
     """
-    from omegaconf import OmegaConf
-
     from qd.run import build_engine
 
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
-    return build_engine(cfg, run_dir, on_commit=on_commit)
+    return build_engine(cfg, Path(run_dir), on_commit=on_commit)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,12 +45,9 @@ class EliteTable:
             out.put(island, cell, store.get(ids[island, cell]))
         return out
 
-    def entry(self, candidate: Candidate) -> Any:
-        return candidate.vector if self.genome_dim is not None else candidate
-
     def put(self, island: np.ndarray, cell: np.ndarray, candidates: list[Candidate]) -> None:
         for i, c, cand in zip(island, cell, candidates):
-            self.table[i, c] = self.entry(cand)
+            self.table[i, c] = cand.vector if self.genome_dim is not None else cand
 
     def enter(self, island: np.ndarray, result: archive.InsertResult, candidates: list[Candidate]) -> None:
         """Records the candidates of an insert that became elites."""

@@ -117,7 +117,7 @@ class Placement:
         self._use_describer_cells()
         out = await self.describer.describe(items)
         fitness = np.asarray([c.fitness for c in stored], np.float32)
-        state = state.count(fits=fits)._replace(describer=self.describer.state_dict())
+        state = state.count(fits=fits)  # the fitted state is checkpointed with it (the driver's upkeep)
         state, placed = self.rebuild(store, state, [c.id for c in stored], fitness, out.values, out.valid)
         return state, {"event": "refit", "fits": fits, "candidates": len(items), "placed": placed,
                        "seconds": round(time.monotonic() - started, 3)}

@@ -118,6 +118,8 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
     """
     p = source if isinstance(source, Plan) else plan(source)
     cfg, r = p.cfg, p.cfg.runner
+    run_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)  # what `qd-run resume=RUN_DIR` reads
     with contextlib.ExitStack() as stack:
         client = build_llm(p, run_dir, stack) if p.llm is not None else None
         evaluator = _build_evaluator(p)
@@ -140,8 +142,6 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
 
 def run_in(p: Plan, run_dir: Path) -> dict[str, Any]:
     """Runs (or continues) the planned experiment in ``run_dir`` and prints its summary."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(p.cfg, run_dir / "config.yaml", resolve=True)
     engine = build_engine(p, run_dir)
     try:
         summary = engine.run()
