@@ -43,6 +43,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import sys
 import time
@@ -503,20 +504,44 @@ def qd_small_batch_breakdown(quick: bool) -> dict[str, float]:
     return out
 
 
-def qd_archive_sized_copies(bins=(1000, 1000), batch=1024) -> list[str]:
-    """N-sized ``copy(`` ops in the compiled insert (each costs a pass over memory)."""
+def qd_compiled_insert(name: str, bins=(1000, 1000), batch=1024) -> str:
+    """HLO text of qd's compiled jitted insert ``name`` (in ``qd.archive.cells``) on a
+    one-island grid; empty if the module has no such function."""
     insert_mod = importlib.import_module("qd.archive.cells")
-    jit = getattr(insert_mod, "insert_device", None)
+    jit = getattr(insert_mod, name, None)
     if jit is None:
-        return []
+        return ""
     spec = qa.GridSpec.create(bins, [0.0, 0.0], [1.0, 1.0])
     st = qa.init(spec, 1)
-    text = jit.lower(spec, st, np.zeros(batch, np.int32), np.zeros((batch, 2), np.float32),
+    return jit.lower(spec, st, np.zeros(batch, np.int32), np.zeros((batch, 2), np.float32),
                      np.zeros(batch, np.float32), np.zeros(batch, np.int32),
                      np.ones(batch, bool), 1.0).compile().as_text()
+
+
+def qd_archive_sized_copies(bins=(1000, 1000), batch=1024) -> list[str]:
+    """N-sized ``copy(`` ops in the compiled insert (each costs a pass over memory)."""
+    text = qd_compiled_insert("insert_device", bins, batch)
     n = str(math.prod(bins))
     return [ln.strip()[:120] for ln in text.splitlines()
             if " copy(" in ln and n in ln.split("copy(")[0]]
+
+
+def qd_insert_kernels(bins=(100, 100), batch=1024) -> dict[str, int]:
+    """Kernels (XLA:CPU thunks: fusions, conditionals, copies, ...) per call of the
+    compiled ``insert()`` core and of ``insert_device``: each costs a dispatch and,
+    apart from the archive scatters, a pass over the batch."""
+    free = {"parameter", "constant", "bitcast", "tuple", "get-tuple-element"}
+    out = {}
+    for name in ("_insert_packed", "insert_device"):
+        text = qd_compiled_insert(name, bins, batch)
+        if not text:
+            continue
+        entry = text[text.index("\nENTRY"):]
+        entry = entry[: entry.index("\n}")]
+        ops = [re.search(r"\s([a-z][a-z0-9-]*)\(", ln.split("=", 1)[1])
+               for ln in entry.splitlines()[1:] if "=" in ln]
+        out[name] = sum(1 for op in ops if op and op.group(1) not in free)
+    return out
 
 
 def scaling_check(quick: bool, seed: int, log) -> dict[str, float]:
@@ -670,16 +695,18 @@ def main(argv=None) -> int:
     log("qd diagnostics")
     breakdown = qd_small_batch_breakdown(quick)
     copies = qd_archive_sized_copies()
+    kernels = qd_insert_kernels()
     total_s = time.perf_counter() - t_start
     load.append(os.getloadavg()[0])
-    md = render(rows, cent, breakdown, copies, versions, quick, total_s, argv,
+    md = render(rows, cent, breakdown, copies, kernels, versions, quick, total_s, argv,
                 scaling, load)
     print(md)
     if args.json:
         args.json.write_text(json.dumps(
             {"rows": rows, "centroids": {k: v for k, v in cent.items() if k != "qd_centroids"},
              "scaling": scaling, "load": load,
-             "breakdown_us": breakdown, "copies": copies, "versions": versions},
+             "breakdown_us": breakdown, "copies": copies, "kernels": kernels,
+             "versions": versions},
             indent=1, default=float))
     if args.results:
         write_section(args.results, SECTION_TITLE, md)
@@ -710,7 +737,7 @@ def find(rows, kind, dim, cells, islands, batch):
     return None
 
 
-def render(rows, cent, breakdown, copies, versions, quick, total_s, argv,
+def render(rows, cent, breakdown, copies, kernels, versions, quick, total_s, argv,
            scaling, load) -> str:
     out: list[str] = []
     cmd = "python bench/archive_insert.py" + ("".join(" " + a for a in (argv or sys.argv[1:])))
@@ -826,6 +853,9 @@ def render(rows, cent, breakdown, copies, versions, quick, total_s, argv,
     if copies:
         out.append(f"Archive-sized `copy` ops in qd's compiled insert at 1M cells: {len(copies)} "
                    f"(`{'`, `'.join(c.split('=')[0].strip() for c in copies)}`).")
+    if kernels:
+        out.append("Kernels per qd insert call (compiled HLO, grid 10k, batch 1024): " + ", ".join(
+            f"`{k}` {v}" for k, v in kernels.items()) + ".")
     out.append("")
     return "\n".join(out)
 

@@ -269,6 +269,7 @@ class _StandInModel:
 
         self.ledger, self.latency_s = Ledger(), latency_s
         self.in_flight = self.max_in_flight = 0
+        self.down = None  # never down (the engine checks it before each proposal)
 
     def pick_model(self, rng: Any) -> str:
         return "scripted"

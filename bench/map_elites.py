@@ -13,9 +13,10 @@ budget and batch size, over the same seeds:
 * pyribs: ``GridArchive(solution_dim=100, dims=[100, 100], ranges=[(-256, 256)] * 2)``,
   one ``GaussianEmitter(sigma=0.5, x0=zeros, batch_size=B)``, ``Scheduler``;
   loop ask -> evaluate -> tell.
-* qd: the real engine, ``qd.run.build_engine(cfg, run_dir)`` from a config composed
-  like the tests do (``experiment=sphere operators=gaussian`` with batch B, the same
-  budget, ``runner.progress=false``) in a temporary run dir, then ``engine.run()``
+* qd: the real engine on the host loop, ``qd.run.build_engine(cfg, run_dir)`` from a
+  config composed like the tests do (``experiment=sphere operators=gaussian
+  runner.loop=host`` with batch B, the same budget, ``runner.progress=false``; the
+  device loop, which ``auto`` picks for this task, is ``bench/sphere_loops.py``'s) in a temporary run dir, then ``engine.run()``
   and ``engine.close()``. Everything a real run does is included: every candidate
   committed to SQLite, one events.jsonl line per insert batch, a checkpoint every
   ``runner.checkpoint_every`` batches. ``runner.in_flight`` defaults to 1 here
@@ -129,7 +130,7 @@ def qd_config(seed: int, evals: int, batch: int, in_flight: int):
         "experiment=sphere", "operators=gaussian", f"operators.mix.0.sigma={SIGMA}",
         f"experiment.params.dim={DIM}", f"runner.batch_size={batch}",
         f"runner.max_evaluations={evals}", f"runner.in_flight={in_flight}",
-        "runner.evaluator=inprocess", "runner.progress=false", f"seed={seed}",
+        "runner.evaluator=inprocess", "runner.progress=false", f"seed={seed}", "runner.loop=host",
     ])
 
 

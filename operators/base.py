@@ -14,19 +14,23 @@ from typing import Any
 import jax
 import numpy as np
 
-from operators.gaussian import gaussian
-from operators.isoline import isoline
+from operators.gaussian import gaussian, gaussian_apply, gaussian_noise
+from operators.isoline import isoline, isoline_apply, isoline_noise
 from qd.contract import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
 class NumericOperator:
-    """A jitted vector variation ``fn(key, parents f32[B, k, n], **params) -> f32[B, n]``."""
+    """A jitted vector variation ``fn(key, parents f32[B, k, n], **params) -> f32[B, n]``,
+    and the same as its two halves: ``draw(key, B, n)`` (the noise) and ``apply(parents,
+    noise, **params)``, for callers that draw many batches' noise at once (the device loop)."""
 
     name: str
     num_parents: int
     fn: Callable[..., jax.Array]
     params: dict[str, Any]
+    draw: Callable[..., Any]
+    apply: Callable[..., jax.Array]
 
     async def __call__(self, key: jax.Array, parents: np.ndarray, context: Any = None) -> np.ndarray:
         """parents: f32[B, num_parents, n] -> children f32[B, n]."""
@@ -34,8 +38,8 @@ class NumericOperator:
 
 
 _NUMERIC = {
-    "gaussian": (gaussian, 1, ("sigma",)),
-    "isoline": (isoline, 2, ("iso_sigma", "line_sigma")),
+    "gaussian": ((gaussian, gaussian_noise, gaussian_apply), 1, ("sigma",)),
+    "isoline": ((isoline, isoline_noise, isoline_apply), 2, ("iso_sigma", "line_sigma")),
 }
 
 
@@ -59,6 +63,6 @@ def make_numeric_operator(
 ) -> NumericOperator:
     """Builds a numeric operator by name; unknown names or missing params raise ConfigError."""
     kept = check_numeric_operator(name, **params)
-    fn, num_parents, _ = _NUMERIC[name]
+    (fn, draw, apply), num_parents, _ = _NUMERIC[name]
     bounds = {"lower": np.asarray(lower, np.float32), "upper": np.asarray(upper, np.float32)}
-    return NumericOperator(name, num_parents, fn, {**kept, **bounds})
+    return NumericOperator(name, num_parents, fn, {**kept, **bounds}, draw, apply)

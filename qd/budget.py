@@ -14,7 +14,7 @@ import math
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from qd.llm import Ledger, tally
+from qd.llm.ledger import Ledger, tally
 
 T = TypeVar("T")
 

@@ -31,6 +31,9 @@ def judge(argv: list[str]) -> None:
     if not path.is_file():
         sys.exit(f"qd judge: no store at {path}; pass a run directory made by qd-run")
     with Store(path) as store:
+        if not store.keeps_every_candidate():
+            sys.exit(f"qd judge: {args.run_dir} stores only its elites (runner.store=elites); judging samples "
+                     "every candidate: run it with runner.store=all")
         items = {c.id: Item(c.text, c.fitness, c.metrics, c.id)
                  for c in store.iter() if c.valid and c.text}
         if len(items) < 3:

@@ -347,8 +347,14 @@ class RunnerConf:
     max_llm_calls: Optional[int] = number(None, ge=1)
     max_tokens: Optional[int] = number(None, ge=1)  # prompt + completion tokens
     max_cost: Optional[float] = number(None, gt=0)  # USD, from llm.models prices
-    checkpoint_every: int = number(50, ge=1)  # insert batches between checkpoints
+    checkpoint_every: int = number(50, ge=1)  # insert batches between checkpoints (host loop)
     progress: bool = True
+    # host: the asyncio loop (every task). device: select, vary, evaluate and insert fused in
+    # one jitted step, lax.scan'ed over generations_per_call generations per host round trip
+    # (tasks with evaluate_jax; numeric settings only). auto: device where the run allows it.
+    loop: str = "auto"
+    generations_per_call: int = number(100, ge=1)  # device loop: generations per call; a checkpoint after each
+    store: str = "auto"  # all: every candidate | elites: the elites at each checkpoint (device loop) | auto
 
 
 @dataclasses.dataclass

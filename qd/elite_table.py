@@ -5,12 +5,13 @@ id of each cell's elite. Operators need the genomes themselves, so
 :class:`EliteTable` keeps them beside the archive: ``f32[I, C, n]`` for vector
 genomes, ``[I, C]`` store ``Candidate``s for text. :class:`ArchiveView` is what a
 proposal may read when it starts: parents and inspirations drawn by the
-selection rule, and an island's elites; nothing else of the run.
+selection rules (a wave's at once), and an island's elites; nothing else of the run.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -84,17 +85,22 @@ class ArchiveView:
     elites: EliteTable
     selection: Selection
 
-    def parents(self, key: jax.Array, island: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Store ids i64[n] and cells i64[n] of ``n`` parents drawn by the selection rule."""
-        s = self.selection
-        ids, cells = select.parents(self.state, key, island, n, s.parents, curiosity=self.curiosity,
-                                    temperature=s.temperature, k=s.k)
-        return np.asarray(ids, np.int64), np.asarray(cells, np.int64)
+    def picks(self, rng: np.random.Generator, keys: Callable[[int], jax.Array], island: np.ndarray,
+              num_parents: np.ndarray, children: int, max_parents: int, inspirations: int) -> select.Picks:
+        """Parents and inspirations of a wave's proposals by the selection rules, as host arrays (i64).
 
-    def inspirations(self, key: jax.Array, island: int, cells: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """(island, cell) i64[B, n] of ``n`` inspirations per parent cell (cell -1: none)."""
-        source, spot = select.inspirations(self.state, key, island, cells, n, self.selection.inspirations)
-        return np.asarray(source, np.int64), np.asarray(spot, np.int64)
+        Uniform rules are drawn on the host from ``rng`` (``qd.search.select.wave_uniform``);
+        the others in one jitted dispatch (``qd.search.select.wave``) with keys made by
+        ``keys(n)`` (keys [n], from ``rng``).
+        """
+        s = self.selection
+        if s.parents == "uniform" and (not inspirations or s.inspirations == "uniform"
+                                       or (s.inspirations == "islands" and self.state.num_islands == 1)):
+            return select.wave_uniform(np.asarray(self.state.genome_id), rng, island, num_parents, children,
+                                       max_parents, inspirations)
+        picks = select.wave(self.state, keys(len(island)), keys(len(island)), island, num_parents, children,
+                            max_parents, s.parents, self.curiosity, s.temperature, s.k, inspirations, s.inspirations)
+        return select.Picks(*(np.asarray(x, np.int64) for x in jax.device_get(picks)))
 
     def genomes(self, island: Any, cells: Any) -> Any:
         """The elites' genomes at (island, cells)."""

@@ -110,7 +110,7 @@ class SandboxEvaluator:
         self.sandbox.close()
 
     async def __call__(self, texts: list[str]) -> Evaluation:
-        scored = await asyncio.gather(*(self._one(t) for t in texts))
+        scored = [await self._one(texts[0])] if len(texts) == 1 else await asyncio.gather(*map(self._one, texts))
         dim = self.task.descriptor_dim
         descriptor = np.asarray([_descriptor(s, dim) for s, _ in scored], np.float32)  # may invalidate
         return Evaluation(

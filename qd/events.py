@@ -3,12 +3,16 @@
 Every line has ``v`` (the schema version, 1), ``event`` (its kind) and ``time``
 (Unix seconds). The kinds and their fields:
 
-- ``commit`` — after each proposal's candidates are stored and inserted:
-  ``step`` (commits so far), ``evaluations``, ``batches``, ``elapsed_s``,
-  ``batch`` (candidates in it), ``added`` (those whose insert status was a new
-  cell or an improvement, each judged against the archive before the batch, so
-  two in one cell both count),
-  ``evals_per_s`` (this session), ``global`` (archive stats over all islands:
+- ``commit`` — one per proposal, written when its candidates are stored and
+  inserted. The driver commits the proposals of a wave together (one store
+  transaction, one insert, one write of all their lines): ``step`` and
+  ``batches`` (proposals committed so far, this one included), ``evaluations``
+  (candidates stored so far, up to this proposal's), ``batch`` (its candidates),
+  ``added`` (those whose insert status was a new cell or an improvement, each
+  judged against the archive before the insert, so two in one cell both count),
+  ``wave`` (proposals committed with it, itself included), ``elapsed_s``,
+  ``evals_per_s`` (this session); the rest describe the run after the whole
+  wave: ``global`` (archive stats over all islands:
   ``qd_score``, ``coverage``, ``num_elites``, ``max_fitness``, ``mean_fitness``,
   ...), ``islands`` (the same per island), ``union`` (several cell islands:
   merged cell by cell), ``llm`` (the ledger's totals with ``per_role`` and
@@ -48,12 +52,21 @@ class EventLog:
                 path.write_bytes(data[: data.rfind(b"\n") + 1])
         self._file = open(path, "a")
 
-    def write(self, kind: str, fields: dict[str, Any]) -> dict[str, Any]:
-        """Writes one event of ``kind`` and returns it as written."""
-        event = {"v": VERSION, "event": kind, "time": time.time(), **fields}
-        self._file.write(json.dumps(event) + "\n")
+    def write(self, kind: str, fields: dict[str, Any] | list[dict[str, Any]], shared: dict[str, Any] | None = None,
+              ) -> Any:
+        """Writes an event of ``kind`` and returns it as written; given a list of ``fields``,
+        one event per entry, each followed by the ``shared`` fields (encoded once), in one
+        write, and returns the list."""
+        head = {"v": VERSION, "event": kind, "time": time.time()}
+        tail = json.dumps(shared)[1:] if shared else None  # '"key": value, ...}'
+        events, lines = [], []
+        for f in [fields] if isinstance(fields, dict) else fields:
+            own = json.dumps({**head, **f})
+            lines.append(own if tail is None else f"{own[:-1]}, {tail}")
+            events.append({**head, **f, **(shared or {})})
+        self._file.write("\n".join(lines) + "\n")
         self._file.flush()
-        return event
+        return events[0] if isinstance(fields, dict) else events
 
     def close(self) -> None:
         self._file.close()

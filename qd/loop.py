@@ -1,25 +1,26 @@
 """The driver: an asynchronous steady-state loop, propose -> evaluate -> commit.
 
-Up to ``in_flight`` proposals run at once (``qd.proposers``). Each finished one
-is committed in the order proposals started, as one pipeline (:meth:`Engine._commit`):
+Up to ``in_flight`` proposals run at once (``qd.proposers``), started in *waves*
+of up to ``commit_group`` that read the same archive. The oldest wave, once all
+of it is done, is committed in the order proposals started, as one pipeline
+(:meth:`Engine._commit`: one store transaction, one insert, one events write):
 place (``qd.placement``) -> store (``qd.store``, before anything counts, so a
 crash never loses an evaluated candidate) -> insert (``qd.archive``) -> record
 (elite table, duplicate index) -> strategy (``qd.search.step``: credit, islands)
 -> report (``events.jsonl``, progress, the ``on_commit`` callback); then upkeep:
 a CycleQD rotation or a describer refit rebuilds the archive from the store, and
-a checkpoint is written on schedule. No generation barrier: proposal k+in_flight
-starts as soon as proposal k is done.
+a checkpoint is written on schedule. No generation barrier: a wave starts as
+soon as the oldest is done; waves are cut by count, never by timing.
 
-Each proposal reads the archive as it was when it started, and everything
-random comes from the run's key, so a run is a pure function of its seed and of
-what the operators and evaluator return: with the LLM response cache, a rerun
-replays the same run exactly. Everything that changes is one ``qd.state.RunState``;
-its checkpoint is written every ``checkpoint_every`` commits, on SIGINT/SIGTERM
-and at the end. On start, the loop loads it and replays every store row newer
-than it, so after ``kill -9`` each evaluated candidate counts exactly once.
+Everything random comes from the run's key, so a run is a pure function of its
+seed and of what the operators and evaluator return: with the LLM response cache,
+a rerun replays the same run exactly. Everything that changes is one ``qd.state.RunState``;
+its checkpoint is written every ``checkpoint_every`` proposals committed, on
+SIGINT/SIGTERM and at the end. On start, the loop loads it and replays every store
+row newer than it, so after ``kill -9`` each evaluated candidate counts once.
 
-A failed LLM call fails only its child; a client that is down
-(``qd.contract.LLMDown``) stops the run cleanly, keeping everything evaluated.
+A failed LLM call fails only its child; a client that is down (``qd.contract.LLMDown``)
+stops the run cleanly, keeping everything evaluated.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ from qd.events import EventLog
 from qd.llm import Ledger
 from qd.placement import Placement
 from qd.progress import RunProgress
-from qd.proposers import Proposal, TextProposer, Ticket, VectorProposer
-from qd.report import Report
+from qd.proposers import Proposal, TextProposer, Ticket, VectorProposer, Wave
+from qd.report import Report, commit_lines
 from qd.search import islands as island_ops
 from qd.search.gate import DuplicateIndex
 from qd.search.scheduler import make_bandit
@@ -55,14 +56,6 @@ from qd.search.strategy import Arm, Strategy
 from qd.store import Store
 
 __all__ = ["Budget", "Engine"]
-
-
-@jax.jit
-def _proposal_keys(key: jax.Array) -> tuple[jax.Array, ...]:
-    """One dispatch for all of a proposal's randomness: next key, arm choice, the seed
-    of its initial genomes and prompts, and keys for parents, inspirations and the operator."""
-    key, arm_key, seed_key, parent_key, inspire_key, op_key = jax.random.split(key, 6)
-    return key, arm_key, jax.random.randint(seed_key, (), 0, 2**31 - 1), parent_key, inspire_key, op_key
 
 
 class Engine:
@@ -78,6 +71,8 @@ class Engine:
         llm: the run's ``qd.llm.LLMClient`` (text tasks).
         initial_population: founder children in flight at most per empty island
             (rounded up to whole proposals of ``batch_size``).
+        commit_group: proposals per wave at most (None: half of ``in_flight``); a wave
+            shares one commit's cost, and all of the oldest finishes before its slots are reused.
         describer: a ``descriptors.base.Descriptor`` placing text candidates (None:
             the task's own descriptors). Its ``dim`` must match ``spec``.
         strategy: islands, selection, scheduler, meta-prompts, novelty gate and
@@ -91,6 +86,7 @@ class Engine:
         checkpoint_every: int = 10, seed: int = 0, learning_rate: float = 1.0, threshold_min: float = -math.inf,
         qd_offset: float = 0.0, progress: bool = True, llm: Any = None, initial_population: int = 8,
         describer: Any = None, strategy: Strategy = Strategy(), on_commit: Callable[[dict], Any] | None = None,
+        commit_group: int | None = None,
     ):
         arms = [a if isinstance(a, Arm) else Arm(a[0], None, float(a[1])) for a in operators]
         weights = np.asarray([a.weight for a in arms], np.float64)
@@ -98,6 +94,7 @@ class Engine:
             raise ValueError("operators.mix: need at least one operator with a positive weight")
         self.task, self.evaluator, self.llm, self.strategy, self.on_commit = task, evaluator, llm, strategy, on_commit
         self.islands, self.batch_size, self.in_flight = islands, batch_size, in_flight
+        self.group = max(1, commit_group or in_flight // 2)
         self.checkpoint_every, self.seed, self.learning_rate = checkpoint_every, seed, learning_rate
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -108,7 +105,7 @@ class Engine:
         self.gate = strategy.gate(self.store) if strategy.gate is not None else None
         if callable(getattr(describer, "attach", None)):
             describer.attach(self.store, llm)
-        text = task.kind != "vector"
+        text, cells = task.kind != "vector", not isinstance(spec, archive.NoveltySpec)
         self.placement = Placement(spec, describer, strategy.cycle, task.kind, islands, learning_rate, seed,
                                    valid=self.store.count(valid=True, kind=task.kind))
         bandits = strategy.scheduler or (make_bandit("fixed", len(arms), weights=weights),)
@@ -126,8 +123,7 @@ class Engine:
         self._founder_proposals = max(1, -(-initial_population // batch_size))
         self._founding = np.zeros(islands, np.int64)  # founder proposals in flight per island
         self.events = EventLog(self.run_dir / "events.jsonl")
-        self.report = Report(islands, qd_offset, islands > 1 and not isinstance(spec, archive.NoveltySpec),
-                             llm, describer)
+        self.report = Report(islands, qd_offset, islands > 1 and cells, llm, describer, cells=cells)
         self._replay_store()
         self.elites = EliteTable.from_store(self.state.archive, self.store, None if text else task.genome_dim)
         self.report.refresh(self.state.archive)
@@ -186,26 +182,26 @@ class Engine:
         self._started = time.monotonic() - self.state.counters.elapsed
         self.report.start_session(self.evaluations)
         self._progress = RunProgress(self.spending.budget.max_evaluations, self._progress_enabled)
-        pending: collections.deque[tuple[asyncio.Future, Ticket]] = collections.deque()
+        pending: collections.deque[list[tuple[asyncio.Future, Ticket]]] = collections.deque()  # waves
         try:
             if self.placement.rotation_due(self.state):
                 self._rebuilt(*self.placement.rotate(self.store, self.state))  # replay crossed a phase
             while self._refill(pending) or pending:
-                head, ticket = pending[0]
-                await asyncio.wait([head])
-                pending.popleft()
-                proposal = head.result()
+                await asyncio.wait([f for f, _ in pending[0]])  # the whole oldest wave, in start order
+                wave = pending.popleft()
+                proposals = [f.result() for f, _ in wave]
                 if self.in_flight > 1:  # start the next while this one is written: they see the archive before it
                     self._refill(pending)
-                if proposal.fits is not None and proposal.fits != self.placement.fits:
-                    await self.placement.describe(proposal.candidates)  # described before a refit: redo
-                await self._commit(proposal)
-                self._founding[ticket.island] -= ticket.founding  # after the commit: its elites are parents now
+                for p in [p for p in proposals if p.fits is not None and p.fits != self.placement.fits]:
+                    await self.placement.describe(p.candidates)  # described before a refit: redo
+                await self._commit(proposals)
+                for _, t in wave:
+                    self._founding[t.island] -= t.founding  # after the commit: its elites are parents now
         finally:
-            for fut, _ in pending:
+            running = [f for w in pending for f, _ in w]
+            for fut in running:
                 fut.cancel()
-            if pending:
-                await asyncio.gather(*(f for f, _ in pending), return_exceptions=True)
+            await asyncio.gather(*running, return_exceptions=True)
             for sig in handled:
                 loop.remove_signal_handler(sig)
             if self.llm is not None:
@@ -216,58 +212,62 @@ class Engine:
         return summary
 
     def _refill(self, pending: collections.deque) -> bool:
-        """Starts proposals until ``in_flight`` run or a budget says stop; True if any is running.
+        """Starts waves until ``in_flight`` proposals run or a budget says stop; True if any is running.
 
         An empty island gets at most ``initial_population`` founder children in
         flight; later proposals for it wait for a commit that gives it parents.
-        Arms are chosen here, synchronously, so the choices depend only on the seed.
+        Arms, parents and inspirations are drawn here (``qd.proposers.Wave``: no jitted
+        dispatch per proposal), synchronously, so they depend only on the seed.
         """
-        while not self._should_stop() and len(pending) < self.in_flight:
-            size, c = self.spending.size(self.batch_size), self.state.counters
-            island = c.proposals % self.islands
-            founding = bool(self.report.stats.num_elites[island] == 0)
-            if size == 0 or (founding and self._founding[island] >= self._founder_proposals):
-                break
-            self._founding[island] += founding
-            key, arm_key, genome_seed, *keys = _proposal_keys(self.state.key)
-            self.state = self.state._replace(key=key).count(proposals=c.proposals + 1)
-            arm = self.search.choose(self.state, island, arm_key)
-            self.spending.reserve(size)
-            ticket = Ticket(c.proposals, island, size, arm, founding, int(genome_seed), *keys)
+        while not self._should_stop() and (n := min(self.group, self.in_flight - sum(map(len, pending)))) > 0:
             view = ArchiveView(self.state.archive, self.state.curiosity, self.elites, self.strategy.selection)
-            pending.append((asyncio.ensure_future(self.proposer.start(ticket, view)), ticket))
+            draws, wave = Wave(self.state, self.group, view, self.search, self.batch_size), []
+            for row in range(n):
+                size, c = self.spending.size(self.batch_size), self.state.counters
+                island = c.proposals % self.islands
+                founding = bool(self.report.stats.num_elites[island] == 0)
+                if size == 0 or (founding and self._founding[island] >= self._founder_proposals):
+                    break
+                self._founding[island] += founding
+                self.state = self.state.count(proposals=c.proposals + 1)
+                self.spending.reserve(size)
+                ticket = draws.ticket(row, c.proposals, size, founding)
+                wave.append((asyncio.ensure_future(self.proposer.start(ticket, view)), ticket))
+            if not wave:
+                break
+            pending.append(wave)
+            if len(wave) < n:
+                break
         return bool(pending)
 
-    async def _commit(self, proposal: Proposal) -> None:
-        """place -> store -> insert -> record -> strategy -> report, then upkeep."""
-        candidates = proposal.candidates
+    async def _commit(self, proposals: list[Proposal]) -> None:
+        """place -> store -> insert -> record -> strategy -> report for one wave, then upkeep."""
+        calls, batches = Ledger.merged(p.calls for p in proposals), self.state.counters.batches
+        reserved, proposals = sum(p.reserved for p in proposals), [p for p in proposals if p.candidates]
+        candidates = [c for p in proposals for c in p.candidates]
         if not candidates:
-            self.spending.commit(0, proposal.reserved, proposal.calls)
-            return
+            return self.spending.commit(0, reserved, calls)
         offers = self.placement.offers(candidates, self.state)
         # Stored before it counts; SQLite releases the GIL, so proposals in flight run meanwhile.
-        ids = np.asarray(await asyncio.to_thread(self.store.add, candidates, proposal.calls.rows()))
-        self.spending.commit(len(ids), proposal.reserved, proposal.calls)
+        ids = np.asarray(await asyncio.to_thread(self.store.add, candidates, calls.rows()))
+        self.spending.commit(len(ids), reserved, calls)
         a, result = archive.insert(self.placement.spec, self.state.archive, offers.island, offers.descriptor,
                                    offers.fitness, ids, offers.valid, self.learning_rate)
         self.elites.enter(offers.island, result, candidates)
         self.proposer.committed(candidates)
         c = self.state.counters
         self.state = self.state._replace(archive=a).count(
-            last_id=int(ids[-1]), batches=c.batches + 1, insertions=c.insertions + len(ids))
-        self.state, credit, moves = self.search.after_insert(
-            self.state, self.placement.spec, proposal, offers.island, result, offers.fitness)
+            last_id=int(ids[-1]), batches=c.batches + len(proposals), insertions=c.insertions + len(ids))
+        self.state, credits, moves = self.search.after_insert(
+            self.state, self.placement.spec, proposals, offers.island, result, offers.fitness)
         self._record_moves(moves)
-        self.report.refresh(self.state.archive)
-        event = self.events.write("commit", {
-            "step": self.state.counters.batches, **self.summary(), "batch": len(candidates),
-            "added": int(np.sum(np.asarray(result.status) > 0)),
-            "evals_per_s": round(self.report.rate(self.evaluations), 2), **(credit or {}),
-        })
+        self.report.inserted(self.state.archive, offers.island, offers.fitness, result, moved=bool(moves))
+        events = self.events.write("commit", commit_lines(proposals, result, credits, batches, self.evaluations),
+                                       {**self.summary(wave=True), "evals_per_s": round(self.report.rate(self.evaluations), 2)})
         if self._progress_enabled:
             self._progress.update(self.evaluations, self.report.status_line(self.evaluations))
-        await self._upkeep()
-        if self.on_commit is not None:
+        await self._upkeep(batches)
+        for event in events if self.on_commit is not None else ():
             self.on_commit(event)
 
     def _record_moves(self, moves: list[Move]) -> None:
@@ -285,13 +285,14 @@ class Engine:
                                             "reseeded_from": np.asarray(m.migrants.source_island)[valid].tolist()})
                 self._checkpoint()
 
-    async def _upkeep(self) -> None:
-        """A rotation or refit (each rebuilds and checkpoints), else a scheduled checkpoint; meta evolution."""
+    async def _upkeep(self, before: int) -> None:
+        """A rotation or refit (each rebuilds and checkpoints), else a scheduled checkpoint (every
+        ``checkpoint_every`` proposals committed; ``before`` were before this wave); meta evolution."""
         if self.placement.rotation_due(self.state):
             self._rebuilt(*self.placement.rotate(self.store, self.state))
         elif self.placement.refit_due():
             self._rebuilt(*await self.spending.counted(self.placement.refit(self.store, self.state), self.store))
-        elif self.state.counters.batches % self.checkpoint_every == 0:
+        elif self.state.counters.batches // self.checkpoint_every > before // self.checkpoint_every:
             self._checkpoint()
         if self.meta is not None and self.meta.due() and not self._should_stop() and self.spending.calls_left() >= 2:
             try:  # (2: a hyper-mutation turn makes two calls)
@@ -328,9 +329,10 @@ class Engine:
         self.spending.stopping = stop
         return stop
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, wave: bool = False) -> dict[str, Any]:
+        """The run so far (``wave``: without the counts each commit line has its own of)."""
         c = self.state.counters
-        return self.report.summary(self.evaluations, c.batches, self._elapsed(), c.fits, self.stop_reason)
+        return self.report.summary(self.evaluations, c.batches, self._elapsed(), c.fits, self.stop_reason, not wave)
 
     def on_close(self, fn: Callable[[], Any]) -> None:
         """Registers ``fn()`` to run at ``close`` (e.g. stopping the embedded LLM server)."""

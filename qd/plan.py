@@ -48,6 +48,8 @@ register()
 ARCHIVE_KINDS = ("grid", "cvt", "novelty")
 PROVIDERS = ("local", "openai", "vllm", "ollama", "server")
 EVALUATORS = ("auto", "inprocess", "pool", "sandbox")
+LOOPS = ("auto", "host", "device")
+STORES = ("auto", "all", "elites")
 _NUMERIC_PARAMS = ("sigma", "iso_sigma", "line_sigma")
 _LLM_PARAMS = ("temperature", "max_tokens", "num_inspirations", "fallback_to_rewrite", "templates")
 
@@ -128,6 +130,8 @@ class Plan:
         budget: the run's limits.
         llm: the model client's settings (None for numeric tasks).
         sandbox: the sandbox limits (``qd.sandbox.Limits``; None unless evaluator is sandbox).
+        loop: ``host`` (the asyncio engine, ``qd.loop``) or ``device`` (``qd.device``).
+        store: ``all`` (every candidate) or ``elites`` (the elites at each checkpoint).
     """
 
     cfg: DictConfig
@@ -140,6 +144,8 @@ class Plan:
     budget: Budget
     llm: LLMPlan | None
     sandbox: Any | None
+    loop: str = "host"
+    store: str = "all"
 
 
 def plan(cfg: DictConfig) -> Plan:
@@ -165,12 +171,75 @@ def plan(cfg: DictConfig) -> Plan:
     operators = _operators(cfg, task)
     strategy = plan_strategy(cfg, task, describer, [o.label for o in operators], cycle)
     r = cfg.runner
+    loop = _loop(cfg, task)
     return Plan(
         cfg=cfg, task=task, describer=describer, geometry=geometry, evaluator=evaluator,
         operators=operators, strategy=strategy,
         budget=Budget(r.max_evaluations, r.max_seconds, r.max_llm_calls, r.max_tokens, r.max_cost),
         llm=llm, sandbox=_sandbox(cfg) if evaluator == "sandbox" else None,
+        loop=loop, store=_store(cfg, loop),
     )
+
+
+def _loop(cfg: DictConfig, task: Any) -> str:
+    """``runner.loop``: ``device`` where asked (every setting must allow it) or where
+    ``auto`` finds nothing against it; otherwise ``host``."""
+    choice = cfg.runner.loop
+    if choice not in LOOPS:
+        raise ConfigError("runner.loop", f"unknown loop {choice!r}", f"use one of {list(LOOPS)}")
+    if choice == "host":
+        return "host"
+    blockers = device_blockers(cfg, task)
+    if choice == "device" and blockers:
+        raise blockers[0]
+    return "host" if blockers else "device"
+
+
+def device_blockers(cfg: DictConfig, task: Any) -> list[ConfigError]:
+    """Why this config cannot run on the device loop: one error per setting it lacks
+    (empty: it can). The device loop fuses uniform selection, the numeric
+    operators, the task's JAX evaluation and the insert; everything else needs the host."""
+    from qd.task import has_device_evaluation
+
+    c, out = cfg, []
+
+    def needs(ok: bool, field: str, problem: str, fix: str) -> None:
+        if not ok:
+            out.append(ConfigError(field, f"{problem} (runner.loop=device)", fix))
+
+    needs(has_device_evaluation(task), "runner.loop", f"experiment {c.experiment.task!r} has no JAX evaluation "
+          "(evaluate_jax)", "use runner.loop=host")
+    needs(c.runner.evaluator in ("auto", "inprocess"), "runner.evaluator",
+          "the device loop evaluates inside its jitted step", "use runner.evaluator=auto")
+    needs(c.archive.kind in ("grid", "cvt"), "archive.kind", "the device loop fills cell archives",
+          "use archive=grid or archive=cvt")
+    needs(c.select.parents == "uniform", "select.parents", "the device loop picks parents uniformly",
+          "use select=uniform")
+    needs(c.scheduler.rule == "fixed", "scheduler.rule", "the device loop mixes operators by their fixed weights",
+          "use scheduler=fixed")
+    needs(c.islands.reset_patience == 0, "islands.reset_patience", "the device loop does not reset islands",
+          "use islands.reset_patience=0")
+    needs(not c.islands.mix and not c.islands.models, "islands.mix", "the device loop uses one operator mix",
+          "leave islands.mix empty")
+    for group in ("meta", "gate", "cycle"):
+        needs(not c[group].enabled, f"{group}.enabled", f"{group} runs on the host loop", f"use {group}=none")
+    needs(c.runner.batch_size % c.islands.count == 0, "runner.batch_size",
+          f"must be a multiple of islands.count={c.islands.count}: each island emits the same share",
+          f"use a multiple of {c.islands.count}")
+    return out
+
+
+def _store(cfg: DictConfig, loop: str) -> str:
+    """``runner.store``: ``auto`` keeps every candidate on the host loop and the elites on the device loop."""
+    store = cfg.runner.store
+    if store not in STORES:
+        raise ConfigError("runner.store", f"unknown setting {store!r}", f"use one of {list(STORES)}")
+    if store == "auto":
+        return "elites" if loop == "device" else "all"
+    if store == "elites" and loop == "host":
+        raise ConfigError("runner.store", "an elites-only store needs the device loop (the host loop stores "
+                          "every candidate before it counts)", "use runner.store=all, or runner.loop=device")
+    return store
 
 
 def _describer(cfg: DictConfig, task: Any) -> Any:

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import math
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import jax
@@ -29,16 +30,20 @@ import numpy as np
 from qd.contract import Candidate, Child, LLMError, Parent, PromptContext
 from qd.elite_table import ArchiveView
 from qd.llm import Ledger, tally
+from qd.search import select
 from qd.search.gate import rejected, reuse
 
 
 @dataclasses.dataclass(frozen=True)
 class Ticket:
-    """What one proposal is to make; everything random about it comes from its keys.
+    """What one proposal is to make; everything random about it comes from its wave's keys.
 
     ``founding``: the island is empty, so its children come from the task's
     initial genomes and no arm is credited; ``genome_seed`` seeds those genomes
-    and the per-child prompt randomness.
+    and the per-child prompt randomness. ``picks``: its parents (``size *
+    num_parents``, in child order) and each child's inspirations (``size x
+    num_inspirations``) as host arrays; None for founders. ``op_key`` is its
+    operator's key, made from ``op_data`` only when asked (text operators never do).
     """
 
     seq: int
@@ -47,9 +52,80 @@ class Ticket:
     arm: int
     founding: bool
     genome_seed: int
-    parent_key: jax.Array
-    inspire_key: jax.Array
-    op_key: jax.Array
+    picks: select.Picks | None
+    keys: Callable[[np.ndarray], jax.Array] = dataclasses.field(repr=False)
+    op_data: np.ndarray = dataclasses.field(repr=False)
+
+    @property
+    def op_key(self) -> jax.Array:
+        return self.keys(self.op_data)
+
+
+_wrap = jax.jit(jax.random.wrap_key_data, static_argnames="impl")  # a third of the eager primitive's cost
+_last_key: list[Any] = [None, None]  # the last run key read, and its data
+
+
+def _key_data(key: jax.Array) -> np.ndarray:
+    """The run key's data on the host, read once per key (the key changes only when islands move)."""
+    if _last_key[0] is not key:
+        _last_key[:] = key, np.asarray(jax.random.key_data(key))
+    return _last_key[1]
+
+
+class Wave:
+    """The draws of a wave of up to ``n`` proposals, the next ones of the run ``state``, all
+    reading ``view``, with the arms of ``search`` (``qd.search.step.SearchStep``);
+    :meth:`ticket` hands them out in order.
+
+    Everything comes from one numpy generator seeded with the run key's data and the
+    wave's first proposal number (both in every checkpoint; no two waves share that
+    number), drawn in a fixed order when the first ticket is asked for: each proposal's
+    genome seed and operator key, its arm (with one arm, none is drawn; else
+    ``SearchStep.choose``, one dispatch), then every parent and inspiration of the wave
+    (``ArchiveView.picks``: uniform rules on the host, the others in one dispatch). So a
+    wave costs the loop no jitted dispatch per proposal, and none at all for uniform
+    selection among one arm; the run key itself is left as it is.
+    """
+
+    def __init__(self, state: Any, n: int, view: ArchiveView, search: Any, batch_size: int):
+        self.n, self.island = n, (state.counters.proposals + np.arange(n)) % search.islands
+        self._state, self._view, self._search, self._batch_size = state, view, search, batch_size
+
+    def _keys(self, data: np.ndarray) -> jax.Array:
+        """Typed keys of the run key's kind from key data drawn on the host."""
+        return _wrap(data, impl=jax.random.key_impl(self._state.key))
+
+    def _key_data(self, *shape: int) -> np.ndarray:
+        return self._rng.integers(0, 2**32, (*shape, *self._shape), np.uint32)
+
+    @functools.cached_property
+    def _draws(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        data = _key_data(self._state.key)
+        self._rng = np.random.default_rng([*data.tolist(), self._state.counters.proposals])
+        self._shape = data.shape
+        words = self._key_data(2 * self.n)  # per proposal its operator key, then its seed
+        op_data, seeds = words[: self.n], words[self.n :, 0] >> 1
+        arms = self._search.choose(self._state, self.island, lambda: self._keys(self._key_data(self.n)))
+        return arms, seeds, op_data
+
+    @functools.cached_property
+    def _picks(self) -> select.Picks:
+        arms = self._draws[0]
+        ops = [a.operator for a in self._search.arms]
+        num_parents = np.asarray([op.num_parents for op in ops])
+        return self._view.picks(self._rng, lambda n: self._keys(self._key_data(n)), self.island, num_parents[arms],
+                                self._batch_size, int(num_parents.max()),
+                                max(getattr(op, "num_inspirations", 0) for op in ops))
+
+    def ticket(self, row: int, seq: int, size: int, founding: bool) -> Ticket:
+        arms, seeds, op_data = self._draws
+        arm = int(arms[row])
+        picks = None
+        if not founding:
+            op, p = self._search.arms[arm].operator, self._picks
+            n, m = size * op.num_parents, getattr(op, "num_inspirations", 0)
+            picks = select.Picks(p.genome_id[row, :n], p.cell[row, :n], p.source[row, :size, :m], p.spot[row, :size, :m])
+        return Ticket(seq, int(self.island[row]), size, arm, founding, int(seeds[row]), picks, self._keys, op_data[row])
 
 
 @dataclasses.dataclass
@@ -96,8 +172,8 @@ class VectorProposer:
             parent_ids = np.zeros((t.size, 0), np.int64)
             genomes, name = np.repeat(np.asarray(initial)[:, None], op.num_parents, axis=1), f"init+{op.name}"
         else:
-            ids, cells = view.parents(t.parent_key, t.island, t.size * op.num_parents)
-            cells, parent_ids = cells.reshape(t.size, op.num_parents), ids.reshape(t.size, op.num_parents)
+            cells = t.picks.cell.reshape(t.size, op.num_parents)
+            parent_ids = t.picks.genome_id.reshape(t.size, op.num_parents)
             parents[:] = np.stack([np.full(t.size, t.island), cells[:, 0]], 1)
             genomes, name = view.genomes(t.island, cells), op.name
         return self._finish(t, op, genomes, name, parent_ids, parents)
@@ -203,13 +279,8 @@ class TextProposer:
 
     def _show(self, t: Ticket, view: ArchiveView) -> Shown:
         op = self.arms[t.arm].operator
-        _, cells = view.parents(t.parent_key, t.island, t.size * op.num_parents)
-        cells = cells.reshape(t.size, op.num_parents)
-        shown: list[list[Parent]] = [[] for _ in range(t.size)]
-        if op.num_inspirations:
-            source, spot = view.inspirations(t.inspire_key, t.island, cells[:, 0], op.num_inspirations)
-            shown = [[as_parent(view.genomes(i, c)) for i, c in zip(source[j], spot[j]) if c >= 0]
-                     for j in range(t.size)]
+        cells, source, spot = t.picks.cell.reshape(t.size, op.num_parents), t.picks.source, t.picks.spot
+        shown = [[as_parent(view.genomes(i, c)) for i, c in zip(source[j], spot[j]) if c >= 0] for j in range(t.size)]
         gated = self.gate is not None and "elites" in self.gate.against
         return Shown([[as_parent(view.genomes(t.island, c)) for c in row] for row in cells], shown,
                      view.island_elites(t.island) if gated else [], cells[:, 0])
@@ -263,7 +334,8 @@ class TextProposer:
         Returns the drafts and (island, cell) of each one's first parent.
         """
         # Every child finishes before a bug in one is raised, so none is left running.
-        results = await asyncio.gather(*(self._child(t, shown, j) for j in range(t.size)), return_exceptions=True)
+        results = ([await self._child(t, shown, 0)] if t.size == 1  # (a task and a gather less per proposal)
+                   else await asyncio.gather(*(self._child(t, shown, j) for j in range(t.size)), return_exceptions=True))
         drafts, firsts = [], []
         for j, result in enumerate(results):
             if isinstance(result, BaseException):

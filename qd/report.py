@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import jax
+import numpy as np
 
 from qd import archive
 
@@ -14,23 +15,76 @@ from qd import archive
 class Report:
     """Archive statistics kept current after each change, and the views of them.
 
+    The statistics are running sums over a host copy of the elites' fitness:
+    :meth:`refresh` reads the whole archive (at the start, after a rebuild or an
+    island move), :meth:`inserted` adds one insert's winners in O(batch), so a
+    commit costs the same in a run of ten cells or a million. They follow
+    ``qd.archive.stats`` and ``union_stats`` (summed in float64 rather than float32).
+
     Args:
         islands: the island count.
         qd_offset: subtracted from each elite's fitness in the QD score.
         union: report islands merged cell by cell (several islands of a cell archive).
         llm: the run's client (its live ledger), or None.
         describer: the run's describer, or None.
+        cells: a cell archive (grid, CVT), whose inserts add up: each winner takes one
+            cell and moves no other; otherwise every insert reads the archive again.
     """
 
-    def __init__(self, islands: int, qd_offset: float, union: bool, llm: Any = None, describer: Any = None):
-        self.islands, self.qd_offset, self.union, self.llm, self.describer = islands, qd_offset, union, llm, describer
+    def __init__(self, islands: int, qd_offset: float, union: bool, llm: Any = None, describer: Any = None,
+                 cells: bool = False):
+        self.islands, self.qd_offset, self.llm, self.describer = islands, qd_offset, llm, describer
+        self.union, self.add_up = union, cells
         self.session_start, self.session_evals = time.monotonic(), 0
 
     def refresh(self, state: archive.ArchiveState) -> None:
-        """Reads the archive's statistics (once per change, not per view)."""
-        self.stats = jax.device_get(archive.stats(state, self.qd_offset))
+        """Reads the whole archive: the host copy and every sum from scratch."""
+        fitness, ids = jax.device_get((state.fitness, state.genome_id))
+        self._fitness = np.where(ids >= 0, fitness, -np.inf).astype(np.float64)  # -inf: empty
+        filled = np.isfinite(self._fitness)
+        self._num = filled.sum(1)
+        self._sum = np.where(filled, self._fitness, 0.0).sum(1)
+        self._best = self._fitness.max(1)
         if self.union:
-            self.union_stats = jax.device_get(archive.union_stats(state, self.qd_offset))
+            self._union_best = self._fitness.max(0)
+        self._publish()
+
+    def inserted(self, state: archive.ArchiveState, island: np.ndarray, fitness: np.ndarray,
+                 result: archive.InsertResult, moved: bool = False) -> None:
+        """Adds an insert's winners: ``island`` and ``fitness`` are its offers, ``result`` its
+        outcome. Reads ``state`` (the archive after it) instead when elites also ``moved``
+        between islands since, or when inserts do not add up."""
+        if moved or not self.add_up:
+            return self.refresh(state)
+        won = np.flatnonzero(np.asarray(result.is_elite))
+        isl, cell = np.asarray(island)[won], np.asarray(result.cell)[won]
+        new = np.asarray(fitness, np.float32)[won].astype(np.float64)
+        old = self._fitness[isl, cell]
+        was = np.isfinite(old)
+        np.add.at(self._sum, isl, new - np.where(was, old, 0.0))
+        np.add.at(self._num, isl, (~was).astype(self._num.dtype))
+        self._fitness[isl, cell] = new
+        lowered = np.unique(isl[was & (old >= self._best[isl]) & (new < old)])  # CMA-MAE: the best fell
+        np.maximum.at(self._best, isl, new)
+        self._best[lowered] = self._fitness[lowered].max(1)
+        if self.union:
+            cells = np.unique(cell)
+            self._union_best[cells] = self._fitness[:, cells].max(0)
+        self._publish()
+
+    def _publish(self) -> None:
+        """``stats`` (and ``union_stats``) as ``qd.archive.stats`` shapes them: per island, then global."""
+        cells = self._fitness.shape[1]
+        num = np.append(self._num, self._num.sum()).astype(np.float64)
+        total = np.append(self._sum, self._sum.sum())
+        best = np.append(self._best, self._best.max())
+        size = np.append(np.full(self.islands, cells), cells * self.islands)
+        self.stats = _stats(num, total, best, size, self.qd_offset)
+        if self.union:
+            filled = np.isfinite(self._union_best)
+            self.union_stats = _stats(filled.sum()[None].astype(np.float64),
+                                      np.where(filled, self._union_best, 0.0).sum()[None],
+                                      self._union_best.max()[None], np.asarray([cells]), self.qd_offset)
 
     def start_session(self, evaluations: int) -> None:
         self.session_start, self.session_evals = time.monotonic(), evaluations
@@ -40,11 +94,11 @@ class Report:
         return (evaluations - self.session_evals) / spent if spent > 0 else 0.0
 
     def summary(self, evaluations: int, batches: int, elapsed: float, fits: int,
-                stop_reason: str | None) -> dict[str, Any]:
+                stop_reason: str | None, counts: bool = True) -> dict[str, Any]:
+        """The run so far (without ``evaluations`` and ``batches`` unless ``counts``)."""
         s, fields = self.stats, archive.ArchiveStats._fields
         out = {
-            "evaluations": evaluations,
-            "batches": batches,
+            **({"evaluations": evaluations, "batches": batches} if counts else {}),
             "elapsed_s": round(elapsed, 3),
             "global": {f: float(getattr(s, f)[-1]) for f in fields},
             "islands": [{f: float(getattr(s, f)[i]) for f in fields} for i in range(self.islands)],
@@ -77,3 +131,25 @@ class Report:
             f" llm_calls={t.calls}{split} failed={t.failed} in_flight={ledger.in_flight} "
             f"tokens={t.tokens_in + t.tokens_out} cost=${t.cost:.4f}"
         )
+
+
+def _stats(num: np.ndarray, total: np.ndarray, best: np.ndarray, cells: np.ndarray, offset: float) -> archive.ArchiveStats:
+    qd_score = total - num * offset
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = total / num  # NaN when empty, as qd.archive.stats
+    return archive.ArchiveStats(num_elites=num, coverage=num / cells, qd_score=qd_score,
+                                norm_qd_score=qd_score / cells, max_fitness=best, mean_fitness=mean)
+
+
+def commit_lines(proposals: list[Any], result: archive.InsertResult, credits: list[dict | None], batches: int,
+                 evaluations: int) -> list[dict[str, Any]]:
+    """Each proposal's own fields of its ``commit`` event (``qd.events``), for proposals
+    committed together after ``batches`` before them, ``evaluations`` stored with them."""
+    added, lines, end = np.asarray(result.status) > 0, [], 0
+    before = evaluations - len(added)
+    for k, (p, credit) in enumerate(zip(proposals, credits)):
+        start, end = end, end + len(p.candidates)
+        lines.append({"step": batches + k + 1, "batches": batches + k + 1, "evaluations": before + end,
+                      "batch": end - start, "added": int(added[start:end].sum()), "wave": len(proposals),
+                      **(credit or {})})
+    return lines

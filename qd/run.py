@@ -25,7 +25,6 @@ from qd.config import Config
 from qd.contract import ConfigError
 from qd.errors import CheckpointError
 from qd.evaluator import InProcessEvaluator, PoolEvaluator, SandboxEvaluator
-from qd.loop import Engine
 from qd.paths import conf_dir
 from qd.plan import Plan, compose, plan
 from qd.search.build import build_arms, build_strategy
@@ -109,9 +108,10 @@ def _build_evaluator(p: Plan) -> Any:
     return SandboxEvaluator(p.task, Sandbox(p.task.sandbox_entry, workers=r.workers, limits=p.sandbox))
 
 
-def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None) -> Engine:
+def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None) -> Any:
     """Everything a run needs, from its plan (a config is planned first, once);
-    ``on_commit`` is the engine's per-commit callback.
+    ``on_commit`` is the engine's per-commit callback. A plan on the device loop
+    gets a ``qd.device.driver.DeviceEngine`` (the same ``run``/``close``/``on_close``).
 
     For text tasks this starts the LLM (the embedded server for ``llm=local``)
     and the sandbox; ``Engine.close`` stops them. Nothing is checked again here.
@@ -120,6 +120,12 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
     cfg, r = p.cfg, p.cfg.runner
     run_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)  # what `qd-run resume=RUN_DIR` reads
+    if p.loop == "device":
+        from qd.device.driver import build
+
+        return build(p, build_spec(p, run_dir), build_operators(p), run_dir, on_commit)
+    from qd.loop import Engine  # the host loop (and the model client) load only for host runs
+
     with contextlib.ExitStack() as stack:
         client = build_llm(p, run_dir, stack) if p.llm is not None else None
         evaluator = _build_evaluator(p)
@@ -148,6 +154,7 @@ def run_in(p: Plan, run_dir: Path) -> dict[str, Any]:
     finally:
         engine.close()
     print(f"run_dir={run_dir}")
+    print(f"loop={p.loop} store={p.store}")
     print("summary=" + json.dumps(summary["global"]))
     if "union" in summary:  # islands merged cell by cell: what the run found
         print("union=" + json.dumps(summary["union"]))

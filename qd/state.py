@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 from qd import archive, checkpoint
+from qd.errors import CheckpointError
 from qd.search import islands as island_ops
 from qd.search import scheduler, select
 
@@ -97,6 +98,8 @@ def load(directory: Path, fresh: RunState) -> RunState | None:
     if loaded is None:
         return None
     state, key, saved_counters = loaded
+    if saved_counters.get("loop") == "device":
+        raise CheckpointError(f"{directory} holds a device-loop checkpoint; resume it with runner.loop=device")
     saved = checkpoint.load_arrays(directory)
     counters = Counters(**{k: saved_counters[k] for k in Counters._fields if k in saved_counters})
     shape = state.fitness.shape

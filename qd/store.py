@@ -140,11 +140,15 @@ class Store:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def add(self, candidates: Sequence[Candidate], calls: Sequence[tuple] = ()) -> list[int]:
+    def add(self, candidates: Sequence[Candidate], calls: Sequence[tuple] = (),
+            ids: Sequence[int] | None = None) -> list[int]:
         """Commits a batch in one transaction; sets and returns their ids (ascending).
 
         ``calls`` are the LLM calls that made them (``qd.llm.Ledger.rows()``): paid
         calls become durable with what they produced, never before, never apart.
+        ``ids``: the rows' own ids, ascending and above the last (a store that keeps
+        some candidates under their evaluation numbers: the device loop's elites);
+        by default the next ones.
         """
         now = time.time()
         rows = [
@@ -160,14 +164,18 @@ class Store:
             for c in candidates
         ]
         with self._transaction() as db:
-            start = self._next_id()
+            if ids is None:
+                start = self._next_id()
+                ids = list(range(start, start + len(rows)))
+            elif list(ids) != sorted(set(ids)) or (ids and ids[0] < self._next_id()):
+                raise ValueError("store: explicit ids must be unique, ascending and above the last id")
             db.executemany(
                 f"INSERT INTO candidates (id, {', '.join(_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})",
-                [(start + i, *row) for i, row in enumerate(rows)],
+                [(i, *row) for i, row in zip(ids, rows)],
             )
-            self._insert_calls(db, start + len(rows) - 1, calls)
-        ids = list(range(start, start + len(rows)))
+            self._insert_calls(db, ids[-1] if ids else self._next_id() - 1, calls)
+        ids = [int(i) for i in ids]
         for c, i, row in zip(candidates, ids, rows):
             c.id, c.created = i, row[0]
         return ids
@@ -196,6 +204,10 @@ class Store:
             db.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value))
             )
+
+    def keeps_every_candidate(self) -> bool:
+        """False for a device run's elites-only store (``runner.store=elites``)."""
+        return self.get_meta("store", "all") != "elites"
 
     def get_meta(self, key: str, default: object = None) -> object:
         rows = self._rows("SELECT value FROM meta WHERE key = ?", (key,))

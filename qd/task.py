@@ -53,6 +53,16 @@ class Task(Protocol):
         """Evaluates a batch; must not raise for a bad genome (mark it invalid)."""
         ...
 
+    # Optional: ``evaluate_jax(genomes f32[B, dim]) -> (fitness f32[B], descriptor
+    # f32[B, D], valid bool[B])``, the same evaluation as a pure, traceable JAX
+    # function. A task that has it can run on the device loop (``runner.loop``:
+    # select, vary, evaluate and insert fused in one jitted step; see qd.device).
+
+
+def has_device_evaluation(task: Any) -> bool:
+    """True if ``task`` provides ``evaluate_jax`` (the device loop can run it)."""
+    return getattr(task, "kind", None) == "vector" and callable(getattr(task, "evaluate_jax", None))
+
 
 @dataclasses.dataclass
 class Scored:

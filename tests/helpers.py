@@ -10,12 +10,13 @@ from qd.plan import compose
 
 
 def small_config(*overrides: str) -> DictConfig:
-    """The sphere experiment shrunk to run in about a second."""
+    """The sphere experiment shrunk to run in about a second, on the host loop
+    (whose parts the tests drive; ``tests/qd/test_device.py`` covers the device loop)."""
     return compose([
         "experiment=sphere", "experiment.params.dim=10", "archive.bins=[20,20]",
         "archive.lower=[-26,-26]", "archive.upper=[26,26]", "runner.batch_size=32",
         "runner.max_evaluations=640", "runner.progress=false", "runner.checkpoint_every=3",
-        *overrides,
+        "runner.loop=host", *overrides,
     ])
 
 

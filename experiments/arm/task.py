@@ -48,6 +48,15 @@ class ArmTask:
             fitness.astype(np.float32), np.stack([x, y], 1).astype(np.float32), valid
         )
 
+    def evaluate_jax(self, genomes):
+        """:meth:`evaluate` as a pure JAX function (f32): the device loop fuses it into its step."""
+        import jax.numpy as jnp
+
+        cumulative = jnp.cumsum(genomes, 1)
+        link = 1.0 / self.dof
+        position = jnp.stack([link * jnp.cos(cumulative).sum(1), link * jnp.sin(cumulative).sum(1)], 1)
+        return -jnp.var(genomes, 1), position, jnp.all(jnp.isfinite(genomes), 1)
+
 
 def make_task(dof: int = 12) -> ArmTask:
     return ArmTask(dof=dof)

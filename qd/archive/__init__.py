@@ -9,6 +9,12 @@ import jax
 # GPU/TPU dispatch is unaffected. Set QD_CPU_ASYNC_DISPATCH=1 to keep JAX's default.
 if os.environ.get("QD_CPU_ASYNC_DISPATCH") != "1":
     jax.config.update("jax_cpu_enable_async_dispatch", False)
+# Random bits: JAX's "partitionable" threefry (its default since 0.5) costs XLA:CPU 1.6x the
+# time of the classic one per bit, and a 256 x 100 Gaussian draw is the largest cost of a
+# device-loop generation. qd runs on one device, where partitioning buys nothing. Set
+# QD_THREEFRY_PARTITIONABLE=1 to keep JAX's default (the random streams then differ).
+if os.environ.get("QD_THREEFRY_PARTITIONABLE") != "1":
+    jax.config.update("jax_threefry_partitionable", False)
 
 from qd.archive.cvt import CVTSpec, cvt_centroids
 from qd.archive.grid import GridSpec

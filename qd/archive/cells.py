@@ -8,10 +8,13 @@ Unlike pyribs, invalid candidates (``valid=False``, NaN/inf fitness or descripto
 island out of range) are masked out instead of raising, and never block others.
 
 Cost is O(B) per call apart from the cell lookup: no temporary as large as the
-archive. The per-cell reductions run over "batch-local" segment ids: each
-candidate learns the lowest batch position that shares its cell by a scatter-min
-of negative codes into the donated ``genome_id`` buffer (every cell that receives
-a code also receives a winner, so the codes are always overwritten).
+archive. The donated archive buffers double as per-cell scratch, updated in place:
+a scatter-max of the eligible fitness into the thresholds gives each cell's best
+(every eligible fitness beats its threshold), a scatter-min of negative position
+codes into the genome ids breaks ties to the lowest position (each cell that
+receives a code also receives its winner's id). Written this way the compiled
+insert is about 15 XLA kernels (see ``test_grid_insert_compiles_to_few_kernels``);
+at small batches the per-kernel dispatch is most of the cost.
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ from qd.archive.state import ArchiveState, CellSpec, init
 PAD_SIZES = (64, 256, 1024, 4096, 16384)
 
 NOT_ADDED, IMPROVED, NEW_CELL = 0, 1, 2
+
+# Scatter options: indices past the end are dropped (that is how a candidate
+# stays out), and indices are never negative, so XLA skips wrapping them (the
+# wrap-around would be one more kernel per index array).
+_DROP = dict(mode="drop", wrap_negative_indices=False)
 
 
 class InsertResult(NamedTuple):
@@ -168,65 +176,69 @@ def insert_batch(
         & (island >= 0)
         & (island < num_islands)
     )
-    flat = jnp.where(valid, island * num_cells + cell, 0)
+    # Invalid candidates point past the end, where the scatters below drop them
+    # (XLA's gathers clamp them to the last cell, a value never used): ``flat`` is
+    # the one array that carries validity, so XLA need not materialize ``valid``.
+    flat = jnp.where(valid, island * num_cells + cell, out_of_bounds)
+    valid = flat < out_of_bounds
 
-    fitness_flat = state.fitness.reshape(-1)
+    def gather(values: jax.Array) -> jax.Array:
+        return values.at[flat].get(mode="promise_in_bounds", wrap_negative_indices=False)
+
     threshold_flat = state.threshold.reshape(-1)
     id_flat = state.genome_id.reshape(-1)
-    descriptor_flat = state.descriptor.reshape(-1, dim)
-
-    old_threshold = threshold_flat[flat]
-    old_id = id_flat[flat]
+    old_threshold = gather(threshold_flat)
+    old_id = gather(id_flat)
     occupied = old_id >= 0
-    eligible = valid & (fitness > old_threshold)
 
-    # Batch-local segment id: lowest batch position sharing the (island, cell).
-    position = jnp.arange(size, dtype=jnp.int32)
-    code = position - (size + 2)  # always < -1, so never mistaken for an id
-    # ``old_id > -2`` always holds: it makes the scatter depend on the gather of
-    # ``old_id`` so XLA orders them and updates the donated buffer in place
-    # (without it, XLA copies the whole genome_id array to keep the gather safe).
-    scratch_id = id_flat.at[jnp.where(eligible & (old_id > -2), flat, out_of_bounds)].min(
-        code, mode="drop"
+    # Best eligible fitness per cell, scatter-maxed into the threshold buffer in
+    # place: every eligible fitness beats its cell's threshold, so the maximum is
+    # the best candidate's (and, with hard thresholds, already the new threshold).
+    # Masks are read back from the scatter indices (``< out_of_bounds``) so that
+    # XLA keeps one array, not two, per step.
+    best_index = jnp.where(valid & (fitness > old_threshold), flat, out_of_bounds)
+    eligible = best_index < out_of_bounds
+    best_threshold = threshold_flat.at[best_index].max(fitness, **_DROP)
+    # Ties go to the lowest batch position: a scatter-min of negative codes into
+    # the genome_id buffer (every cell that receives a code also receives its
+    # winner's id below). ``old_id > -2`` always holds where eligible: it makes
+    # the scatter depend on the gather of ``old_id`` so XLA orders them and updates
+    # the donated buffer in place (without it, XLA copies the whole genome_id
+    # array). The codes are always < -1, so never mistaken for an id; they are a
+    # constant, not a kernel per call.
+    code = jnp.asarray(np.arange(size, dtype=np.int32) - (size + 2))
+    tie_index = jnp.where(
+        eligible & (fitness == gather(best_threshold)) & (old_id > -2), flat, out_of_bounds
     )
-    segment = jnp.where(eligible, scratch_id[flat] + size + 2, size)
-    num_segments = size + 1
+    scratch_id = id_flat.at[tie_index].min(code, **_DROP)
+    # The winner finds its own code (a loser or an invalid candidate, whose ``flat``
+    # is clamped to the last cell, finds another's or an id).
+    first = gather(scratch_id)
+    target = jnp.where(first == code, flat, out_of_bounds)
+    winner = target < out_of_bounds
 
-    eligible_fitness = jnp.where(eligible, fitness, -jnp.inf)
-    best = jax.ops.segment_max(eligible_fitness, segment, num_segments)
-    is_best = eligible & (fitness == best[segment])
-    winner_position = jax.ops.segment_min(
-        jnp.where(is_best, position, size), segment, num_segments
+    # The soft branch gets a fresh ``best_index < out_of_bounds``: handing it the
+    # shared ``eligible`` makes XLA materialize that mask in one more kernel.
+    threshold = jax.lax.cond(
+        jnp.isfinite(state.threshold_min),
+        lambda: _soft_thresholds(
+            best_threshold, target, best_index < out_of_bounds, first + size + 2,
+            fitness, old_threshold, learning_rate,
+        ),
+        lambda: best_threshold,
     )
-    winner = eligible & (position == winner_position[segment])
-
-    # Count and sum of accepted fitness per cell, in one scatter.
-    sums = jax.ops.segment_sum(
-        jnp.stack([eligible.astype(jnp.float32), jnp.where(eligible, fitness, 0.0)], 1),
-        segment,
-        num_segments,
-    )[segment]
-    count, total = sums[:, 0], sums[:, 1]
-    ratio = jnp.float32(1.0 - learning_rate) ** count
-    soft_threshold = ratio * old_threshold + (1.0 - ratio) * (total / count)
-    new_threshold = jnp.where(
-        jnp.isfinite(state.threshold_min), soft_threshold, best[segment]
-    )
-
-    target = jnp.where(winner, flat, out_of_bounds)
     new_state = ArchiveState(
-        fitness=fitness_flat.at[target].set(fitness, mode="drop").reshape(
+        fitness=state.fitness.reshape(-1).at[target].set(fitness, **_DROP).reshape(
             state.fitness.shape
         ),
-        descriptor=descriptor_flat.at[target]
-        .set(descriptor, mode="drop")
+        descriptor=state.descriptor.reshape(-1, dim)
+        .at[target]
+        .set(descriptor, **_DROP)
         .reshape(state.descriptor.shape),
-        genome_id=scratch_id.at[target].set(genome_id, mode="drop").reshape(
+        genome_id=scratch_id.at[target].set(genome_id, **_DROP).reshape(
             state.genome_id.shape
         ),
-        threshold=threshold_flat.at[target].set(new_threshold, mode="drop").reshape(
-            state.threshold.shape
-        ),
+        threshold=threshold.reshape(state.threshold.shape),
         threshold_min=state.threshold_min,
     )
 
@@ -235,6 +247,36 @@ def insert_batch(
     improvement = jnp.where(valid, fitness - baseline, 0.0)
     displaced = jnp.where(winner & occupied, old_id, -1)
     return new_state, InsertResult(status, improvement, cell, displaced, winner)
+
+
+def _soft_thresholds(
+    threshold: jax.Array,
+    target: jax.Array,
+    eligible: jax.Array,
+    winner_position: jax.Array,
+    fitness: jax.Array,
+    old_threshold: jax.Array,
+    learning_rate: float,
+) -> jax.Array:
+    """CMA-MAE thresholds (pyribs's batch rule) written at the winners' cells.
+
+    ``winner_position`` (the batch position of the candidate's cell winner, read
+    where ``eligible``) is a batch-local cell id for the per-cell count and sum of
+    accepted fitness, so that no temporary is as large as the archive. Run only
+    when ``threshold_min`` is finite: hard thresholds are the best fitness,
+    which ``threshold`` already holds.
+    """
+    size = fitness.shape[0]
+    segment = jnp.where(eligible, winner_position, size)
+    sums = jax.ops.segment_sum(
+        jnp.stack([eligible.astype(jnp.float32), jnp.where(eligible, fitness, 0.0)], 1),
+        segment,
+        size + 1,
+    )[segment]
+    count, total = sums[:, 0], sums[:, 1]
+    ratio = jnp.float32(1.0 - learning_rate) ** count
+    soft = ratio * old_threshold + (1.0 - ratio) * (total / count)
+    return threshold.at[target].set(soft, **_DROP)
 
 
 def _insert_and_pack(*args) -> tuple[ArchiveState, jax.Array]:

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from scipy.spatial import cKDTree
 
 __all__ = ["CVTSpec", "cvt_centroids"]
 
@@ -136,6 +136,8 @@ def cvt_centroids(
 def _nearest(centroids: np.ndarray, points: np.ndarray) -> np.ndarray:
     """(n, D) centroids, (S, D) points -> (S,) index of each point's nearest centroid."""
     if centroids.shape[1] <= 8:
+        from scipy.spatial import cKDTree  # here: scipy.spatial costs 0.3 s to import, and grids never need it
+
         return cKDTree(centroids).query(points, workers=-1)[1]
     return np.asarray(_jit_index(CVTSpec(centroids), points.astype(np.float32)))
 
@@ -575,6 +577,8 @@ def _build_grid(
     corners = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, dim)
     step = 1.0 / grid_inv_width.astype(np.float64)
     half = (1 + 2 * _GRID_SLACK) * step / 2
+    from scipy.spatial import cKDTree
+
     tree = cKDTree(c64)
     rows = []
     for block in np.array_split(corners, -(-len(corners) // 32768)):
@@ -593,7 +597,7 @@ def _build_grid(
 
 
 def _bucket_lists(
-    tree: cKDTree, c64: np.ndarray, mid: np.ndarray, half: np.ndarray
+    tree: Any, c64: np.ndarray, mid: np.ndarray, half: np.ndarray
 ) -> np.ndarray | None:
     """Lists the centroids that may be nearest somewhere in boxes ``mid +- half``.
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from qd.contract import ConfigError
 
@@ -74,13 +75,17 @@ class GridSpec:
         Returns:
             i32[B] in ``[0, num_cells)``.
         """
-        bins = jnp.asarray(self.bins, jnp.float32)
-        lower = jnp.asarray(self.lower, jnp.float32)
-        width = jnp.asarray(self.upper, jnp.float32) - lower
-        scaled = (bins * (descriptor.astype(jnp.float32) - lower) + self.epsilon) / width
-        # Clip in float first so huge or infinite values cannot overflow the int cast.
-        scaled = jnp.clip(scaled, 0.0, bins - 1.0)
-        coords = scaled.astype(jnp.int32)
+        descriptor = descriptor.astype(jnp.float32)
         strides = [math.prod(self.bins[d + 1 :]) for d in range(len(self.bins))]
-        # An elementwise sum fuses with the arithmetic above; an int32 dot would not.
-        return jnp.sum(coords * jnp.asarray(strides, jnp.int32), axis=1)
+        # One column at a time: plain elementwise arithmetic that XLA fuses into
+        # each consumer instead of materializing the index as a kernel of its own
+        # (a reduction over the descriptor axis, or an int32 dot, would not fuse).
+        index = 0
+        for d, (bins, lower, upper) in enumerate(zip(self.bins, self.lower, self.upper)):
+            # float32 bounds and width, rounded as pyribs's float32 archive rounds them.
+            lower, width = np.float32(lower), np.float32(upper) - np.float32(lower)
+            scaled = (bins * (descriptor[:, d] - lower) + self.epsilon) / width
+            # Clip in float first so huge or infinite values cannot overflow the int cast.
+            coord = jnp.clip(scaled, 0.0, bins - 1.0).astype(jnp.int32)
+            index = index + coord * strides[d]
+        return index

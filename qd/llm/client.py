@@ -19,18 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import contextlib
-import contextvars
 import dataclasses
 import hashlib
-import itertools
 import json
 import logging
 import os
 import random
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,8 +34,10 @@ from urllib.parse import urlsplit
 import httpx2  # openai's HTTP library
 import numpy as np
 import openai
+from openai._models import FinalRequestOptions  # what ``AsyncOpenAI.post`` builds
 
 from qd.contract import CallFailed, Completion, LLMDown, LLMError
+from qd.llm.ledger import Ledger, current_tally
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +45,6 @@ _DUMMY_KEY = "sk-no-key"  # local servers ignore the key but the client requires
 _RETRY_STATUS = {408, 409, 429}  # plus every 5xx
 _FATAL_STATUS = {401, 403, 404}  # no retry and no other prompt fixes these: the run stops
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-_CONNECTIONS_PER_POOL = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,148 +79,136 @@ class LLMSettings:
 _Parsed = tuple[str, str | None, int, int, list[dict[str, float]] | None]  # text, finish, in, out, top
 
 
-ROLES = ("operator", "judge", "meta")  # who makes calls; agents will add theirs
+class _LoopbackTransport(httpx2.AsyncBaseTransport):
+    """HTTP/1.1 with keep-alive on asyncio streams, for a server on this machine.
 
-
-@dataclasses.dataclass
-class Usage:
-    """Counts of one (role, model): answered calls (cache hits included), failures, tokens, cost."""
-
-    calls: int = 0
-    cached: int = 0
-    failed: int = 0
-    retries: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
-    cost: float = 0.0
-
-    def merge(self, other: Usage) -> None:
-        for f in dataclasses.fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-
-
-_CURRENT_TALLY: contextvars.ContextVar[Ledger | None] = contextvars.ContextVar("qd_llm_tally", default=None)
-
-
-@contextlib.contextmanager
-def tally() -> Iterator[Ledger]:
-    """Also counts, in a fresh ledger, every call made from this context and the tasks it starts.
-
-    The engine wraps each proposal (and each refit or meta mutation) in one, and
-    commits that ledger with the proposal's candidates: the calls a run has paid for
-    are then exactly those in the store, however the process died.
-    """
-    ledger = Ledger()
-    token = _CURRENT_TALLY.set(ledger)
-    try:
-        yield ledger
-    finally:
-        _CURRENT_TALLY.reset(token)
-
-
-class Ledger:
-    """Running totals by (role, model), which the loop reads for budgets and progress.
-
-    ``calls`` counts answered calls (cache hits count, so a replay spends the same
-    budget); ``failed`` calls that gave up; ``in_flight`` HTTP attempts under way.
+    httpcore and h11 cost about 1 ms of CPU per request (a pool probe, event
+    objects, header validation per hop); this costs about 0.1 ms, which on a
+    loopback server is most of what a call costs the loop. Plain HTTP only, one
+    request per connection at a time; idle connections are kept in a list, so a
+    pool of hundreds costs nothing per request. A connection the server has
+    closed while idle is dropped before reuse, never written to; any other
+    failure is raised as httpx's own error, so the openai client maps it (and
+    :meth:`LLMClient._attempt` retries it) exactly as with its default transport.
     """
 
     def __init__(self) -> None:
-        self.cells: dict[tuple[str, str], Usage] = {}
-        self.in_flight = 0
-
-    def _cell(self, role: str, model: str) -> Usage:
-        return self.cells.setdefault((role, model), Usage())
-
-    def add(self, c: Completion, role: str = "operator") -> None:
-        """Count one answered call, cached or not, exactly the same way."""
-        u = self._cell(role, c.model)
-        u.calls += 1
-        u.cached += int(c.cached)
-        u.tokens_in += c.tokens_in
-        u.tokens_out += c.tokens_out
-        u.cost += c.cost
-
-    def fail(self, role: str, model: str) -> None:
-        self._cell(role, model).failed += 1
-
-    def retry(self, role: str, model: str) -> None:
-        self._cell(role, model).retries += 1
-
-    def merge(self, other: Ledger) -> None:
-        for key, u in other.cells.items():
-            self._cell(*key).merge(u)
-
-    def total(self) -> Usage:
-        """All cells summed."""
-        out = Usage()
-        for u in self.cells.values():
-            out.merge(u)
-        return out
-
-    def split(self, by: str) -> dict[str, Usage]:
-        """Cells summed per ``"role"`` or per ``"model"``, sorted by name."""
-        at = ("role", "model").index(by)
-        groups: dict[str, Usage] = {}
-        for key, u in self.cells.items():
-            groups.setdefault(key[at], Usage()).merge(u)
-        return dict(sorted(groups.items()))
-
-    @property
-    def calls(self) -> int:
-        return self.total().calls
-
-    @property
-    def tokens(self) -> int:
-        t = self.total()
-        return t.tokens_in + t.tokens_out
-
-    @property
-    def cost(self) -> float:
-        return self.total().cost
-
-    def as_dict(self) -> dict:
-        """Totals, then ``per_role`` and ``per_model`` splits (the summary and events.jsonl)."""
-        t = self.total()
-        return {
-            "calls": t.calls, "cached_calls": t.cached, "failed_calls": t.failed, "retries": t.retries,
-            "tokens_in": t.tokens_in, "tokens_out": t.tokens_out, "cost": t.cost, "in_flight": self.in_flight,
-            "per_role": {k: dataclasses.asdict(u) for k, u in self.split("role").items()},
-            "per_model": {k: dataclasses.asdict(u) for k, u in self.split("model").items()},
-        }
-
-    def rows(self) -> list[tuple]:
-        """(role, model, calls, cached, failed, retries, tokens_in, tokens_out, cost) per cell, for the store."""
-        return [(*key, *dataclasses.astuple(u)) for key, u in self.cells.items()]
-
-    @classmethod
-    def from_rows(cls, rows: Iterable[Sequence]) -> Ledger:
-        ledger = cls()
-        for role, model, *counts in rows:
-            ledger._cell(role, model).merge(Usage(*counts))
-        return ledger
-
-
-class _ShardedTransport(httpx2.AsyncBaseTransport):
-    """Round-robin over several connection pools.
-
-    httpcore probes every idle connection of a pool each time a request starts
-    or ends, so one pool of hundreds of connections costs O(n) per request; small
-    pools keep a fast local server at hundreds of concurrent calls from being
-    limited by the client's own bookkeeping (measured: 2.7x at 256 in flight).
-    """
-
-    def __init__(self, pools: int):
-        tls = httpx2.create_ssl_context()  # one context: building one costs ~50 ms
-        self._pools = [httpx2.AsyncHTTPTransport(verify=tls) for _ in range(pools)]
-        self._next = itertools.cycle(self._pools)
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        return await next(self._next).handle_async_request(request)
+        body = await request.aread()
+        head = [b"%s %s HTTP/1.1\r\n" % (request.method.encode(), request.url.raw_path)]
+        head += [b"%s: %s\r\n" % kv for kv in request.headers.raw]
+        payload = b"".join(head) + b"\r\n" + body
+        reader, writer = await self._connection(request)
+        try:
+            writer.write(payload)
+            status, headers, content, keep = await self._response(reader)
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as err:
+            writer.close()
+            raise httpx2.ReadError(f"{type(err).__name__}: {err}", request=request) from err
+        except BaseException:  # cancelled (the per-attempt timeout): the reply may still come, drop it
+            writer.close()
+            raise
+        if keep:
+            self._idle.append((reader, writer))
+        else:
+            writer.close()
+        return httpx2.Response(status, headers=headers, content=content, request=request)
+
+    async def _connection(self, request: httpx2.Request) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        while self._idle:
+            reader, writer = self._idle.pop()
+            if not (reader.at_eof() or writer.is_closing()):
+                return reader, writer
+            writer.close()
+        try:
+            return await asyncio.open_connection(request.url.host, request.url.port or 80)
+        except OSError as err:
+            raise httpx2.ConnectError(f"{type(err).__name__}: {err}", request=request) from err
+
+    @staticmethod
+    async def _response(reader: asyncio.StreamReader) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
+        """Status, headers, body, and whether the connection may be reused."""
+        lines = (await reader.readuntil(b"\r\n\r\n"))[:-4].split(b"\r\n")
+        version, code = lines[0].split(b" ", 2)[:2]
+        headers = [(k.strip(), v.strip()) for k, v in (line.split(b":", 1) for line in lines[1:])]
+        fields = {k.lower(): v.lower() for k, v in headers}
+        if b"content-length" in fields:
+            content = await reader.readexactly(int(fields[b"content-length"]))
+        elif fields.get(b"transfer-encoding") == b"chunked":
+            parts = []
+            while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+                parts.append((await reader.readexactly(size + 2))[:-2])
+            while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers, if any
+                pass
+            content = b"".join(parts)
+        else:  # the body ends when the server closes
+            return int(code), headers, await reader.read(), False
+        return int(code), headers, content, version == b"HTTP/1.1" and fields.get(b"connection") != b"close"
 
     async def aclose(self) -> None:
-        for pool in self._pools:
-            await pool.aclose()
+        while self._idle:
+            self._idle.pop()[1].close()
+
+
+class _LoopbackHTTP(httpx2.AsyncClient):
+    """httpx's client sending straight to :class:`_LoopbackTransport`.
+
+    ``AsyncClient.send`` runs per request an auth flow, a redirect loop, cookie
+    extraction and timeout bookkeeping, none of which a loopback chat call uses
+    (openai sets its own auth header; the per-attempt timeout is
+    ``LLMClient._attempt``'s): a quarter of what the client side of a call cost. A
+    redirect, which chat servers do not send, still goes through httpx's own path.
+    """
+
+    def __init__(self) -> None:
+        self._loopback = _LoopbackTransport()
+        super().__init__(transport=self._loopback, follow_redirects=True)
+
+    async def send(self, request: httpx2.Request, *, stream: bool = False, **kwargs: Any) -> httpx2.Response:
+        response = await self._loopback.handle_async_request(request)
+        if response.has_redirect_location:
+            return await super().send(request, stream=stream, **kwargs)
+        return response
+
+
+class _LoopbackOpenAI(openai.AsyncOpenAI):
+    """``openai.AsyncOpenAI`` that builds :class:`LLMClient`'s chat requests from a kept one.
+
+    openai builds every request from scratch (default headers merged and validated,
+    the URL parsed and joined to the base URL, then httpx's Request, URL and
+    Headers objects): half of what a call cost the loop. Those calls differ only
+    in their JSON body, so the first one per (method, path, retry count) is built
+    by openai and kept, and later ones are that request with their own body;
+    ``request()`` (options, error mapping, status errors) runs as always. A
+    request with options of its own (headers, query, files, raw content, extra
+    JSON, a timeout) is built by openai as usual.
+    """
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._kept: dict[tuple[str, str, int], tuple[httpx2.Request, list[tuple[bytes, bytes]]]] = {}
+
+    @property
+    def user_agent(self) -> str:
+        """openai's (it names the client's class)."""
+        return super().user_agent.replace(type(self).__name__, openai.AsyncOpenAI.__name__, 1)
+
+    def _build_request(self, options: Any, *, retries_taken: int = 0) -> httpx2.Request:
+        if (options.headers or options.params or options.files is not None or options.content is not None
+                or options.extra_json or not isinstance(options.json_data, dict)
+                or not isinstance(options.timeout, openai.NotGiven)):
+            return super()._build_request(options, retries_taken=retries_taken)
+        key = (options.method, options.url, retries_taken)
+        if key not in self._kept:
+            first = super()._build_request(options, retries_taken=retries_taken)
+            self._kept[key] = first, [(k, v) for k, v in first.headers.raw if k.lower() != b"content-length"]
+        kept, headers = self._kept[key]
+        body = json.dumps(options.json_data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        # (A stream, not content=: httpx would then re-derive the content headers, which is most of its cost.)
+        return httpx2.Request(kept.method, kept.url, headers=[*headers, (b"Content-Length", b"%d" % len(body))],
+                              stream=httpx2.ByteStream(body), extensions=kept.extensions)
 
 
 class _Retryable(Exception):
@@ -308,15 +293,15 @@ class LLMClient:
         self._jitter = random.Random()  # jitter only spreads retries; it never affects results
         # The client's own timeout is a backstop; asyncio.timeout below is the per-attempt limit
         # (it also catches a server that trickles bytes and never trips a read timeout).
-        # Remote endpoints keep openai's own HTTP client (it honours proxy env vars).
-        http_client = None
-        if urlsplit(settings.base_url).hostname in _LOOPBACK and settings.concurrency > _CONNECTIONS_PER_POOL:
-            pools = -(-settings.concurrency // _CONNECTIONS_PER_POOL)
-            http_client = httpx2.AsyncClient(transport=_ShardedTransport(pools), follow_redirects=True)
-        self._client = openai.AsyncOpenAI(
-            base_url=settings.base_url, api_key=key, max_retries=0, timeout=settings.timeout_s + 1.0,
-            http_client=http_client,
-        )
+        # Remote endpoints keep openai's own HTTP client (TLS, HTTP/2, proxy env vars).
+        url = urlsplit(settings.base_url)
+        options = dict(base_url=settings.base_url, api_key=key, max_retries=0, timeout=settings.timeout_s + 1.0)
+        if url.hostname in _LOOPBACK and url.scheme == "http":
+            self._client: openai.AsyncOpenAI = _LoopbackOpenAI(**options, http_client=_LoopbackHTTP())
+        else:
+            self._client = openai.AsyncOpenAI(**options)
+        self._chat = FinalRequestOptions.construct(method="post", url="/chat/completions", json_data=None,
+                                                   content=None, files=None)
         self._cache = Path(settings.cache_dir) if settings.cache_dir else None
 
     def __repr__(self) -> str:
@@ -324,7 +309,9 @@ class LLMClient:
         return f"LLMClient(base_url={self.settings.base_url!r}, models={names!r}, key_env={self.settings.api_key_env!r})"
 
     def pick_model(self, rng: np.random.Generator) -> str:
-        """Choose a model name with probability proportional to its weight."""
+        """Choose a model name with probability proportional to its weight (one model: no draw)."""
+        if len(self._weights) == 1:
+            return self.settings.models[0].name
         return self.settings.models[int(rng.choice(len(self._weights), p=self._weights))].name
 
     def _model_for_sample(self, sample_index: int) -> str:
@@ -380,11 +367,11 @@ class LLMClient:
                 request["top_logprobs"] = top_logprobs
         if s.seed is not None:
             request["seed"] = _derived_seed(s.seed, sample_index)
-        key = hashlib.sha256(
+        key = None if self._cache is None else hashlib.sha256(
             _canonical({**request, "stop": stop, "seed": s.seed, "sample_index": sample_index}).encode()
         ).hexdigest()
 
-        ledgers = [self.ledger] + [t for t in (_CURRENT_TALLY.get(),) if t is not None]
+        ledgers = [self.ledger] + [t for t in (current_tally(),) if t is not None]
         hit = self._cache_get(key)
         if hit is not None:
             for ledger in ledgers:
@@ -467,8 +454,9 @@ class LLMClient:
             async with asyncio.timeout(s.timeout_s):
                 # The raw endpoint (openai's documented way to skip its typed-params transform,
                 # which costs more CPU than the rest of the call): we parse and check the body.
-                raw = await self._client.post("/chat/completions", cast_to=httpx2.Response, body=request)
-                body = raw.text
+                # ``post()`` with the options copied from a kept one (``post`` builds them anew: ~70 us).
+                raw = await self._client.request(httpx2.Response, self._chat.model_copy(update={"json_data": request}))
+                body = raw.content
         except (TimeoutError, openai.APITimeoutError):
             raise _Retryable("timeout", f"no answer within {s.timeout_s:g}s") from None
         except openai.APIConnectionError as err:
@@ -490,7 +478,7 @@ class LLMClient:
             self.ledger.in_flight -= 1
         return self._parse(body, request)
 
-    def _parse(self, body: str, request: dict) -> _Parsed:
+    def _parse(self, body: bytes, request: dict) -> _Parsed:
         """Pull text, finish reason and token counts out of a reply, or say why it is malformed."""
         try:
             data = json.loads(body)
@@ -551,17 +539,17 @@ class LLMClient:
         assert self._cache is not None
         return self._cache / key[:2] / f"{key}.json"
 
-    def _cache_get(self, key: str) -> Completion | None:
-        if self._cache is None:
+    def _cache_get(self, key: str | None) -> Completion | None:
+        if key is None:  # no cache
             return None
         try:
             return Completion(**{**json.loads(self._cache_path(key).read_text()), "cached": True})
         except (OSError, ValueError, TypeError):  # missing or unreadable entry: a miss, rewritten later
             return None
 
-    def _cache_put(self, key: str, c: Completion) -> None:
+    def _cache_put(self, key: str | None, c: Completion) -> None:
         """Write atomically (temp file in the same folder, then rename) so readers never see half a file."""
-        if self._cache is None:
+        if key is None:
             return
         path = self._cache_path(key)
         path.parent.mkdir(parents=True, exist_ok=True)

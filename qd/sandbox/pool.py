@@ -1,10 +1,14 @@
 """Runs untrusted, LLM-written code: pre-forked workers, one sandboxed fork per run.
 
-Each worker process imports the entry module once; every run forks a fresh
-child of it (new session, rlimits, unprivileged uid, private /tmp, read-only
-filesystem, no network where the kernel allows), so a run costs a fork rather
-than a new interpreter. The child runs ``function(text, **args)`` and sends back
-JSON. What is and is not isolated: ``docs/sandbox.md``.
+Each worker process imports the entry module once; every run gets a fresh child
+of it (own process group, rlimits, unprivileged uid, private /tmp, read-only
+filesystem, no network where the kernel allows), forked and set up before its
+request arrives, so a run costs a fork rather than a new interpreter, and waits
+for little of it. The child runs ``function(text, **args)`` and sends back JSON.
+What is and is not isolated: ``docs/sandbox.md``.
+
+The host's side of a run is kept to one frame written and one read: a worker's
+replies are read by a reader callback registered once, not per run.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import fcntl
 import itertools
 import json
 import os
@@ -24,9 +29,13 @@ from pathlib import Path
 from typing import Any
 
 _WORKER = Path(__file__).with_name("worker.py")
-_HEADER = struct.Struct(">I")
+_HEADER = struct.Struct(">cQI")  # kind, run id, body length; the same in worker.py
+_INIT, _RUN, _CANCEL = b"I", b"R", b"C"  # frames to the worker
+_HELLO = b"H"  # frames from it: the hello, then replies (b"R") by run id
 _UID_BASE, _UID_SPAN = 61000, 4000  # children of root run as uid/gid 61000 + n, one per worker
 _UIDS = itertools.count()
+_READ_BYTES = 1 << 16  # per read of the worker's replies: a larger buffer is a fresh mmap every time
+_PIPE_BYTES = 1 << 20  # the request pipe's buffer (Linux allows this much without privileges)
 _REPLY_GRACE_S = 10.0  # the worker enforces wall_s; the parent gives up this much later
 _START_TIMEOUT_S = 120.0  # importing the entry (e.g. jax) may take a while
 
@@ -61,9 +70,9 @@ def _failed(error: str, seconds: float = 0.0) -> SandboxResult:
     return SandboxResult(False, None, error, "", "", seconds)
 
 
-def _frame(obj: Any) -> bytes:
+def _frame(kind: bytes, run_id: int, obj: Any) -> bytes:
     body = json.dumps(obj).encode()
-    return _HEADER.pack(len(body)) + body
+    return _HEADER.pack(kind, run_id, len(body)) + body
 
 
 def _check_entry(entry: str) -> str:
@@ -89,11 +98,15 @@ class _WorkerDied(Exception):
 
 
 class _Worker:
-    """One worker process and the parent's non-blocking ends of its pipes."""
+    """One worker process, the parent's non-blocking ends of its pipes, and the futures
+    waiting for its frames (its hello, or the reply to a run id).
+
+    One reader callback, registered on the running event loop for as long as the worker
+    lives (not once per run), reads its frames and hands each to its future.
+    """
 
     def __init__(self, init: dict):
         self.init = init
-        self.busy = False
         self.start()
 
     def start(self) -> None:
@@ -101,8 +114,14 @@ class _Worker:
             [sys.executable, "-I", str(_WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             start_new_session=True)
         self.rfd, self.wfd = self.proc.stdout.fileno(), self.proc.stdin.fileno()
-        self.buf, self.hello, self.waiting = bytearray(), None, None
-        os.write(self.wfd, _frame(self.init))
+        self.buf, self.hello, self.ended = bytearray(), None, False
+        self.loop: asyncio.AbstractEventLoop | None = None  # the one whose reader reads rfd
+        self.waiting: dict[Any, asyncio.Future] = {}  # _HELLO or a run id
+        os.write(self.wfd, _frame(_INIT, 0, self.init))
+        try:  # room for any usual request, so that sending one never waits
+            fcntl.fcntl(self.wfd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+        except OSError:
+            pass
         os.set_blocking(self.rfd, False)
         os.set_blocking(self.wfd, False)
 
@@ -111,101 +130,111 @@ class _Worker:
         if self.wfd >= 0:
             self.proc.stdin.close()
             self.wfd = -1
-        self.wake()
 
-    def wake(self) -> None:
-        """Make a send or recv that waits look again (after close or a sync read)."""
-        if self.waiting is not None and not self.waiting.done():
-            self.waiting.set_result(None)
-
-    def stop(self, wait_s: float = 0.0, close_output: bool = True) -> None:
-        """Stop the worker: EOF, then SIGKILL after ``wait_s``."""
+    def stop(self, wait_s: float = 0.0) -> None:
+        """Stop the worker (EOF, then SIGKILL after ``wait_s``); whoever waits for it gets _WorkerDied."""
         self.shut_input()
         try:
             self.proc.wait(wait_s)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        if close_output and self.rfd >= 0:
+        if self.rfd >= 0:
+            self._unlisten()
             self.proc.stdout.close()
             self.rfd = -1
+        self._fail(_WorkerDied("worker stopped"))
 
     def restart(self) -> None:
         self.stop()
         self.start()
 
-    def _take(self) -> dict | None:
-        if len(self.buf) < _HEADER.size:
-            return None
-        end = _HEADER.size + _HEADER.unpack_from(self.buf)[0]
-        if len(self.buf) < end:
-            return None
-        body, self.buf = bytes(self.buf[_HEADER.size:end]), self.buf[end:]
-        return json.loads(body)
+    def _listen(self) -> asyncio.AbstractEventLoop:
+        """The running loop, reading this worker's output (registered once per loop)."""
+        loop = asyncio.get_running_loop()
+        if self.loop is not loop:
+            self._unlisten()
+            loop.add_reader(self.rfd, self._readable)
+            self.loop = loop
+        return loop
+
+    def _unlisten(self) -> None:
+        """Unregister the reader; before the descriptor closes, or a new one with its number breaks it."""
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.remove_reader(self.rfd)
+        self.loop = None
+
+    def _readable(self) -> None:
+        try:
+            self._read()
+        except _WorkerDied as e:
+            self._unlisten()
+            self._fail(e)
+
+    def _fail(self, error: _WorkerDied) -> None:
+        for fut in self.waiting.values():
+            if not fut.done() and not fut.get_loop().is_closed():
+                fut.set_exception(error)
+        self.waiting.clear()
 
     def _read(self) -> bool:
-        """Read what is there; False when nothing is ready yet."""
+        """Read what is there and hand out the frames complete; False when nothing is ready yet."""
         try:
-            chunk = os.read(self.rfd, 1 << 20)
+            chunk = os.read(self.rfd, _READ_BYTES)
         except BlockingIOError:
             return False
         except OSError as e:
             raise _WorkerDied(str(e)) from None
         if not chunk:
+            self.ended = True
             raise _WorkerDied("worker exited")
         self.buf += chunk
+        while len(self.buf) >= _HEADER.size:
+            kind, run_id, size = _HEADER.unpack_from(self.buf)
+            end = _HEADER.size + size
+            if len(self.buf) < end:
+                break
+            body = bytes(self.buf[_HEADER.size:end])
+            del self.buf[:end]
+            if kind == _HELLO:
+                self.hello, run_id = json.loads(body), _HELLO
+            fut = self.waiting.pop(run_id, None)  # none for a cancelled run
+            if fut is not None and not fut.done():
+                fut.set_result(body)
         return True
 
-    async def _wait(self, fd: int, writable: bool) -> None:
-        loop = asyncio.get_running_loop()
-        self.waiting = fut = loop.create_future()
-        add, remove = (loop.add_writer, loop.remove_writer) if writable else (loop.add_reader, loop.remove_reader)
-        add(fd, lambda: fut.done() or fut.set_result(None))
+    async def _expect(self, key: Any) -> bytes:
+        """The body of the next frame for ``key``."""
+        if self.ended or self.rfd < 0:
+            raise _WorkerDied("worker exited")
+        fut = self.waiting[key] = self._listen().create_future()
         try:
-            await fut
+            return await fut
         finally:
-            self.waiting = None
-            remove(fd)
+            if self.waiting.get(key) is fut:
+                del self.waiting[key]
 
-    async def recv(self, hello: bool = False) -> dict:
-        while (frame := self._take()) is None:
-            if hello and self.hello is not None:  # isolation() read it meanwhile
-                return self.hello
-            if not self._read():
-                await self._wait(self.rfd, writable=False)
-        return frame
-
-    def recv_sync(self, timeout: float) -> dict:
-        deadline = time.monotonic() + timeout
-        while (frame := self._take()) is None:
-            if not self._read():
-                if not select.select([self.rfd], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                    raise TimeoutError
-        return frame
+    async def reply(self, run_id: int) -> dict:
+        return json.loads(await self._expect(run_id))
 
     async def send(self, data: bytes) -> None:
+        """Write a request. One larger than the pipe's buffer (rare: 1 MB where the system
+        allows it) waits for room by polling, which needs no writer registered and removed."""
         view = memoryview(data)
         while view:
             try:
                 view = view[os.write(self.wfd, view):]
             except BlockingIOError:
-                await self._wait(self.wfd, writable=True)
+                await asyncio.sleep(0.001)
             except OSError as e:
                 raise _WorkerDied(str(e)) from None
 
     def cancel(self, run_id: int) -> None:
-        """Ask the worker to kill run ``run_id``; its late reply is skipped by ``reply``."""
+        """Ask the worker to kill run ``run_id``; its late reply finds no one waiting."""
         try:
-            os.write(self.wfd, _frame({"cancel": run_id}))  # under PIPE_BUF: all or nothing
+            os.write(self.wfd, _HEADER.pack(_CANCEL, run_id, 0))  # under PIPE_BUF: all or nothing
         except OSError:
             self.restart()
-
-    async def reply(self, run_id: int) -> dict:
-        """The reply to ``run_id``, skipping replies to cancelled runs."""
-        while (frame := await self.recv())["id"] != run_id:
-            pass
-        del frame["id"]
-        return frame
 
     def check_hello(self) -> dict:
         """The worker's report; ValueError when its entry cannot be used."""
@@ -223,10 +252,24 @@ class _Worker:
         """Wait for the worker's hello (its report, or why the entry cannot be used)."""
         if self.hello is None:
             try:
-                self.hello = await asyncio.wait_for(self.recv(hello=True), _START_TIMEOUT_S)
+                async with asyncio.timeout(_START_TIMEOUT_S):
+                    await self._expect(_HELLO)
             except (_WorkerDied, TimeoutError) as e:
                 self.stop()
                 raise self.no_hello(e) from None
+        self.check_hello()
+
+    def ready_sync(self) -> None:
+        """``ready`` for a caller outside the event loop."""
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        try:
+            while self.hello is None:
+                if not self._read() and not select.select(
+                        [self.rfd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                    raise TimeoutError
+        except (_WorkerDied, TimeoutError) as e:
+            self.stop()
+            raise self.no_hello(e) from None
         self.check_hello()
 
 
@@ -255,7 +298,7 @@ class Sandbox:
     async def run(self, text: str, args: dict | None = None) -> SandboxResult:
         """Call the entry on ``text`` in a fresh sandboxed process and report what happened."""
         run_id = next(self._ids)
-        request = _frame({"id": run_id, "text": text, "args": args or {}})  # TypeError: the caller's
+        request = _frame(_RUN, run_id, {"text": text, "args": args or {}})  # TypeError: the caller's
         worker = await self._acquire()
         if worker is None:
             return _failed("sandbox closed")
@@ -266,8 +309,7 @@ class Sandbox:
 
     async def _run_on(self, worker: _Worker, run_id: int, request: bytes) -> SandboxResult:
         start = time.monotonic()
-        worker.busy = True
-        if worker.proc.poll() is not None:  # died while idle: replace it before using it
+        if worker.ended or worker.proc.poll() is not None:  # died while idle: replace it before using it
             worker.restart()
         phase = "start"
         try:
@@ -290,7 +332,6 @@ class Sandbox:
             what = "stopped answering" if isinstance(e, TimeoutError) else "died"
             return _failed(f"sandbox worker {what} (restarted)", time.monotonic() - start)
         finally:
-            worker.busy = False
             if self._closed:
                 worker.stop()
 
@@ -319,16 +360,10 @@ class Sandbox:
     def isolation(self) -> dict[str, bool]:
         """What isolation is in force here, as probed by the first worker (waits for it to start)."""
         worker = self._workers[0]
-        if worker.proc.poll() is not None and worker.hello is None:
+        if worker.hello is None and (worker.ended or worker.proc.poll() is not None):
             worker.restart()
-        if worker.hello is None:
-            try:
-                worker.hello = worker.recv_sync(_START_TIMEOUT_S)
-            except (_WorkerDied, TimeoutError) as e:
-                worker.stop()
-                raise worker.no_hello(e) from None
-            worker.wake()
-        return dict(worker.check_hello()["isolation"])
+        worker.ready_sync()
+        return dict(worker.hello["isolation"])
 
     async def aclose(self) -> None:
         """Stop the workers (and whatever they run) without blocking the event loop."""
@@ -342,7 +377,7 @@ class Sandbox:
         """Stop the workers and whatever they run; safe to call twice (from the loop's thread)."""
         self._shut()
         for worker in self._workers:
-            worker.stop(wait_s=2.0, close_output=not worker.busy)  # a busy run closes it itself
+            worker.stop(wait_s=2.0)
 
     def _shut(self) -> None:
         self._closed = True

@@ -1,16 +1,24 @@
 """The sandbox worker: imports the entry once, then forks one sandboxed child per run.
 
-`qd.sandbox` starts it as ``python -I worker.py`` and talks to it in
-length-prefixed JSON frames over stdin/stdout. It imports only the standard
-library before the entry, so a fork copies little. Where the kernel allows, the
-worker is pid 1 of its own PID namespace (inside a user namespace when not
-root), with its own network and mount namespaces set up once: creating them per
-run would cost more than the fork. After each run it kills every other process
-in its PID namespace and empties its private /tmp and /dev/shm, so nothing a
-candidate starts or writes outlives its run.
+`qd.sandbox` starts it as ``python -I worker.py`` and talks to it in frames over
+stdin/stdout: a header (kind, run id, length) and a body the worker never has to
+decode on the way in (a request's JSON is parsed by the child it is meant for).
+It imports only the standard library before the entry, so a fork copies little.
+Where the kernel allows, the worker is pid 1 of its own PID namespace (inside a
+user namespace when not root), with its own network and mount namespaces set up
+once: creating them per run would cost more than the fork. After each run it
+kills every other process in its PID namespace and empties its private /tmp and
+/dev/shm, so nothing a candidate starts or writes outlives its run.
+
+Each run's child is forked *before* its request arrives, right after the previous
+run's clean-up, and sets itself up (process group, descriptors, rlimits) while the
+worker waits: a request then costs little more than the entry call and the exit.
+The fork (the dearest part: every page either process then writes is copied) is
+off the path between a request and its reply.
 """
 
 import ctypes
+import gc
 import importlib
 import importlib.util
 import json
@@ -35,7 +43,9 @@ SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_MOUNT_SETATTR = 428, 429, 442  # the same on 
 OPEN_TREE_CLONE, MOVE_MOUNT_F_EMPTY_PATH, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 1, 4, 0x8000, 1
 AT_FDCWD = -100
 CHUNK = 1 << 16
-HEADER = struct.Struct(">I")
+HEADER = struct.Struct(">cQI")  # kind, run id, body length; the same in pool.py
+RUN, CANCEL = b"R", b"C"  # frames from the host (after the first, the init)
+HELLO, REPLY = b"H", b"R"  # frames to the host
 # QD_SANDBOX_NAMESPACES=0: no namespaces at all, for systems where they misbehave (and to test that path)
 NAMESPACES = os.environ.get("QD_SANDBOX_NAMESPACES", "1") != "0"
 DRAIN_S = 1.0  # how long to wait for output pipes to close once the child is gone
@@ -142,12 +152,13 @@ def _set_capabilities(mask: int) -> None:
 
 
 def _read_frame(fd: int):
-    """Next frame from ``fd`` as a dict, or None at EOF."""
+    """Next frame from ``fd`` as (kind, run id, body), or None at EOF."""
     head = _read_exact(fd, HEADER.size)
     if head is None:
         return None
-    body = _read_exact(fd, HEADER.unpack(head)[0])
-    return None if body is None else json.loads(body)
+    kind, run_id, size = HEADER.unpack(head)
+    body = _read_exact(fd, size)
+    return None if body is None else (kind, run_id, body)
 
 
 def _read_exact(fd: int, n: int):
@@ -166,9 +177,16 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _write_frame(fd: int, obj) -> None:
+def _write_frame(fd: int, kind: bytes, run_id: int, obj) -> None:
     body = json.dumps(obj).encode()
-    _write_all(fd, HEADER.pack(len(body)) + body)
+    _write_all(fd, HEADER.pack(kind, run_id, len(body)) + body)
+
+
+def _read_to_end(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, CHUNK):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _enter_namespaces() -> dict[str, bool]:
@@ -257,16 +275,27 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split())[:500]
 
 
+class Child:
+    """A forked child waiting for its request: its pid, a pidfd for it, and the worker's
+    ends of its pipes (request; stdout, stderr, result)."""
+
+    def __init__(self, pid: int, request_w: int, outputs: list[int]):
+        self.pid, self.request_w, self.outputs = pid, request_w, outputs
+        self.pidfd = os.pidfd_open(pid)
+
+    def close(self) -> None:
+        for fd in (*self.outputs, self.pidfd):
+            os.close(fd)
+
+
 class Worker:
     """Serves runs of one entry function, one at a time, each in a fresh child."""
 
     def __init__(self, init: dict, fn, namespaces: dict, rfd: int, wfd: int):
-        self.fn, self.rfd, self.wfd = fn, rfd, wfd
-        self.queued: list[dict] = []  # requests read while a run was being cancelled
+        self.rfd, self.wfd = rfd, wfd
+        self.queued: list[tuple] = []  # requests read while a run was being cancelled
         self.limits = init["limits"]
         root = os.geteuid() == 0 and not namespaces["user"]
-        self.uid = init["uid"] if root else os.geteuid()
-        self.gid = init["uid"] if root else os.getegid()
         self.pid_ns, self.user_ns = namespaces["pid"], namespaces["user"]
         self.reaper = Reaper(self.pid_ns)
         if not self.pid_ns:
@@ -274,22 +303,29 @@ class Worker:
         self.network_off = False
         if NAMESPACES and not self.limits["network"]:
             self.network_off = _succeeds(_unshare, CLONE_NEWNET)
-        self.needed = _needed_paths()
-        self.hidden = _hidden_directories(self.needed) if root else []
+        needed = _needed_paths()
+        self.hidden = _hidden_directories(needed) if root else []
         self.features = dict.fromkeys(("private_tmp", "private_proc", "read_only_fs"), False)
         revealed = not self.hidden
         if namespaces["mount"]:
             revealed = _succeeds(_reveal, self.hidden)
             self._private_filesystem()
-        self.keep_read = not revealed
-        self.features["unprivileged_uid"] = root and self._can_switch_uid()
-        self.result_fd = min(1023, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 1)
-        self.rlimits = self._rlimits()
+        # Every run works in the same, freshly made directory: in the private tmpfs, or in
+        # a directory of this worker's own (0711: the sandbox uid can enter, not list or add).
+        self.base = None if self.features["private_tmp"] else tempfile.mkdtemp(prefix="qd-sandbox-")
+        if self.base:
+            os.chmod(self.base, 0o711)
+        self.cwd = os.path.join(self.base or "/tmp", "work")
+        self.side = ChildSide(fn, self.limits, self.cwd, init["uid"] if root else None, not revealed,
+                              self.pid_ns, needed)
+        self.features["unprivileged_uid"] = self.side.switch_uid
         sys.stdout.reconfigure(line_buffering=True)  # a child killed mid-run keeps its last lines
-        # Candidates see no API keys: the entry was imported with the full environment, runs get this.
+        # Candidates see no API keys: the entry was imported with the full environment, runs get
+        # this, set once here (in a child, touching the environment would copy pages of it).
         keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "TZ") or k.startswith("LC_")}
         os.environ.clear()
-        os.environ.update(keep)
+        os.environ.update(keep, HOME=self.cwd, TMPDIR=self.cwd)
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)  # inherited by every child; the worker never execs
 
     def isolation(self) -> dict:
         return {"rlimits": True, "process_group": True, "pid_namespace": self.pid_ns,
@@ -307,26 +343,192 @@ class Worker:
                                        for path in TMP_DIRS])
         features["read_only_fs"] = features["private_tmp"] and _succeeds(_read_only_except, TMP_DIRS)
 
-    def _can_switch_uid(self) -> bool:
+    def serve(self) -> None:
+        _write_frame(self.wfd, HELLO, 0, {"isolation": self.isolation()})
+        # Children copy every page they write, the garbage collector's included: a frozen
+        # heap is one that a collection in a child never walks.
+        gc.freeze()
+        self.child = self._fork()
+        while (frame := self.queued.pop(0) if self.queued else _read_frame(self.rfd)) is not None:
+            kind, run_id, body = frame
+            if kind == RUN:  # a cancel for a run that already ended is ignored
+                _write_frame(self.wfd, REPLY, run_id, self.run(run_id, body))
+                self.child.close()
+                self.child = self._fork()  # while the host reads the reply
+        self._leave()
+
+    def _fork(self) -> Child:
+        """Fork the next run's child. Only now, with every process of the last run killed and
+        its files deleted, so nothing of it can reach the new child."""
+        os.mkdir(self.cwd, 0o700)
+        if self.side.switch_uid:
+            os.chown(self.cwd, self.side.uid, self.side.gid)
+        (request_r, request_w), *outputs = [os.pipe() for _ in range(4)]  # stdout, stderr, result
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self.side.run(request_r, *(w for _, w in outputs))
+            finally:
+                os._exit(70)  # the child must never return into the worker's loop
+        for fd in (request_r, *(w for _, w in outputs)):
+            os.close(fd)
+        return Child(pid, request_w, [r for r, _ in outputs])
+
+    def _leave(self) -> None:
+        """The host is gone: kill everything, delete the files, exit."""
+        self.reaper.kill_all(self.child.pid)
+        self.reaper.sweep(self.child.pid)
+        self._remove_files()
+        if self.base:
+            shutil.rmtree(self.base, ignore_errors=True)
+        os._exit(0)
+
+    def _deliver(self, request: bytes) -> None:
+        """Hand the request to the waiting child (EOF ends it). A child that died waiting
+        (killed from outside: nothing of ours ends it) is replaced once; one that cannot
+        take it either is left to its verdict."""
+        for replace in (True, False):
+            try:
+                _write_all(self.child.request_w, request)
+                break
+            except OSError:
+                if not replace:
+                    break
+            self.reaper.sweep(self.child.pid)
+            os.close(self.child.request_w)
+            self.child.close()
+            self._remove_files()
+            self.child = self._fork()
+        os.close(self.child.request_w)
+
+    def run(self, run_id: int, request: bytes) -> dict:
+        lim = self.limits
+        start = time.monotonic()
+        self._deliver(request)
+        reason, status, cpu, outputs = self._supervise(self.child, start, run_id)
+        self._remove_files()
+        seconds = time.monotonic() - start
+        out, err, res = outputs
+        reply = {"ok": False, "value": None, "error": reason,
+                 "stdout": _truncate(out), "stderr": _truncate(err), "seconds": seconds}
+        if reason is None:
+            reply.update(_verdict(status, cpu, bytes(res), lim))
+        return reply
+
+    def _remove_files(self) -> None:
+        """Delete what the run may have written: everything in the private tmpfs, or its directory."""
+        written = [os.path.join(top, name) for top in TMP_DIRS for name in os.listdir(top)] \
+            if self.features["private_tmp"] else [self.cwd]
+        for path in written:
+            try:
+                os.rmdir(path)  # the usual case: an empty working directory
+            except FileNotFoundError:
+                pass
+            except OSError:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
+
+    def _supervise(self, child: Child, start: float, run_id: int):
+        """Collect the child's output until it exits or breaks a limit; then kill what is left."""
+        lim, fds, pid = self.limits, child.outputs, child.pid
+        cap = lim["output_cap_mb"] << 20
+        outputs = [_Capture(lim["output_kb"] * 512), _Capture(lim["output_kb"] * 512), bytearray()]
+        poller = select.poll()
+        for fd in (*fds, self.rfd, child.pidfd):
+            poller.register(fd, select.POLLIN)
+        reason, status, cpu, killed, deadline = None, None, 0.0, False, start + lim["wall_s"]
+        open_fds = set(fds)
+
+        def kill(why: str) -> None:
+            nonlocal reason, killed
+            reason = reason or why
+            if not killed:
+                killed = True
+                self.reaper.kill_all(pid)
+
+        while status is None or open_fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if status is not None:
+                    break  # something we could not kill still holds a pipe open
+                kill(f"timeout after {float(lim['wall_s'])} s (killed)")
+                left, deadline = DRAIN_S, time.monotonic() + DRAIN_S
+            for fd, _ in poller.poll(left * 1000):
+                if fd == child.pidfd:
+                    poller.unregister(fd)
+                    _, status, usage = os.wait4(pid, 0)
+                    cpu = usage.ru_utime + usage.ru_stime
+                    self.reaper.sweep(pid)
+                    deadline = min(deadline, time.monotonic() + DRAIN_S)
+                elif fd == self.rfd:
+                    frame = _read_frame(self.rfd)
+                    if frame is None:  # the parent is gone: clean up and leave
+                        self._leave()
+                    if frame[0] == RUN:  # the next request, sent after cancelling this one
+                        self.queued.append(frame)
+                    elif frame[0] == CANCEL and frame[1] == run_id:
+                        kill("cancelled")
+                else:
+                    data = os.read(fd, CHUNK)
+                    if not data:
+                        poller.unregister(fd)
+                        open_fds.discard(fd)
+                        continue
+                    outputs[fds.index(fd)] += data
+                    if fd == fds[2] and len(outputs[2]) > cap:
+                        kill(f"result too large (> {lim['output_cap_mb']} MB)")
+                    elif outputs[0].total + outputs[1].total > cap:
+                        kill(f"output limit ({lim['output_cap_mb']} MB)")
+        return reason, status, cpu, outputs
+
+
+class ChildSide:
+    """What a pre-forked child does, from the fork to its exit: set itself up, wait for
+    its request, become the sandbox user, call the entry, write the result.
+
+    Its settings are worked out once, in the worker, before the first fork: a child only
+    applies them, and every page it would write to work them out would be a copy.
+    """
+
+    def __init__(self, fn, limits: dict, cwd: str, sandbox_uid: int | None, keep_read: bool, pid_ns: bool,
+                 needed: list[str]):
+        """``sandbox_uid``: the uid to run as, where the worker is real root (None: keep its
+        own uid, without capabilities); ``needed``: the directories that uid must read."""
+        self.fn, self.limits, self.cwd = fn, limits, cwd
+        self.keep_read, self.pid_ns, self.worker_pid = keep_read, pid_ns, os.getpid()
+        self.uid, self.gid = (os.geteuid(), os.getegid()) if sandbox_uid is None else (sandbox_uid,) * 2
+        self.switch_uid = sandbox_uid is not None and self._can_switch_uid(needed)
+        self.result_fd = min(1023, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 1)
+        self.rlimits = self._rlimits()
+
+    def _can_switch_uid(self, needed: list[str]) -> bool:
         """Whether a child can become the sandbox uid and still read Python (tried in a throwaway child)."""
         pid = os.fork()
         if pid == 0:
             try:
                 self._become_sandbox_user()
-                os._exit(0 if all(os.access(p, os.R_OK | os.X_OK, effective_ids=True) for p in self.needed)
+                os._exit(0 if all(os.access(p, os.R_OK | os.X_OK, effective_ids=True) for p in needed)
                          else 1)
             finally:
                 os._exit(1)
         return os.waitpid(pid, 0)[1] == 0
 
-    # --- the forked child -------------------------------------------------
-
     def _drop_privileges(self) -> None:
-        _prctl(PR_SET_NO_NEW_PRIVS, 1)
-        if self.features["unprivileged_uid"]:
+        if self.switch_uid:
             self._become_sandbox_user()
         else:  # root whose uid cannot change, or root of a user namespace: keep no capability
             _set_capabilities(0)
+        if not self.pid_ns:
+            # Without a PID namespace (whose processes all die with its pid 1), die with the
+            # worker. Set after the uid switch, which clears it; a worker already gone shows
+            # in the parent pid.
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != self.worker_pid:
+                os._exit(0)
 
     def _become_sandbox_user(self) -> None:
         """Switch to the sandbox uid. Without a mount namespace to reveal a Python installed
@@ -354,23 +556,29 @@ class Worker:
             out.append((kind, (value, hard)))
         return out
 
-    def _child(self, request: dict, out_w: int, err_w: int, res_w: int, cwd: str) -> None:
-        """Set the child up and call the entry; never returns."""
+    def run(self, request_r: int, out_w: int, err_w: int, res_w: int) -> None:
+        """Set the child up, wait for its request, call the entry; never returns.
+
+        What does not depend on the request (process group, descriptors, rlimits) is done
+        before it arrives; the uid switch waits for it, so a child that has not run anything
+        yet is not a process of the sandbox uid.
+
+        A process group of its own, not a session: the worker has no controlling terminal to
+        part from, and setsid() costs a scheduler autogroup per run (milliseconds of waiting
+        on some kernels)."""
         result_fd = res_w
         try:
-            os.setsid()
-            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            os.chdir(cwd)
-            null = os.open(os.devnull, os.O_RDWR)
-            for src, dst in ((null, 0), (out_w, 1), (err_w, 2), (res_w, self.result_fd)):
+            os.setpgid(0, 0)
+            os.chdir(self.cwd)
+            for src, dst in ((request_r, 0), (out_w, 1), (err_w, 2), (res_w, self.result_fd)):
                 os.dup2(src, dst)
             result_fd = self.result_fd
             os.closerange(3, self.result_fd)
             os.closerange(self.result_fd + 1, 1 << 20)
             for kind, pair in self.rlimits:
                 resource.setrlimit(kind, pair)
+            request = json.loads(_read_to_end(0))  # stdin stays at EOF for the candidate
             self._drop_privileges()
-            os.environ.update(HOME=cwd, TMPDIR=cwd)  # the rest was cleared once, in __init__
         except BaseException as e:
             self._finish({"error": f"sandbox setup failed: {_one_line(e)}"}, result_fd)
         try:
@@ -413,123 +621,6 @@ class Worker:
                 stream.flush()
             except BaseException:
                 pass
-
-    # --- the worker side --------------------------------------------------
-
-    def serve(self) -> None:
-        _write_frame(self.wfd, {"isolation": self.isolation()})
-        while (request := self.queued.pop(0) if self.queued else _read_frame(self.rfd)) is not None:
-            if "text" in request:  # a cancel for a run that already ended is ignored
-                _write_frame(self.wfd, {"id": request["id"], **self.run(request)})
-
-    def run(self, request: dict) -> dict:
-        lim = self.limits
-        pipes = [os.pipe() for _ in range(3)]
-        if self.features["private_tmp"]:
-            cwd = "/tmp/work"
-            os.mkdir(cwd, 0o700)
-        else:
-            cwd = tempfile.mkdtemp(prefix="qd-sandbox-")
-        if self.features["unprivileged_uid"]:
-            os.chown(cwd, self.uid, self.gid)
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        start = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                self._child(request, pipes[0][1], pipes[1][1], pipes[2][1], cwd)
-            finally:
-                os._exit(70)  # the child must never return into the worker's loop
-        for _, w in pipes:
-            os.close(w)
-        try:
-            reason, status, cpu, outputs = self._supervise(pid, start, [r for r, _ in pipes], request["id"])
-        finally:
-            for r, _ in pipes:
-                os.close(r)
-            self._remove_files(cwd)
-        seconds = time.monotonic() - start
-        out, err, res = outputs
-        reply = {"ok": False, "value": None, "error": reason,
-                 "stdout": _truncate(out), "stderr": _truncate(err), "seconds": seconds}
-        if reason is None:
-            reply.update(_verdict(status, cpu, bytes(res), lim))
-        return reply
-
-    def _remove_files(self, cwd: str) -> None:
-        """Delete what the run may have written: everything in the private tmpfs, or its directory."""
-        written = [os.path.join(top, name) for top in TMP_DIRS for name in os.listdir(top)] \
-            if self.features["private_tmp"] else [cwd]
-        for path in written:
-            try:
-                os.rmdir(path)  # the usual case: an empty working directory
-            except OSError:
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    os.unlink(path)
-
-    def _supervise(self, pid: int, start: float, fds: list[int], run_id: int):
-        """Collect the child's output until it exits or breaks a limit; then kill what is left."""
-        lim = self.limits
-        cap = lim["output_cap_mb"] << 20
-        outputs = [_Capture(lim["output_kb"] * 512), _Capture(lim["output_kb"] * 512), bytearray()]
-        poller = select.poll()
-        for fd in fds:
-            poller.register(fd, select.POLLIN)
-        poller.register(self.rfd, select.POLLIN)
-        pidfd = os.pidfd_open(pid)
-        poller.register(pidfd, select.POLLIN)
-        reason, status, cpu, killed, deadline = None, None, 0.0, False, start + lim["wall_s"]
-        open_fds = set(fds)
-
-        def kill(why: str) -> None:
-            nonlocal reason, killed
-            reason = reason or why
-            if not killed:
-                killed = True
-                self.reaper.kill_all(pid)
-
-        try:
-            while status is None or open_fds:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    if status is not None:
-                        break  # something we could not kill still holds a pipe open
-                    kill(f"timeout after {float(lim['wall_s'])} s (killed)")
-                    left, deadline = DRAIN_S, time.monotonic() + DRAIN_S
-                for fd, _ in poller.poll(left * 1000):
-                    if fd == pidfd:
-                        poller.unregister(pidfd)
-                        _, status, usage = os.wait4(pid, 0)
-                        cpu = usage.ru_utime + usage.ru_stime
-                        self.reaper.sweep(pid)
-                        deadline = min(deadline, time.monotonic() + DRAIN_S)
-                    elif fd == self.rfd:
-                        frame = _read_frame(self.rfd)
-                        if frame is None:  # the parent is gone: clean up and leave
-                            self.reaper.kill_all(pid)
-                            self.reaper.sweep(pid)
-                            os._exit(0)
-                        if "text" in frame:  # the next request, sent after cancelling this one
-                            self.queued.append(frame)
-                        elif frame["cancel"] == run_id:
-                            kill("cancelled")
-                    else:
-                        data = os.read(fd, CHUNK)
-                        if not data:
-                            poller.unregister(fd)
-                            open_fds.discard(fd)
-                            continue
-                        outputs[fds.index(fd)] += data
-                        if fd == fds[2] and len(outputs[2]) > cap:
-                            kill(f"result too large (> {lim['output_cap_mb']} MB)")
-                        elif outputs[0].total + outputs[1].total > cap:
-                            kill(f"output limit ({lim['output_cap_mb']} MB)")
-        finally:
-            os.close(pidfd)
-        return reason, status, cpu, outputs
 
 
 class Reaper:
@@ -642,15 +733,16 @@ def main() -> None:
     os.dup2(null, 0)
     os.dup2(2, 1)  # stray prints from the entry must not reach the protocol pipe
     os.close(null)
-    init = _read_frame(rfd)
-    if init is None:
+    frame = _read_frame(rfd)
+    if frame is None:
         return
+    init = json.loads(frame[2])
     sys.path[:] = init["sys_path"]
     os.chdir(init["cwd"])
     try:
         fn = _load_entry(init["entry"])
     except ValueError as e:
-        _write_frame(wfd, {"error": str(e)})
+        _write_frame(wfd, HELLO, 0, {"error": str(e)})
         return
     Worker(init, fn, namespaces, rfd, wfd).serve()
 

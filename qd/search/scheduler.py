@@ -71,11 +71,14 @@ class Bandit(NamedTuple):
         init: ``(num_arms) -> BanditState`` with no pulls.
         choose: ``(state, key) -> i32[]``, the arm to pull.
         update: ``(state, arm, credit, cost) -> BanditState``, records one pull.
+        choose_many: ``(state, keys [R]) -> i32[R]``, ``choose`` for each key in one
+            dispatch (the arms of a wave of proposals, which all see the same state).
     """
 
     init: Callable[[int], BanditState]
     choose: Callable[[BanditState, jax.Array], jax.Array]
     update: Callable[[BanditState, Any, Any, Any], BanditState]
+    choose_many: Callable[[BanditState, jax.Array], jax.Array]
 
 
 def init(num_arms: int) -> BanditState:
@@ -139,7 +142,8 @@ def _check_pull(state: BanditState, arm: Any, credit: Any, cost: Any) -> None:
 
 
 def _bandit(choose: Callable[[BanditState, jax.Array], jax.Array], decay: float) -> Bandit:
-    return Bandit(init=init, choose=jax.jit(choose), update=_make_update(decay))
+    return Bandit(init=init, choose=jax.jit(choose), update=_make_update(decay),
+                  choose_many=jax.jit(jax.vmap(choose, in_axes=(None, 0))))
 
 
 def ucb1(c: float = math.sqrt(2.0), decay: float = 1.0) -> Bandit:

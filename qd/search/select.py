@@ -38,6 +38,13 @@ itself; an entry that cannot be filled (too few elites) is (-1, -1):
 * ``islands``: elites of the other islands, uniformly; with one island, as
   ``uniform``.
 
+:func:`wave` draws both for a whole wave of proposals in one jitted dispatch (vmapped
+over them): what each proposal gets is exactly what :func:`parents` and
+:func:`inspirations` give for its keys, at a fraction of the host's cost per proposal.
+:func:`wave_uniform` draws the ``uniform`` rules on the host with numpy instead: the
+same distributions, from a numpy generator, at no dispatch at all (a jitted dispatch
+costs the loop ~0.1-0.2 ms of CPU; numpy on a few hundred cells, microseconds).
+
 Cost for C cells, I islands, n parents, m inspirations: parents O(C + n log C)
 (cumulative weights and a binary search), plus a sort for ``fitness`` and the k-NN
 above for ``novelty``; inspirations O(n m^2 + I C) for the uniform rules (Floyd's
@@ -52,6 +59,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from qd.archive.novelty import _NO_GROUP, _mean_present, knn
@@ -257,6 +265,12 @@ def parents(
         genome_id i32[n] and cell i32[n]; both -1 everywhere if the island is empty.
     """
     _check_island(state, island)
+    _check_parent_rule(rule, curiosity, temperature, k)
+    score = curiosity.score if rule == "curiosity" else None
+    return _parents(state, key, island, n, rule, score, jnp.float32(temperature), k)
+
+
+def _check_parent_rule(rule: str, curiosity: Curiosity | None, temperature: float | jax.Array, k: int) -> None:
     if rule not in PARENT_RULES:
         raise ValueError(f"parent rule {rule!r} is not one of {PARENT_RULES}")
     if rule == "curiosity" and curiosity is None:
@@ -265,8 +279,6 @@ def parents(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    score = curiosity.score if rule == "curiosity" else None
-    return _parents(state, key, island, n, rule, score, jnp.float32(temperature), k)
 
 
 @functools.partial(jax.jit, static_argnames=("n", "rule", "k"))
@@ -381,3 +393,100 @@ def _distant(
     _, pick = lax.top_k(race, min(m, num_cells))
     cell = jnp.where(jnp.take_along_axis(available, pick, axis=1), pick, -1)
     return jnp.pad(cell, ((0, 0), (0, m - cell.shape[1])), constant_values=-1)
+
+
+# ------------------------------------------------------------------------- waves
+
+
+class Picks(NamedTuple):
+    """Parents and inspirations of R proposals of up to ``children`` children each.
+
+    Attributes:
+        genome_id, cell: i32[R, children * max_parents]; the parents (-1 on an empty island).
+        source, spot: i32[R, children, m]; island and cell of each child's inspirations
+            (those of its first parent; -1 where none).
+    """
+
+    genome_id: jax.Array
+    cell: jax.Array
+    source: jax.Array
+    spot: jax.Array
+
+
+def wave(
+    state: ArchiveState, parent_key: jax.Array, inspire_key: jax.Array, island: jax.Array,
+    num_parents: jax.Array, children: int, max_parents: int, rule: str, curiosity: Curiosity | None = None,
+    temperature: float = 1.0, k: int = 15, m: int = 0, inspiration_rule: str = "uniform",
+) -> Picks:
+    """:func:`parents` and :func:`inspirations` for R proposals in one dispatch.
+
+    Row r is proposal r's: ``children * max_parents`` parents drawn with
+    ``parent_key[r]`` on ``island[r]`` (a proposal whose operator takes
+    ``num_parents[r] < max_parents`` uses the first ``children * num_parents[r]``:
+    draws with replacement, so a prefix is a draw of its own), then ``m``
+    inspirations per child, drawn with ``inspire_key[r]`` for the child's first
+    parent, ``cell[r, j * num_parents[r]]`` (an operator that shows fewer uses the
+    first ones: they come in random order, or best first for ``top``). Each row
+    equals the unbatched call with its keys: which rows share a wave never matters.
+
+    Args:
+        parent_key, inspire_key: keys [R]; island, num_parents: i32[R].
+        Others as in :func:`parents` and :func:`inspirations` (``m`` = 0: none).
+    """
+    islands = np.asarray(island)
+    if islands.size and not (0 <= islands.min() and islands.max() < state.num_islands):
+        raise ValueError(f"islands {islands.tolist()} are out of range for {state.num_islands} islands")
+    if m and inspiration_rule not in INSPIRATION_RULES:
+        raise ValueError(f"inspiration rule {inspiration_rule!r} is not one of {INSPIRATION_RULES}")
+    _check_parent_rule(rule, curiosity, temperature, k)
+    return _wave(state, parent_key, inspire_key, islands.astype(np.int32), np.asarray(num_parents, np.int32),
+                 curiosity.score if rule == "curiosity" else None, np.float32(temperature),
+                 children, max_parents, rule, k, m, inspiration_rule)
+
+
+@functools.partial(jax.jit, static_argnames=("children", "max_parents", "rule", "k", "m", "inspiration_rule"))
+def _wave(
+    state: ArchiveState, parent_key: jax.Array, inspire_key: jax.Array, island: jax.Array, num_parents: jax.Array,
+    score: jax.Array | None, temperature: jax.Array, children: int, max_parents: int, rule: str, k: int, m: int,
+    inspiration_rule: str,
+) -> Picks:
+    def one(parent_key: jax.Array, inspire_key: jax.Array, island: jax.Array, num_parents: jax.Array) -> Picks:
+        genome_id, cell = _parents(state, parent_key, island, children * max_parents, rule, score, temperature, k)
+        first = cell[jnp.arange(children) * num_parents]
+        if m:
+            source, spot = _inspirations(state, inspire_key, island, first, m, inspiration_rule)
+        else:
+            source = spot = jnp.zeros((children, 0), jnp.int32)
+        return Picks(genome_id, cell, source, spot)
+
+    return jax.vmap(one)(parent_key, inspire_key, island, num_parents)
+
+
+def wave_uniform(
+    genome_id: np.ndarray, rng: np.random.Generator, island: np.ndarray, num_parents: np.ndarray,
+    children: int, max_parents: int, m: int,
+) -> Picks:
+    """:func:`wave` for the ``uniform`` parent and inspiration rules, on the host.
+
+    Same shapes and distributions as :func:`wave` (parents uniform with replacement
+    among the island's filled cells; ``m`` distinct other elites of the island per
+    child, in random order, -1 beyond those there are), drawn from ``rng`` island by
+    island, so a wave is a pure function of the generator and ``genome_id`` (i64[I, C],
+    the archive's, read on the host).
+    """
+    rows, n = len(island), children * max_parents
+    cell, ids = np.full((rows, n), -1, np.int64), np.full((rows, n), -1, np.int64)
+    source, spot = np.full((rows, children, m), -1, np.int64), np.full((rows, children, m), -1, np.int64)
+    for i in sorted(set(island.tolist())):
+        at, pool = np.flatnonzero(island == i), np.flatnonzero(genome_id[i] >= 0)
+        if not len(pool):
+            continue
+        cell[at] = pool[rng.integers(len(pool), size=(len(at), n))]
+        ids[at] = genome_id[i, cell[at]]
+        for r in at if m else ():
+            step = num_parents[r]
+            for j, first in enumerate(cell[r, : children * step : step]):
+                others = pool[pool != first]
+                picked = rng.choice(others, min(m, len(others)), replace=False)
+                source[r, j, : len(picked)], spot[r, j, : len(picked)] = i, picked
+    return Picks(ids, cell, source, spot)

@@ -1,10 +1,10 @@
 """The search's moves around each insert: choose an arm before a proposal, pay it after.
 
-:meth:`SearchStep.after_insert` takes the run state, a committed proposal and
-its insert result, and returns the new state, the proposal's credit and the
-island moves (migrations, resets) for the driver to record:
+:meth:`SearchStep.after_insert` takes the run state, the proposals committed
+together and their one insert's result, and returns the new state, each
+proposal's credit and the island moves (migrations, resets) for the driver to record:
 
-- the arm's bandit is paid the proposal's archive improvement per unit of cost;
+- each arm's bandit is paid its proposal's archive improvement per unit of cost;
 - the parents' curiosity: +1 when a child entered, -0.5 when not; a cell a new
   genome entered starts again from 0;
 - the meta instructions shown in the prompts are paid their children's credit;
@@ -20,6 +20,7 @@ Credit is one currency: a child's contribution to the QD score (``qd.search.stra
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -69,22 +70,34 @@ class SearchStep:
     def _bandit_of(self, island: int) -> int:
         return island if len(self.bandits) > 1 else 0
 
-    def choose(self, state: RunState, island: int, key: jax.Array) -> int:
-        """The arm of the island's next proposal."""
-        b = self._bandit_of(island)
-        return int(self.bandits[b].choose(state.bandits[b], key))
+    def choose(self, state: RunState, islands: np.ndarray, keys: Callable[[], jax.Array]) -> np.ndarray:
+        """The arms i64[R] of a wave's proposals on ``islands`` (i64[R]), each chosen with its key
+        (``keys()``: keys [R]): one dispatch per bandit the wave uses; with one arm, none (no keys)."""
+        if len(self.arms) == 1:
+            return np.zeros(len(islands), np.int64)
+        bandit, wave_keys = islands if len(self.bandits) > 1 else np.zeros_like(islands), keys()
+        arms = np.zeros(len(islands), np.int64)
+        for b in np.unique(bandit):
+            arms = np.where(bandit == b, np.asarray(self.bandits[b].choose_many(state.bandits[b], wave_keys)), arms)
+        return arms
 
-    def after_insert(self, state: RunState, spec: Any, proposal: Any, island: np.ndarray,
-                     result: archive.InsertResult, fitness: np.ndarray) -> tuple[RunState, dict | None, list[Move]]:
-        """Credit, curiosity and island dynamics after ``proposal``'s insert (see the module doc)."""
+    def after_insert(self, state: RunState, spec: Any, proposals: list[Any], island: np.ndarray,
+                     result: archive.InsertResult, fitness: np.ndarray,
+                     ) -> tuple[RunState, list[dict | None], list[Move]]:
+        """Credit, curiosity and island dynamics after one insert of ``proposals``' candidates,
+        in order (see the module doc); the credit is per proposal."""
         gain = child_credit(result, fitness, self.qd_offset)
         if self.strategy.selection.parents == "curiosity":
-            state = self._curiosity(state, proposal, result)
+            state = self._curiosity(state, proposals, result)
         if self.meta is not None:
-            for instruction, g in zip(proposal.instructions, gain):
+            for instruction, g in zip((i for p in proposals for i in p.instructions), gain):
                 if instruction is not None:
                     self.meta.credit(instruction, float(g))
-        state, credit = self._pay_arm(state, proposal, gain)
+        credits, start = [], 0
+        for p in proposals:
+            state, credit = self._pay_arm(state, p, gain[start:start + len(p.candidates)])
+            credits.append(credit)
+            start += len(p.candidates)
         moves: list[Move] = []
         if self.islands > 1:
             pad = functools.partial(_pad, size=archive.padded_size(len(island)))
@@ -92,7 +105,7 @@ class SearchStep:
                 state.islands, state.archive, pad(island), jax.tree_util.tree_map(pad, result),
                 pad(np.ones(len(island), bool))))
             state, moves = self._island_dynamics(state, spec)
-        return state, credit, moves
+        return state, credits, moves
 
     def _pay_arm(self, state: RunState, proposal: Any, gain: np.ndarray) -> tuple[RunState, dict | None]:
         if proposal.arm is None:  # founders: no arm was pulled
@@ -105,17 +118,19 @@ class SearchStep:
             state = state._replace(bandits=tuple(bandits))
         return state, {"arm": self.arms[proposal.arm].name, "credit": round(float(gain.sum()), 6), "cost": cost}
 
-    def _curiosity(self, state: RunState, proposal: Any, result: archive.InsertResult) -> RunState:
+    def _curiosity(self, state: RunState, proposals: list[Any], result: archive.InsertResult) -> RunState:
         """+1 to each parent still in its cell whose child entered, -0.5 if it did not;
         cells that a new genome entered start again from 0."""
-        pad = functools.partial(_pad, size=archive.padded_size(len(proposal.candidates)))
-        island, cell = np.maximum(proposal.parents, 0).T
-        first = np.asarray([c.parent_ids[0] if len(c.parent_ids) else -1 for c in proposal.candidates])
-        still = (proposal.parents[:, 0] >= 0) & (np.asarray(state.archive.genome_id)[island, cell] == first)
+        candidates = [c for p in proposals for c in p.candidates]
+        parents = np.concatenate([p.parents for p in proposals])
+        pad = functools.partial(_pad, size=archive.padded_size(len(candidates)))
+        island, cell = np.maximum(parents, 0).T
+        first = np.asarray([c.parent_ids[0] if len(c.parent_ids) else -1 for c in candidates])
+        still = (parents[:, 0] >= 0) & (np.asarray(state.archive.genome_id)[island, cell] == first)
         entered = np.asarray(result.is_elite)
         cur = select.curiosity_update(state.curiosity, pad(island), pad(cell), pad(entered), pad(still))
         cur = select.curiosity_reset(
-            cur, pad(np.asarray([c.island for c in proposal.candidates])), pad(result.cell), pad(entered))
+            cur, pad(np.asarray([c.island for c in candidates])), pad(result.cell), pad(entered))
         return state._replace(curiosity=cur)
 
     def _island_dynamics(self, state: RunState, spec: Any) -> tuple[RunState, list[Move]]:

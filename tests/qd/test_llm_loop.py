@@ -158,3 +158,45 @@ def test_wide_in_flight_seeds_only_the_initial_population(tmp_path, scripted_llm
     rows = stored(tmp_path)
     assert sum(c.operator == "init" for c in rows) == 3
     assert sum(c.model is not None for c in rows) == 40
+
+
+def test_a_wave_of_proposals_is_one_store_transaction_and_one_insert(tmp_path, scripted_llm, monkeypatch):
+    from qd import loop
+    from qd.store import Store
+
+    adds, inserts = [], []
+    add, insert = Store.add, loop.archive.insert
+    monkeypatch.setattr(Store, "add", lambda self, cands, calls=(): adds.append(len(cands)) or add(self, cands, calls))
+    monkeypatch.setattr(loop.archive, "insert", lambda *a, **k: inserts.append(1) or insert(*a, **k))
+    server = scripted_llm([Rule("", by_seed)])
+    run_config(config(server.base_url, "runner.in_flight=8", "runner.max_llm_calls=32"), tmp_path)
+    commits = [e for e in map(json.loads, (tmp_path / "events.jsonl").read_text().splitlines())
+               if e["event"] == "commit"]
+    assert len(commits) == len(stored(tmp_path))  # batch 1: a line per proposal
+    assert max(e["wave"] for e in commits) == 4  # waves of in_flight / 2
+    assert len(adds) == len(inserts) == round(sum(1 / e["wave"] for e in commits)) < len(commits)
+    assert [e["evaluations"] for e in commits] == list(range(1, len(commits) + 1))
+
+
+@pytest.mark.parametrize("rule", ["uniform", "fitness"])
+def test_parents_are_drawn_per_wave_never_per_proposal(tmp_path, scripted_llm, monkeypatch, rule):
+    """Uniform selection costs no jitted dispatch (numpy on the host); any other rule, one per
+    wave (``select.wave``); the per-proposal draws are never used by the loop."""
+    from qd.search import select
+
+    def per_proposal(*args, **kwargs):
+        raise AssertionError("a jitted draw per proposal")
+
+    calls = {"wave": 0, "wave_uniform": 0}
+    for name in calls:
+        real = getattr(select, name)
+        monkeypatch.setattr(select, name, lambda *a, real=real, name=name, **k: calls.__setitem__(
+            name, calls[name] + 1) or real(*a, **k))
+    monkeypatch.setattr(select, "parents", per_proposal)
+    monkeypatch.setattr(select, "inspirations", per_proposal)
+    server = scripted_llm([Rule("", by_seed)])
+    run_config(config(server.base_url, "runner.in_flight=8", f"select.parents={rule}",
+                      "operators.mix=[{name: inspiration}]"), tmp_path)
+    children = sum(c.model is not None for c in stored(tmp_path))
+    used, unused = ("wave", "wave_uniform") if rule == "fitness" else ("wave_uniform", "wave")
+    assert children == 24 and 0 < calls[used] <= children / 2 and calls[unused] == 0

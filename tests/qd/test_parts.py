@@ -9,6 +9,8 @@ import math
 import jax
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from qd import archive, events
 from qd import state as run_state
@@ -86,12 +88,14 @@ def test_run_state_loads_old_counters_and_fills_missing_parts_from_fresh(tmp_pat
 
 def test_a_proposal_reads_the_archive_when_it_starts_not_when_it_runs():
     """The driver's next insert donates the archive's buffers, and commits land while
-    proposals run: a proposer reads its parents synchronously, in ``start``."""
+    proposals run: a wave draws its parents when it hands out tickets, and a proposer
+    reads their genomes synchronously, in ``start``."""
     import asyncio
 
-    from qd.proposers import Ticket, VectorProposer
+    from qd.proposers import VectorProposer, Wave
     from qd.search import select
-    from qd.search.strategy import Arm
+    from qd.search.step import SearchStep
+    from qd.search.strategy import Arm, Strategy
     from qd.task import Evaluation
 
     class Copy:  # a numeric operator: the first parent, unchanged
@@ -110,8 +114,10 @@ def test_a_proposal_reads_the_archive_when_it_starts_not_when_it_runs():
                                    np.asarray([1.0], np.float32), np.asarray([5]))
     elites.table[0, int(result.cell[0])] = [3.0, 4.0]
     view = ArchiveView(state, select.curiosity_init(1, SPEC.num_cells), elites, Selection())
-    keys = jax.random.split(jax.random.key(0), 3)
-    work = VectorProposer(None, [Arm(Copy())], evaluate).start(Ticket(0, 0, 4, 0, False, 0, *keys), view)
+    arms, bandits = [Arm(Copy())], (scheduler.make_bandit("fixed", 1),)
+    run = run_state.init(SPEC, 1, bandits, 1, 0, -math.inf)
+    ticket = Wave(run, 2, view, SearchStep(Strategy(), arms, bandits, 1, 1.0, 0.0), 4).ticket(0, 0, 4, False)
+    work = VectorProposer(None, arms, evaluate).start(ticket, view)
     archive.insert(SPEC, state, np.zeros(1, np.int32), np.asarray([[0.9, 0.9]], np.float32),  # donates
                    np.asarray([9.0], np.float32), np.asarray([6]))
     elites.table[:] = -1.0
@@ -134,3 +140,40 @@ def test_events_are_versioned_and_old_lines_read_as_commits(tmp_path):
 @pytest.mark.parametrize("kind", events.KINDS)
 def test_every_event_kind_is_documented(kind):
     assert f"``{kind}``" in events.__doc__
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.sampled_from([-math.inf, 0.0]))
+def test_report_running_sums_equal_a_full_recomputation(seed, threshold_min):
+    """Inserts added up in O(batch) give the stats a full read of the archive gives
+    (CMA-MAE thresholds included, where a cell's best can fall)."""
+    from qd.report import Report
+
+    rng = np.random.default_rng(seed)
+    spec = archive.GridSpec((5, 5), (0.0, 0.0), (1.0, 1.0))
+    state = archive.init(spec, 3, threshold_min=threshold_min)
+    running, full = Report(3, 0.5, True, cells=True), Report(3, 0.5, True)
+    running.refresh(state)
+    for step in range(6):
+        n = int(rng.integers(1, 12))
+        island = rng.integers(0, 3, n).astype(np.int32)
+        fitness = rng.normal(size=n).astype(np.float32)
+        state, result = archive.insert(spec, state, island, rng.random((n, 2)).astype(np.float32), fitness,
+                                       np.arange(n) + 100 * step, rng.random(n) > 0.2, 0.5)
+        running.inserted(state, island, fitness, result)
+        full.inserted(state, island, fitness, result)  # not a cell report: reads the archive
+        for got, want in ((running.stats, full.stats), (running.union_stats, full.union_stats)):
+            for field in archive.ArchiveStats._fields:
+                np.testing.assert_allclose(getattr(got, field), getattr(want, field), rtol=1e-5, atol=1e-5)
+
+
+def test_events_of_a_wave_are_one_write_with_the_shared_fields_once(tmp_path):
+    log = events.EventLog(tmp_path / "events.jsonl")
+    writes = []
+    real = log._file.write
+    log._file.write = lambda text: writes.append(text) or real(text)
+    out = log.write("commit", [{"step": 1}, {"step": 2}], {"global": {"qd_score": 1.5}})
+    log.close()
+    assert len(writes) == 1 and [e["step"] for e in out] == [1, 2]
+    read = events.read(tmp_path / "events.jsonl")
+    assert [(e["step"], e["global"]["qd_score"], e["event"]) for e in read] == [(1, 1.5, "commit"), (2, 1.5, "commit")]

@@ -17,7 +17,7 @@ SMALL = [
     "experiment=sphere",
     "experiment.params.dim=10", "archive.bins=[20,20]", "archive.lower=[-26,-26]",
     "archive.upper=[26,26]", "runner.batch_size=32", "runner.progress=false",
-    "runner.checkpoint_every=2",
+    "runner.checkpoint_every=2", "runner.loop=host",
 ]
 
 
@@ -84,8 +84,9 @@ def test_multirun_sweeps_seeds(tmp_path):
     assert proc.stdout.count("summary=") == 2
 
 
-def test_arm_experiment_runs(tmp_path):
+def test_arm_experiment_runs_on_the_device_loop(tmp_path):
     proc = qd_run("experiment=arm", "runner.max_evaluations=512", "runner.progress=false", cwd=tmp_path)
+    assert "loop=device store=elites" in proc.stdout.splitlines()
     summary = json.loads(proc.stdout.split("summary=")[-1])
     assert summary["num_elites"] > 20 and summary["max_fitness"] <= 0
 

@@ -354,6 +354,99 @@ def test_daemon_left_behind_is_killed(sandbox):
     assert_clean_and_serving(sandbox, mark)
 
 
+def test_nothing_of_a_run_reaches_the_next_one(sandbox):
+    """The next run's child is forked only once this run's processes are dead and its files
+    deleted: a daemon that plants files and kills every process it can never meets it."""
+    report = sandbox.isolation()
+    if not (report["pid_namespace"] or report["unprivileged_uid"]):
+        pytest.skip("the daemon would kill this user's processes")
+    first = run(sandbox, """
+        import os, time
+        def main():
+            spared = {os.getpid()}
+            if os.fork() == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    spared.add(os.getpid())
+                    for _ in range(1000):
+                        for path in ("planted", "/tmp/planted"):
+                            try:
+                                open(path, "w").close()
+                            except OSError:
+                                pass
+                        for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+                            if pid not in spared:
+                                try:
+                                    os.kill(pid, 9)
+                                except OSError:
+                                    pass
+                        time.sleep(0.005)
+                os._exit(0)
+            os.wait()
+            while not os.path.exists("planted"):
+                time.sleep(0.005)
+            return "at work"
+        """)
+    assert first.value == "at work", first
+    # On the same worker (the idle list is LIFO), long enough for a surviving daemon to strike.
+    second = run(sandbox, """
+        import os, time
+        def main():
+            time.sleep(0.2)
+            return [path for path in ("planted", "/tmp/planted") if os.path.exists(path)]
+        """)
+    assert (second.ok, second.value) == (True, []), second
+    assert_clean_and_serving(sandbox)
+
+
+def test_requests_and_replies_larger_than_the_pipes(sandbox):
+    data = random.randbytes(3 << 19).hex()  # request: 3 MB; reply: 512 KB
+    result = run(sandbox, "def main(data):\n    return [len(data), data[:1 << 19]]", data=data)
+    assert (result.ok, result.value) == (True, [3 << 20, data[:1 << 19]]), result.error
+
+
+def leaves_below(root: int) -> list[int]:
+    """The processes below ``root`` that have no children of their own."""
+    table, below, todo = processes(), set(), [root]
+    while todo:
+        up = todo.pop()
+        kids = [pid for pid, (parent, _, _) in table.items() if parent == up]
+        below.update(kids)
+        todo += kids
+    return [pid for pid in below if not any(table[kid][0] == pid for kid in below)]
+
+
+def exited(pid: int) -> bool:
+    """Gone, or a zombie (its descriptors closed)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
+    except OSError:
+        return True
+
+
+def test_a_waiting_child_killed_from_outside_is_replaced(entry):
+    """Each run's child is forked, and waits for its request, before the request is sent; one
+    killed meanwhile (by the OOM killer, say) is replaced, and the run does not notice."""
+    before = worker_pids()
+    sb = Sandbox(entry, workers=1, limits=LIMITS)
+    try:
+        assert run(sb, "def main(): return 1").value == 1
+        (worker,) = worker_pids() - before
+        deadline = time.monotonic() + 5
+        while not (waiting := leaves_below(worker)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert waiting, "no child waiting for the next run"
+        for pid in waiting:
+            os.kill(pid, 9)
+        while not all(map(exited, waiting)):
+            time.sleep(0.01)
+        result = run(sb, "def main(): return 2")
+        assert (result.ok, result.value) == (True, 2), result
+        assert_clean_and_serving(sb)
+    finally:
+        sb.close()
+
+
 def test_segfault(sandbox):
     result = run(sandbox, "import ctypes\ndef main():\n    ctypes.string_at(0)")
     assert result.error == "killed by SIGSEGV"
@@ -568,9 +661,10 @@ def test_without_namespaces_the_process_tree_still_dies(entry, monkeypatch):
                         os.execv("/bin/sleep", ["sleep", mark])
                     os._exit(0)
                 os.wait()
-                return os.getcwd()
+                open("left_behind", "w").close()
+                return os.path.abspath("left_behind")
             """, mark=mark)
-        assert daemon.ok and not os.path.exists(daemon.value)  # its directory is removed too
+        assert daemon.ok and not os.path.exists(daemon.value)  # its files are removed too
         assert_clean_and_serving(sb, mark)
         if ROOT:  # otherwise nproc counts all of this user's processes
             assert run(sb, "import os\ndef main():\n    while True:\n        os.fork()").error

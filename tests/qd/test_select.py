@@ -328,3 +328,69 @@ def test_selection_at_scale_is_jittable_without_large_temporaries():
     assert lowered.compile().memory_analysis().temp_size_in_bytes < 40 * 2**20
     lowered = select._inspirations.lower(state, key, 0, shape((64,), jnp.int32), 4, "distant")
     assert lowered.compile().memory_analysis().temp_size_in_bytes < 40 * 2**20
+
+
+# ------------------------------------------------------------------------- waves
+
+
+@pytest.mark.parametrize("rule", select.PARENT_RULES)
+def test_a_wave_row_is_what_the_unbatched_draws_give_its_keys(rule):
+    """One dispatch for a wave: each row is exactly its own ``parents`` and ``inspirations``,
+    an operator with fewer parents than the wave's widest taking a prefix."""
+    state, children, widest, m = _random_state([True, True, False, True] * (I * C // 4), 7), 3, 2, 3
+    parent_keys, inspire_keys = jax.random.split(jax.random.key(1), 4), jax.random.split(jax.random.key(2), 4)
+    island, num_parents = np.asarray([0, 1, 1, 0]), np.asarray([1, 2, 2, 1])
+    for inspiration_rule in select.INSPIRATION_RULES:
+        wave = jax.device_get(select.wave(state, parent_keys, inspire_keys, island, num_parents, children, widest,
+                                          rule, _curiosity(3), 0.7, 3, m, inspiration_rule))
+        for r in range(4):
+            ids, cells = map(np.asarray, select.parents(state, parent_keys[r], int(island[r]), children * widest,
+                                                        rule, _curiosity(3), 0.7, 3))
+            np.testing.assert_array_equal(wave.genome_id[r], ids)
+            np.testing.assert_array_equal(wave.cell[r], cells)
+            first = cells[np.arange(children) * num_parents[r]]
+            source, spot = map(np.asarray, select.inspirations(state, inspire_keys[r], int(island[r]), first, m,
+                                                               inspiration_rule))
+            np.testing.assert_array_equal(wave.source[r], source)
+            np.testing.assert_array_equal(wave.spot[r], spot)
+
+
+@PROPERTY
+@given(mask=st.lists(st.booleans(), min_size=I * C, max_size=I * C), seed=st.integers(0, 2**16),
+       island=st.lists(st.integers(0, I - 1), min_size=1, max_size=5))
+def test_host_uniform_waves_draw_filled_parents_and_distinct_other_inspirations(mask, seed, island):
+    ids = np.asarray(_random_state(mask, seed).genome_id)
+    island, m = np.asarray(island), 3
+    num_parents = np.random.default_rng(seed).integers(1, 3, len(island))
+    picks = select.wave_uniform(ids, np.random.default_rng(seed), island, num_parents, 4, 2, m)
+    again = select.wave_uniform(ids, np.random.default_rng(seed), island, num_parents, 4, 2, m)
+    for a, b in zip(picks, again):
+        np.testing.assert_array_equal(a, b)  # a pure function of the generator
+    for r, i in enumerate(island):
+        filled = int((ids[i] >= 0).sum())
+        if not filled:
+            assert (picks.cell[r] == -1).all() and (picks.genome_id[r] == -1).all() and (picks.spot[r] == -1).all()
+            continue
+        np.testing.assert_array_equal(picks.genome_id[r], ids[i, picks.cell[r]])
+        assert (picks.genome_id[r] >= 0).all()
+        for j in range(4):
+            got = picks.spot[r, j][picks.spot[r, j] >= 0].tolist()
+            assert len(got) == len(set(got)) == min(m, filled - 1)
+            assert (picks.source[r, j][: len(got)] == i).all() and (picks.spot[r, j][len(got):] == -1).all()
+            assert picks.cell[r, j * num_parents[r]] not in got and (ids[i, got] >= 0).all()
+
+
+def test_host_uniform_waves_are_uniform():
+    fitness = np.full((I, C), np.nan)
+    fitness[0, [0, 2, 5, 9, 13]] = 0.0
+    ids = np.asarray(_state(fitness).genome_id)
+    picks = select.wave_uniform(ids, np.random.default_rng(0), np.zeros(MANY // 8, np.int64),
+                                np.ones(MANY // 8, np.int64), 8, 1, 2)
+    expected = np.zeros(C)
+    expected[[0, 2, 5, 9, 13]] = 0.2
+    np.testing.assert_allclose(_frequency(picks.cell), expected, atol=0.02)
+    spot = picks.spot[picks.cell == 5]  # the inspirations of the children of cell 5
+    pairs = spot[:, 0] * C + spot[:, 1]
+    expected_pairs = sorted(a * C + b for a in (0, 2, 9, 13) for b in (0, 2, 9, 13) if a != b)
+    assert sorted(set(pairs.tolist())) == expected_pairs
+    np.testing.assert_allclose(np.bincount(pairs, minlength=C * C)[expected_pairs] / len(pairs), 1 / 12, atol=0.03)

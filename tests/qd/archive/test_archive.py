@@ -9,6 +9,7 @@ only a handful of times.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import math
@@ -595,10 +596,14 @@ def test_padded_size_buckets():
         assert qa.padded_size(n) >= n
 
 
+# The jitted insert entry points of ``qd.archive.cells``: the public
+# ``insert_device`` and ``_insert_packed`` (which :func:`qa.insert` goes through).
+JITTED_INSERTS = ("insert_device", "_insert_packed")
+
+
 def insert_devices():
-    """The jitted insert entry points of ``qd.archive.cells``: the public
-    ``insert_device`` and ``_insert_packed`` (which :func:`qa.insert` goes through)."""
-    jitted = [insert_module.insert_device, insert_module._insert_packed]
+    """The jitted functions named in JITTED_INSERTS."""
+    jitted = [getattr(insert_module, name) for name in JITTED_INSERTS]
     assert all(hasattr(fn, "lower") for fn in jitted), jitted
     return jitted
 
@@ -728,31 +733,62 @@ def _archive_sized_copies(hlo: str, cells: int) -> list[str]:
     return copies
 
 
+BIG_SPEC = qa.GridSpec.create((1000, 1000), (0.0, 0.0), (1.0, 1.0))
+
+
+@functools.cache
+def _compiled_insert(name: str, batch: int = 64) -> str:
+    """The compiled HLO text of the jitted insert ``name`` (``insert_device`` or
+    ``_insert_packed``) on a one-island 1M-cell grid."""
+    fn = getattr(insert_module, name)
+    state = jax.eval_shape(lambda: qa.init(BIG_SPEC, islands=1))
+    lowered = fn.lower(
+        BIG_SPEC, state,
+        jax.ShapeDtypeStruct((batch,), jnp.int32),
+        jax.ShapeDtypeStruct((batch, 2), jnp.float32),
+        jax.ShapeDtypeStruct((batch,), jnp.float32),
+        jax.ShapeDtypeStruct((batch,), jnp.int32),
+        jax.ShapeDtypeStruct((batch,), jnp.bool_),
+        1.0,
+    )
+    return lowered.compile().as_text()
+
+
+def _kernels(hlo: str) -> list[str]:
+    """The ops of the entry computation that run work (fusions, conditionals,
+    copies, ...), i.e. everything but parameters, constants and views."""
+    free = {"parameter", "constant", "bitcast", "tuple", "get-tuple-element"}
+    entry = hlo[hlo.index("\nENTRY"):]
+    entry = entry[: entry.index("\n}")]
+    ops = [re.search(r"\s([a-z][a-z0-9-]*)\(", line.split("=", 1)[1])
+           for line in entry.splitlines()[1:] if "=" in line]
+    return [op.group(1) for op in ops if op and op.group(1) not in free]
+
+
 def test_insert_does_not_copy_archive_sized_buffers():
     """Donation must let XLA update the archive in place: no copy of any buffer as
     large as the archive (a copy makes every insert O(cells) instead of O(batch))."""
-    spec = qa.GridSpec.create((1000, 1000), (0.0, 0.0), (1.0, 1.0))
-    cells = spec.num_cells
-    state = jax.eval_shape(lambda: qa.init(spec, islands=1))
-    b = 64
-    jitted = insert_devices()
-    assert jitted
-    for fn in jitted:
-        lowered = fn.lower(
-            spec, state,
-            jax.ShapeDtypeStruct((b,), jnp.int32),
-            jax.ShapeDtypeStruct((b, 2), jnp.float32),
-            jax.ShapeDtypeStruct((b,), jnp.float32),
-            jax.ShapeDtypeStruct((b,), jnp.int32),
-            jax.ShapeDtypeStruct((b,), jnp.bool_),
-            1.0,
-        )
-        hlo = lowered.compile().as_text()
+    for name in JITTED_INSERTS:
+        hlo = _compiled_insert(name)
         # The archive buffers are aliased to the outputs (donation) ...
         assert "input_output_alias" in hlo
         # ... and none of them (nor a flattened view) is copied.
-        copies = _archive_sized_copies(hlo, cells)
+        copies = _archive_sized_copies(hlo, BIG_SPEC.num_cells)
         assert not copies, "\n".join(copies)
+
+
+# Kernels XLA:CPU runs per grid insert call (one each per fusion or conditional):
+# each costs a dispatch, which dominates small batches, and a pass over the batch,
+# which dominates large ones. The segment-reduction formulation this replaced
+# compiled to 29 (``_insert_packed``) and 31 (``insert_device``, which returns
+# five arrays where the packed one returns one).
+MAX_GRID_INSERT_KERNELS = {"_insert_packed": 15, "insert_device": 19}
+
+
+@pytest.mark.parametrize("name", JITTED_INSERTS)
+def test_grid_insert_compiles_to_few_kernels(name):
+    kernels = _kernels(_compiled_insert(name))
+    assert 0 < len(kernels) <= MAX_GRID_INSERT_KERNELS[name], kernels
 
 
 # ------------------------------------------------------------------------ novelty

@@ -1,0 +1,223 @@
+#!/usr/bin/env python
+"""MAP-Elites on the 100-D sphere: qd's device loop vs pyribs vs QDax, side by side in one run.
+
+The same algorithm, task, operator, grid, batch and budget for all three, over
+the same seeds (``bench/map_elites.py`` has the setup in full; its constants are
+used here):
+
+* task: ``experiments/sphere`` 100-D, a 100x100 grid over [-256, 256]^2, Gaussian
+  mutation sigma 0.5 of one uniformly chosen elite, the first batch from zeros.
+* pyribs: ``GridArchive`` + one ``GaussianEmitter(x0=0)`` + ``Scheduler``, ask ->
+  ``task.evaluate`` (numpy) -> tell, for ``--evals`` evaluations in batches of 256.
+* qd: the real run, ``qd.build(compose(["experiment=sphere", ...]))`` +
+  ``engine.run()``, which ``runner.loop=auto`` puts on the device loop
+  (``generations_per_call`` 100, elites store, a checkpoint and an event per call:
+  all included). The founders' generation is the task's 8 initial genomes, then
+  generations of 256 up to the budget (the last one partial).
+* QDax 0.5: ``MAPElites`` + ``MixingEmitter(isoline_variation(iso_sigma=0.5,
+  line_sigma=0))`` (Gaussian mutation) + the same JAX evaluation, ``scan_update``
+  over 100 generations per jitted call, a metrics function that computes nothing,
+  the grid's cell centres as centroids.
+
+Measured, per seed:
+
+* after compilation: evaluations/s. pyribs: the whole loop (it compiles nothing).
+  qd: the evaluations of its calls after the first, over the time between the
+  first call's event and the last (the first call compiles). QDax: the median
+  time of its calls after the first.
+* QD score (pyribs's convention: sum of elite fitness) at the end of the budget.
+* whole process (``--processes``, the issue's "first run"): a fresh interpreter
+  each, no JAX compilation cache: ``python -m qd.run experiment=sphere ...`` vs the
+  pyribs loop as a script (imports included), median wall seconds over seeds.
+
+Usage::
+
+    python bench/sphere_loops.py                         # 5 seeds, 102,400 evaluations
+    python bench/sphere_loops.py --seeds 2 --evals 25600 # quicker
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "bench"))  # after the root: bench/descriptors.py is not the package
+
+import qd  # noqa: E402
+from map_elites import BINS, DIM, RANGE, SIGMA, run_pyribs  # noqa: E402
+from qd.task import load_task  # noqa: E402
+
+PER_CALL = 100
+
+PYRIBS_SCRIPT = """
+import sys, time
+t0 = time.perf_counter()
+import numpy as np
+from ribs.archives import GridArchive
+from ribs.emitters import GaussianEmitter
+from ribs.schedulers import Scheduler
+sys.path.insert(0, {root!r})
+from qd.task import load_task
+task = load_task("sphere", {{"dim": {dim}}})
+archive = GridArchive(solution_dim={dim}, dims={bins}, ranges=[{range}] * 2, seed={seed})
+emitter = GaussianEmitter(archive, sigma={sigma}, x0=np.zeros({dim}), batch_size={batch}, seed={seed})
+scheduler = Scheduler(archive, [emitter])
+for _ in range({evals} // {batch}):
+    x = scheduler.ask()
+    ev = task.evaluate(x)
+    scheduler.tell(ev.fitness, ev.descriptor)
+print("qd_score", float(archive.stats.qd_score))
+"""
+
+
+def run_qd_device(seed: int, evals: int, batch: int) -> dict:
+    run_dir = Path(tempfile.mkdtemp(prefix="qd_sphere_device_"))
+    times, evaluations = [], []
+
+    def seen(event: dict) -> None:
+        times.append(time.perf_counter())
+        evaluations.append(event["evaluations"])
+
+    try:
+        cfg = qd.compose([
+            "experiment=sphere", "operators=gaussian", f"operators.mix.0.sigma={SIGMA}",
+            f"experiment.params.dim={DIM}", f"runner.batch_size={batch}", f"runner.max_evaluations={evals}",
+            f"runner.generations_per_call={PER_CALL}", "runner.progress=false", f"seed={seed}",
+        ])
+        t0 = time.perf_counter()
+        engine = qd.build(cfg, run_dir, on_commit=seen)
+        summary = engine.run()
+        engine.close()
+        wall = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    assert summary["loop"] == "device", summary
+    steady = (evaluations[-1] - evaluations[0]) / (times[-1] - times[0])
+    return {"evaluations": summary["evaluations"], "qd_score": summary["global"]["qd_score"],
+            "steady_evals_per_s": steady, "wall_s": wall}
+
+
+def run_qdax(seed: int, evals: int, batch: int) -> dict:
+    from qdax.core.emitters.mutation_operators import isoline_variation
+    from qdax.core.emitters.standard_emitters import MixingEmitter
+    from qdax.core.map_elites import MAPElites
+
+    task = load_task("sphere", {"dim": DIM})
+
+    def scoring(genotypes, key):
+        fitness, descriptor, _ = task.evaluate_jax(genotypes)
+        return fitness, descriptor, {}
+
+    emitter = MixingEmitter(mutation_fn=None,
+                            variation_fn=functools.partial(isoline_variation, iso_sigma=SIGMA, line_sigma=0.0),
+                            variation_percentage=1.0, batch_size=batch)
+    me = MAPElites(scoring_function=scoring, emitter=emitter, metrics_function=lambda repertoire: {})
+    lo, hi = RANGE
+    axes = [lo + (np.arange(b) + 0.5) * (hi - lo) / b for b in BINS]
+    mesh = np.meshgrid(*axes, indexing="ij")
+    centroids = jnp.asarray(np.stack([m.reshape(-1) for m in mesh], 1), jnp.float32)
+    t0 = time.perf_counter()
+    repertoire, emitter_state, _ = me.init(jnp.zeros((1, DIM)), centroids, jax.random.key(seed))
+
+    @functools.partial(jax.jit, donate_argnums=(0,))
+    def call(carry):
+        return jax.lax.scan(me.scan_update, carry, None, length=PER_CALL)[0]
+
+    carry, calls = (repertoire, emitter_state, jax.random.key(seed + 1)), []
+    for _ in range(evals // batch // PER_CALL):
+        start = time.perf_counter()
+        carry = jax.block_until_ready(call(carry))
+        calls.append(time.perf_counter() - start)
+    fitness = np.asarray(carry[0].fitnesses).reshape(-1)
+    return {"evaluations": 1 + len(calls) * PER_CALL * batch, "qd_score": float(fitness[np.isfinite(fitness)].sum()),
+            "steady_evals_per_s": PER_CALL * batch / statistics.median(calls[1:]), "wall_s": time.perf_counter() - t0}
+
+
+def whole_process(seed: int, evals: int, batch: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+    env["PYTHONPATH"] = str(ROOT)
+    script = PYRIBS_SCRIPT.format(root=str(ROOT), dim=DIM, bins=list(BINS), range=tuple(RANGE), seed=seed,
+                                  sigma=SIGMA, batch=batch, evals=evals)
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="qd_sphere_proc_") as tmp:
+        for name, argv in (
+            ("pyribs", [sys.executable, "-c", script]),
+            ("qd", [sys.executable, "-m", "qd.run", "experiment=sphere", f"runner.batch_size={batch}",
+                    f"runner.max_evaluations={evals}", f"runner.generations_per_call={PER_CALL}",
+                    "runner.progress=false", f"seed={seed}", f"hydra.run.dir={tmp}/qd"]),
+        ):
+            start = time.perf_counter()
+            proc = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            out[name] = time.perf_counter() - start
+    return out
+
+
+def med(xs: list[float]) -> str:
+    return f"{statistics.median(xs):,.4g} [{min(xs):,.4g}, {max(xs):,.4g}]"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--evals", type=int, default=102_400)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--processes", type=int, default=3, help="whole-process runs (seeds 0..N-1)")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    task = load_task("sphere", {"dim": DIM})
+    rows: dict[str, list[dict]] = {"pyribs": [], "qd device": [], "QDax": []}
+    run_qd_device(99, PER_CALL * args.batch * 2, args.batch)  # warm the imports (each build compiles anew)
+    for seed in range(args.seeds):
+        order = [("pyribs", lambda: run_pyribs(task, seed, args.evals, args.batch, [args.evals])),
+                 ("qd device", lambda: run_qd_device(seed, args.evals, args.batch)),
+                 ("QDax", lambda: run_qdax(seed, args.evals, args.batch))]
+        for name, fn in order[seed % 3:] + order[: seed % 3]:  # rotate who goes first
+            r = fn()
+            if name == "pyribs":
+                r = {"evaluations": r["evaluations"], "qd_score": r["curve"][args.evals]["qd_score"],
+                     "steady_evals_per_s": r["evaluations"] / r["wall_s"], "wall_s": r["wall_s"]}
+            rows[name].append(r)
+            print(f"seed {seed} {name}: {r['steady_evals_per_s']:,.0f} evals/s, QD score {r['qd_score']:,.0f}",
+                  flush=True)
+    procs = [whole_process(s, args.evals, args.batch) for s in range(args.processes)]
+    for p in procs:
+        print(f"whole process: pyribs {p['pyribs']:.2f}s qd {p['qd']:.2f}s", flush=True)
+    rate = {k: statistics.median(r["steady_evals_per_s"] for r in v) for k, v in rows.items()}
+    proc = {k: statistics.median(p[k] for p in procs) for k in ("pyribs", "qd")}
+    lines = [
+        "| system | evaluations | evaluations/s after compilation | QD score (median [min, max]) |",
+        "|---|---:|---:|---:|",
+        *(f"| {k} | {v[0]['evaluations']:,} | {med([r['steady_evals_per_s'] for r in v])} | "
+          f"{med([r['qd_score'] for r in v])} |" for k, v in rows.items()),
+        "",
+        f"- after compilation: qd/pyribs **{rate['qd device'] / rate['pyribs']:.2f}x** (target >= 5x), "
+        f"qd/QDax **{rate['qd device'] / rate['QDax']:.2f}x** (target >= 2x)",
+        f"- whole process (median of {args.processes}, fresh interpreter, no compilation cache): pyribs "
+        f"{med([p['pyribs'] for p in procs])} s, qd {med([p['qd'] for p in procs])} s: "
+        f"pyribs/qd **{proc['pyribs'] / proc['qd']:.2f}x** (target >= 1.5x)",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "processes": procs}, indent=1))
+    return {"rows": rows, "processes": procs, "table": text}
+
+
+if __name__ == "__main__":
+    main()

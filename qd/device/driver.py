@@ -1,0 +1,295 @@
+"""The device loop's driver: calls of K fused generations, a checkpoint after each.
+
+Durability comes from determinism, not from writing every candidate: a call is a
+pure function of the checkpointed state (archive, genomes, key, counters), and
+the calls' boundaries are fixed by the run's start (generation multiples of
+``generations_per_call``), so a run killed anywhere resumes from its last
+checkpoint and recomputes exactly what was lost; the final archive is
+bit-identical to an uninterrupted run on the same backend.
+
+After each call, in this order, on a writer thread while the next call computes:
+the store gets the rows it keeps (``elites``: the archive's elites it does not
+hold yet; ``all``: every candidate of the call), then the checkpoint is written,
+then the ``commit`` event. Rows are written only
+above the store's last id, and ids are evaluation numbers, so a call recomputed
+after a crash never writes a row twice. An elite that entered and left within
+one call is never in an elites-only store: that store holds what the archive
+held at each checkpoint, which is what it says.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from qd import checkpoint
+from qd.contract import Candidate
+from qd.device.step import Candidates, DeviceLoop, DeviceState, Migration, Operator, device_loop
+from qd.errors import CheckpointError
+from qd.events import EventLog
+from qd.progress import RunProgress
+from qd.report import Report
+from qd.store import Store
+
+LOOP = "device"
+NO_LIMIT = 2**31 - 1  # evaluation numbers are int32
+STATE_ARRAYS = ("genomes", "parents", "migrant", "occupied", "num_occupied")  # checkpointed beside the archive
+
+
+class Snapshot(NamedTuple):
+    """A call's result on the host, for the writer: the state (numpy; the key as raw data)
+    and the run's seconds when it was taken."""
+
+    state: DeviceState
+    elapsed: float
+
+
+class DeviceEngine:
+    """Runs a device loop until its budget is spent or a signal asks it to stop.
+
+    Args:
+        loop: the ``init``/``run`` of ``qd.device.step.device_loop``.
+        founders: initial genomes per island (the first generation's candidates on each).
+        operator: the name stored with each row (None for a mix).
+        generations_per_call: K, generations per jitted call; a checkpoint after each.
+        store: ``elites`` or ``all`` (see the module doc).
+    """
+
+    def __init__(
+        self, *, loop: DeviceLoop, founders: int, run_dir: Path, islands: int, batch_size: int,
+        generations_per_call: int, budget: Any, seed: int, qd_offset: float = 0.0,
+        store: str = "elites", operator: str | None = None, progress: bool = True,
+        on_commit: Callable[[dict], Any] | None = None,
+    ):
+        self.loop, self.founders, self.run_dir = loop, founders, Path(run_dir)
+        self.islands, self.batch_size, self.per_call = islands, batch_size, generations_per_call
+        self.budget, self.seed, self.keep_all, self.operator = budget, seed, store == "all", operator
+        self.on_commit, self._progress_enabled = on_commit, progress
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.store = Store(self.run_dir / "store.sqlite")
+        self.store.set_meta("loop", LOOP)
+        self.store.set_meta("store", store)
+        self.events = EventLog(self.run_dir / "events.jsonl")
+        self.report = Report(islands, qd_offset, union=islands > 1)
+        self.stop_reason: str | None = None
+        self._stop, self._closers, self._elapsed0 = False, [], 0.0
+        self._started = time.monotonic()
+        self.state = self._resume()
+        self.report.refresh(self.state.archive)
+
+    # ----- budget ---------------------------------------------------------------
+
+    @property
+    def evaluations(self) -> int:
+        return int(self.state.evaluations)
+
+    def total_generations(self) -> int | None:
+        """The founders' generation and the generations after it that ``max_evaluations``
+        needs, the last possibly partial (None: no limit)."""
+        if self.budget.max_evaluations is None:
+            return None
+        left = max(0, self.budget.max_evaluations - self.islands * self.founders)
+        return 1 + -(-left // self.batch_size)
+
+    def _next_call(self) -> int:
+        """Generations of the next call: up to the next multiple of K (the same boundaries on
+        every replay). Every call is a scan of K; a shorter one masks the rest."""
+        done = int(self.state.generations)
+        k = self.per_call - done % self.per_call
+        total = self.total_generations()
+        return k if total is None else max(0, min(k, total - done))
+
+    def _elapsed(self) -> float:
+        return self._elapsed0 + time.monotonic() - self._started
+
+    # ----- the loop -------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        """Calls the fused step until the budget is spent (or SIGINT/SIGTERM); returns the summary.
+
+        Each call's writes (store rows, checkpoint, event) run on a writer thread while the
+        next call computes: XLA releases the GIL, so the device (or the XLA:CPU threads) is
+        not idle while SQLite and fsync work. One write is in flight at a time, in call
+        order; ``on_commit`` and the progress line follow on this thread when it is done.
+        """
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                previous[sig] = signal.signal(sig, self._request_stop)
+            except ValueError:
+                pass  # not the main thread: the caller handles signals
+        self._elapsed0, self._started = self._elapsed(), time.monotonic()
+        self.report.start_session(self.evaluations)
+        progress = RunProgress(self.budget.max_evaluations, self._progress_enabled)
+        limit = NO_LIMIT if self.budget.max_evaluations is None else self.budget.max_evaluations
+        writing = None
+        try:
+            with ThreadPoolExecutor(1, thread_name_prefix="qd-device-writer") as writer:
+                while not self._stop and not self._out_of_time():
+                    k = self._next_call()
+                    if k == 0:
+                        break
+                    self.state, counts, candidates = self.loop.run(self.state, k, limit, self.per_call, self.keep_all)
+                    written = writer.submit(self._write, self._snapshot(), k, int(counts.added),
+                                            None if candidates is None else jax.device_get(candidates))
+                    if writing is not None:
+                        self._written(writing.result(), progress)
+                    writing = written
+                if writing is not None:
+                    self._written(writing.result(), progress)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            summary = self.summary()
+            progress.close(self.report.status_line(self.evaluations, "done"))
+        return summary
+
+    def _out_of_time(self) -> bool:
+        return self.budget.max_seconds is not None and self._elapsed() >= self.budget.max_seconds
+
+    def _request_stop(self, *_: Any) -> None:
+        self._stop = True
+
+    def _snapshot(self) -> Snapshot:
+        """The state on the host (the next call donates the device buffers), key as raw data."""
+        s = self.state
+        return Snapshot(jax.device_get(s._replace(key=jax.random.key_data(s.key))), self._elapsed())
+
+    def _write(self, snap: Snapshot, generations: int, added: int,
+               candidates: Candidates | None) -> tuple[dict, str]:
+        """Store rows, then the checkpoint, then the event (the module doc says why in this
+        order); returns the event and the progress line (the report is the writer's)."""
+        self._store_rows(snap.state, candidates)
+        self._checkpoint(snap)
+        self.report.refresh(snap.state.archive)
+        evaluations, done = int(snap.state.evaluations), int(snap.state.generations)
+        summary = self.report.summary(evaluations, done, snap.elapsed, 0, self.stop_reason)
+        event = self.events.write("commit", {
+            "step": done, **summary, "loop": LOOP,
+            "batch": generations * self.batch_size, "added": added,
+            "evals_per_s": round(self.report.rate(evaluations), 3),
+        })
+        return event, self.report.status_line(evaluations)
+
+    def _written(self, written: tuple[dict, str], progress: RunProgress) -> None:
+        event, line = written
+        progress.update(event["evaluations"], line)
+        if self.on_commit is not None:
+            self.on_commit(event)
+
+    def summary(self) -> dict[str, Any]:
+        out = self.report.summary(self.evaluations, int(self.state.generations), self._elapsed(), 0,
+                                  self.stop_reason)
+        out["loop"] = LOOP
+        return out
+
+    # ----- durability -----------------------------------------------------------
+
+    def _resume(self) -> DeviceState:
+        """The checkpointed state (the store given the elites a crash kept from it), or a new run's."""
+        loaded = checkpoint.load(self.ckpt_dir)
+        if loaded is None:
+            return self.loop.init(self.seed)
+        archive, key, counters = loaded
+        if counters.get("loop") != LOOP:
+            raise CheckpointError(
+                f"{self.ckpt_dir} holds a host-loop checkpoint; resume it with runner.loop=host"
+            )
+        arrays = checkpoint.load_arrays(self.ckpt_dir)
+        self._elapsed0 = float(counters.get("elapsed", 0.0))
+        self.state = DeviceState(
+            archive=archive, key=key, **{k: jax.numpy.asarray(arrays[k]) for k in STATE_ARRAYS},
+            evaluations=jax.numpy.int32(counters["evaluations"]),
+            generations=jax.numpy.int32(counters["generations"]),
+        )
+        self._store_rows(self._snapshot().state, None)
+        return self.state
+
+    def _checkpoint(self, snap: Snapshot) -> None:
+        s = snap.state
+        counters = {"loop": LOOP, "evaluations": int(s.evaluations), "generations": int(s.generations),
+                    "elapsed": snap.elapsed}
+        checkpoint.save(self.ckpt_dir, s.archive, jax.random.wrap_key_data(s.key), counters,
+                        {k: getattr(s, k) for k in STATE_ARRAYS})
+
+    def _store_rows(self, snap: DeviceState, candidates: Candidates | None) -> None:
+        """Writes what the store keeps and lacks: rows with ids above its last one.
+
+        ``all``: the call's candidates (a resume has none to add: they were stored
+        before the checkpoint). ``elites``: the archive's elites; a migrant's copies
+        share its id, so it is stored once, with the lowest island holding it.
+        """
+        last = self.store.last_id()
+        if self.keep_all:
+            if candidates is None:
+                return
+            c = {k: v.reshape(-1, *v.shape[2:]) for k, v in candidates._asdict().items()}
+            pick = np.nonzero(c["id"] > last)[0]  # masked generations' candidates have id -1
+            rows = {k: c[k][pick] for k in ("id", "island", "genome", "fitness", "descriptor", "valid", "parents")}
+        else:
+            ids = snap.archive.genome_id
+            island, cell = np.nonzero(ids > last)
+            _, first = np.unique(ids[island, cell], return_index=True)  # ascending ids, each once
+            island, cell = island[first], cell[first]
+            rows = {"id": ids[island, cell], "island": island, "genome": snap.genomes[island, cell],
+                    "fitness": snap.archive.fitness[island, cell], "descriptor": snap.archive.descriptor[island, cell],
+                    "valid": np.ones(len(island), bool), "parents": snap.parents[island, cell]}
+        if len(rows["id"]):
+            self.store.add([
+                Candidate(kind="vector", island=int(rows["island"][j]), fitness=float(rows["fitness"][j]),
+                          descriptor=rows["descriptor"][j], valid=bool(rows["valid"][j]), vector=rows["genome"][j],
+                          parent_ids=[int(p) for p in rows["parents"][j] if p >= 0], operator=self.operator)
+                for j in range(len(rows["id"]))
+            ], ids=rows["id"].tolist())
+
+    # ----- closing --------------------------------------------------------------
+
+    def on_close(self, fn: Callable[[], Any]) -> None:
+        self._closers.append(fn)
+
+    def close(self) -> None:
+        self.events.close()
+        self.store.close()
+        for fn in self._closers:
+            fn()
+
+
+def migration_every(migrate_every: int, per_island: int) -> int:
+    """Generations between migrations: ``islands.migrate_every`` counts insertions an
+    island receives, and each generation gives every island ``per_island``."""
+    return 0 if migrate_every == 0 else max(1, math.ceil(migrate_every / per_island))
+
+
+def build(p: Any, spec: Any, operators: list[tuple[Any, float]], run_dir: Path,
+          on_commit: Callable[[dict], Any] | None = None) -> DeviceEngine:
+    """The device run of plan ``p`` (``qd.plan.Plan`` with ``loop == "device"``).
+
+    ``operators``: (numeric operator, weight) per ``operators.mix`` entry, built
+    with the task's genome bounds. The first generation is the task's
+    ``initial(rng(seed), runner.initial_population)`` on every island.
+    """
+    cfg, r = p.cfg, p.cfg.runner
+    islands, per_island = cfg.islands.count, r.batch_size // cfg.islands.count
+    migrate = migration_every(cfg.islands.migrate_every, per_island)
+    initial = np.asarray(p.task.initial(np.random.default_rng(cfg.seed), r.initial_population), np.float32)
+    loop = device_loop(
+        spec, p.task.evaluate_jax,
+        [Operator(op.draw, op.apply, op.num_parents, op.params, float(w)) for op, w in operators],
+        islands, per_island, p.task.genome_dim, initial, cfg.archive.learning_rate, cfg.archive.threshold_min,
+        Migration(migrate, cfg.islands.topology, cfg.islands.migrants) if migrate and islands > 1 else None,
+    )
+    return DeviceEngine(
+        loop=loop, founders=min(len(initial), per_island), run_dir=run_dir, islands=islands,
+        batch_size=r.batch_size, generations_per_call=r.generations_per_call, budget=p.budget, seed=cfg.seed,
+        qd_offset=cfg.archive.qd_offset, store=p.store,
+        operator=operators[0][0].name if len(operators) == 1 else None,
+        progress=r.progress, on_commit=on_commit,
+    )
