@@ -347,7 +347,7 @@ class RunnerConf:
     max_llm_calls: Optional[int] = number(None, ge=1)
     max_tokens: Optional[int] = number(None, ge=1)  # prompt + completion tokens
     max_cost: Optional[float] = number(None, gt=0)  # USD, from llm.models prices
-    checkpoint_every: int = number(50, ge=1)  # insert batches between checkpoints (host loop)
+    checkpoint_every: int = number(50, ge=1)  # proposals committed between checkpoints (host loop)
     progress: bool = True
     # host: the asyncio loop (every task). device: select, vary, evaluate and insert fused in
     # one jitted step, lax.scan'ed over generations_per_call generations per host round trip
