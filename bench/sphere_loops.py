@@ -14,6 +14,8 @@ used here):
   (``generations_per_call`` 100, elites store, a checkpoint and an event per call:
   all included). The founders' generation is the task's 8 initial genomes, then
   generations of 256 up to the budget (the last one partial).
+* qd fused loop alone: ``qd.device.step.device_loop`` with the same operator and task, called as
+  QDax is (no store, checkpoints or events), ``generations_per_call`` 100.
 * QDax 0.5: ``MAPElites`` + ``MixingEmitter(isoline_variation(iso_sigma=0.5,
   line_sigma=0))`` (Gaussian mutation) + the same JAX evaluation, ``scan_update``
   over 100 generations per jitted call, a metrics function that computes nothing,
@@ -112,6 +114,33 @@ def run_qd_device(seed: int, evals: int, batch: int) -> dict:
             "steady_evals_per_s": steady, "wall_s": wall}
 
 
+def run_qd_fused(seed: int, evals: int, batch: int) -> dict:
+    """qd's fused loop alone (``qd.device.step.device_loop``), as QDax's row runs: no store,
+    no checkpoints, no events; calls of ``PER_CALL`` generations, timed after the first."""
+    from qd.archive import GridSpec
+    from qd.device.step import Operator, device_loop
+    from operators import make_numeric_operator
+
+    task = load_task("sphere", {"dim": DIM})
+    op = make_numeric_operator("gaussian", sigma=SIGMA)
+    spec = GridSpec(tuple(BINS), (RANGE[0],) * 2, (RANGE[1],) * 2)
+    loop = device_loop(spec, task.evaluate_jax, [Operator(op.draw, op.apply, 1, op.params, 1.0)], 1, batch, DIM,
+                       task.initial(np.random.default_rng(seed), 8))
+    state, calls, t0 = loop.init(seed), [], time.perf_counter()
+    generations = 1 + -(-(evals - 8) // batch)
+    for done in range(0, generations, PER_CALL):
+        start = time.perf_counter()
+        state, _, _ = loop.run(state, min(PER_CALL, generations - done), evals, PER_CALL, False)
+        jax.block_until_ready(state)
+        calls.append((time.perf_counter() - start, min(PER_CALL, generations - done)))
+    from qd.archive import stats
+
+    steady = [(s, g) for s, g in calls[1:] if g == PER_CALL]
+    return {"evaluations": int(state.evaluations), "qd_score": float(stats(state.archive).qd_score[-1]),
+            "steady_evals_per_s": batch * sum(g for _, g in steady) / sum(s for s, _ in steady),
+            "wall_s": time.perf_counter() - t0}
+
+
 def run_qdax(seed: int, evals: int, batch: int) -> dict:
     from qdax.core.emitters.mutation_operators import isoline_variation
     from qdax.core.emitters.standard_emitters import MixingEmitter
@@ -181,13 +210,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     task = load_task("sphere", {"dim": DIM})
-    rows: dict[str, list[dict]] = {"pyribs": [], "qd device": [], "QDax": []}
+    rows: dict[str, list[dict]] = {"pyribs": [], "qd device": [], "qd fused loop alone": [], "QDax": []}
     run_qd_device(99, PER_CALL * args.batch * 2, args.batch)  # warm the imports (each build compiles anew)
     for seed in range(args.seeds):
         order = [("pyribs", lambda: run_pyribs(task, seed, args.evals, args.batch, [args.evals])),
                  ("qd device", lambda: run_qd_device(seed, args.evals, args.batch)),
+                 ("qd fused loop alone", lambda: run_qd_fused(seed, args.evals, args.batch)),
                  ("QDax", lambda: run_qdax(seed, args.evals, args.batch))]
-        for name, fn in order[seed % 3:] + order[: seed % 3]:  # rotate who goes first
+        for name, fn in order[seed % 4:] + order[: seed % 4]:  # rotate who goes first
             r = fn()
             if name == "pyribs":
                 r = {"evaluations": r["evaluations"], "qd_score": r["curve"][args.evals]["qd_score"],
@@ -207,7 +237,9 @@ def main(argv: list[str] | None = None) -> dict:
           f"{med([r['qd_score'] for r in v])} |" for k, v in rows.items()),
         "",
         f"- after compilation: qd/pyribs **{rate['qd device'] / rate['pyribs']:.2f}x** (target >= 5x), "
-        f"qd/QDax **{rate['qd device'] / rate['QDax']:.2f}x** (target >= 2x)",
+        f"qd/QDax **{rate['qd device'] / rate['QDax']:.2f}x** (target >= 2x); the fused loop alone (as QDax's "
+        f"row runs): qd/pyribs **{rate['qd fused loop alone'] / rate['pyribs']:.2f}x**, "
+        f"qd/QDax **{rate['qd fused loop alone'] / rate['QDax']:.2f}x**",
         f"- whole process (median of {args.processes}, fresh interpreter, no compilation cache): pyribs "
         f"{med([p['pyribs'] for p in procs])} s, qd {med([p['qd'] for p in procs])} s: "
         f"pyribs/qd **{proc['pyribs'] / proc['qd']:.2f}x** (target >= 1.5x)",

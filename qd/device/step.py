@@ -111,6 +111,11 @@ class Operator(NamedTuple):
 # on its shapes, so a run and its resume always agree.
 PREDRAW_FLOATS = 1 << 26
 
+# On XLA:CPU, LLVM's optimization level 1 instead of the default 2 for the fused step: it
+# compiles 0.2-0.4 s faster (of ~2 s, paid once per run) and runs no slower, measured on
+# sphere 100-D, batch 256 (0.25-0.29 ms per generation either way). Other backends keep theirs.
+CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
+
 
 class Migration(NamedTuple):
     """Every ``every`` generations each island sends its ``migrants`` best elites along ``topology``."""
@@ -267,7 +272,9 @@ def device_loop(
         out = Candidates(genome, fitness, descriptor, valid, ids, island_of, parent_ids) if keep else None
         return state, (counts, out)
 
-    @functools.partial(jax.jit, static_argnums=(3, 4), donate_argnums=(0,))
+    options = CPU_COMPILER_OPTIONS if jax.default_backend() == "cpu" else None
+
+    @functools.partial(jax.jit, static_argnums=(3, 4), donate_argnums=(0,), compiler_options=options)
     def run(state: DeviceState, count: jax.Array, limit: jax.Array, generations: int, keep: bool):
         key, noise_key = jax.random.split(state.key)
         keys = jax.random.split(noise_key, generations)
