@@ -20,7 +20,7 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from string import Template
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 

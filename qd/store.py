@@ -7,7 +7,6 @@ restart, rows newer than the last checkpoint are replayed into the archive.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sqlite3
 import threading

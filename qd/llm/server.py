@@ -25,7 +25,6 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
