@@ -10,11 +10,11 @@ bit-identical to an uninterrupted run on the same backend.
 After each call, in this order, on a writer thread while the next call computes:
 the store gets the rows it keeps (``elites``: the archive's elites it does not
 hold yet; ``all``: every candidate of the call), then the checkpoint is written,
-then the ``commit`` event. Rows are written only
-above the store's last id, and ids are evaluation numbers, so a call recomputed
-after a crash never writes a row twice. An elite that entered and left within
-one call is never in an elites-only store: that store holds what the archive
-held at each checkpoint, which is what it says.
+then the ``commit`` event. Rows are written only above the store's last id, and
+ids are evaluation numbers, so a call recomputed after a crash never writes a
+row twice. An elite that entered and left within one call is never in an
+elites-only store: that store holds what the archive held at each checkpoint,
+which is what it says.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 import signal
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
