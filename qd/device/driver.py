@@ -171,9 +171,8 @@ class DeviceEngine:
         self._checkpoint(snap)
         self.report.refresh(snap.state.archive)
         evaluations, done = int(snap.state.evaluations), int(snap.state.generations)
-        summary = self.report.summary(evaluations, done, snap.elapsed, 0, self.stop_reason)
         event = self.events.write("commit", {
-            "step": done, **summary, "loop": LOOP,
+            "step": done, **self._summary(snap.state, snap.elapsed),
             "batch": generations * self.batch_size, "added": added,
             "evals_per_s": round(self.report.rate(evaluations), 3),
         })
@@ -186,10 +185,12 @@ class DeviceEngine:
             self.on_commit(event)
 
     def summary(self) -> dict[str, Any]:
-        out = self.report.summary(self.evaluations, int(self.state.generations), self._elapsed(), 0,
-                                  self.stop_reason)
-        out["loop"] = LOOP
-        return out
+        return self._summary(self.state, self._elapsed())
+
+    def _summary(self, state: DeviceState, elapsed: float) -> dict[str, Any]:
+        """The report's summary of ``state`` (batches are generations), marked as this loop's."""
+        out = self.report.summary(int(state.evaluations), int(state.generations), elapsed, 0, self.stop_reason)
+        return {**out, "loop": LOOP}
 
     # ----- durability -----------------------------------------------------------
 
