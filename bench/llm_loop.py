@@ -16,7 +16,7 @@ Setup (both systems, same run of this script):
   examples do), ``feature_dimensions: [a, b]``, 20 bins.
 * qd: built as ``qd-run`` builds a text run, directly (there is no trivial text
   experiment config): ``Engine(task, GridSpec, [(make_llm_operator("rewrite", client), 1)],
-  SandboxEvaluator(task, Sandbox(entry, workers=W, limits=Limits())), batch_size=1,
+  StagedEvaluator(task, Sandbox(entry, workers=W, limits=Limits())), batch_size=1,
   in_flight=C, budget=Budget(max_evaluations=N), llm=client, checkpoint_every=50,
   progress=False)`` with ``LLMClient(LLMSettings(base_url, (ModelSpec("scripted"),),
   concurrency=C, cache_dir=None))``. Everything a real run does is included (SQLite
@@ -315,7 +315,7 @@ def _build_qd(client: Any, concurrency: int, candidates: int, workers: int, run_
               checkpoint_every: int, in_process_eval: bool = False, on_commit: Any = None):
     import operators.llm
     import qd.archive
-    from qd.evaluator import SandboxEvaluator
+    from qd.evaluator import StagedEvaluator
     from qd.loop import Budget, Engine
     from qd.sandbox import Limits, Sandbox
 
@@ -326,7 +326,7 @@ def _build_qd(client: Any, concurrency: int, candidates: int, workers: int, run_
         task=task,
         spec=qd.archive.GridSpec((LATTICE, LATTICE), (0.0, 0.0), (LATTICE / 2, LATTICE / 2)),
         operators=[(operators.llm.make_llm_operator("rewrite", client), 1.0)],
-        evaluator=SandboxEvaluator(task, sandbox), run_dir=run_dir, batch_size=1,
+        evaluator=StagedEvaluator(task, sandbox), run_dir=run_dir, batch_size=1,
         in_flight=concurrency, budget=Budget(max_evaluations=candidates), llm=client,
         checkpoint_every=checkpoint_every, progress=False, on_commit=on_commit,
     )
@@ -838,7 +838,7 @@ def main(argv: list[str] | None = None) -> None:
             f"- Setup: scripted OpenAI-compatible server (`tests/scripted_llm.py`, own process, fresh per run), "
             f"{args.latency * 1e3:.0f} ms latency, every answer a small python block; {args.candidates} candidates "
             f"per qd run, {oe_n} iterations per OpenEvolve run; {args.repeats} repeat(s), median [min, max]. "
-            f"qd: batch 1, in_flight = llm.concurrency = C, `rewrite` operator, `SandboxEvaluator` on "
+            f"qd: batch 1, in_flight = llm.concurrency = C, `rewrite` operator, `StagedEvaluator` on "
             f"`qd.sandbox.Sandbox(workers={args.workers}, limits=Limits())`, checkpoint every "
             f"{args.checkpoint_every} batches; store, events and checkpoints included; jit warm (the warm-up run, "
             f"first of the process, took {_fmt(warmup and warmup['s'], 2)} s). OpenEvolve "

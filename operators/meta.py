@@ -53,8 +53,8 @@ DEFAULT_MUTATION_PROMPT = "Improve this instruction: make it more specific and m
 
 # template name -> (placeholders it must use, placeholders it may use), as in ``operators.llm``
 _FIELDS: dict[str, tuple[set[str], set[str]]] = {
-    "mutate": ({"mutation", "instruction"}, {"task", "mutation", "instruction"}),
-    "hyper": ({"mutation"}, {"task", "mutation"}),
+    "mutate": ({"mutation", "instruction"}, {"task", "mutation", "instruction", "noun"}),
+    "hyper": ({"mutation"}, {"task", "mutation", "noun"}),
 }
 _TASK_CHARS = 600  # the task as shown to the instruction writer
 _LABEL = re.compile(r"^(?:new |improved |better )?(?:instruction|prompt)\s*:\s*", re.IGNORECASE)
@@ -107,6 +107,7 @@ class InstructionPool:
         llm_temperature: float | None = None,
         max_tokens: int = 96,
         templates: dict[str, str] | None = None,
+        noun: str = "program",
     ):
         """Checks every setting and template here (:meth:`check_settings`), not at the first call."""
         seeds, mutation_prompt, self.templates = self._checked(
@@ -118,6 +119,7 @@ class InstructionPool:
         self.temperature, self.explore = temperature, explore
         self.hyper, self.hyper_every = hyper, hyper_every
         self.task = textwrap.shorten(task, _TASK_CHARS, placeholder=" ...") if task.strip() else ""
+        self.noun = noun  # what the genomes are called in its prompts (``genomes.GenomeKind.noun``)
         self.max_chars, self.llm_temperature, self.max_tokens = max_chars, llm_temperature, max_tokens
         self._seeds, self._mutation_seed = seeds, mutation_prompt
         self.members: list[Instruction] = []  # in id order; empty until the first pick or evolve
@@ -292,7 +294,8 @@ class InstructionPool:
             self.members.remove(worst)
 
     def _messages(self, name: str, **fields: str) -> list[dict]:
-        return [{"role": "user", "content": self.templates[name].substitute(task=self.task, **fields).strip()}]
+        return [{"role": "user", "content": self.templates[name].substitute(task=self.task, noun=self.noun,
+                                                                            **fields).strip()}]
 
     async def _ask(self, client: ChatClient, messages: list[dict], model: str, sample_index: int,
                    operator: str, parent: Instruction, others: list[Instruction]) -> Instruction | None:
@@ -318,7 +321,7 @@ _POOL_SETTINGS = inspect.signature(InstructionPool.__init__)  # (self, store, *,
 
 def _row(text: str | None, operator: str, **fields) -> Candidate:
     """A store row for an instruction: no fitness or descriptor, valid when it has text."""
-    return Candidate(kind="instruction", island=0, fitness=None, descriptor=None, valid=text is not None,
+    return Candidate(kind="instruction", genome="instruction", island=0, fitness=None, descriptor=None, valid=text is not None,
                      text=text, operator=operator, **fields)
 
 

@@ -37,8 +37,9 @@ class Spending:
         budget: the limits.
         evaluations: candidates already in the store (a resumed run's).
         spent: the LLM calls already in the store.
-        calls_per_child: LLM calls one text child costs (its operator call and a
-            judge call per AI-feedback axis); 0 for numeric tasks.
+        calls_per_child: LLM calls one text child may cost (its operator call, a
+            judge call per AI-feedback axis, and the calls its evaluation may make:
+            ``eval_llm.calls``); 0 for numeric tasks.
     """
 
     def __init__(self, budget: Budget, evaluations: int, spent: Ledger, calls_per_child: int):

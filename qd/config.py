@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from qd.contract import ConfigError
+from qd.paths import experiments_dir
 
 RANGE = "range"  # dataclass field metadata key of a numeric field's Range
 SEED_MAX = 2**31 - 1  # seeds: numpy and LLM servers need them non-negative, some as int32
@@ -266,7 +267,7 @@ class CycleConf:
 
 @dataclasses.dataclass
 class OperatorConf:
-    name: str = MISSING  # numeric: gaussian | isoline; LLM: rewrite | diff | crossover | inspiration
+    name: str = MISSING  # numeric: gaussian | isoline; LLM: rewrite | diff | crossover | inspiration | meta_agent
     label: Optional[str] = None  # names the arm (two entries may share an operator with other templates)
     weight: float = number(1.0, ge=0)  # the mix's weights need a positive sum (checked with the operators)
     sigma: Optional[float] = number(None, gt=0)  # gaussian step size
@@ -275,8 +276,10 @@ class OperatorConf:
     line_sigma: Optional[float] = number(None, ge=0)  # isoline step along the line
     temperature: Optional[float] = number(None, ge=0, le=2)  # LLM: overrides llm.temperature for this operator
     max_tokens: Optional[int] = number(None, ge=1)  # LLM: overrides llm.max_tokens
-    num_inspirations: int = number(3, ge=1)  # inspiration: elites shown beside the parent
+    # inspiration / meta_agent: elites shown beside the parent (None: 3 / 8)
+    num_inspirations: Optional[int] = number(None, ge=1)
     fallback_to_rewrite: bool = True  # diff: a failed diff is stored, then a rewrite is asked
+    debug_rounds: int = number(0, ge=0)  # an unusable answer's reason is shown back this many times at most
     templates: dict[str, str] = dataclasses.field(default_factory=dict)  # template name -> file
 
 
@@ -322,6 +325,18 @@ class LLMConf:
 
 
 @dataclasses.dataclass
+class EvalLLMConf:
+    """Model calls one evaluation may make (tasks whose evaluation calls the run's model:
+    an agent's own calls, a prompt's fixed solver). Enforced on the host, per evaluation;
+    each call also counts in runner.max_llm_calls, which reserves `calls` per child."""
+
+    calls: int = number(16, ge=0, le=4096)  # all stages together
+    tokens: int = number(32_000, ge=0)  # prompt + completion
+    max_tokens: int = number(256, ge=1)  # per call: larger requests are clamped
+    seconds: Optional[float] = number(None, gt=0)  # no call starts later than this into a stage; None: the stage's wall_s
+
+
+@dataclasses.dataclass
 class SandboxConf:
     wall_s: float = number(10.0, gt=0)  # wall-clock limit per stage; the whole process group is killed
     cpu_s: int = number(10, ge=1)  # RLIMIT_CPU counts whole seconds
@@ -339,7 +354,8 @@ class RunnerConf:
     batch_size: int = number(64, ge=1)  # children per proposal
     in_flight: int = number(2, ge=1)  # proposals running at once
     initial_population: int = number(8, ge=1)  # founder children (of the task's initial genomes) in flight per empty island; the rest wait for parents
-    evaluator: str = "auto"  # auto (inprocess for numeric, sandbox for text) | inprocess | pool | sandbox
+    # auto (inprocess for numeric, sandbox for code genomes, host for data genomes) | inprocess | pool | sandbox | host
+    evaluator: str = "auto"
     workers: int = number(2, ge=1)  # pool / sandbox size
     # Budgets: None = no limit; a limit of 0 (or less) would stop the run before it starts.
     max_evaluations: Optional[int] = number(10_000, ge=1)
@@ -372,9 +388,14 @@ class Config:
     runner: RunnerConf = dataclasses.field(default_factory=RunnerConf)
     llm: LLMConf = dataclasses.field(default_factory=LLMConf)
     sandbox: SandboxConf = dataclasses.field(default_factory=SandboxConf)
+    eval_llm: EvalLLMConf = dataclasses.field(default_factory=EvalLLMConf)
     seed: int = number(0, ge=0, le=SEED_MAX)  # numpy and LLM servers need a non-negative seed
     resume: Optional[str] = None  # a run directory to continue
 
 
 def register() -> None:
+    """The schema, and ``${qd_experiments:}``: the experiments folder (a checkout's or the
+    installed wheel's), for configs that name an experiment's files (prompt templates)."""
     ConfigStore.instance().store(name="qd_schema", node=Config)
+    if not OmegaConf.has_resolver("qd_experiments"):
+        OmegaConf.register_new_resolver("qd_experiments", lambda: str(experiments_dir()))

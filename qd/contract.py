@@ -17,7 +17,7 @@ engine imports them. Everything here is plain data or a protocol:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -95,10 +95,8 @@ class Candidate:
     artifacts: dict | None = None  # evaluator feedback (output tails, task artifacts)
     id: int | None = None
     created: float | None = None
-
-    @property
-    def genome(self) -> str | np.ndarray:
-        return self.vector if self.vector is not None else self.text
+    genome: str | None = None  # the genome kind (``genomes``): program, agent, prompt, ...; vector; instruction
+    trace: list[dict] | None = None  # model calls its evaluation made (written to the store's trace table)
 
 
 @dataclasses.dataclass
@@ -143,6 +141,9 @@ class PromptContext:
     rng: np.random.Generator | None = None  # model choice; None: the client's default
     model: str | None = None  # the scheduler's choice; overrides ``rng``
     instruction: str | None = None  # a mutation instruction (``operators.meta``) shown in the prompt
+    # Reserves one more model call against the run's budget (False: none left); an operator
+    # asks before each call beyond its first (debug rounds). None: no extra calls.
+    reserve_call: Callable[[], bool] | None = None
 
 
 class ChatClient(Protocol):

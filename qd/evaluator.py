@@ -1,12 +1,21 @@
 """Running a task's evaluator: in the loop's process, in a pool of worker processes,
-or (for untrusted text candidates) in the sandbox."""
+in the sandbox (LLM-written code), or in host threads (data genomes read by trusted code)."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
+import dataclasses
+import functools
+import importlib
+import importlib.util
 import multiprocessing
 import os
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -95,54 +104,143 @@ def _concat(parts: list[Evaluation]) -> Evaluation:
     )
 
 
-class SandboxEvaluator:
-    """Runs each text candidate's cascade in the sandbox, then scores it on the host.
+class HostRunner:
+    """Runs a data genome's trusted host code: ``entry(text, llm=..., **args)`` in a worker thread.
 
-    Candidates run concurrently (the sandbox bounds how many at once). Any failure,
-    in the sandbox or in the task's ``score``, makes that candidate invalid with a
+    Data genomes (prompts, teams, texts) are never executed: the entry (the task's
+    ``host_entry``, ``"path/to/file.py:function"``) reads the genome with safe loaders
+    and, for a prompt, runs the fixed solver on it through ``llm``, a blocking callable
+    over the evaluation's ``qd.llm.gateway.ModelGateway``. The same result shape as the
+    sandbox's, so one staged evaluator serves both.
+
+    Its threads are its own (``workers`` at most run at once): in asyncio's default
+    executor, entries blocked on model calls would hold every thread the loop itself
+    needs for them (a connection's address lookup runs there).
+    """
+
+    def __init__(self, entry: str, workers: int = 4):
+        self.entry, self.fn = entry, load_entry(entry)
+        self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="qd-host-entry")
+
+    async def run(self, text: str, args: dict | None = None, *, calls: Any = None) -> Any:
+        from qd.sandbox import SandboxResult
+
+        kwargs = dict(args or {})
+        if calls is not None:
+            kwargs["llm"] = calls.blocking(asyncio.get_running_loop())
+        start = time.perf_counter()
+        call = functools.partial(contextvars.copy_context().run, self.fn, text, **kwargs)
+        try:
+            value = await asyncio.get_running_loop().run_in_executor(self._pool, call)
+        except Exception as e:  # the genome is data: a failure is the task code's verdict on it
+            error = " ".join(f"{type(e).__name__}: {e}".split())[:500]
+            return SandboxResult(False, None, error, "", traceback.format_exc()[-2000:], time.perf_counter() - start)
+        finally:  # (cancelled: the thread runs on, but its model calls now fail at once)
+            if calls is not None:
+                calls.close()
+        return SandboxResult(True, value, None, "", "", time.perf_counter() - start)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def load_entry(entry: str) -> Callable[..., Any]:
+    """The function ``"path/to/file.py:function"`` or ``"package.module:function"`` names."""
+    target, _, name = entry.rpartition(":")
+    if target.endswith(".py"):
+        spec = importlib.util.spec_from_file_location(f"_qd_host_entry_{Path(target).stem}", target)
+        if spec is None or not Path(target).is_file():
+            raise ValueError(f"entry: no file {target} (write 'path/to/file.py:function')")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise ValueError(f"entry: {target} has no function {name} (define `def {name}(text, **args)` in it)")
+    return fn
+
+
+class StagedEvaluator:
+    """Runs each text candidate's cascade of stages, then scores it on the host.
+
+    ``runner`` runs one stage: the sandbox (``qd.sandbox.Sandbox``: LLM-written code
+    runs only there) or :class:`HostRunner` (data genomes, read by trusted code).
+    With ``client`` (a task whose evaluation calls the run's model: ``task.models``),
+    each stage gets a ``ModelGateway`` over it, within what is left of ``budget`` for
+    the whole evaluation; every call it made is the candidate's ``trace``, and the
+    task scores with it: ``task.score(text, outputs, trace)``.
+
+    Candidates run concurrently (the runner bounds how many at once). Any failure,
+    in the runner or in the task's ``score``, makes that candidate invalid with a
     one-line reason; the output tails go to its artifacts for later prompts.
     """
 
-    def __init__(self, task: TextTask, sandbox: Any):
-        self.task, self.sandbox = task, sandbox
+    def __init__(self, task: TextTask, runner: Any, client: Any = None, budget: Any = None):
+        self.task, self.runner, self.client, self.budget = task, runner, client, budget
+
+    @property
+    def model_calls(self) -> int:
+        """Model calls one evaluation may make (what a child reserves against runner.max_llm_calls)."""
+        return self.budget.calls if self.client is not None else 0
 
     def close(self) -> None:
-        self.sandbox.close()
+        self.runner.close()
 
     async def __call__(self, texts: list[str]) -> Evaluation:
         scored = [await self._one(texts[0])] if len(texts) == 1 else await asyncio.gather(*map(self._one, texts))
         dim = self.task.descriptor_dim
-        descriptor = np.asarray([_descriptor(s, dim) for s, _ in scored], np.float32)  # may invalidate
+        descriptor = np.asarray([_descriptor(s, dim) for s, _, _ in scored], np.float32)  # may invalidate
         return Evaluation(
-            fitness=np.asarray([s.fitness for s, _ in scored], np.float32),
+            fitness=np.asarray([s.fitness for s, _, _ in scored], np.float32),
             descriptor=descriptor.reshape(len(texts), dim),
-            valid=np.asarray([s.valid for s, _ in scored], bool),
-            metrics=[s.metrics for s, _ in scored],
-            error=[s.error for s, _ in scored],
-            artifacts=[s.artifacts for s, _ in scored],
-            seconds=[seconds for _, seconds in scored],
+            valid=np.asarray([s.valid for s, _, _ in scored], bool),
+            metrics=[s.metrics for s, _, _ in scored],
+            error=[s.error for s, _, _ in scored],
+            artifacts=[s.artifacts for s, _, _ in scored],
+            seconds=[seconds for _, seconds, _ in scored],
+            traces=[trace for _, _, trace in scored] if self.client is not None else None,
         )
 
-    async def _one(self, text: str) -> tuple[Scored, float]:
+    async def _one(self, text: str) -> tuple[Scored, float, list[dict]]:
         outputs: list[Any] = []
-        scored, seconds = None, 0.0
+        trace: list[dict] = []
+        scored, seconds, spent = None, 0.0, (0, 0)  # model calls and tokens of the stages so far
         for i, stage in enumerate(self.task.stages):
             if i and (not scored.valid or (stage.threshold is not None and scored.fitness < stage.threshold)):
                 break
-            result = await self.sandbox.run(text, stage.args)
+            gateway = self._gateway(text, stage.name, *spent)
+            result = await self.runner.run(text, stage.args, calls=gateway)
             seconds += result.seconds
+            if gateway is not None:
+                trace += [{**call, "stage": stage.name} for call in gateway.trace]
+                spent = (spent[0] + gateway.calls, spent[1] + gateway.tokens)
             tails = _tails(result)
             if not result.ok:
-                return Scored(np.nan, None, False, {"stages": i + 1}, f"{stage.name}: {result.error}", tails), seconds
+                metrics = {"stages": i + 1, **({"model_calls": spent[0]} if gateway is not None else {})}
+                return Scored(np.nan, None, False, metrics, f"{stage.name}: {result.error}", tails), seconds, trace
             outputs.append(result.value)
             try:
-                scored = self.task.score(text, outputs)
+                scored = self.task.score(text, outputs, trace) if gateway is not None else self.task.score(text, outputs)
             except Exception as e:  # a task bug must not stop the run
                 scored = Scored(np.nan, None, False, None, f"score: {type(e).__name__}: {e}")
             scored.metrics = {**(scored.metrics or {}), "stages": i + 1}
+            if gateway is not None:
+                scored.metrics["model_calls"] = spent[0]  # calls that reached the model
             if tails:
                 scored.artifacts = {**tails, **(scored.artifacts or {})}
-        return scored, seconds
+        return scored, seconds, trace
+
+    def _gateway(self, text: str, stage: str, calls: int, tokens: int) -> Any:
+        """The stage's access to the model: what the evaluation's budget leaves after the
+        ``calls`` and ``tokens`` of its earlier stages."""
+        if self.client is None:
+            return None
+        from qd.llm.gateway import ModelGateway, candidate_key
+
+        left = dataclasses.replace(self.budget, calls=max(0, self.budget.calls - calls),
+                                   tokens=max(0, self.budget.tokens - tokens))
+        return ModelGateway(self.client, left, candidate_key(text, stage))
 
 
 def _tails(result: Any, keep: int = 400) -> dict[str, str]:

@@ -113,8 +113,8 @@ class Engine:
         spent = Ledger.from_rows(self.store.llm_calls())  # committed LLM calls: what budgets count
         if llm is not None:
             llm.ledger.merge(spent)
-        self.spending = Spending(budget, self.store.count(kind=task.kind), spent,
-                                 1 + self.placement.calls_per_child if text else 0)
+        per_child = 1 + self.placement.calls_per_child + getattr(evaluator, "model_calls", 0)
+        self.spending = Spending(budget, self.store.count(kind=task.kind), spent, per_child if text else 0)
         self.proposer = TextProposer(
             task, arms, evaluator, placement=self.placement, spending=self.spending, store=self.store,
             duplicates=DuplicateIndex(self.store), gate=self.gate, meta=self.meta, batch_size=batch_size,

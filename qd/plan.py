@@ -47,11 +47,11 @@ register()
 
 ARCHIVE_KINDS = ("grid", "cvt", "novelty")
 PROVIDERS = ("local", "openai", "vllm", "ollama", "server")
-EVALUATORS = ("auto", "inprocess", "pool", "sandbox")
+EVALUATORS = ("auto", "inprocess", "pool", "sandbox", "host")
 LOOPS = ("auto", "host", "device")
 STORES = ("auto", "all", "elites")
 _NUMERIC_PARAMS = ("sigma", "iso_sigma", "line_sigma")
-_LLM_PARAMS = ("temperature", "max_tokens", "num_inspirations", "fallback_to_rewrite", "templates")
+_LLM_PARAMS = ("temperature", "max_tokens", "num_inspirations", "fallback_to_rewrite", "templates", "debug_rounds")
 
 
 def compose(overrides: list[str]) -> DictConfig:
@@ -124,7 +124,10 @@ class Plan:
         describer: the run's describer (``descriptor.enabled``), or None for the
             task's own descriptors.
         geometry: the descriptor space (D, bins, bounds).
-        evaluator: ``inprocess``, ``pool`` or ``sandbox``.
+        evaluator: ``inprocess``, ``pool``, ``sandbox`` (code genomes) or ``host`` (data genomes).
+        genome: the text genome kind (``genomes.GenomeKind``; None for numeric tasks).
+        eval_budget: the model calls one evaluation may make (``qd.llm.gateway.CallBudget``;
+            None unless the task's evaluation calls the model, ``task.models``).
         operators: the ``operators.mix`` entries, checked, with their arm labels.
         strategy: the strategy groups, checked (``qd.search.build.StrategyPlan``).
         budget: the run's limits.
@@ -146,6 +149,8 @@ class Plan:
     sandbox: Any | None
     loop: str = "host"
     store: str = "all"
+    genome: Any = None
+    eval_budget: Any = None
 
 
 def plan(cfg: DictConfig) -> Plan:
@@ -166,9 +171,10 @@ def plan(cfg: DictConfig) -> Plan:
     if cfg.islands.topology not in archive.TOPOLOGIES:
         raise ConfigError("islands.topology", f"unknown topology {cfg.islands.topology!r}",
                           f"use one of {list(archive.TOPOLOGIES)}")
-    evaluator = _evaluator_kind(cfg, task)
+    genome = _genome(task)
+    evaluator = _evaluator_kind(cfg, task, genome)
     llm = _llm(cfg) if task.kind != "vector" else None
-    operators = _operators(cfg, task)
+    operators = _operators(cfg, task, genome)
     strategy = plan_strategy(cfg, task, describer, [o.label for o in operators], cycle)
     r = cfg.runner
     loop = _loop(cfg, task)
@@ -177,8 +183,34 @@ def plan(cfg: DictConfig) -> Plan:
         operators=operators, strategy=strategy,
         budget=Budget(r.max_evaluations, r.max_seconds, r.max_llm_calls, r.max_tokens, r.max_cost),
         llm=llm, sandbox=_sandbox(cfg) if evaluator == "sandbox" else None,
-        loop=loop, store=_store(cfg, loop),
+        loop=loop, store=_store(cfg, loop), genome=genome, eval_budget=_eval_budget(cfg, task),
     )
+
+
+def _genome(task: Any) -> Any:
+    """A text task's genome kind (``task.genome``), checked against its entry; None for vectors."""
+    if task.kind == "vector":
+        return None
+    import genomes
+
+    kind = genomes.of_task(task)
+    entry = "sandbox_entry" if kind.code else "host_entry"
+    if not getattr(task, entry, None):
+        runs = "LLM-written code runs in the sandbox" if kind.code else "data genomes are read by trusted host code"
+        raise ConfigError("experiment.task", f"{kind.name} genomes need the task's {entry} ({runs})",
+                          f"give the task a {entry} 'path/to/file.py:function'")
+    return kind
+
+
+def _eval_budget(cfg: DictConfig, task: Any) -> Any:
+    """``eval_llm`` as a ``CallBudget`` when the task's evaluation calls the model (``task.models``)."""
+    if task.kind == "vector" or not getattr(task, "models", False):
+        return None
+    from qd.llm.gateway import CallBudget
+
+    e = cfg.eval_llm
+    return CallBudget(calls=e.calls, tokens=e.tokens, max_tokens=e.max_tokens,
+                      seconds=e.seconds if e.seconds is not None else cfg.sandbox.wall_s)
 
 
 def _loop(cfg: DictConfig, task: Any) -> str:
@@ -313,20 +345,23 @@ def _check_archive(cfg: DictConfig, g: Geometry) -> None:
                               "sample at least one point per cell")
 
 
-def _evaluator_kind(cfg: DictConfig, task: Any) -> str:
-    """inprocess / pool for numeric tasks; LLM-written text only ever runs in the sandbox."""
+def _evaluator_kind(cfg: DictConfig, task: Any, genome: Any) -> str:
+    """inprocess / pool for numeric tasks; LLM-written code only ever runs in the sandbox;
+    data genomes (prompts, teams, texts) are read by the task's trusted code on the host."""
     e = cfg.runner.evaluator
     if e not in EVALUATORS:
-        raise ConfigError("runner.evaluator", f"unknown evaluator {e!r}", "use auto, inprocess, pool or sandbox")
+        raise ConfigError("runner.evaluator", f"unknown evaluator {e!r}", f"use one of {list(EVALUATORS)}")
     if task.kind == "vector":
-        if e == "sandbox":
-            raise ConfigError("runner.evaluator", "numeric tasks are trusted and have no sandbox entry",
+        if e in ("sandbox", "host"):
+            raise ConfigError("runner.evaluator", "numeric tasks are trusted and evaluated in process",
                               "use auto, inprocess or pool")
         return "inprocess" if e == "auto" else e
-    if e not in ("auto", "sandbox"):
-        raise ConfigError("runner.evaluator", f"{e!r} would run LLM-written code outside the sandbox",
-                          "use auto or sandbox")
-    return "sandbox"
+    own = "sandbox" if genome.code else "host"
+    if e not in ("auto", own):
+        why = (f"{e!r} would run LLM-written code outside the sandbox" if genome.code
+               else f"{genome.name} genomes are data for the task's host code, not programs")
+        raise ConfigError("runner.evaluator", why, f"use auto or {own}")
+    return own
 
 
 def _sandbox(cfg: DictConfig) -> Any:
@@ -335,7 +370,7 @@ def _sandbox(cfg: DictConfig) -> Any:
     return Limits(**OmegaConf.to_container(cfg.sandbox, resolve=True))
 
 
-def _operators(cfg: DictConfig, task: Any) -> tuple[OperatorEntry, ...]:
+def _operators(cfg: DictConfig, task: Any, genome: Any) -> tuple[OperatorEntry, ...]:
     """The ``operators.mix`` entries, each checked by its plug-in's validator (nothing is built)."""
     mix = cfg.operators.mix
     if not mix:
@@ -348,7 +383,7 @@ def _operators(cfg: DictConfig, task: Any) -> tuple[OperatorEntry, ...]:
     entries = []
     for i, (o, label) in enumerate(zip(mix, labels)):
         try:
-            entries.append(OperatorEntry(o.name, label, float(o.weight), _operator_params(o, task)))
+            entries.append(OperatorEntry(o.name, label, float(o.weight), _operator_params(o, task, genome)))
         except ConfigError as e:
             raise e.under(f"operators.mix[{i}]") from None
     if sum(e.weight for e in entries) <= 0:  # each weight >= 0: the schema's range
@@ -356,7 +391,7 @@ def _operators(cfg: DictConfig, task: Any) -> tuple[OperatorEntry, ...]:
     return tuple(entries)
 
 
-def _operator_params(o: DictConfig, task: Any) -> dict[str, Any]:
+def _operator_params(o: DictConfig, task: Any, genome: Any) -> dict[str, Any]:
     """A numeric operator for vector tasks, an LLM operator for text tasks: its checked params."""
     if task.kind == "vector":
         from operators import check_numeric_operator
@@ -365,7 +400,7 @@ def _operator_params(o: DictConfig, task: Any) -> dict[str, Any]:
     from operators import check_llm_operator
 
     params = OmegaConf.to_container(o, resolve=True)
-    return check_llm_operator(o.name, **{k: params[k] for k in _LLM_PARAMS})
+    return check_llm_operator(o.name, genome=genome, **{k: params[k] for k in _LLM_PARAMS})
 
 
 def _llm(cfg: DictConfig) -> LLMPlan:

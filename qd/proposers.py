@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
+import genomes
 from qd.contract import Candidate, Child, LLMError, Parent, PromptContext
 from qd.elite_table import ArchiveView
 from qd.llm import Ledger, tally
@@ -187,7 +188,7 @@ class VectorProposer:
         ev = await self.evaluator(genomes)
         candidates = [
             Candidate(
-                kind="vector", island=t.island, fitness=float(ev.fitness[j]), descriptor=ev.descriptor[j],
+                kind="vector", genome="vector", island=t.island, fitness=float(ev.fitness[j]), descriptor=ev.descriptor[j],
                 valid=bool(ev.valid[j]), vector=genomes[j], parent_ids=parent_ids[j], operator=name,
                 metrics=ev.metrics[j] if ev.metrics else None, error=ev.error[j] if ev.error else None,
             )
@@ -227,6 +228,7 @@ class Draft:
     instruction: int | None = None  # meta instruction shown in its prompt
     rejection: dict[str, Any] | None = None  # the candidate's fields when the novelty gate turned it away
     resample: bool = False  # asked again after a rejection (an extra LLM call)
+    extra_calls: int = 0  # calls its operator reserved beyond the first (debug rounds), released at commit
 
     @property
     def usable(self) -> bool:
@@ -270,6 +272,7 @@ class TextProposer:
         self.task, self.arms, self.evaluator, self.placement = task, arms, evaluator, placement
         self.spending, self.duplicates, self.store = spending, duplicates, store
         self.gate, self.meta, self.batch_size = gate, meta, batch_size
+        self.genome = genomes.of_task(task)
 
     def start(self, ticket: Ticket, view: ArchiveView) -> Awaitable[Proposal]:
         return self._finish(ticket, None if ticket.founding else self._show(ticket, view))
@@ -295,8 +298,9 @@ class TextProposer:
             candidates = await self._evaluate(t.island, drafts)
             fits = self.placement.fits if self.placement.fitted else None
             await self.placement.describe(candidates)
+        reserved = t.size + sum(d.resample + d.extra_calls for d in drafts)
         return Proposal(candidates, None if t.founding else t.arm, np.asarray(parents, np.int64).reshape(-1, 2),
-                        [d.instruction for d in drafts], t.size + sum(d.resample for d in drafts), fits, calls)
+                        [d.instruction for d in drafts], reserved, fits, calls)
 
     async def _evaluate(self, island: int, drafts: list[Draft]) -> list[Candidate]:
         """Candidates of the drafts: stored evaluations for duplicates, the sandbox for the rest."""
@@ -318,11 +322,12 @@ class TextProposer:
                 fields = dict(
                     fitness=float(ev.fitness[k]), descriptor=ev.descriptor[k], valid=bool(ev.valid[k]),
                     metrics=ev.metrics[k], error=ev.error[k], artifacts=ev.artifacts[k], eval_seconds=ev.seconds[k],
+                    trace=ev.traces[k] if ev.traces else None,
                 )
             else:
                 fields = dict(fitness=math.nan, descriptor=None, valid=False, error=child.error)
             out.append(Candidate(
-                kind="text", island=island, text=child.text, parent_ids=d.parent_ids, operator=child.operator,
+                kind="text", genome=self.genome.name, island=island, text=child.text, parent_ids=d.parent_ids, operator=child.operator,
                 model=child.model, prompt=child.prompt, response=child.response, tokens_in=child.tokens_in,
                 tokens_out=child.tokens_out, cost=child.cost, **fields,
             ))
@@ -351,11 +356,18 @@ class TextProposer:
         rng = np.random.default_rng([t.genome_seed, j])
         instruction = self.meta.pick(rng) if self.meta is not None else None
         drafts: list[Draft] = []
+        extra: list[int] = []  # calls an operator reserved beyond its first (debug rounds)
+
+        def reserve_call() -> bool:
+            ok = self.spending.try_reserve_call()
+            extra.extend([1] * ok)
+            return ok
+
         for attempt in range(1 + (self.gate.resample if self.gate is not None else 0)):
             context = PromptContext(
-                task=self.task.description, language=self.task.language, island=t.island,
+                task=self.task.description, language=self.genome.language, island=t.island,
                 sample_index=sample_index(t.seq * self.batch_size + j, attempt), rng=rng, model=arm.model,
-                instruction=instruction.text if instruction else None,
+                instruction=instruction.text if instruction else None, reserve_call=reserve_call,
             )
             failed = False
             try:
@@ -366,6 +378,7 @@ class TextProposer:
             if failed or not await self._gate(drafts[-len(answers):], parents, shown.elites) \
                     or not self.spending.try_reserve_call():
                 break
+        drafts[-1].extra_calls += len(extra)
         return drafts
 
     async def _gate(self, drafts: list[Draft], parents: list[Parent], elites: list[Candidate]) -> bool:

@@ -24,7 +24,7 @@ from qd import archive
 from qd.config import Config
 from qd.contract import ConfigError
 from qd.errors import CheckpointError
-from qd.evaluator import InProcessEvaluator, PoolEvaluator, SandboxEvaluator
+from qd.evaluator import HostRunner, InProcessEvaluator, PoolEvaluator, StagedEvaluator
 from qd.paths import conf_dir
 from qd.plan import Plan, compose, plan
 from qd.search.build import build_arms, build_strategy
@@ -96,16 +96,22 @@ def build_llm(p: Plan, run_dir: Path, stack: contextlib.ExitStack) -> Any:
     return LLMClient(settings)
 
 
-def _build_evaluator(p: Plan) -> Any:
+def _build_evaluator(p: Plan, client: Any) -> Any:
+    """The plan's evaluator; a task whose evaluation calls the model gets ``client`` within ``p.eval_budget``."""
     r = p.cfg.runner
     if p.evaluator == "pool":
         params = OmegaConf.to_container(p.cfg.experiment.params, resolve=True)
         return PoolEvaluator(p.cfg.experiment.task, params, r.workers)
     if p.evaluator == "inprocess":
         return InProcessEvaluator(p.task)
-    from qd.sandbox import Sandbox
+    if p.evaluator == "host":
+        runner = HostRunner(p.task.host_entry, r.workers)
+    else:
+        from qd.sandbox import Sandbox
 
-    return SandboxEvaluator(p.task, Sandbox(p.task.sandbox_entry, workers=r.workers, limits=p.sandbox))
+        runner = Sandbox(p.task.sandbox_entry, workers=r.workers, limits=p.sandbox)
+    models = p.eval_budget is not None
+    return StagedEvaluator(p.task, runner, client if models else None, p.eval_budget)
 
 
 def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None) -> Any:
@@ -128,7 +134,7 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
 
     with contextlib.ExitStack() as stack:
         client = build_llm(p, run_dir, stack) if p.llm is not None else None
-        evaluator = _build_evaluator(p)
+        evaluator = _build_evaluator(p, client)
         stack.callback(getattr(evaluator, "close", lambda: None))
         arms = build_arms(p.strategy, [op for op, _ in build_operators(p, client)])
         engine = Engine(

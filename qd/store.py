@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS candidates (
     metrics TEXT,
     error TEXT,
     eval_seconds REAL,
-    artifacts TEXT
+    artifacts TEXT,
+    genome TEXT
 );
 CREATE TABLE IF NOT EXISTS migrations (
     seq INTEGER PRIMARY KEY,
@@ -71,6 +72,12 @@ CREATE TABLE IF NOT EXISTS llm_calls (
     tokens_out INTEGER NOT NULL,
     cost REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS trace (
+    candidate INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    call TEXT NOT NULL,
+    PRIMARY KEY (candidate, n)
+);
 CREATE TABLE IF NOT EXISTS judgments (
     seq INTEGER PRIMARY KEY,
     created REAL NOT NULL,
@@ -85,8 +92,10 @@ CREATE TABLE IF NOT EXISTS judgments (
 _COLUMNS = (
     "created", "kind", "text", "vector", "parent_ids", "island", "operator", "model",
     "prompt", "response", "tokens_in", "tokens_out", "cost", "fitness", "descriptor",
-    "valid", "metrics", "error", "eval_seconds", "artifacts",
+    "valid", "metrics", "error", "eval_seconds", "artifacts", "genome",
 )
+# Stores written before genome kinds have no ``genome`` column: their text rows are programs.
+_LEGACY_GENOME = {"text": "program"}
 
 
 def _blob(x: np.ndarray | None) -> bytes | None:
@@ -118,7 +127,15 @@ class Store:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
+            if "genome" not in self._columns():  # a store from before genome kinds
+                self._db.execute("ALTER TABLE candidates ADD COLUMN genome TEXT")
             self._db.commit()
+        # (read-only on a store from before genome kinds: select NULL for the missing column)
+        have = self._columns()
+        self._select = ", ".join(c if c in have else "NULL" for c in _COLUMNS)
+
+    def _columns(self) -> set[str]:
+        return {row[1] for row in self._db.execute("PRAGMA table_info(candidates)")}
 
     def close(self) -> None:
         with self._lock:
@@ -158,10 +175,11 @@ class Store:
                 None if c.fitness is None else float(c.fitness), _blob(c.descriptor),
                 bool(c.valid), None if c.metrics is None else json.dumps(c.metrics),
                 c.error, c.eval_seconds,
-                None if c.artifacts is None else json.dumps(c.artifacts),
+                None if c.artifacts is None else json.dumps(c.artifacts), c.genome,
             )
             for c in candidates
         ]
+        traces = [(c, n, call) for c in candidates for n, call in enumerate(c.trace or ())]
         with self._transaction() as db:
             if ids is None:
                 start = self._next_id()
@@ -173,6 +191,10 @@ class Store:
                 f"VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})",
                 [(i, *row) for i, row in zip(ids, rows)],
             )
+            if traces:
+                at = {id(c): i for c, i in zip(candidates, ids)}
+                db.executemany("INSERT INTO trace (candidate, n, call) VALUES (?, ?, ?)",
+                               [(at[id(c)], n, json.dumps(call)) for c, n, call in traces])
             self._insert_calls(db, ids[-1] if ids else self._next_id() - 1, calls)
         ids = [int(i) for i in ids]
         for c, i, row in zip(candidates, ids, rows):
@@ -182,6 +204,15 @@ class Store:
     def _next_id(self) -> int:
         ((last,),) = self._rows("SELECT COALESCE(MAX(id), -1) FROM candidates")
         return last + 1
+
+    def trace(self, candidate_id: int) -> list[dict]:
+        """The model calls candidate ``candidate_id``'s evaluation made, in order (each a dict:
+        ``n``, ``messages``, ``sampling``, ``text`` or ``error``, ``model``, tokens, ``cached``)."""
+        try:
+            rows = self._rows("SELECT call FROM trace WHERE candidate = ? ORDER BY n", (int(candidate_id),))
+        except sqlite3.OperationalError:  # a read-only store from before traces
+            return []
+        return [json.loads(call) for (call,) in rows]
 
     def add_migrations(self, after_id: int, genome_id: Iterable[int], island: Iterable[int]) -> None:
         """Records elites copied between islands, so ``rebuild`` can replay them."""
@@ -288,7 +319,7 @@ class Store:
         for chunk_start in range(0, len(ids), 900):
             chunk = ids[chunk_start : chunk_start + 900]
             for row in self._rows(
-                f"SELECT id, {', '.join(_COLUMNS)} FROM candidates WHERE id IN "
+                f"SELECT id, {self._select} FROM candidates WHERE id IN "
                 f"({', '.join('?' * len(chunk))})",
                 chunk,
             ):
@@ -301,7 +332,7 @@ class Store:
     def iter(self, after_id: int = -1, page: int = 1000) -> Iterable[Candidate]:
         """Candidates newer than ``after_id`` in id order, read a page at a time."""
         while rows := self._rows(
-            f"SELECT id, {', '.join(_COLUMNS)} FROM candidates WHERE id > ? ORDER BY id LIMIT ?",
+            f"SELECT id, {self._select} FROM candidates WHERE id > ? ORDER BY id LIMIT ?",
             (after_id, page),
         ):
             yield from map(_candidate, rows)
@@ -371,7 +402,7 @@ class Store:
 def _candidate(row: tuple) -> Candidate:
     (id_, created, kind, text, vector, parent_ids, island, operator, model, prompt, response,
      tokens_in, tokens_out, cost, fitness, descriptor, valid, metrics, error, eval_seconds,
-     artifacts) = row
+     artifacts, genome) = row
     return Candidate(
         id=id_, created=created, kind=kind, text=text,
         vector=None if vector is None else np.frombuffer(vector, np.float32).copy(),
@@ -382,4 +413,5 @@ def _candidate(row: tuple) -> Candidate:
         valid=bool(valid), metrics=None if metrics is None else json.loads(metrics),
         error=error, eval_seconds=eval_seconds,
         artifacts=None if artifacts is None else json.loads(artifacts),
+        genome=genome or _LEGACY_GENOME.get(kind, kind),
     )

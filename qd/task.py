@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import sys
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -27,6 +28,7 @@ class Evaluation:
         metrics: B dicts of extra numbers (or None); error: B reasons (None if ok);
         artifacts: B dicts of feedback for later prompts (or None);
         seconds: B evaluation wall times (or None).
+        traces: B lists of the model calls each evaluation made (or None: no model calls).
     """
 
     fitness: np.ndarray
@@ -36,6 +38,7 @@ class Evaluation:
     error: list[str | None] | None = None
     artifacts: list[dict | None] | None = None
     seconds: list[float | None] | None = None
+    traces: list[list[dict] | None] | None = None
 
 
 class Task(Protocol):
@@ -118,14 +121,24 @@ def load_task(name: str, params: dict[str, Any]) -> Task:
     if not path.is_file():
         known = sorted(p.name for p in experiments_dir().iterdir() if (p / "task.py").is_file())
         raise ConfigError("experiment.task", f"no experiment {name!r}", f"use one of {known}")
-    module_name = f"qd_experiment_{name}"
-    module = sys.modules.get(module_name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module  # picklable by process pools
-        spec.loader.exec_module(module)
+    module = load_module(path, f"qd_experiment_{name}")
     try:
         return module.make_task(**params)
     except TypeError as e:
         raise ConfigError("experiment.params", str(e), f"see {path}") from None
+
+
+def load_module(path: str | Path, module_name: str) -> Any:
+    """The module at ``path``, imported once as ``sys.modules[module_name]``: how experiments
+    (folders, not packages) import their own files and each other's."""
+    module = sys.modules.get(module_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module  # before running it: picklable by process pools, and dataclasses need it
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[module_name]
+            raise
+    return module

@@ -1,4 +1,4 @@
-"""Shared builders for tests: small engines on the numeric experiments."""
+"""Shared builders for tests: small engines on the numeric experiments, a fake model client."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from qd.contract import Completion
 from qd.plan import compose
 
 
@@ -20,6 +21,27 @@ def small_config(*overrides: str) -> DictConfig:
     ])
 
 
+class FakeClient:
+    """Answers from a list, records every call; raises an answer that is an exception."""
+
+    def __init__(self, *answers, finish_reason="stop"):
+        self.answers = list(answers)
+        self.calls: list[dict] = []
+        self.finish_reason = finish_reason
+
+    def pick_model(self, rng):
+        return ["model-a", "model-b"][int(rng.integers(2))]
+
+    async def complete(self, messages, *, model=None, temperature=None, max_tokens=None, sample_index=0, stop=None):
+        self.calls.append(dict(messages=messages, model=model, temperature=temperature, max_tokens=max_tokens,
+                               sample_index=sample_index))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return Completion(text=answer, model=model or "default-model", tokens_in=100 + len(self.calls),
+                          tokens_out=20, cost=0.25, cached=False, finish_reason=self.finish_reason, seconds=0.1)
+
+
 def run_dir(tmp_path: Path, name: str = "run") -> Path:
     path = tmp_path / name
     path.mkdir(parents=True, exist_ok=True)
@@ -30,10 +52,10 @@ def evaluate_in_sandbox(task, texts: list[str]):
     """A text task's ``Evaluation`` of ``texts``, through the real sandbox (2 workers, 5 s)."""
     import asyncio
 
-    from qd.evaluator import SandboxEvaluator
+    from qd.evaluator import StagedEvaluator
     from qd.sandbox import Limits, Sandbox
 
-    evaluator = SandboxEvaluator(task, Sandbox(task.sandbox_entry, workers=2, limits=Limits(wall_s=5)))
+    evaluator = StagedEvaluator(task, Sandbox(task.sandbox_entry, workers=2, limits=Limits(wall_s=5)))
 
     async def go():
         try:
@@ -57,7 +79,7 @@ def text_engine(cfg: DictConfig, path: Path, describer, stack, spec=None):
     d = describer.dim
     return Engine(
         task=p.task, spec=spec or archive.GridSpec((8,) * d, (0.0,) * d, (1.0,) * d),
-        operators=build_operators(p, client), evaluator=_build_evaluator(p),
+        operators=build_operators(p, client), evaluator=_build_evaluator(p, client),
         run_dir=path, batch_size=1, in_flight=4, budget=Budget(max_llm_calls=cfg.runner.max_llm_calls),
         checkpoint_every=5, progress=False, llm=client, initial_population=cfg.runner.initial_population,
         describer=describer,

@@ -245,7 +245,7 @@ class DeviceEngine:
                     "valid": np.ones(len(island), bool), "parents": snap.parents[island, cell]}
         if len(rows["id"]):
             self.store.add([
-                Candidate(kind="vector", island=int(rows["island"][j]), fitness=float(rows["fitness"][j]),
+                Candidate(kind="vector", genome="vector", island=int(rows["island"][j]), fitness=float(rows["fitness"][j]),
                           descriptor=rows["descriptor"][j], valid=bool(rows["valid"][j]), vector=rows["genome"][j],
                           parent_ids=[int(p) for p in rows["parents"][j] if p >= 0], operator=self.operator)
                 for j in range(len(rows["id"]))

@@ -12,7 +12,7 @@ that the server rejects (HTTP 400, a prompt too long), raises ``CallFailed`` and
 fails only what asked for it. Only what no retry can fix raises ``LLMDown`` and
 marks the client down: 401/403/404, or no call answered for ``give_up_after_s``
 (a flaky server that answers now and then keeps the run alive; a dead one ends
-it). The ledger counts every call by role (operator, judge, meta) and model.
+it). The ledger counts every call by role (operator, judge, meta, agent) and model.
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from qd.contract import Completion
 
-ROLES = ("operator", "judge", "meta")  # who makes calls; agents will add theirs
+# Who makes calls. "agent": calls made inside an evaluation (an agent's own, or a prompt's
+# fixed solver), through ``qd.llm.gateway.ModelGateway``.
+ROLES = ("operator", "judge", "meta", "agent")
 
 
 @dataclasses.dataclass
@@ -45,7 +47,7 @@ _CURRENT_TALLY: contextvars.ContextVar[Ledger | None] = contextvars.ContextVar("
 
 
 def current_tally() -> Ledger | None:
-    """The ledger of the innermost :func:`tally` around this context, if any."""
+    """The ledger of the innermost :func:`tally` (or :func:`counting`) around this context, if any."""
     return _CURRENT_TALLY.get()
 
 
@@ -58,6 +60,18 @@ def tally() -> Iterator[Ledger]:
     are then exactly those in the store, however the process died.
     """
     ledger = Ledger()
+    with counting(ledger):
+        yield ledger
+
+
+@contextlib.contextmanager
+def counting(ledger: Ledger | None) -> Iterator[Ledger | None]:
+    """Makes ``ledger`` the current tally for this block (None: no tally), in this context only.
+
+    For calls made on a proposal's behalf from somewhere its context does not reach
+    (a worker thread, a task started elsewhere): capture :func:`current_tally` where
+    the proposal runs, and count each call inside ``with counting(captured):``.
+    """
     token = _CURRENT_TALLY.set(ledger)
     try:
         yield ledger

@@ -9,12 +9,18 @@ What is and is not isolated: ``docs/sandbox.md``.
 
 The host's side of a run is kept to one frame written and one read: a worker's
 replies are read by a reader callback registered once, not per run.
+
+A run may let its entry call a model (``run(..., calls=handler)``): the child's
+calls travel over the worker's pipes to the host, where ``handler`` (e.g. a
+``qd.llm.gateway.ModelGateway``) answers each in a task of its own, in the
+caller's context; the child never reaches the network.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import dataclasses
 import fcntl
 import itertools
@@ -25,13 +31,16 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 _WORKER = Path(__file__).with_name("worker.py")
 _HEADER = struct.Struct(">cQI")  # kind, run id, body length; the same in worker.py
-_INIT, _RUN, _CANCEL = b"I", b"R", b"C"  # frames to the worker
-_HELLO = b"H"  # frames from it: the hello, then replies (b"R") by run id
+# frames to the worker: the init, a run, a run whose entry gets ``llm``, a cancel, a model call's
+# answer, and a final answer (the worker gives its error to every later call of the run itself)
+_INIT, _RUN, _RUN_CALLS, _CANCEL, _ANSWER, _FINAL = b"I", b"R", b"M", b"C", b"A", b"F"
+_HELLO, _CALL = b"H", b"L"  # frames from it: the hello, replies (b"R") and model calls, by run id
 _UID_BASE, _UID_SPAN = 61000, 4000  # children of root run as uid/gid 61000 + n, one per worker
 _UIDS = itertools.count()
 _READ_BYTES = 1 << 16  # per read of the worker's replies: a larger buffer is a fresh mmap every time
@@ -68,6 +77,30 @@ class SandboxResult:
 
 def _failed(error: str, seconds: float = 0.0) -> SandboxResult:
     return SandboxResult(False, None, error, "", "", seconds)
+
+
+Calls = Callable[[dict], Awaitable[dict]]
+"""A run's model-call handler: ``{"n", "messages", "sampling"}`` -> ``{"text"}`` or ``{"error"}``
+(with ``"final": True``: every later call of the run gets this error too, from the worker)."""
+
+
+class _RunCalls:
+    """One run's model calls on the host: its handler, the caller's context, the tasks answering."""
+
+    __slots__ = ("handler", "context", "tasks")
+
+    def __init__(self, handler: Calls, context: contextvars.Context):
+        self.handler, self.context, self.tasks = handler, context, set()
+
+    def end(self) -> None:
+        """The run is over: cancel what is still being answered (its answers would be dropped)."""
+        for task in self.tasks:
+            task.cancel()
+        self.tasks.clear()
+
+
+def _one_line(text: str, limit: int = 500) -> str:
+    return " ".join(text.split())[:limit]
 
 
 def _frame(kind: bytes, run_id: int, obj: Any) -> bytes:
@@ -107,6 +140,7 @@ class _Worker:
 
     def __init__(self, init: dict):
         self.init = init
+        self.calls: dict[int, _RunCalls] = {}  # runs in flight that take model calls, by run id
         self.start()
 
     def start(self) -> None:
@@ -115,6 +149,7 @@ class _Worker:
             start_new_session=True)
         self.rfd, self.wfd = self.proc.stdout.fileno(), self.proc.stdin.fileno()
         self.buf, self.hello, self.ended = bytearray(), None, False
+        self.out = bytearray()  # written to the worker's stdin when it has room, in order
         self.loop: asyncio.AbstractEventLoop | None = None  # the one whose reader reads rfd
         self.waiting: dict[Any, asyncio.Future] = {}  # _HELLO or a run id
         os.write(self.wfd, _frame(_INIT, 0, self.init))
@@ -128,6 +163,7 @@ class _Worker:
     def shut_input(self) -> None:
         """EOF for the worker: it kills the run in flight and exits."""
         if self.wfd >= 0:
+            self._drop_output()
             self.proc.stdin.close()
             self.wfd = -1
 
@@ -150,19 +186,71 @@ class _Worker:
         self.start()
 
     def _listen(self) -> asyncio.AbstractEventLoop:
-        """The running loop, reading this worker's output (registered once per loop)."""
+        """The running loop, reading this worker's output (registered once per loop), and
+        writing what is left of its input."""
         loop = asyncio.get_running_loop()
         if self.loop is not loop:
             self._unlisten()
             loop.add_reader(self.rfd, self._readable)
+            if self.out:
+                loop.add_writer(self.wfd, self._flush)
             self.loop = loop
         return loop
 
     def _unlisten(self) -> None:
-        """Unregister the reader; before the descriptor closes, or a new one with its number breaks it."""
+        """Unregister the reader (and writer); before the descriptor closes, or a new one with its
+        number breaks it."""
         if self.loop is not None and not self.loop.is_closed():
             self.loop.remove_reader(self.rfd)
+            if self.out:
+                self.loop.remove_writer(self.wfd)
         self.loop = None
+
+    def write(self, data: bytes) -> None:
+        """Send ``data`` (whole frames) to the worker, after everything sent before it.
+
+        The one way to the worker's stdin (requests, cancels, answers), so frames never
+        interleave: written at once when nothing is pending, else queued and written by a
+        writer callback as the pipe empties. Never blocks; a worker that is gone drops it
+        (and whoever waits for it gets ``_WorkerDied``)."""
+        if self.wfd < 0 or self.ended:
+            return
+        if not self.out:
+            try:
+                n = os.write(self.wfd, data)
+            except BlockingIOError:
+                n = 0
+            except OSError as e:
+                self._broken(e)
+                return
+            if n == len(data):
+                return
+            data = memoryview(data)[n:]
+            self._listen().add_writer(self.wfd, self._flush)
+        self.out += data
+
+    def _flush(self) -> None:
+        try:
+            n = os.write(self.wfd, self.out)
+        except BlockingIOError:
+            return
+        except OSError as e:
+            self._broken(e)
+            return
+        del self.out[:n]
+        if not self.out and self.loop is not None:
+            self.loop.remove_writer(self.wfd)
+
+    def _drop_output(self) -> None:
+        if self.out and self.loop is not None and not self.loop.is_closed():
+            self.loop.remove_writer(self.wfd)
+        self.out.clear()
+
+    def _broken(self, e: OSError) -> None:
+        """Writing failed (the worker is gone): nothing more is sent, its waiters fail."""
+        self._drop_output()
+        self.ended = True
+        self._fail(_WorkerDied(str(e)))
 
     def _readable(self) -> None:
         try:
@@ -196,12 +284,43 @@ class _Worker:
                 break
             body = bytes(self.buf[_HEADER.size:end])
             del self.buf[:end]
+            if kind == _CALL:
+                self._call(run_id, body)
+                continue
             if kind == _HELLO:
                 self.hello, run_id = json.loads(body), _HELLO
             fut = self.waiting.pop(run_id, None)  # none for a cancelled run
             if fut is not None and not fut.done():
                 fut.set_result(body)
         return True
+
+    def _call(self, run_id: int, body: bytes) -> None:
+        """A model call of run ``run_id``: answered by a task of its own (none for a run that ended)."""
+        run = self.calls.get(run_id)
+        if run is None or self.loop is None:
+            return
+        task = self.loop.create_task(self._answer(run_id, run, body), context=run.context.copy())
+        run.tasks.add(task)
+        task.add_done_callback(run.tasks.discard)
+
+    async def _answer(self, run_id: int, run: _RunCalls, body: bytes) -> None:
+        """Ask the run's handler, send its answer; a handler that fails answers with the error."""
+        n, kind = None, _ANSWER
+        try:
+            request = json.loads(body)
+            n = request["n"]
+            got = await run.handler(request)
+            if isinstance(got, dict) and isinstance(got.get("text"), str) and "error" not in got:
+                answer = {"n": n, "text": got["text"]}
+            elif isinstance(got, dict) and "error" in got:
+                answer = {"n": n, "error": _one_line(str(got["error"]))}
+                kind = _FINAL if got.get("final") is True else _ANSWER
+            else:
+                answer = {"n": n, "error": "llm: the host's handler gave no answer (a bug on the host)"}
+        except Exception as e:
+            answer = {"n": n, "error": _one_line(f"llm: the host failed: {type(e).__name__}: {e}")}
+        if self.calls.get(run_id) is run:  # a late answer (the run has ended) is dropped
+            self.write(_frame(kind, run_id, answer))
 
     async def _expect(self, key: Any) -> bytes:
         """The body of the next frame for ``key``."""
@@ -217,24 +336,9 @@ class _Worker:
     async def reply(self, run_id: int) -> dict:
         return json.loads(await self._expect(run_id))
 
-    async def send(self, data: bytes) -> None:
-        """Write a request. One larger than the pipe's buffer (rare: 1 MB where the system
-        allows it) waits for room by polling, which needs no writer registered and removed."""
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[os.write(self.wfd, view):]
-            except BlockingIOError:
-                await asyncio.sleep(0.001)
-            except OSError as e:
-                raise _WorkerDied(str(e)) from None
-
     def cancel(self, run_id: int) -> None:
         """Ask the worker to kill run ``run_id``; its late reply finds no one waiting."""
-        try:
-            os.write(self.wfd, _HEADER.pack(_CANCEL, run_id, 0))  # under PIPE_BUF: all or nothing
-        except OSError:
-            self.restart()
+        self.write(_HEADER.pack(_CANCEL, run_id, 0))
 
     def check_hello(self) -> dict:
         """The worker's report; ValueError when its entry cannot be used."""
@@ -295,15 +399,36 @@ class Sandbox:
         self._closed = False
         self._ids = itertools.count()
 
-    async def run(self, text: str, args: dict | None = None) -> SandboxResult:
-        """Call the entry on ``text`` in a fresh sandboxed process and report what happened."""
+    async def run(self, text: str, args: dict | None = None, *, calls: Calls | None = None) -> SandboxResult:
+        """Call the entry on ``text`` in a fresh sandboxed process and report what happened.
+
+        ``calls``: the entry is called as ``function(text, llm=llm, **args)``, and each
+        ``llm(messages, **sampling)`` in the child is answered on the host by ``await
+        calls({"n", "messages", "sampling"})`` (``{"text": ...}`` or ``{"error": ...}``),
+        in a task of its own that sees the caller's context variables; the tasks still
+        running when the run ends are cancelled."""
         run_id = next(self._ids)
-        request = _frame(_RUN, run_id, {"text": text, "args": args or {}})  # TypeError: the caller's
+        if calls is None:
+            request = _frame(_RUN, run_id, {"text": text, "args": args or {}})  # TypeError: the caller's
+        else:
+            if not callable(calls):
+                raise TypeError(f"calls: {calls!r} is not callable (pass an async calls(request) -> dict)")
+            if args and "llm" in args:
+                raise ValueError("args: 'llm' is the model callable's name when calls= is given (rename it)")
+            run_calls = _RunCalls(calls, contextvars.copy_context())
+            request = _frame(_RUN_CALLS, run_id, {"text": text, "args": args or {}, "llm": True})
         worker = await self._acquire()
         if worker is None:
             return _failed("sandbox closed")
         try:
-            return await self._run_on(worker, run_id, request)
+            if calls is None:
+                return await self._run_on(worker, run_id, request)
+            worker.calls[run_id] = run_calls
+            try:
+                return await self._run_on(worker, run_id, request)
+            finally:
+                worker.calls.pop(run_id, None)
+                run_calls.end()
         finally:
             self._release(worker)
 
@@ -311,19 +436,16 @@ class Sandbox:
         start = time.monotonic()
         if worker.ended or worker.proc.poll() is not None:  # died while idle: replace it before using it
             worker.restart()
-        phase = "start"
+        sent = False
         try:
             await worker.ready()
-            phase = "send"
-            await worker.send(request)
-            phase = "wait"
+            worker.write(request)  # queued behind anything unsent: never half-written, never waits
+            sent = True
             async with asyncio.timeout(self.limits.wall_s + _REPLY_GRACE_S):
                 return SandboxResult(**await worker.reply(run_id))
         except asyncio.CancelledError:
-            if not self._closed and phase == "wait":
+            if not self._closed and sent:
                 worker.cancel(run_id)
-            elif not self._closed and phase == "send":
-                worker.restart()  # a request may be half-written
             raise
         except (_WorkerDied, TimeoutError) as e:
             if self._closed:

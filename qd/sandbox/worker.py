@@ -15,9 +15,17 @@ run's clean-up, and sets itself up (process group, descriptors, rlimits) while t
 worker waits: a request then costs little more than the entry call and the exit.
 The fork (the dearest part: every page either process then writes is copied) is
 off the path between a request and its reply.
+
+Model calls (a run sent as ``RUN_CALLS``): the child's entry gets an ``llm`` callable
+that writes each call as a frame on a call pipe and blocks on an answer pipe. The
+worker numbers the calls, forwards them to the host (``CALL`` frames), and passes
+the host's ``ANSWER`` frames back without ever blocking on the child; the host
+answers (model, budget). A malformed or oversized call, or a child that does not
+read its answers, ends the run. Nothing here calls a model or knows the budget.
 """
 
 import ctypes
+import fcntl
 import gc
 import importlib
 import importlib.util
@@ -31,6 +39,7 @@ import signal
 import struct
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -44,8 +53,16 @@ OPEN_TREE_CLONE, MOVE_MOUNT_F_EMPTY_PATH, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 1, 4
 AT_FDCWD = -100
 CHUNK = 1 << 16
 HEADER = struct.Struct(">cQI")  # kind, run id, body length; the same in pool.py
-RUN, CANCEL = b"R", b"C"  # frames from the host (after the first, the init)
-HELLO, REPLY = b"H", b"R"  # frames to the host
+# frames from the host (after the first, the init): a run, a run whose entry gets ``llm``,
+# a cancel, the answer to a model call ({"n", "text"} or {"n", "error"}), and a final answer
+# ({"n", "error"}: the same error for every later call of the run, answered by the worker)
+RUN, RUN_CALLS, CANCEL, ANSWER, FINAL = b"R", b"M", b"C", b"A", b"F"
+# frames to the host: the hello, a run's reply, a model call ({"n", "messages", "sampling"})
+HELLO, REPLY, CALL = b"H", b"R", b"L"
+# The child writes CALL frames ({"messages", "sampling"}, run id 0) on its call pipe; the worker
+# writes the host's ANSWER frames, as they came, on its answer pipe.
+MAX_PENDING = 32  # calls forwarded but not answered, at most; then the call pipe waits (backpressure)
+ANSWER_PIPE_BYTES = 1 << 20  # the answer pipe's buffer: answers are written without blocking
 # QD_SANDBOX_NAMESPACES=0: no namespaces at all, for systems where they misbehave (and to test that path)
 NAMESPACES = os.environ.get("QD_SANDBOX_NAMESPACES", "1") != "0"
 DRAIN_S = 1.0  # how long to wait for output pipes to close once the child is gone
@@ -275,17 +292,174 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split())[:500]
 
 
+class ModelCallError(RuntimeError):
+    """A model call that did not succeed: refused by the evaluation's budget, invalid, failed
+    on the host, or cut off because the evaluation is ending. The message is one line."""
+
+
+class ModelCalls:
+    """``llm(messages, **sampling) -> str``: the evaluation's model, answered by the host.
+
+    ``messages`` is a str (one user message) or a list of ``{"role", "content"}`` dicts
+    (roles system, user, assistant); ``sampling`` may hold ``temperature``,
+    ``max_tokens`` and ``stop``. Returns the answer's text; raises ``ModelCallError``
+    (also ``llm.Error``) with the host's one-line reason when the call is refused (the
+    budget is spent, the time is up, the request is invalid) or fails. Threads may call
+    it at once; forked children share its pipes and should not.
+    """
+
+    Error = ModelCallError
+
+    def __init__(self, call_fd: int, answer_fd: int):
+        self.call_fd, self.answer_fd = call_fd, answer_fd
+        self._send = threading.Lock()  # one frame at a time on the call pipe
+        self._cond = threading.Condition(threading.Lock())
+        self._sent = 0  # the worker numbers calls in the order they arrive: so do we
+        self._answers: dict = {}  # n -> answer, read by whichever thread was reading
+        self._reading = False
+        self._broken = None
+
+    def __repr__(self) -> str:
+        return "<llm(messages, temperature=, max_tokens=, stop=) -> str: the run's model, via the host>"
+
+    def __call__(self, messages, **sampling) -> str:
+        try:
+            body = json.dumps({"messages": messages, "sampling": sampling}).encode()
+        except (TypeError, ValueError) as e:
+            raise ModelCallError(f"llm: request is not JSON: {_one_line(e)} "
+                                 "(pass str messages and plain numbers)") from None
+        with self._send:
+            n, self._sent = self._sent, self._sent + 1
+            try:
+                _write_all(self.call_fd, HEADER.pack(CALL, 0, len(body)) + body)
+            except OSError as e:
+                raise ModelCallError(f"llm: the model channel is closed ({_one_line(e)})") from None
+        answer = self._wait(n)
+        if "error" in answer:
+            raise ModelCallError(" ".join(str(answer["error"]).split())[:1000])
+        return answer["text"]
+
+    def _wait(self, n: int) -> dict:
+        """Answer ``n``: one thread at a time reads the pipe and files what it reads."""
+        with self._cond:
+            while n not in self._answers:
+                if self._broken:
+                    raise ModelCallError(self._broken)
+                if self._reading:
+                    self._cond.wait()
+                    continue
+                self._reading = True
+                self._cond.release()
+                try:
+                    frame = _read_frame(self.answer_fd)
+                    answer = json.loads(frame[2]) if frame is not None else None
+                except (OSError, ValueError):
+                    frame = answer = None
+                finally:
+                    self._cond.acquire()
+                    self._reading = False
+                    self._cond.notify_all()
+                if not isinstance(answer, dict) or not isinstance(answer.get("n"), int):
+                    self._broken = "llm: the model channel is closed (the evaluation is ending)"
+                else:
+                    self._answers[answer["n"]] = answer
+            return self._answers.pop(n)
+
+
+def _shallow(obj, depth: int) -> bool:
+    """Nested at most ``depth`` deep (a valid call is 3 deep; a deep one could not be decoded on
+    the host, whose stack is deeper than the worker's)."""
+    if isinstance(obj, (list, dict)):
+        return depth > 0 and all(_shallow(v, depth - 1) for v in (obj.values() if isinstance(obj, dict) else obj))
+    return True
+
+
 class Child:
     """A forked child waiting for its request: its pid, a pidfd for it, and the worker's
-    ends of its pipes (request; stdout, stderr, result)."""
+    ends of its pipes (request; stdout, stderr, result; model calls in, answers out)."""
 
-    def __init__(self, pid: int, request_w: int, outputs: list[int]):
+    def __init__(self, pid: int, request_w: int, outputs: list[int], call_r: int, answer_w: int):
         self.pid, self.request_w, self.outputs = pid, request_w, outputs
+        self.call_r, self.answer_w = call_r, answer_w
         self.pidfd = os.pidfd_open(pid)
 
     def close(self) -> None:
-        for fd in (*self.outputs, self.pidfd):
+        for fd in (*self.outputs, self.call_r, self.answer_w, self.pidfd):
             os.close(fd)
+
+
+class CallChannel:
+    """The worker's side of one run's model calls: frames from the child's call pipe go to
+    the host, numbered; the host's answers go to the child's answer pipe, never blocking.
+
+    Each method returns None, or the reason to kill the run (one line)."""
+
+    def __init__(self, child: Child, run_id: int, wfd: int, cap_mb: int):
+        self.fd, self.answer_w, self.run_id, self.wfd = child.call_r, child.answer_w, run_id, wfd
+        self.cap_mb = cap_mb
+        self.inbox = bytearray()
+        self.n = 0  # the next call's number: assigned here, never taken from the child
+        self.pending = 0  # forwarded, not yet answered
+        self.open = True  # False once the pipe is at EOF or the run is being killed
+        self.final = None  # the error for every further call (budget spent, time up): answered here
+        try:  # room for every answer a well-behaved agent has not read yet
+            fcntl.fcntl(self.answer_w, fcntl.F_SETPIPE_SZ, ANSWER_PIPE_BYTES)
+        except OSError:
+            pass
+        os.set_blocking(self.answer_w, False)
+
+    def readable(self):
+        """Read from the call pipe; forward every complete call."""
+        data = os.read(self.fd, CHUNK)
+        if not data:
+            self.open = False
+            return None
+        self.inbox += data
+        while len(self.inbox) >= HEADER.size:
+            kind, _, size = HEADER.unpack_from(self.inbox)
+            if kind != CALL:
+                return "malformed model call"
+            if size > self.cap_mb << 20:
+                return f"model call too large (> {self.cap_mb} MB)"
+            end = HEADER.size + size
+            if len(self.inbox) < end:
+                break
+            body = bytes(self.inbox[HEADER.size:end])
+            del self.inbox[:end]
+            try:
+                call = json.loads(body)
+                if not (isinstance(call, dict) and call.keys() == {"messages", "sampling"}
+                        and isinstance(call["sampling"], dict) and _shallow(call, 8)):
+                    return "malformed model call"
+                frame = None if self.final is not None else json.dumps({"n": self.n, **call}).encode()
+            except Exception:  # not JSON, too deep (RecursionError), ...
+                return "malformed model call"
+            if frame is None:  # the host has said no to every further call: it never sees them
+                if why := self._to_child(json.dumps({"n": self.n, "error": self.final}).encode()):
+                    return why
+            else:
+                _write_all(self.wfd, HEADER.pack(CALL, self.run_id, len(frame)) + frame)
+                self.pending += 1
+            self.n += 1
+        return None
+
+    def answer(self, body: bytes, final: bool = False):
+        """Hand the host's answer to the child; a final one also answers every later call."""
+        self.pending -= 1
+        if final:
+            self.final = json.loads(body)["error"]
+        return self._to_child(body)
+
+    def _to_child(self, body: bytes):
+        """Write an answer on the answer pipe, all of it at once or not at all."""
+        data = HEADER.pack(ANSWER, self.run_id, len(body)) + body
+        try:
+            written = os.write(self.answer_w, data)
+        except BlockingIOError:
+            written = 0
+        except OSError:  # no reader left (the child is gone): nobody to answer
+            return None
+        return None if written == len(data) else "agent does not read its model answers"
 
 
 class Worker:
@@ -351,8 +525,8 @@ class Worker:
         self.child = self._fork()
         while (frame := self.queued.pop(0) if self.queued else _read_frame(self.rfd)) is not None:
             kind, run_id, body = frame
-            if kind == RUN:  # a cancel for a run that already ended is ignored
-                _write_frame(self.wfd, REPLY, run_id, self.run(run_id, body))
+            if kind in (RUN, RUN_CALLS):  # a cancel or answer for a run that already ended is ignored
+                _write_frame(self.wfd, REPLY, run_id, self.run(run_id, body, kind == RUN_CALLS))
                 self.child.close()
                 self.child = self._fork()  # while the host reads the reply
         self._leave()
@@ -363,18 +537,20 @@ class Worker:
         os.mkdir(self.cwd, 0o700)
         if self.side.switch_uid:
             os.chown(self.cwd, self.side.uid, self.side.gid)
-        (request_r, request_w), *outputs = [os.pipe() for _ in range(4)]  # stdout, stderr, result
+        # request; stdout, stderr, result; model calls (child -> worker), answers (worker -> child)
+        (request_r, request_w), *outputs, (call_r, call_w), (answer_r, answer_w) = \
+            [os.pipe() for _ in range(6)]
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         pid = os.fork()
         if pid == 0:
             try:
-                self.side.run(request_r, *(w for _, w in outputs))
+                self.side.run(request_r, *(w for _, w in outputs), call_w, answer_r)
             finally:
                 os._exit(70)  # the child must never return into the worker's loop
-        for fd in (request_r, *(w for _, w in outputs)):
+        for fd in (request_r, *(w for _, w in outputs), call_w, answer_r):
             os.close(fd)
-        return Child(pid, request_w, [r for r, _ in outputs])
+        return Child(pid, request_w, [r for r, _ in outputs], call_r, answer_w)
 
     def _leave(self) -> None:
         """The host is gone: kill everything, delete the files, exit."""
@@ -403,11 +579,11 @@ class Worker:
             self.child = self._fork()
         os.close(self.child.request_w)
 
-    def run(self, run_id: int, request: bytes) -> dict:
+    def run(self, run_id: int, request: bytes, calls: bool = False) -> dict:
         lim = self.limits
         start = time.monotonic()
         self._deliver(request)
-        reason, status, cpu, outputs = self._supervise(self.child, start, run_id)
+        reason, status, cpu, outputs = self._supervise(self.child, start, run_id, calls)
         self._remove_files()
         seconds = time.monotonic() - start
         out, err, res = outputs
@@ -432,8 +608,9 @@ class Worker:
                 else:
                     os.unlink(path)
 
-    def _supervise(self, child: Child, start: float, run_id: int):
-        """Collect the child's output until it exits or breaks a limit; then kill what is left."""
+    def _supervise(self, child: Child, start: float, run_id: int, calls: bool = False):
+        """Collect the child's output (and pass its model calls on) until it exits or breaks a
+        limit; then kill what is left."""
         lim, fds, pid = self.limits, child.outputs, child.pid
         cap = lim["output_cap_mb"] << 20
         outputs = [_Capture(lim["output_kb"] * 512), _Capture(lim["output_kb"] * 512), bytearray()]
@@ -442,6 +619,17 @@ class Worker:
             poller.register(fd, select.POLLIN)
         reason, status, cpu, killed, deadline = None, None, 0.0, False, start + lim["wall_s"]
         open_fds = set(fds)
+        channel = CallChannel(child, run_id, self.wfd, lim["output_cap_mb"]) if calls else None
+        listening = False  # whether the call pipe is polled
+
+        def listen(on: bool) -> None:
+            nonlocal listening
+            if on != listening:
+                if on:
+                    poller.register(channel.fd, select.POLLIN)
+                else:
+                    poller.unregister(channel.fd)
+                listening = on
 
         def kill(why: str) -> None:
             nonlocal reason, killed
@@ -449,6 +637,12 @@ class Worker:
             if not killed:
                 killed = True
                 self.reaper.kill_all(pid)
+            if channel is not None:
+                channel.open = False
+                listen(False)
+
+        if channel is not None:
+            listen(True)
 
         while status is None or open_fds:
             left = deadline - time.monotonic()
@@ -468,10 +662,23 @@ class Worker:
                     frame = _read_frame(self.rfd)
                     if frame is None:  # the parent is gone: clean up and leave
                         self._leave()
-                    if frame[0] == RUN:  # the next request, sent after cancelling this one
+                    if frame[0] in (RUN, RUN_CALLS):  # the next request, sent after cancelling this one
                         self.queued.append(frame)
                     elif frame[0] == CANCEL and frame[1] == run_id:
                         kill("cancelled")
+                    elif frame[0] in (ANSWER, FINAL) and frame[1] == run_id and channel is not None \
+                            and channel.open:
+                        if why := channel.answer(frame[2], frame[0] == FINAL):
+                            kill(why)
+                        elif channel.pending < MAX_PENDING:
+                            listen(True)
+                elif channel is not None and fd == channel.fd:
+                    if not listening:  # stopped earlier in this batch of events
+                        continue
+                    if why := channel.readable():
+                        kill(why)
+                    elif not channel.open or channel.pending >= MAX_PENDING:
+                        listen(False)  # at EOF; or wait for answers before reading more calls
                 else:
                     data = os.read(fd, CHUNK)
                     if not data:
@@ -503,6 +710,7 @@ class ChildSide:
         self.uid, self.gid = (os.geteuid(), os.getegid()) if sandbox_uid is None else (sandbox_uid,) * 2
         self.switch_uid = sandbox_uid is not None and self._can_switch_uid(needed)
         self.result_fd = min(1023, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 1)
+        self.call_fd, self.answer_fd = self.result_fd - 1, self.result_fd - 2  # model calls out, answers in
         self.rlimits = self._rlimits()
 
     def _can_switch_uid(self, needed: list[str]) -> bool:
@@ -556,7 +764,7 @@ class ChildSide:
             out.append((kind, (value, hard)))
         return out
 
-    def run(self, request_r: int, out_w: int, err_w: int, res_w: int) -> None:
+    def run(self, request_r: int, out_w: int, err_w: int, res_w: int, call_w: int, answer_r: int) -> None:
         """Set the child up, wait for its request, call the entry; never returns.
 
         What does not depend on the request (process group, descriptors, rlimits) is done
@@ -570,19 +778,27 @@ class ChildSide:
         try:
             os.setpgid(0, 0)
             os.chdir(self.cwd)
-            for src, dst in ((request_r, 0), (out_w, 1), (err_w, 2), (res_w, self.result_fd)):
+            for src, dst in ((request_r, 0), (out_w, 1), (err_w, 2), (res_w, self.result_fd),
+                             (call_w, self.call_fd), (answer_r, self.answer_fd)):
                 os.dup2(src, dst)
             result_fd = self.result_fd
-            os.closerange(3, self.result_fd)
+            os.closerange(3, self.answer_fd)
             os.closerange(self.result_fd + 1, 1 << 20)
             for kind, pair in self.rlimits:
                 resource.setrlimit(kind, pair)
             request = json.loads(_read_to_end(0))  # stdin stays at EOF for the candidate
+            llm = ModelCalls(self.call_fd, self.answer_fd) if request.get("llm") else None
+            if llm is None:  # a run without model calls keeps no channel
+                os.close(self.call_fd)
+                os.close(self.answer_fd)
             self._drop_privileges()
         except BaseException as e:
             self._finish({"error": f"sandbox setup failed: {_one_line(e)}"}, result_fd)
         try:
-            value = self.fn(request["text"], **request["args"])
+            if llm is None:
+                value = self.fn(request["text"], **request["args"])
+            else:
+                value = self.fn(request["text"], llm=llm, **request["args"])
         except SystemExit as e:
             code = e.code
             if code is not None and not isinstance(code, int):
@@ -727,6 +943,8 @@ def _verdict(status: int, cpu: float, result: bytes, lim: dict) -> dict:
 
 
 def main() -> None:
+    if __name__ == "__main__":  # so that an entry's ``from qd.sandbox import ModelCallError`` is this class
+        sys.modules.setdefault("qd.sandbox.worker", sys.modules[__name__])
     namespaces = _enter_namespaces()
     rfd, wfd = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)

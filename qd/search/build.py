@@ -142,7 +142,7 @@ def plan_strategy(cfg: DictConfig, task: Any, describer: Any, labels: Sequence[s
         cost=sch.cost,
         islands=IslandPolicy(isl.migrate_every, isl.topology, isl.migrants, isl.reset_patience),
         selection=Selection(sel.parents, sel.inspirations, sel.temperature, sel.k),
-        meta=_meta_settings(cfg, getattr(task, "description", "")),
+        meta=_meta_settings(cfg, task) if text else None,
         meta_model=cfg.meta.model,
         gate=_gate_settings(cfg),
         cycle=cycle,
@@ -177,15 +177,16 @@ def _island_weights(cfg: DictConfig, arms: Sequence[ArmPlan]) -> tuple[np.ndarra
     return tuple(out)
 
 
-def _meta_settings(cfg: DictConfig, task_description: str) -> dict[str, Any] | None:
+def _meta_settings(cfg: DictConfig, task: Any) -> dict[str, Any] | None:
     """The ``InstructionPool`` keywords (None when off), checked without building a pool."""
     m = cfg.meta
     if not m.enabled:
         return None
+    import genomes
     from operators.meta import DEFAULT_SEEDS, InstructionPool
 
     settings = dict(seeds=list(m.seeds) or list(DEFAULT_SEEDS), size=m.size, evolve_every=m.evolve_every,
-                    hyper=m.hyper, task=task_description)
+                    hyper=m.hyper, task=task.description, noun=genomes.of_task(task).noun)
     try:
         InstructionPool.check_settings(**settings)
     except ConfigError as e:

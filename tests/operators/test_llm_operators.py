@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from operators import Child, Parent, PromptContext, make_llm_operator
-from qd.llm import Completion, LLMClient, LLMError, LLMSettings, ModelSpec
+from qd.llm import LLMClient, LLMError, LLMSettings, ModelSpec
+from helpers import FakeClient
 from scripted_llm import Rule
 
 SEED = """import math
@@ -29,27 +30,6 @@ IMPROVED = SEED.replace("total += i", "total += i * i")
 
 def fenced(code: str) -> str:
     return f"Here is the improved program:\n```python\n{code}```\nIt squares the terms."
-
-
-class FakeClient:
-    """Answers from a list, records every call; raises an answer that is an exception."""
-
-    def __init__(self, *answers, finish_reason="stop"):
-        self.answers = list(answers)
-        self.calls: list[dict] = []
-        self.finish_reason = finish_reason
-
-    def pick_model(self, rng):
-        return ["model-a", "model-b"][int(rng.integers(2))]
-
-    async def complete(self, messages, *, model=None, temperature=None, max_tokens=None, sample_index=0, stop=None):
-        self.calls.append(dict(messages=messages, model=model, temperature=temperature, max_tokens=max_tokens,
-                               sample_index=sample_index))
-        answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return Completion(text=answer, model=model or "default-model", tokens_in=100 + len(self.calls),
-                          tokens_out=20, cost=0.25, cached=False, finish_reason=self.finish_reason, seconds=0.1)
 
 
 def run(op, parents, inspirations=(), **context):
@@ -254,7 +234,7 @@ def test_a_failed_fallback_call_keeps_the_answered_diff():
 
 
 def test_unknown_operator():
-    expected = r"^name: unknown operator 'mutate' \(use one of \['crossover', 'diff', 'inspiration', 'rewrite'\]\)$"
+    expected = r"^name: unknown operator 'mutate' \(use one of \['crossover', 'diff', 'inspiration', 'meta_agent', 'rewrite'\]\)$"
     with pytest.raises(ValueError, match=expected):
         make_llm_operator("mutate", FakeClient())
 

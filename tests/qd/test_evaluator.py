@@ -1,4 +1,4 @@
-"""SandboxEvaluator: cascades, host-side scoring, and failures turned into reasons."""
+"""StagedEvaluator: cascades, host-side scoring, and failures turned into reasons."""
 
 import math
 

@@ -186,8 +186,8 @@ def no_run(monkeypatch):
     ([*TEXT, "descriptor=embedding", "descriptor.parts.0.projection=umap"],
      "descriptor.parts[0].projection: unknown 'umap' (use pca, random or none)"),
     ([*TEXT, "++operators.mix.0.templates.rewite=x.txt"],
-     "operators.mix[0].templates.rewite: unknown template (use one of ['crossover', 'diff', 'inspiration', "
-     "'program', 'rewrite', 'system'])"),
+     "operators.mix[0].templates.rewite: unknown template (use one of ['crossover', 'debug', 'diff', "
+     "'inspiration', 'meta_agent', 'program', 'rewrite', 'system'])"),
     (["experiment=sphere", "operators=isoline", "operators.mix.0.line_sigma=null"],
      "operators.mix[0].line_sigma: required by the isoline operator"),
     ([*TEXT, "meta=evolve", "meta.seeds=[Be brief., Be brief.]"], "meta.seeds[1]: repeats another seed"),

@@ -1,0 +1,181 @@
+"""The tables of the agent and prompt experiments: the best design each run found,
+against every hand-designed one, on held-out problems.
+
+For each run seed, the experiment runs to the same model-call budget; then the
+best valid design of each run (highest search accuracy; fewer model calls per
+problem, then the earlier one, break ties) and every hand-designed design are
+scored on the held-out problems (other templates than the search problems,
+never seen during a run), with the run's evaluator, model and per-problem call
+budget. Each row has its held-out accuracy, a 95% bootstrap interval over the
+problems (2,000 resamples), and model calls per problem. Everything is written
+to ``<out>/table.json``; the Markdown table is printed.
+
+    python experiments/agent_design/table.py --seeds 0 1 2 --max-llm-calls 250
+    python experiments/agent_design/table.py --base-url http://host:8000/v1 --model NAME
+
+Without ``--base-url`` it starts the embedded llama.cpp server (SmolLM2-135M) once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qd.evaluator import HostRunner, StagedEvaluator
+from qd.llm import LLMClient, LLMSettings, ModelSpec
+from qd.llm.gateway import CallBudget
+from qd.plan import compose, plan
+from qd.run import run_in
+from qd.store import Store
+from qd.task import Scored, load_task
+
+
+@dataclasses.dataclass
+class HeldOut:
+    """A task's held-out view: one stage on its held-out problems, scored like the search stage."""
+
+    task: Any
+
+    def __post_init__(self) -> None:
+        self.items = self.task.held_out()
+        self.stages = [self.task.stage(self.items, "held_out")]
+        self.descriptor_dim = self.task.descriptor_dim
+
+    def score(self, text: str, outputs: list[Any], trace: list[dict]) -> Scored:
+        return self.task.score_items(text, self.items, outputs[-1], trace)
+
+
+def bootstrap(correct: list[int], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile interval of the mean of ``correct`` (0/1 per problem)."""
+    values = np.asarray(correct, np.float64)
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), (resamples, len(values)))].mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def best_design(run_dir: Path) -> dict | None:
+    """The run's best valid design: highest fitness, then fewer model calls per problem, then earliest."""
+    with Store(run_dir / "store.sqlite", readonly=True) as store:
+        rows = [c for c in store.iter() if c.kind == "text" and c.valid and c.fitness is not None]
+    if not rows:
+        return None
+    best = max(rows, key=lambda c: (c.fitness, -(c.metrics or {}).get("calls_per_problem", 0.0), -c.id))
+    return {"id": best.id, "text": best.text, "operator": best.operator, "search_accuracy": best.fitness}
+
+
+async def held_out_scores(cfg: Any, task: Any, texts: list[str], client: Any) -> list[Scored]:
+    """Each text's evaluation on the held-out problems (per-problem call budget as in the run)."""
+    view = HeldOut(task)
+    scale = len(view.items) / task.search_items
+    e = cfg.eval_llm
+    budget = CallBudget(calls=min(4096, math.ceil(e.calls * scale)), tokens=math.ceil(e.tokens * scale),
+                        max_tokens=e.max_tokens)
+    if getattr(task, "host_entry", None):
+        runner = HostRunner(task.host_entry)
+    else:
+        from qd.sandbox import Limits, Sandbox
+
+        limits = Limits(wall_s=cfg.sandbox.wall_s * scale * len(texts), cpu_s=cfg.sandbox.cpu_s,
+                        memory_mb=cfg.sandbox.memory_mb)
+        runner = Sandbox(task.sandbox_entry, workers=min(len(texts), 4), limits=limits)
+    evaluator = StagedEvaluator(view, runner, client, budget)
+    try:
+        ev = await evaluator(texts)
+    finally:
+        evaluator.close()
+    return [Scored(float(ev.fitness[i]), None, bool(ev.valid[i]), ev.metrics[i], ev.error[i]) for i in range(len(texts))]
+
+
+def _row(name: str, source: str, scored: Scored, search_accuracy: float | None) -> dict:
+    m = scored.metrics or {}
+    correct = m.get("correct") or []
+    lo, hi = bootstrap(correct) if correct else (math.nan, math.nan)
+    return {"name": name, "source": source, "held_out_accuracy": scored.fitness if scored.valid else 0.0,
+            "ci95": [lo, hi], "calls_per_problem": m.get("calls_per_problem", math.nan),
+            "search_accuracy": search_accuracy, "error": scored.error}
+
+
+def markdown(result: dict) -> str:
+    lines = ["| design | source | held-out accuracy | 95% interval | model calls / problem | search accuracy |",
+             "|---|---|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        search = "" if r["search_accuracy"] is None else f"{r['search_accuracy']:.2f}"
+        lines.append(f"| {r['name']} | {r['source']} | {r['held_out_accuracy']:.3f} | "
+                     f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] | {r['calls_per_problem']:.2f} | {search} |")
+    return "\n".join(lines)
+
+
+def main(experiment: str, argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--max-llm-calls", type=int, default=None, help="per run (default: the experiment's)")
+    ap.add_argument("--held-out", type=int, default=24, help="held-out problems")
+    ap.add_argument("--base-url", default=None, help="an OpenAI-compatible server (default: the embedded one)")
+    ap.add_argument("--model", default=None, help="the model name on --base-url")
+    ap.add_argument("--api-key-env", default=None)
+    ap.add_argument("--out", type=Path, default=Path("outputs") / experiment / "table")
+    ap.add_argument("overrides", nargs="*", help="more qd-run overrides for every run")
+    a = ap.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    server = None
+    if a.base_url is None:
+        from qd.llm.server import EmbeddedServer
+
+        server = EmbeddedServer(log_path=a.out / "llm_server.log").start()
+        base_url, model = server.base_url, server.model
+    else:
+        base_url, model = a.base_url, a.model
+    try:
+        shared = [f"experiment={experiment}", "llm.provider=server", f"llm.base_url={base_url}",
+                  f"llm.models=[{{name: '{model}'}}]", f"llm.api_key_env={a.api_key_env or 'null'}",
+                  "runner.progress=false",
+                  f"llm.cache_dir={a.out / 'llm_cache'}", *a.overrides]
+        if a.max_llm_calls is not None:
+            shared.append(f"runner.max_llm_calls={a.max_llm_calls}")
+        runs = []
+        for seed in a.seeds:
+            run_dir = a.out / f"seed{seed}"
+            started = time.monotonic()
+            try:
+                summary = run_in(plan(compose([*shared, f"seed={seed}"])), run_dir)
+            except SystemExit:  # stopped early (printed); the store holds what it evaluated
+                summary = {}
+            best = best_design(run_dir)
+            runs.append({"seed": seed, "seconds": round(time.monotonic() - started, 1),
+                         "llm_calls": summary.get("llm", {}).get("calls"), "evaluations": summary.get("evaluations"),
+                         "best": best and {k: v for k, v in best.items() if k != "text"}})
+            print(f"seed {seed}: {runs[-1]}", flush=True)
+        cfg = compose(shared)
+        task = load_task(experiment, {**cfg.experiment.params, "held_out_items": a.held_out})
+        hand = task.hand_designed()
+        found = [(r, best) for r, best in zip(runs, (best_design(a.out / f"seed{r['seed']}") for r in runs)) if best]
+        texts = [text for _, text in hand] + [best["text"] for _, best in found]
+        client = LLMClient(LLMSettings(base_url=base_url, models=(ModelSpec(model),), api_key_env=a.api_key_env,
+                                       concurrency=cfg.llm.concurrency, timeout_s=cfg.llm.timeout_s,
+                                       temperature=cfg.llm.temperature, seed=0, cache_dir=str(a.out / "llm_cache")))
+        started = time.monotonic()
+        scores = asyncio.run(held_out_scores(cfg, task, texts, client))
+        hand_names = {text: name for name, text in hand}
+        rows = [_row(name, "hand-designed", s, None) for (name, _), s in zip(hand, scores)]
+        for (r, best), s in zip(found, scores[len(hand):]):
+            source = f"seed {r['seed']}: " + (f"= {hand_names[best['text']]}" if best["text"] in hand_names
+                                              else f"found ({best['operator']})")
+            rows.append(_row(f"best of run seed {r['seed']}", source, s, best["search_accuracy"]))
+        result = {"experiment": experiment, "model": model, "base_url": base_url if server is None else "embedded",
+                  "seeds": a.seeds, "max_llm_calls": cfg.runner.max_llm_calls, "search_items": task.search_items,
+                  "held_out_items": a.held_out, "held_out_seconds": round(time.monotonic() - started, 1),
+                  "runs": runs, "rows": rows}
+        (a.out / "table.json").write_text(json.dumps(result, indent=2))
+        print(markdown(result))
+        return result
+    finally:
+        if server is not None:
+            server.stop()
