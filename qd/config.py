@@ -239,6 +239,7 @@ class MetaConf:
     size: int = number(12, ge=1)  # instructions kept
     evolve_every: int = number(8, ge=1)  # instruction uses between two LLM mutations of an instruction
     hyper: bool = False  # also mutate the prompt that mutates instructions
+    hyper_every: int = number(4, ge=1)  # with hyper: every hyper_every-th evolution mutates that prompt first
     seeds: list[str] = dataclasses.field(default_factory=list)  # first instructions; empty = built-in
     model: Optional[str] = None  # model that mutates instructions; None = the run's
 

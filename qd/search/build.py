@@ -186,7 +186,7 @@ def _meta_settings(cfg: DictConfig, task: Any) -> dict[str, Any] | None:
     from operators.meta import DEFAULT_SEEDS, InstructionPool
 
     settings = dict(seeds=list(m.seeds) or list(DEFAULT_SEEDS), size=m.size, evolve_every=m.evolve_every,
-                    hyper=m.hyper, task=task.description, noun=genomes.of_task(task).noun)
+                    hyper=m.hyper, hyper_every=m.hyper_every, task=task.description, noun=genomes.of_task(task).noun)
     try:
         InstructionPool.check_settings(**settings)
     except ConfigError as e:
