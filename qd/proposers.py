@@ -188,8 +188,8 @@ class VectorProposer:
         ev = await self.evaluator(genomes)
         candidates = [
             Candidate(
-                kind="vector", genome="vector", island=t.island, fitness=float(ev.fitness[j]), descriptor=ev.descriptor[j],
-                valid=bool(ev.valid[j]), vector=genomes[j], parent_ids=parent_ids[j], operator=name,
+                kind="vector", genome="vector", island=t.island, fitness=float(ev.fitness[j]),
+                descriptor=ev.descriptor[j], valid=bool(ev.valid[j]), vector=genomes[j], parent_ids=parent_ids[j], operator=name,
                 metrics=ev.metrics[j] if ev.metrics else None, error=ev.error[j] if ev.error else None,
             )
             for j in range(len(ev.fitness))
@@ -327,8 +327,8 @@ class TextProposer:
             else:
                 fields = dict(fitness=math.nan, descriptor=None, valid=False, error=child.error)
             out.append(Candidate(
-                kind="text", genome=self.genome.name, island=island, text=child.text, parent_ids=d.parent_ids, operator=child.operator,
-                model=child.model, prompt=child.prompt, response=child.response, tokens_in=child.tokens_in,
+                kind="text", genome=self.genome.name, island=island, text=child.text, parent_ids=d.parent_ids,
+                operator=child.operator, model=child.model, prompt=child.prompt, response=child.response, tokens_in=child.tokens_in,
                 tokens_out=child.tokens_out, cost=child.cost, **fields,
             ))
         return out

@@ -68,30 +68,34 @@ async def still_serving(sb, client) -> None:
     assert gateway.calls == 1
 
 
-def run(main):
-    return asyncio.run(main())
+def run(server, main, **client_settings):
+    """``await main(client)`` with a fresh client of ``server`` (closed after)."""
+    async def go():
+        client = client_for(server, **client_settings)
+        try:
+            return await main(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
 
 
 def test_agent_calls_reach_the_host_model_and_are_counted(sandbox, scripted_llm):
     server = scripted_llm([Rule("hello", reply="world"), Rule("again", reply="twice")])
 
-    async def main():
-        client = client_for(server)
-        try:
-            with tally() as proposal:
-                result, gateway = await run_agent(sandbox, client, """
-                    def forward(task, llm):
-                        a = llm("hello " + task)
-                        b = llm([{"role": "system", "content": "be brief"}, {"role": "user", "content": "again"}],
-                                temperature=0.25, max_tokens=5000, stop=["\\n"])
-                        import qd.sandbox  # an entry can catch the host's name for the error
-                        return [a, b, repr(llm), type(llm).Error is qd.sandbox.ModelCallError]
-                    """, budget=CallBudget(max_tokens=64), task="there")
-            return result, gateway, client.ledger, proposal
-        finally:
-            await client.aclose()
+    async def main(client):
+        with tally() as proposal:
+            result, gateway = await run_agent(sandbox, client, """
+                def forward(task, llm):
+                    a = llm("hello " + task)
+                    b = llm([{"role": "system", "content": "be brief"}, {"role": "user", "content": "again"}],
+                            temperature=0.25, max_tokens=5000, stop=["\\n"])
+                    import qd.sandbox  # an entry can catch the host's name for the error
+                    return [a, b, repr(llm), type(llm).Error is qd.sandbox.ModelCallError]
+                """, budget=CallBudget(max_tokens=64), task="there")
+        return result, gateway, client.ledger, proposal
 
-    result, gateway, ledger, proposal = run(main)
+    result, gateway, ledger, proposal = run(server, main)
     assert result.ok, result
     assert result.value[:2] == ["world", "twice"]
     assert "llm(messages" in result.value[2] and result.value[3] is True
@@ -113,26 +117,22 @@ def test_agent_calls_reach_the_host_model_and_are_counted(sandbox, scripted_llm)
 def test_blocking_calls_from_a_thread_count_in_the_tally_of_their_making(scripted_llm):
     server = scripted_llm([ECHO])
 
-    async def main():
-        client = client_for(server)
-        try:
-            with tally() as proposal:
-                gateway = ModelGateway(client, CallBudget(calls=2), 5)
-            llm = gateway.blocking(asyncio.get_running_loop())
-            answers = [await asyncio.to_thread(llm, "q1"), await asyncio.to_thread(llm, [
-                {"role": "user", "content": "q2"}])]
-            with pytest.raises(ModelCallError, match=r"call budget spent \(2 calls"):
-                await asyncio.to_thread(llm, "q3")
-            with pytest.raises(RuntimeError, match="its own event loop"):
-                llm("q4")
-            gateway.close()
-            with pytest.raises(ModelCallError, match=r"the evaluation is over"):
-                await asyncio.to_thread(llm, "q5")
-            return answers, proposal, gateway
-        finally:
-            await client.aclose()
+    async def main(client):
+        with tally() as proposal:
+            gateway = ModelGateway(client, CallBudget(calls=2), 5)
+        llm = gateway.blocking(asyncio.get_running_loop())
+        answers = [await asyncio.to_thread(llm, "q1"), await asyncio.to_thread(llm, [
+            {"role": "user", "content": "q2"}])]
+        with pytest.raises(ModelCallError, match=r"call budget spent \(2 calls"):
+            await asyncio.to_thread(llm, "q3")
+        with pytest.raises(RuntimeError, match="its own event loop"):
+            llm("q4")
+        gateway.close()
+        with pytest.raises(ModelCallError, match=r"the evaluation is over"):
+            await asyncio.to_thread(llm, "q5")
+        return answers, proposal, gateway
 
-    answers, proposal, gateway = run(main)
+    answers, proposal, gateway = run(server, main)
     assert answers == ["echo:q1", "echo:q2"]
     assert proposal.split("role")["agent"].calls == 2 and server.stats()["requests"] == 2
     assert [e["n"] for e in gateway.trace] == [0, 1, 2] and "error" in gateway.trace[2]
@@ -142,18 +142,14 @@ def test_rerun_of_the_same_agent_hits_the_cache(sandbox, scripted_llm, tmp_path)
     server = scripted_llm([ECHO])
     code = "def forward(task, llm):\n    return [llm('one'), llm('two')]"
 
-    async def once():
-        client = client_for(server, cache_dir=str(tmp_path / "cache"))
-        try:
-            result, gateway = await run_agent(sandbox, client, code)
-            return result, gateway, client.ledger.split("role")["agent"]
-        finally:
-            await client.aclose()
+    async def once(client):
+        result, gateway = await run_agent(sandbox, client, code)
+        return result, gateway, client.ledger.split("role")["agent"]
 
-    first, gw1, usage1 = run(once)
+    first, gw1, usage1 = run(server, once, cache_dir=str(tmp_path / "cache"))
     assert first.value == ["echo:one", "echo:two"] and usage1.cached == 0
     assert server.stats()["requests"] == 2
-    again, gw2, usage2 = run(once)
+    again, gw2, usage2 = run(server, once, cache_dir=str(tmp_path / "cache"))
     assert again.value == first.value
     assert server.stats()["requests"] == 2  # nothing new reached the model
     assert (usage2.calls, usage2.cached) == (2, 2) and all(e["cached"] for e in gw2.trace)
@@ -165,17 +161,13 @@ def test_rerun_of_the_same_agent_hits_the_cache(sandbox, scripted_llm, tmp_path)
 def test_call_budget_refuses_inside_the_agent(sandbox, scripted_llm):
     server = scripted_llm([ECHO])
 
-    async def main():
-        client = client_for(server)
-        try:
-            return await run_agent(sandbox, client, """
-                def forward(task, llm):
-                    return [attempt(llm, f"q{i}") for i in range(5)]
-                """, budget=CallBudget(calls=3))
-        finally:
-            await client.aclose()
+    async def main(client):
+        return await run_agent(sandbox, client, """
+            def forward(task, llm):
+                return [attempt(llm, f"q{i}") for i in range(5)]
+            """, budget=CallBudget(calls=3))
 
-    result, gateway = run(main)
+    result, gateway = run(server, main)
     assert result.ok, result
     assert result.value[:3] == ["echo:q0", "echo:q1", "echo:q2"]
     assert result.value[3:] == ["ModelCallError: llm: call budget spent (3 calls per evaluation)"] * 2
@@ -187,16 +179,12 @@ def test_a_spent_budget_refuses_every_call(scripted_llm):
     """What a later stage gets once an earlier one spent everything: budgets of 0 are allowed."""
     server = scripted_llm([ECHO])
 
-    async def main():
-        client = client_for(server)
-        try:
-            no_calls = ModelGateway(client, CallBudget(calls=0), 1)
-            no_tokens = ModelGateway(client, CallBudget(tokens=0), 2)
-            return [await g({"n": 0, "messages": "x", "sampling": {}}) for g in (no_calls, no_tokens)]
-        finally:
-            await client.aclose()
+    async def main(client):
+        no_calls = ModelGateway(client, CallBudget(calls=0), 1)
+        no_tokens = ModelGateway(client, CallBudget(tokens=0), 2)
+        return [await g({"n": 0, "messages": "x", "sampling": {}}) for g in (no_calls, no_tokens)]
 
-    calls, tokens = run(main)
+    calls, tokens = run(server, main)
     assert calls == {"n": 0, "error": "llm: call budget spent (0 calls per evaluation)", "final": True}
     assert tokens["error"].startswith("llm: token budget") and server.stats()["requests"] == 0
     with pytest.raises(ValueError, match=r"budget.calls: 5000 is not allowed \(use 0..4096\)"):
@@ -206,21 +194,17 @@ def test_a_spent_budget_refuses_every_call(scripted_llm):
 def test_token_budget_and_bad_requests_refuse_inside_the_agent(sandbox, scripted_llm):
     server = scripted_llm([Rule("", reply="ok")])
 
-    async def main():
-        client = client_for(server)
-        try:
-            return await run_agent(sandbox, client, """
-                def forward(task, llm):
-                    return [attempt(llm, "x" * 200, max_tokens=20), attempt(llm, "x" * 200, max_tokens=20),
-                            attempt(llm, "short", max_tokens=5),
-                            attempt(llm, "x", temperature=3), attempt(llm, "x", top_p=0.5),
-                            attempt(llm, [{"role": "robot", "content": "x"}]), attempt(llm, [], stop="no"),
-                            attempt(llm, {"not": "json-able", "x": {1, 2}})]
-                """, budget=CallBudget(tokens=100, max_tokens=50))
-        finally:
-            await client.aclose()
+    async def main(client):
+        return await run_agent(sandbox, client, """
+            def forward(task, llm):
+                return [attempt(llm, "x" * 200, max_tokens=20), attempt(llm, "x" * 200, max_tokens=20),
+                        attempt(llm, "short", max_tokens=5),
+                        attempt(llm, "x", temperature=3), attempt(llm, "x", top_p=0.5),
+                        attempt(llm, [{"role": "robot", "content": "x"}]), attempt(llm, [], stop="no"),
+                        attempt(llm, {"not": "json-able", "x": {1, 2}})]
+            """, budget=CallBudget(tokens=100, max_tokens=50))
 
-    result, gateway = run(main)
+    result, gateway = run(server, main)
     assert result.ok, result
     v = result.value
     assert v[0] == "ok" and v[2] == "ok"  # 50 + 20 of 100; then 49 left: 50 + 20 no, 2 + 5 yes
@@ -236,20 +220,16 @@ def test_token_budget_and_bad_requests_refuse_inside_the_agent(sandbox, scripted
 def test_calls_after_the_deadline_fail_inside_the_agent(sandbox, scripted_llm):
     server = scripted_llm([ECHO])
 
-    async def main():
-        client = client_for(server)
-        try:
-            return await run_agent(sandbox, client, """
-                import time
-                def forward(task, llm):
-                    first = attempt(llm, "early")
-                    time.sleep(0.6)   # past the gateway's 0.4 s, well within the sandbox's wall_s
-                    return [first] + [attempt(llm, "late") for _ in range(3)]
-                """, budget=CallBudget(seconds=0.4))
-        finally:
-            await client.aclose()
+    async def main(client):
+        return await run_agent(sandbox, client, """
+            import time
+            def forward(task, llm):
+                first = attempt(llm, "early")
+                time.sleep(0.6)   # past the gateway's 0.4 s, well within the sandbox's wall_s
+                return [first] + [attempt(llm, "late") for _ in range(3)]
+            """, budget=CallBudget(seconds=0.4))
 
-    result, gateway = run(main)
+    result, gateway = run(server, main)
     assert result.ok, result
     assert result.value[0] == "echo:early"
     assert result.value[1:] == ["ModelCallError: llm: time is up (no call starts after 0.4 s of the evaluation)"] * 3
@@ -259,18 +239,14 @@ def test_calls_after_the_deadline_fail_inside_the_agent(sandbox, scripted_llm):
 def test_a_failed_model_call_fails_inside_the_agent(sandbox, scripted_llm):
     server = scripted_llm([Rule("bad", fault="500"), ECHO])
 
-    async def main():
-        client = client_for(server)
-        try:
-            result, gateway = await run_agent(sandbox, client, """
-                def forward(task, llm):
-                    return [attempt(llm, "bad"), attempt(llm, "good")]
-                """)
-            return result, gateway, client.ledger.split("role")["agent"], client.down
-        finally:
-            await client.aclose()
+    async def main(client):
+        result, gateway = await run_agent(sandbox, client, """
+            def forward(task, llm):
+                return [attempt(llm, "bad"), attempt(llm, "good")]
+            """)
+        return result, gateway, client.ledger.split("role")["agent"], client.down
 
-    result, gateway, usage, down = run(main)
+    result, gateway, usage, down = run(server, main)
     assert result.ok, result
     assert result.value[0].startswith("ModelCallError: llm: ") and "HTTP 500" in result.value[0]
     assert result.value[1] == "echo:good"  # not final: the agent may go on
@@ -281,43 +257,39 @@ def test_a_failed_model_call_fails_inside_the_agent(sandbox, scripted_llm):
 def test_threads_in_an_agent_get_their_own_answers(sandbox, scripted_llm):
     server = scripted_llm([ECHO], latency_s=0.05)
 
-    async def main():
-        client = client_for(server)
-        try:
-            return await run_agent(sandbox, client, """
-                import threading
-                def forward(task, llm):
-                    got = {}
-                    def ask(i):
-                        got[i] = llm(f"thread {i}")
-                    threads = [threading.Thread(target=ask, args=(i,)) for i in range(6)]
-                    for t in threads:
-                        t.start()
-                    for t in threads:
-                        t.join()
-                    return got
-                """)
-        finally:
-            await client.aclose()
+    async def main(client):
+        return await run_agent(sandbox, client, """
+            import threading
+            def forward(task, llm):
+                got = {}
+                def ask(i):
+                    got[i] = llm(f"thread {i}")
+                threads = [threading.Thread(target=ask, args=(i,)) for i in range(6)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                return got
+            """)
 
-    result, _ = run(main)
+    result, _ = run(server, main)
     assert result.ok, result
     assert result.value == {str(i): f"echo:thread {i}" for i in range(6)}
     assert server.stats()["max_in_flight"] > 1  # they did overlap
 
 
 def test_without_calls_the_entry_gets_no_llm(sandbox, scripted_llm):
-    result = run(lambda: sandbox.run("def forward(task, llm):\n    return [task, llm]", {"task": 3}))
+    result = asyncio.run(sandbox.run("def forward(task, llm):\n    return [task, llm]", {"task": 3}))
     assert (result.ok, result.value) == (True, [3, "absent"]), result
     with pytest.raises(ValueError, match="'llm' is the model callable's name"):
-        run(lambda: sandbox.run("", {"llm": 1}, calls=ModelGateway(None, CallBudget(), 0)))
+        asyncio.run(sandbox.run("", {"llm": 1}, calls=ModelGateway(None, CallBudget(), 0)))
 
 
 def test_a_failing_handler_answers_with_its_error(sandbox):
     async def broken(request):
         raise KeyError("boom")
 
-    result = run(lambda: sandbox.run(agent("def forward(task, llm):\n    return attempt(llm, 'x')"), calls=broken))
+    result = asyncio.run(sandbox.run(agent("def forward(task, llm):\n    return attempt(llm, 'x')"), calls=broken))
     assert (result.ok, result.value) == (True, "ModelCallError: llm: the host failed: KeyError: 'boom'"), result
 
 
@@ -354,7 +326,7 @@ async def hostile(sb, server, code, budget, **kw):
 
 def test_flood_of_calls_stays_within_the_budget(sandbox, scripted_llm):
     server = scripted_llm([ECHO])
-    result, gateway, took, lag, model_calls = run(lambda: hostile(sandbox, server, """
+    result, gateway, took, lag, model_calls = asyncio.run(hostile(sandbox, server, """
         def forward(task, llm):
             while True:
                 try:
@@ -370,7 +342,7 @@ def test_flood_of_calls_stays_within_the_budget(sandbox, scripted_llm):
 def test_flood_past_the_budget_is_answered_without_the_host(sandbox, scripted_llm):
     server = scripted_llm([ECHO])
     cpu = time.process_time()
-    result, gateway, took, lag, model_calls = run(lambda: hostile(sandbox, server, """
+    result, gateway, took, lag, model_calls = asyncio.run(hostile(sandbox, server, """
         import time
         def forward(task, llm):
             errors, last, end = 0, None, time.monotonic() + 1.0
@@ -391,13 +363,13 @@ def test_flood_past_the_budget_is_answered_without_the_host(sandbox, scripted_ll
 
 def test_huge_prompts_are_refused_or_kill_the_run(sandbox, scripted_llm):
     server = scripted_llm([ECHO])
-    two_mb, _, took, lag, model_calls = run(lambda: hostile(sandbox, server, """
+    two_mb, _, took, lag, model_calls = asyncio.run(hostile(sandbox, server, """
         def forward(task, llm):
             return attempt(llm, "x" * (2 << 20))
         """, CallBudget()))
     assert two_mb.ok and two_mb.value.startswith("ModelCallError: llm: token budget"), two_mb
     assert model_calls == 0 and took < 2.0 and lag < 0.5
-    twenty_mb, gateway, took, lag, _ = run(lambda: hostile(sandbox, server, """
+    twenty_mb, gateway, took, lag, _ = asyncio.run(hostile(sandbox, server, """
         def forward(task, llm):
             return attempt(llm, "x" * (20 << 20))
         """, CallBudget()))
@@ -407,7 +379,7 @@ def test_huge_prompts_are_refused_or_kill_the_run(sandbox, scripted_llm):
 
 def test_calls_from_a_forked_child_stay_within_the_budget(sandbox, scripted_llm):
     server = scripted_llm([ECHO])
-    result, gateway, took, lag, model_calls = run(lambda: hostile(sandbox, server, """
+    result, gateway, took, lag, model_calls = asyncio.run(hostile(sandbox, server, """
         import os, time
         def forward(task, llm):
             if os.fork() == 0:
@@ -431,7 +403,7 @@ def test_calls_from_a_forked_child_stay_within_the_budget(sandbox, scripted_llm)
 ])
 def test_garbage_on_the_call_pipe_kills_the_run(sandbox, scripted_llm, garbage, error):
     server = scripted_llm([ECHO])
-    result, gateway, took, lag, model_calls = run(lambda: hostile(sandbox, server, f"""
+    result, gateway, took, lag, model_calls = asyncio.run(hostile(sandbox, server, f"""
         import os, struct
         def forward(task, llm):
             os.write(llm.call_fd, {garbage})
@@ -443,7 +415,7 @@ def test_garbage_on_the_call_pipe_kills_the_run(sandbox, scripted_llm, garbage, 
 
 def test_agent_that_never_reads_its_answers_is_killed(sandbox, scripted_llm):
     server = scripted_llm([ECHO])
-    result, gateway, took, lag, model_calls = run(lambda: hostile(sandbox, server, """
+    result, gateway, took, lag, model_calls = asyncio.run(hostile(sandbox, server, """
         import json, os, struct
         def forward(task, llm):
             body = json.dumps({"messages": "pipelined", "sampling": {}}).encode()
@@ -459,26 +431,22 @@ def test_agent_that_never_reads_its_answers_is_killed(sandbox, scripted_llm):
 def test_a_hanging_model_call_ends_with_the_run(sandbox, scripted_llm):
     server = scripted_llm([Rule("hang", fault="hang"), ECHO])
 
-    async def main():
-        client = client_for(server)
-        try:
-            start = time.monotonic()
-            result, gateway = await run_agent(sandbox, client, """
-                def forward(task, llm):
-                    return llm("please hang")
-                """)
-            took = time.monotonic() - start
-            for _ in range(100):  # the call's task is cancelled as the run ends
-                if gateway.trace:
-                    break
-                await asyncio.sleep(0.01)
-            in_flight = client.ledger.in_flight
-            await still_serving(sandbox, client)
-            return result, gateway, took, in_flight
-        finally:
-            await client.aclose()
+    async def main(client):
+        start = time.monotonic()
+        result, gateway = await run_agent(sandbox, client, """
+            def forward(task, llm):
+                return llm("please hang")
+            """)
+        took = time.monotonic() - start
+        for _ in range(100):  # the call's task is cancelled as the run ends
+            if gateway.trace:
+                break
+            await asyncio.sleep(0.01)
+        in_flight = client.ledger.in_flight
+        await still_serving(sandbox, client)
+        return result, gateway, took, in_flight
 
-    result, gateway, took, in_flight = run(main)
+    result, gateway, took, in_flight = run(server, main)
     assert result.error == f"timeout after {WALL_S} s (killed)"
     assert took < WALL_S + 1.0
     assert [e["error"] for e in gateway.trace] == ["llm: cancelled (the evaluation ended)"]
@@ -488,17 +456,13 @@ def test_a_hanging_model_call_ends_with_the_run(sandbox, scripted_llm):
 def test_a_call_under_way_when_the_time_is_up_fails_inside_the_agent(sandbox, scripted_llm):
     server = scripted_llm([Rule("hang", fault="hang"), ECHO])
 
-    async def main():
-        client = client_for(server)
-        try:
-            return await run_agent(sandbox, client, """
-                def forward(task, llm):
-                    return [attempt(llm, "please hang"), attempt(llm, "and then?")]
-                """, budget=CallBudget(seconds=0.5))
-        finally:
-            await client.aclose()
+    async def main(client):
+        return await run_agent(sandbox, client, """
+            def forward(task, llm):
+                return [attempt(llm, "please hang"), attempt(llm, "and then?")]
+            """, budget=CallBudget(seconds=0.5))
 
-    result, gateway = run(main)
+    result, gateway = run(server, main)
     assert result.ok, result
     assert result.value == ["ModelCallError: llm: time is up (the call ran past 0.5 s of the evaluation)",
                             "ModelCallError: llm: time is up (no call starts after 0.5 s of the evaluation)"]
@@ -508,41 +472,33 @@ def test_a_call_under_way_when_the_time_is_up_fails_inside_the_agent(sandbox, sc
 def test_cancelling_a_run_cancels_its_calls(sandbox, scripted_llm):
     server = scripted_llm([Rule("hang", fault="hang"), ECHO])
 
-    async def main():
-        client = client_for(server)
-        try:
-            text = agent("def forward(task, llm):\n    return llm('please hang')")
-            gateway = ModelGateway(client, CallBudget(), candidate_key(text, "eval"))
-            task = asyncio.create_task(sandbox.run(text, calls=gateway))
-            while not server.stats()["in_flight"]:
-                await asyncio.sleep(0.01)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            await asyncio.sleep(0.05)
-            in_flight = client.ledger.in_flight
-            await still_serving(sandbox, client)
-            return gateway, in_flight
-        finally:
-            await client.aclose()
+    async def main(client):
+        text = agent("def forward(task, llm):\n    return llm('please hang')")
+        gateway = ModelGateway(client, CallBudget(), candidate_key(text, "eval"))
+        task = asyncio.create_task(sandbox.run(text, calls=gateway))
+        while not server.stats()["in_flight"]:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.05)
+        in_flight = client.ledger.in_flight
+        await still_serving(sandbox, client)
+        return gateway, in_flight
 
-    gateway, in_flight = run(main)
+    gateway, in_flight = run(server, main)
     assert [e["error"] for e in gateway.trace] == ["llm: cancelled (the evaluation ended)"] and in_flight == 0
 
 
 def test_concurrent_runs_get_their_own_answers(sandbox, scripted_llm):
     server = scripted_llm([ECHO], latency_s=0.02)
 
-    async def main():
-        client = client_for(server)
-        try:
-            code = "def forward(task, llm):\n    return [llm(f'{task} {i}') for i in range(3)]"
-            runs = await asyncio.gather(*(run_agent(sandbox, client, code, task=name) for name in "ab"))
-            return [(result.value, gateway.calls) for result, gateway in runs]
-        finally:
-            await client.aclose()
+    async def main(client):
+        code = "def forward(task, llm):\n    return [llm(f'{task} {i}') for i in range(3)]"
+        runs = await asyncio.gather(*(run_agent(sandbox, client, code, task=name) for name in "ab"))
+        return [(result.value, gateway.calls) for result, gateway in runs]
 
-    assert run(main) == [([f"echo:{name} {i}" for i in range(3)], 3) for name in "ab"]
+    assert run(server, main) == [([f"echo:{name} {i}" for i in range(3)], 3) for name in "ab"]
 
 
 def test_answers_json_round_trip(sandbox, scripted_llm):
@@ -550,13 +506,9 @@ def test_answers_json_round_trip(sandbox, scripted_llm):
     text = "é\u2028\n\"{}\\ \x00 end"
     server = scripted_llm([Rule("", reply=text)])
 
-    async def main():
-        client = client_for(server)
-        try:
-            return await run_agent(sandbox, client, "def forward(task, llm):\n    return llm('x')")
-        finally:
-            await client.aclose()
+    async def main(client):
+        return await run_agent(sandbox, client, "def forward(task, llm):\n    return llm('x')")
 
-    result, _ = run(main)
+    result, _ = run(server, main)
     assert result.value == text, result
     assert json.loads(json.dumps(result.value)) == text
