@@ -252,6 +252,14 @@ class GateConf:
     threshold: float = number(1.0, gt=0, le=1)
     against: list[str] = dataclasses.field(default_factory=lambda: ["elites", "parents"])
     resample: int = number(0, ge=0)  # times a rejected child may be asked for again
+    measure: str = "embedding"  # embedding (MiniLM cosine) | bleu (the child's sentence BLEU: prose, no model)
+
+
+@dataclasses.dataclass
+class TiebreakConf:
+    enabled: bool = False  # a pairwise LLM judge settles a child's tie with its cell's incumbent
+    question: str = "Which of the two is better?"  # what the judge is asked about texts A and B
+    model: Optional[str] = None  # the judge model; None = the run's
 
 
 @dataclasses.dataclass
@@ -385,6 +393,7 @@ class Config:
     meta: MetaConf = dataclasses.field(default_factory=MetaConf)
     gate: GateConf = dataclasses.field(default_factory=GateConf)
     cycle: CycleConf = dataclasses.field(default_factory=CycleConf)
+    tiebreak: TiebreakConf = dataclasses.field(default_factory=TiebreakConf)
     operators: OperatorsConf = dataclasses.field(default_factory=OperatorsConf)
     runner: RunnerConf = dataclasses.field(default_factory=RunnerConf)
     llm: LLMConf = dataclasses.field(default_factory=LLMConf)

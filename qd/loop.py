@@ -4,8 +4,9 @@ Up to ``in_flight`` proposals run at once (``qd.proposers``), started in *waves*
 of up to ``commit_group`` that read the same archive. The oldest wave, once all
 of it is done, is committed in the order proposals started, as one pipeline
 (:meth:`Engine._commit`: one store transaction, one insert, one events write):
-place (``qd.placement``) -> store (``qd.store``, before anything counts, so a
-crash never loses an evaluated candidate) -> insert (``qd.archive``) -> record
+place (``qd.placement``; a pairwise judge may settle ties, ``qd.search.tiebreak``) ->
+store (``qd.store``, before anything counts, so a crash never loses an evaluated
+candidate) -> insert (``qd.archive``) -> record
 (elite table, duplicate index) -> strategy (``qd.search.step``: credit, islands)
 -> report (``events.jsonl``, progress, the ``on_commit`` callback); then upkeep:
 a CycleQD rotation or a describer refit rebuilds the archive from the store, and
@@ -102,6 +103,7 @@ class Engine:
         self.store = Store(self.run_dir / "store.sqlite")
         self.meta = strategy.meta(self.store) if strategy.meta is not None else None
         self.gate = strategy.gate(self.store) if strategy.gate is not None else None
+        self.tiebreak = strategy.tiebreak(llm) if strategy.tiebreak is not None else None
         if callable(getattr(describer, "attach", None)):
             describer.attach(self.store, llm)
         text, cells = task.kind != "vector", not isinstance(spec, archive.NoveltySpec)
@@ -113,7 +115,8 @@ class Engine:
         spent = Ledger.from_rows(self.store.llm_calls())  # committed LLM calls: what budgets count
         if llm is not None:
             llm.ledger.merge(spent)
-        per_child = 1 + self.placement.calls_per_child + getattr(evaluator, "model_calls", 0)
+        per_child = (1 + self.placement.calls_per_child + getattr(evaluator, "model_calls", 0)
+                     + (self.tiebreak.calls_per_item if self.tiebreak is not None else 0))
         self.spending = Spending(budget, self.store.count(kind=task.kind), spent, per_child if text else 0)
         self.proposer = TextProposer(
             task, arms, evaluator, placement=self.placement, spending=self.spending, store=self.store,
@@ -247,6 +250,10 @@ class Engine:
         if not candidates:
             return self.spending.commit(0, reserved, calls)
         offers = self.placement.offers(candidates, self.state)
+        if self.tiebreak is not None:  # before storing: a win is part of the candidate's record
+            await self.spending.counted(self.tiebreak.settle(
+                candidates, offers.fitness, offers.descriptor, offers.valid, offers.island, self.placement.spec,
+                self.state.archive.fitness, self.elites), self.store)
         # Stored before it counts; SQLite releases the GIL, so proposals in flight run meanwhile.
         ids = np.asarray(await asyncio.to_thread(self.store.add, candidates, calls.rows()))
         self.spending.commit(len(ids), reserved, calls)

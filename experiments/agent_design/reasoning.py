@@ -65,6 +65,14 @@ class ReasoningTask:
         return self.score_items(text, self.search, outputs[-1], trace)
 
     @staticmethod
+    def family_accuracy(items: list[Any], correct: list[bool]) -> dict[str, float]:
+        """Accuracy per problem family (``arithmetic``, ``knights``): the skills CycleQD takes turns on."""
+        out: dict[str, list[bool]] = {}
+        for p, ok in zip(items, correct):
+            out.setdefault(p.family, []).append(ok)
+        return {family: float(np.mean(oks)) for family, oks in out.items()}
+
+    @staticmethod
     def answers_of(items: list[Any], answers: Any) -> list[bool] | None:
         """Which answers are right (checked on the host), or None if the entry's output is malformed."""
         if not isinstance(answers, list) or len(answers) != len(items) or not all(isinstance(a, dict) for a in answers):

@@ -9,6 +9,9 @@ the sandbox's channel to the run's model client, within ``eval_llm``'s budget.
   search templates).
 - **Descriptors**: model calls per problem (from the host's record of the calls,
   which the agent cannot forge) x AST node count of the agent's code.
+- **Skills**: accuracy per problem family (``arithmetic``, ``knights``) is in the
+  metrics, so ``cycle=agent_skills`` (CycleQD) can make each family the quality in
+  turn, the other family's accuracy the descriptor.
 - **Held-out**: problems from *different templates* (``held_out_items``), used
   only by ``table.py`` after a run, never during one: a design that memorises the
   search phrasing fails them.
@@ -66,7 +69,8 @@ class AgentDesignTask(reasoning.ReasoningTask):
         accuracy = float(np.mean(correct))
         per_problem = sum("text" in call for call in trace) / len(items)
         metrics = {"accuracy": accuracy, "calls_per_problem": per_problem, "nodes": size["nodes"],
-                   "failed_problems": len(failures), "correct": [int(c) for c in correct]}
+                   "failed_problems": len(failures), "correct": [int(c) for c in correct],
+                   **self.family_accuracy(items, correct)}
         artifacts = {}
         wrong = next(((p, a) for p, a, ok in zip(items, answers, correct) if not ok), None)
         if wrong is not None:  # search problems only: what the meta agent can learn from

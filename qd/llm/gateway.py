@@ -27,17 +27,17 @@ import dataclasses
 import hashlib
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from qd.contract import ChatClient, LLMError
 from qd.llm.ledger import counting, current_tally
-from qd.sandbox.worker import ModelCallError
+from qd.sandbox.worker import ModelCallError, answer_of
 
 MAX_CALLS = 4096  # per evaluation: a call's number takes 12 bits of its sample index
 KEY_BITS = 48
 _ROLES = ("system", "user", "assistant")
-_SAMPLING = ("temperature", "max_tokens", "stop")
+_SAMPLING = ("temperature", "max_tokens", "stop", "model", "top_logprobs")
 _TRACE_REFUSED = 64  # refused or invalid calls kept in the trace (all are counted in ``refused``)
 _TRACE_CHARS = 1 << 16  # a refused call's messages are kept in the trace only up to this size
 
@@ -110,14 +110,16 @@ def _messages(value: Any) -> list[dict]:
     return out
 
 
-def _sampling(value: Any, budget: CallBudget) -> dict:
-    """temperature, max_tokens (clamped to the budget's) and stop, or _Refused."""
+def _sampling(value: Any, budget: CallBudget, models: Sequence[str]) -> dict:
+    """temperature, max_tokens (clamped to the budget's), stop, model (one of ``models``) and
+    top_logprobs, or _Refused."""
     if not isinstance(value, dict):
         raise _Refused("llm: sampling: not keyword arguments (pass temperature=, max_tokens=, stop=)")
     for name in value:
         if name not in _SAMPLING:
-            raise _Refused(f"llm: {str(name)[:40]}: not a sampling option (use temperature, max_tokens or stop)")
-    out: dict[str, Any] = {"temperature": None, "max_tokens": budget.max_tokens, "stop": None}
+            raise _Refused(f"llm: {str(name)[:40]}: not a sampling option (use {', '.join(_SAMPLING)})")
+    out: dict[str, Any] = {"temperature": None, "max_tokens": budget.max_tokens, "stop": None, "model": None,
+                           "top_logprobs": None}
     t = value.get("temperature")
     if t is not None:
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t <= 2:
@@ -133,6 +135,17 @@ def _sampling(value: Any, budget: CallBudget) -> dict:
         if not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) for s in stop):
             raise _Refused("llm: stop: not a list of at most 4 str (pass e.g. stop=['\\n\\n'])")
         out["stop"] = list(stop)
+    model = value.get("model")
+    if model is not None:
+        if not isinstance(model, str) or model not in models:
+            raise _Refused(f"llm: model: {str(model)[:60]!r} is not one of the run's models {list(models)} "
+                           "(pass one of them, or leave model out for the run's choice)")
+        out["model"] = model
+    k = value.get("top_logprobs")
+    if k is not None:
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 20:
+            raise _Refused(f"llm: top_logprobs: {str(k)[:40]} is not a whole number in 1..20 (pass e.g. 10)")
+        out["top_logprobs"] = k
     return out
 
 
@@ -219,7 +232,7 @@ class ModelGateway:
         try:
             if not isinstance(request, dict):
                 raise _Refused("llm: request: not a dict (a bug in the caller)")
-            sampling = _sampling(request.get("sampling", {}), self.budget)
+            sampling = _sampling(request.get("sampling", {}), self.budget, self._models())
             entry["sampling"] = sampling
             messages = _messages(request.get("messages"))
             chars = _chars(messages)
@@ -266,18 +279,29 @@ class ModelGateway:
             self.tokens += c.tokens_in + c.tokens_out
             entry.update(text=c.text, model=c.model, tokens_in=c.tokens_in, tokens_out=c.tokens_out,
                          cached=c.cached)
+            if sampling["top_logprobs"] is not None:
+                entry["top_logprobs"] = c.top_logprobs or []
         finally:
             self._reserved -= reserved
             entry["seconds"] = self.clock() - start
             self._note(entry, model_call=True)
         if "error" in entry:
             return {"n": n, "error": entry["error"]}  # (not final: the next call may be refused otherwise)
+        if "top_logprobs" in entry:
+            return {"n": n, "text": entry["text"], "top_logprobs": entry["top_logprobs"]}
         return {"n": n, "text": entry["text"]}
 
+    def _models(self) -> tuple[str, ...]:
+        """The model names a call may ask for: the run's (the client's settings)."""
+        settings = getattr(self.client, "settings", None)
+        return tuple(m.name for m in getattr(settings, "models", ())) or ((self.model,) if self.model else ())
+
     async def _complete(self, messages: list[dict], temperature: float | None, sampling: dict, index: int):
+        k = sampling["top_logprobs"]
         return await self.client.complete(
-            messages, model=self.model, temperature=temperature, max_tokens=sampling["max_tokens"],
-            stop=sampling["stop"], sample_index=call_index(self.key, index), role=self.role)
+            messages, model=sampling["model"] or self.model, temperature=temperature,
+            max_tokens=sampling["max_tokens"], stop=sampling["stop"], sample_index=call_index(self.key, index),
+            logprobs=k is not None, top_logprobs=k, role=self.role)
 
     def close(self) -> None:
         """The evaluation is over: every later call is refused, and blocking calls still under
@@ -315,9 +339,10 @@ class ModelGateway:
                 self._waiting.discard(fut)
             if "error" in answer:
                 raise ModelCallError(answer["error"])
-            return answer["text"]
+            return answer_of(answer)
 
-        llm.__doc__ = ("llm(messages, temperature=, max_tokens=, stop=) -> str: the run's model, within "
+        llm.__doc__ = ("llm(messages, temperature=, max_tokens=, stop=, model=, top_logprobs=) -> str (a dict "
+                       "{'text', 'top_logprobs'} with top_logprobs=): the run's model, within "
                        f"this evaluation's budget ({self.budget.calls} calls, {self.budget.tokens} tokens); "
                        "raises ModelCallError when refused or failed")
         return llm

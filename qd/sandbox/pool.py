@@ -80,7 +80,8 @@ def _failed(error: str, seconds: float = 0.0) -> SandboxResult:
 
 
 Calls = Callable[[dict], Awaitable[dict]]
-"""A run's model-call handler: ``{"n", "messages", "sampling"}`` -> ``{"text"}`` or ``{"error"}``
+"""A run's model-call handler: ``{"n", "messages", "sampling"}`` -> ``{"text"}`` (with ``"top_logprobs"``
+when asked) or ``{"error"}``
 (with ``"final": True``: every later call of the run gets this error too, from the worker)."""
 
 
@@ -312,6 +313,8 @@ class _Worker:
             got = await run.handler(request)
             if isinstance(got, dict) and isinstance(got.get("text"), str) and "error" not in got:
                 answer = {"n": n, "text": got["text"]}
+                if isinstance(got.get("top_logprobs"), list):
+                    answer["top_logprobs"] = got["top_logprobs"]
             elif isinstance(got, dict) and "error" in got:
                 answer = {"n": n, "error": _one_line(str(got["error"]))}
                 kind = _FINAL if got.get("final") is True else _ANSWER

@@ -297,12 +297,22 @@ class ModelCallError(RuntimeError):
     on the host, or cut off because the evaluation is ending. The message is one line."""
 
 
+def answer_of(answer: dict):
+    """What ``llm(...)`` returns for a successful answer frame: the text, or with ``top_logprobs=``
+    the dict ``{"text", "top_logprobs"}`` (per generated token, {token: logprob})."""
+    if "top_logprobs" in answer:
+        return {"text": answer["text"], "top_logprobs": answer["top_logprobs"]}
+    return answer["text"]
+
+
 class ModelCalls:
     """``llm(messages, **sampling) -> str``: the evaluation's model, answered by the host.
 
     ``messages`` is a str (one user message) or a list of ``{"role", "content"}`` dicts
     (roles system, user, assistant); ``sampling`` may hold ``temperature``,
-    ``max_tokens`` and ``stop``. Returns the answer's text; raises ``ModelCallError``
+    ``max_tokens``, ``stop``, ``model`` (one of the run's models) and ``top_logprobs``
+    (1..20: then the answer is ``{"text", "top_logprobs"}``). Returns the answer's text;
+    raises ``ModelCallError``
     (also ``llm.Error``) with the host's one-line reason when the call is refused (the
     budget is spent, the time is up, the request is invalid) or fails. Threads may call
     it at once; forked children share its pipes and should not.
@@ -320,7 +330,8 @@ class ModelCalls:
         self._broken = None
 
     def __repr__(self) -> str:
-        return "<llm(messages, temperature=, max_tokens=, stop=) -> str: the run's model, via the host>"
+        return ("<llm(messages, temperature=, max_tokens=, stop=, model=, top_logprobs=) -> str: the run's model, "
+                "via the host>")
 
     def __call__(self, messages, **sampling) -> str:
         try:
@@ -337,7 +348,7 @@ class ModelCalls:
         answer = self._wait(n)
         if "error" in answer:
             raise ModelCallError(" ".join(str(answer["error"]).split())[:1000])
-        return answer["text"]
+        return answer_of(answer)
 
     def _wait(self, n: int) -> dict:
         """Answer ``n``: one thread at a time reads the pipe and files what it reads."""

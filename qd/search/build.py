@@ -55,6 +55,7 @@ class StrategyPlan:
         meta_model: the model that mutates instructions (None: the client's pick).
         gate: the ``NoveltyGate`` keywords (checked), or None when ``gate.enabled`` is false.
         cycle: the ``CyclicObjective``, or None when ``cycle.enabled`` is false.
+        tiebreak: the ``PairwiseJudge`` keywords (checked), or None when ``tiebreak.enabled`` is false.
     """
 
     arms: tuple[ArmPlan, ...]
@@ -68,6 +69,7 @@ class StrategyPlan:
     meta_model: str | None
     gate: dict[str, Any] | None
     cycle: CyclicObjective | None
+    tiebreak: dict[str, Any] | None = None
 
 
 def plan_cycle(cfg: DictConfig) -> CyclicObjective | None:
@@ -146,6 +148,7 @@ def plan_strategy(cfg: DictConfig, task: Any, describer: Any, labels: Sequence[s
         meta_model=cfg.meta.model,
         gate=_gate_settings(cfg),
         cycle=cycle,
+        tiebreak=_tiebreak_settings(cfg, text),
     )
 
 
@@ -202,9 +205,27 @@ def _gate_settings(cfg: DictConfig) -> dict[str, Any] | None:
     from qd.search.gate import NoveltyGate
 
     try:
-        return NoveltyGate.check_settings(g.threshold, tuple(g.against), g.resample)
+        return NoveltyGate.check_settings(g.threshold, tuple(g.against), g.resample, g.measure)
     except ConfigError as e:
         raise e.under("gate") from None
+
+
+def _tiebreak_settings(cfg: DictConfig, text: bool) -> dict[str, Any] | None:
+    """The ``PairwiseJudge`` keywords (None when off): a judge reads texts in cells."""
+    t = cfg.tiebreak
+    if not t.enabled:
+        return None
+    if not text:
+        raise ConfigError("tiebreak.enabled", "a judge compares texts; numeric tasks have none",
+                          "use tiebreak.enabled=false")
+    if cfg.cycle.enabled:
+        raise ConfigError("tiebreak.enabled", "CycleQD re-scores every candidate from its metrics at each phase",
+                          "use cycle=none, or tiebreak.enabled=false")
+    if cfg.archive.kind == "novelty":
+        raise ConfigError("tiebreak.enabled", "a novelty archive has no cells to tie in", "use archive=grid or cvt")
+    from qd.search.tiebreak import PairwiseJudge
+
+    return {"question": PairwiseJudge.check_question(t.question), "model": t.model}
 
 
 def build_arms(strategy: StrategyPlan, operators: Sequence[Any]) -> list[Arm]:
@@ -230,6 +251,7 @@ def build_strategy(strategy: StrategyPlan) -> Strategy:
         meta_model=strategy.meta_model,
         gate=_gate_factory(strategy.gate),
         cycle=strategy.cycle,
+        tiebreak=_tiebreak_factory(strategy.tiebreak),
     )
 
 
@@ -242,14 +264,26 @@ def _meta_factory(settings: dict[str, Any] | None) -> Callable[[Any], Any] | Non
     return functools.partial(InstructionPool, **settings)
 
 
+def _tiebreak_factory(settings: dict[str, Any] | None) -> Callable[[Any], Any] | None:
+    """llm -> PairwiseJudge asking the run's client."""
+    if settings is None:
+        return None
+    from qd.search.tiebreak import PairwiseJudge
+
+    return lambda llm: PairwiseJudge(client=llm, **settings)
+
+
 def _gate_factory(settings: dict[str, Any] | None) -> Callable[[Any], Any] | None:
-    """store -> NoveltyGate over MiniLM embeddings cached in that store."""
+    """store -> NoveltyGate over MiniLM embeddings cached in that store (BLEU needs no model)."""
     if settings is None:
         return None
 
     def make(store: Any) -> Any:
-        from descriptors.embedding import EmbeddingCache, Encoder
         from qd.search.gate import NoveltyGate
+
+        if settings["measure"] == "bleu":
+            return NoveltyGate(None, **settings)
+        from descriptors.embedding import EmbeddingCache, Encoder
 
         return NoveltyGate(EmbeddingCache(Encoder(), store).embed, **settings)
 

@@ -9,7 +9,9 @@ Two checks, cheapest first, both keyed on the child's text:
 2. ``NoveltyGate`` (ShinkaEvolve-style): a child whose embedding is too close to
    one of its island's elites or its own parents is rejected unevaluated; the
    loop stores it as an invalid candidate (``rejected``) and may ask the
-   operator again ``resample`` times.
+   operator again ``resample`` times. With ``measure="bleu"`` closeness is the
+   child's sentence BLEU against the other text instead (Rainbow Teaming's
+   filter for prompts: word overlap, no model).
 
 Choosing the threshold (all-MiniLM-L6-v2, cosine of an edit to the original):
 
@@ -41,9 +43,11 @@ measures meaning; with this one they reject genuine variations.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import math
+import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
@@ -56,6 +60,7 @@ CACHE_KIND = "evaluated"
 REUSED = "reused"  # artifacts key: the store id whose evaluation a candidate copied
 SIMILARITY = "gate_similarity"  # metrics key: the cosine that got a candidate rejected
 AGAINST = ("elites", "parents")
+_WORDS = re.compile(r"\w+|[^\w\s]")  # BLEU's tokens: words and punctuation marks
 # float32 unit vectors of identical inputs can differ by ~1e-7 in their dot product.
 _TOLERANCE = 1e-6
 
@@ -148,7 +153,8 @@ class GateVerdict:
 
     Attributes:
         rejected: the similarity reached the gate's threshold.
-        similarity: cosine to the nearest compared text, in [-1, 1]; NaN if none was compared.
+        similarity: to the nearest compared text (``measure``: cosine in [-1, 1], or BLEU in
+            [0, 1]); NaN if none was compared.
         nearest: ``"parent"`` or ``"elite"`` (a tie goes to the parent); None if none was compared.
         nearest_index: its index in the child's parents or in the elites; -1 if none.
     """
@@ -157,39 +163,77 @@ class GateVerdict:
     similarity: float
     nearest: str | None
     nearest_index: int
+    measure: str = "cosine"
+
+
+def _ngrams(words: list[str], n: int) -> collections.Counter:
+    return collections.Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+
+
+def bleu(hypothesis: str, reference: str, max_n: int = 4) -> float:
+    """Sentence BLEU of ``hypothesis`` against one ``reference``, in [0, 1].
+
+    Words and punctuation marks are the tokens (lowercased); clipped n-gram
+    precisions for n = 1..max_n (n-grams longer than the hypothesis are left
+    out), add-one smoothed for n > 1 so one missing 4-gram does not zero a near
+    copy (Lin and Och, 2004), geometric mean, times the brevity penalty.
+    Rainbow Teaming rejects a mutated prompt at BLEU >= 0.6 to its parent.
+    """
+    hyp, ref = _WORDS.findall(hypothesis.lower()), _WORDS.findall(reference.lower())
+    if not hyp or not ref:
+        return 0.0
+    logs = []
+    for n in range(1, min(max_n, len(hyp)) + 1):
+        h, r = _ngrams(hyp, n), _ngrams(ref, n)
+        matched, total = sum(min(c, r[g]) for g, c in h.items()), sum(h.values())
+        if n == 1 and matched == 0:
+            return 0.0
+        logs.append(math.log((matched + (n > 1)) / (total + (n > 1))))
+    brevity = min(0.0, 1.0 - len(ref) / len(hyp))
+    return float(math.exp(brevity + sum(logs) / len(logs)))
+
+
+MEASURES = ("embedding", "bleu")
 
 
 class NoveltyGate:
-    """Rejects children whose embedding is within ``threshold`` cosine of an elite or a parent.
+    """Rejects children too similar to an elite or a parent: by embedding cosine, or by BLEU.
 
     Args:
         embed: async texts -> f32[N, D] (e.g. ``EmbeddingCache.embed``); rows need
             not be unit length (the gate normalises; a zero row is similar to nothing).
-        threshold: in (0, 1]; rejected iff cosine >= threshold - 1e-6 (inclusive,
+            Unused (may be None) with ``measure="bleu"``.
+        threshold: in (0, 1]; rejected iff the similarity >= threshold - 1e-6 (inclusive,
             with a tolerance for float32 rounding, so 1.0 means "the embedder cannot
             tell them apart"). See the module docstring for the default.
+        measure: ``"embedding"`` (cosine of the embeddings) or ``"bleu"`` (the child's
+            sentence BLEU against the other text: word overlap, for prose such as prompts).
         against: what children are compared with: ``"elites"`` (the island's) and/or
             ``"parents"`` (the child's own).
         resample: how many times the loop may ask the operator again for a rejected
             child (carried here, used by the loop).
     """
 
-    def __init__(self, embed: Callable[[Sequence[str]], Awaitable[np.ndarray]], threshold: float = 1.0,
-                 against: Sequence[str] = AGAINST, resample: int = 0):
-        settings = self.check_settings(threshold, against, resample)
+    def __init__(self, embed: Callable[[Sequence[str]], Awaitable[np.ndarray]] | None, threshold: float = 1.0,
+                 against: Sequence[str] = AGAINST, resample: int = 0, measure: str = "embedding"):
+        settings = self.check_settings(threshold, against, resample, measure)
         self.embed = embed
         self.threshold = settings["threshold"]
         self.against = settings["against"]
         self.resample = settings["resample"]
+        self.measure = settings["measure"]
 
     @staticmethod
-    def check_settings(threshold: float = 1.0, against: Sequence[str] = AGAINST, resample: int = 0) -> dict[str, Any]:
+    def check_settings(threshold: float = 1.0, against: Sequence[str] = AGAINST, resample: int = 0,
+                       measure: str = "embedding") -> dict[str, Any]:
         """The gate's settings checked (no embedder needed): the keywords of the constructor.
 
         Raises:
-            ConfigError: naming the field (``threshold``, ``against``, ``resample``);
+            ConfigError: naming the field (``threshold``, ``against``, ``resample``, ``measure``);
                 the config plan puts it under ``gate``.
         """
+        if measure not in MEASURES:
+            raise ConfigError("measure", f"{measure!r} is not a similarity measure", f"use one of {list(MEASURES)}")
         if isinstance(threshold, bool) or not (isinstance(threshold, (int, float)) and 0.0 < threshold <= 1.0):
             raise ConfigError("threshold", f"{threshold!r} is not in (0, 1]")
         if isinstance(resample, bool) or not isinstance(resample, int) or resample < 0:
@@ -197,7 +241,7 @@ class NoveltyGate:
         against = tuple(against)
         if not against or any(a not in AGAINST for a in against):
             raise ConfigError("against", f"{list(against)} must be a non-empty subset of {list(AGAINST)}")
-        return {"threshold": float(threshold), "against": against, "resample": resample}
+        return {"threshold": float(threshold), "against": against, "resample": resample, "measure": measure}
 
     async def check(self, children: Sequence[str], parents: Sequence[Sequence[str]],
                     elites: Sequence[str]) -> list[GateVerdict]:
@@ -219,33 +263,45 @@ class NoveltyGate:
         ]
         if not any(compared):
             return [GateVerdict(False, math.nan, None, -1) for _ in children]
-        vectors = np.asarray(await self.embed(texts), np.float64).reshape(len(texts), -1)
-        norm = np.linalg.norm(vectors, axis=1, keepdims=True)
-        unit = vectors / np.where(norm > 0, norm, 1.0)  # a zero row stays zero: similar to nothing
-        sims = unit[[row[c] for c in children]] @ unit.T  # f64[N, U]
+        sims = await self._similarities(texts, [row[c] for c in children], compared)  # f64[N, U]
+        label = "cosine" if self.measure == "embedding" else "BLEU"
         out = []
         for j, cols in enumerate(compared):
             if not cols:
-                out.append(GateVerdict(False, math.nan, None, -1))
+                out.append(GateVerdict(False, math.nan, None, -1, label))
                 continue
             s = np.clip(sims[j, cols], -1.0, 1.0)
             k = int(np.argmax(s))
             n_parents = len(parents[j]) if use_parents else 0
             nearest, index = ("parent", k) if k < n_parents else ("elite", k - n_parents)
-            out.append(GateVerdict(bool(s[k] >= self.threshold - _TOLERANCE), float(s[k]), nearest, index))
+            out.append(GateVerdict(bool(s[k] >= self.threshold - _TOLERANCE), float(s[k]), nearest, index, label))
         return out
+
+    async def _similarities(self, texts: list[str], children: list[int], compared: list[list[int]]) -> np.ndarray:
+        """f64[N, U]: child j (row ``children[j]`` of ``texts``) against each text it is compared with."""
+        if self.measure == "bleu":
+            sims = np.full((len(children), len(texts)), -1.0)
+            for j, cols in enumerate(compared):
+                sims[j, cols] = [bleu(texts[children[j]], texts[u]) for u in cols]
+            return sims
+        vectors = np.asarray(await self.embed(texts), np.float64).reshape(len(texts), -1)
+        norm = np.linalg.norm(vectors, axis=1, keepdims=True)
+        unit = vectors / np.where(norm > 0, norm, 1.0)  # a zero row stays zero: similar to nothing
+        return unit[children] @ unit.T
 
 
 def rejected(verdict: GateVerdict, parent_ids: Sequence[int], elite_ids: Sequence[int]) -> dict[str, Any]:
     """``Candidate`` fields of a gate-rejected child: invalid, unevaluated, with the reason.
 
     ``parent_ids``/``elite_ids`` are the store ids of the texts ``check`` was given,
-    in the same order; ``error`` reads e.g. ``novelty gate: cosine 0.973 to parent #12``.
+    in the same order; ``error`` reads e.g. ``novelty gate: cosine 0.973 to parent #12``
+    (or ``BLEU 0.712``).
     """
     ids = parent_ids if verdict.nearest == "parent" else elite_ids
     return dict(
         fitness=math.nan, descriptor=None, valid=False,
-        error=f"novelty gate: cosine {verdict.similarity:.3f} to {verdict.nearest} #{int(ids[verdict.nearest_index])}",
+        error=(f"novelty gate: {verdict.measure} {verdict.similarity:.3f} to {verdict.nearest} "
+               f"#{int(ids[verdict.nearest_index])}"),
         metrics={SIMILARITY: verdict.similarity},
     )
 

@@ -83,6 +83,8 @@ class Strategy:
         gate: store -> ``qd.search.gate.NoveltyGate`` (its embeddings are cached in the
             store), or None. Exact duplicates are reused whatever the gate.
         cycle: a ``CyclicObjective`` or None.
+        tiebreak: llm -> ``qd.search.tiebreak.PairwiseJudge`` (settles a child's tie with
+            its cell's incumbent), or None.
     """
 
     scheduler: tuple[Any, ...] | None = None
@@ -93,6 +95,7 @@ class Strategy:
     meta_model: str | None = None
     gate: Callable[[Any], Any] | None = None
     cycle: CyclicObjective | None = None
+    tiebreak: Callable[[Any], Any] | None = None
 
 
 def child_credit(result: archive.InsertResult, fitness: np.ndarray, qd_offset: float) -> np.ndarray:

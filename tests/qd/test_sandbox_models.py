@@ -46,8 +46,8 @@ def sandbox(tmp_path_factory):
     sb.close()
 
 
-def client_for(server, cache_dir=None) -> LLMClient:
-    return LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("m"),), cache_dir=cache_dir,
+def client_for(server, cache_dir=None, models=(ModelSpec("m"),)) -> LLMClient:
+    return LLMClient(LLMSettings(base_url=server.base_url, models=models, cache_dir=cache_dir,
                                  max_retries=0, timeout_s=30.0, seed=7))
 
 
@@ -105,13 +105,38 @@ def test_agent_calls_reach_the_host_model_and_are_counted(sandbox, scripted_llm)
     assert first["seed"] != second["seed"]  # each call its own sample index
     assert [e["n"] for e in gateway.trace] == [0, 1]
     assert gateway.trace[0]["messages"] == first["messages"] and gateway.trace[1]["text"] == "twice"
-    assert gateway.trace[1]["sampling"] == {"temperature": 0.25, "max_tokens": 64, "stop": ["\n"]}
+    assert gateway.trace[1]["sampling"] == {"temperature": 0.25, "max_tokens": 64, "stop": ["\n"], "model": None,
+                                            "top_logprobs": None}
     spent = sum(e["tokens_in"] + e["tokens_out"] for e in gateway.trace)
     assert gateway.calls == 2 and gateway.tokens == spent > 0
     assert all(e["model"] == "m" and not e["cached"] for e in gateway.trace)
     for counted in (ledger, proposal):
         agent_usage = counted.split("role")["agent"]
         assert (agent_usage.calls, agent_usage.tokens_in + agent_usage.tokens_out) == (2, spent)
+
+
+def test_agent_picks_a_run_model_and_reads_logprobs(sandbox, scripted_llm):
+    """``model=`` names one of the run's models (another is refused inside the agent);
+    ``top_logprobs=`` answers {"text", "top_logprobs"}: what judges in evaluations read."""
+    server = scripted_llm([Rule("digit", reply="7", logprobs=[{"7": -0.1, "6": -2.5}]),
+                           Rule("", reply=lambda body: "model:" + body["model"])])
+
+    async def main(client):
+        return await run_agent(sandbox, client, """
+            def forward(task, llm):
+                return [llm("which", model="n"), llm("which"), llm("digit", max_tokens=1, top_logprobs=2),
+                        attempt(llm, "which", model="gpt-9"), attempt(llm, "x", top_logprobs=99)]
+            """)
+
+    (result, gateway) = run(server, main, models=(ModelSpec("m"), ModelSpec("n")))
+    assert result.ok, result
+    chosen, default, scored, unknown, too_many = result.value
+    assert chosen == "model:n" and default in ("model:m", "model:n")
+    assert scored == {"text": "7", "top_logprobs": [{"7": -0.1, "6": -2.5}]}
+    assert unknown.startswith("ModelCallError: llm: model: 'gpt-9' is not one of the run's models ['m', 'n']")
+    assert "top_logprobs: 99 is not a whole number in 1..20" in too_many
+    assert server.requests[2]["logprobs"] is True and server.requests[2]["top_logprobs"] == 2
+    assert gateway.calls == 3 and gateway.refused == 2
 
 
 def test_blocking_calls_from_a_thread_count_in_the_tally_of_their_making(scripted_llm):

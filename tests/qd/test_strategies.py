@@ -136,7 +136,8 @@ def test_novelty_gate_skips_a_near_duplicate_and_never_a_distinct_child(tmp_path
     server = scripted_llm([Rule("", reply)])
     cfg = config(server.base_url, "llm.models=[{name: scripted, weight: 1}]", "llm.seed=0",
                  "runner.max_llm_calls=30", "gate=embedding", "gate.resample=0")
-    assert plan(cfg).strategy.gate == {"threshold": 1.0, "against": ("elites", "parents"), "resample": 0}
+    assert plan(cfg).strategy.gate == {"threshold": 1.0, "against": ("elites", "parents"), "resample": 0,
+                                      "measure": "embedding"}
     run_config(cfg, tmp_path)
     children = [c for c in stored(tmp_path) if c.operator == "rewrite"]
     rejected = [c for c in children if c.error and c.error.startswith("novelty gate")]
