@@ -45,7 +45,7 @@ def make_descriptor(kind: str, params: dict[str, Any], seed: int = 0, cvt_cells:
             cells=cvt_cells or 64, reference=reference,
         )
     if kind == "ai_feedback":
-        from descriptors.ai_feedback import AIFeedbackDescriptor, Axis
+        from descriptors.ai_feedback import RESCALES, AIFeedbackDescriptor, Axis
 
         _check_axes(params["axes"])
         axes = [
@@ -53,7 +53,11 @@ def make_descriptor(kind: str, params: dict[str, Any], seed: int = 0, cvt_cells:
                  tuple((e["text"], e["position"]) for e in a.get("examples") or ()))
             for a in params["axes"]
         ]
-        return AIFeedbackDescriptor(axes, model=params["model"], rescale_at=tuple(params.get("rescale_at") or ()))
+        rescale = params.get("rescale") or "minmax"
+        if rescale not in RESCALES:
+            raise ConfigError("rescale", f"unknown {rescale!r}", f"use one of {list(RESCALES)}")
+        return AIFeedbackDescriptor(axes, model=params["model"], rescale_at=tuple(params.get("rescale_at") or ()),
+                                    rescale=rescale)
     if kind == "learned":
         from descriptors.learned import LearnedDescriptor
 

@@ -39,6 +39,7 @@ PROMPT = (
     "Answer with the digit only.\nText: {text}"
 )
 _FIELDS = ("question", "low", "high", "max", "text")
+RESCALES = ("minmax", "quantile")  # how a fitted axis maps scores onto [0, 1] (see AIFeedbackDescriptor)
 _TRAILING = ".,;:!)"  # punctuation allowed right after the digit ("7." is still 7)
 
 
@@ -98,6 +99,18 @@ def parse_score(text: str, top_logprobs: list[dict[str, float]] | None, scale: i
     return float(word)
 
 
+def quantile_edges(scores: np.ndarray, bins: int) -> np.ndarray:
+    """f64[bins + 1] strictly increasing: the ``k / bins`` quantiles of ``scores``.
+
+    Tied quantiles (many equal scores) are nudged apart by 1e-6 so the piecewise-linear
+    map through them stays a function; equal scores still land together.
+    """
+    edges = np.quantile(np.asarray(scores, np.float64), np.linspace(0, 1, bins + 1))
+    for k in range(1, len(edges)):
+        edges[k] = max(edges[k], edges[k - 1] + 1e-6)
+    return edges
+
+
 def _is_digit(token: str, scale: int) -> bool:
     t = token.strip()
     return len(t) == 1 and t in "0123456789" and int(t) <= scale  # ASCII only: int("³") fails
@@ -117,9 +130,13 @@ class AIFeedbackDescriptor:
     Judge calls go through the client, so they count in its ledger and budget.
 
     ``rescale_at`` (valid-candidate counts) makes it a fitted descriptor: at each
-    count every axis's range is fitted to the scores seen (min/max widened by
-    ``margin``) and mapped onto [0, 1], as QDAIF placed its bins where the judge's
-    scores actually fall; nothing is placed before the first fit.
+    count every axis's range is fitted to the scores seen and mapped onto [0, 1],
+    as QDAIF placed its bins where the judge's scores actually fall; nothing is
+    placed before the first fit. ``rescale`` says how: ``minmax`` (min/max widened
+    by ``margin``, a linear map) or ``quantile`` (the scores' quantiles at
+    ``k / axis.bins`` map to ``k / axis.bins``, linearly in between, so each of the
+    grid's uniform bins holds an equal share of the fitted scores: the bins are
+    dense where the judge's expected digits cluster, as QDAIF's non-uniform bins).
     """
 
     name = "ai_feedback"
@@ -138,6 +155,7 @@ class AIFeedbackDescriptor:
         top_logprobs: int = 10,
         rescale_at: Sequence[int] = (),
         margin: float = 0.05,
+        rescale: str = "minmax",
     ):
         self.axes = tuple(axes)
         if not self.axes:
@@ -170,8 +188,11 @@ class AIFeedbackDescriptor:
         self.rescale_at = tuple(sorted({int(n) for n in rescale_at}))
         if any(n < 1 for n in self.rescale_at):
             raise ValueError(f"ai_feedback.rescale_at: {list(rescale_at)} has counts below 1")
-        self.margin, self._fits = margin, 0
-        self._span: tuple[np.ndarray, np.ndarray] | None = None
+        if rescale not in RESCALES:
+            raise ValueError(f"ai_feedback.rescale: unknown {rescale!r}; use one of {list(RESCALES)}")
+        self.margin, self.rescale, self._fits = margin, rescale, 0
+        self._span: tuple[np.ndarray, np.ndarray] | None = None  # minmax: per-axis low, high
+        self._edges: list[np.ndarray] | None = None  # quantile: per axis, axis.bins + 1 increasing scores
 
     def attach(self, store: Any, llm: ChatClient | None = None) -> None:
         """Cache answers in ``store``; judge with the run's client ``llm`` unless one was given."""
@@ -206,31 +227,40 @@ class AIFeedbackDescriptor:
         if self._span is not None:
             low, high = self._span
             values[out.valid] = np.clip((out.values[out.valid] - low) / (high - low), 0.0, 1.0)
+        if self._edges is not None:
+            for j, edges in enumerate(self._edges):
+                values[out.valid, j] = np.interp(out.values[out.valid, j], edges, np.linspace(0, 1, len(edges)))
         return Described(values, out.valid, out.error)
 
     def needs_fit(self, num_valid: int) -> bool:
         return self._fits < len(self.rescale_at) and num_valid >= self.rescale_at[self._fits]
 
     async def fit(self, items: Sequence[Item], rng: np.random.Generator) -> None:
-        """Fits each axis's range to the scores of ``items`` (min/max widened by ``margin``)."""
+        """Fits each axis's map to the scores of ``items`` (see ``rescale``)."""
         out = await self.judge_scores(items)
         scored = out.values[out.valid]
         if not len(scored):
             raise ValueError("ai_feedback.fit: no item got a score; check the judge (see the candidates' errors)")
-        low, high = scored.min(axis=0), scored.max(axis=0)
-        pad = np.where(high - low > 1e-6, self.margin * (high - low), 0.05)
-        self._span = ((low - pad).astype(np.float32), (high + pad).astype(np.float32))
+        if self.rescale == "quantile":
+            self._edges = [quantile_edges(scored[:, j], axis.bins) for j, axis in enumerate(self.axes)]
+        else:
+            low, high = scored.min(axis=0), scored.max(axis=0)
+            pad = np.where(high - low > 1e-6, self.margin * (high - low), 0.05)
+            self._span = ((low - pad).astype(np.float32), (high + pad).astype(np.float32))
         self._fits = sum(len(items) >= n for n in self.rescale_at) or self._fits + 1
 
     def state_dict(self) -> dict[str, np.ndarray]:
         state = {"fits": np.array(self._fits, np.int64)}
         if self._span is not None:
             state["low"], state["high"] = self._span
+        for j, edges in enumerate(self._edges or ()):
+            state[f"edges{j}"] = edges
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         self._fits = int(state["fits"])
         self._span = (np.asarray(state["low"]), np.asarray(state["high"])) if "low" in state else None
+        self._edges = [np.asarray(state[f"edges{j}"]) for j in range(self.dim)] if "edges0" in state else None
 
     async def judge_scores(self, items: Sequence[Item]) -> Described:
         """Judge every (candidate, axis) not cached, all at once (the client limits concurrency):

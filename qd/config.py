@@ -187,6 +187,7 @@ class DescriptorPartConf:
     axes: list[AxisConf] = dataclasses.field(default_factory=list)  # ai_feedback
     # ai_feedback: fit each axis's range at these valid counts
     rescale_at: list[int] = number(default_factory=list, ge=1)
+    rescale: str = "minmax"  # ai_feedback fit: minmax (the range seen) | quantile (bins dense where scores cluster)
     judge: str = "llm"  # learned: llm | human (judgments made with `qd judge RUN_DIR`)
     model: Optional[str] = None  # ai_feedback / learned judge: model name; None = the run's model
 

@@ -40,13 +40,15 @@ from qd.task import Scored, load_task
 
 @dataclasses.dataclass
 class HeldOut:
-    """A task's held-out view: one stage on its held-out problems, scored like the search stage."""
+    """A task's held-out view: one stage on its held-out problems, scored like the search stage
+    (``split="search"``: the same on its search problems, to choose among designs without held-out data)."""
 
     task: Any
+    split: str = "held_out"
 
     def __post_init__(self) -> None:
-        self.items = self.task.held_out()
-        self.stages = [self.task.stage(self.items, "held_out")]
+        self.items = self.task.held_out() if self.split == "held_out" else self.task.search
+        self.stages = [self.task.stage(self.items, self.split)]
         self.descriptor_dim = self.task.descriptor_dim
 
     def score(self, text: str, outputs: list[Any], trace: list[dict]) -> Scored:
@@ -71,9 +73,9 @@ def best_design(run_dir: Path) -> dict | None:
     return {"id": best.id, "text": best.text, "operator": best.operator, "search_accuracy": best.fitness}
 
 
-async def held_out_scores(cfg: Any, task: Any, texts: list[str], client: Any) -> list[Scored]:
-    """Each text's evaluation on the held-out problems (per-problem call budget as in the run)."""
-    view = HeldOut(task)
+async def held_out_scores(cfg: Any, task: Any, texts: list[str], client: Any, split: str = "held_out") -> list[Scored]:
+    """Each text's evaluation on the held-out (or ``split``) problems (per-problem call budget as in the run)."""
+    view = HeldOut(task, split)
     scale = len(view.items) / task.search_items
     e = cfg.eval_llm
     budget = CallBudget(calls=min(4096, math.ceil(e.calls * scale)), tokens=math.ceil(e.tokens * scale),
@@ -113,8 +115,12 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main(experiment: str, argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(experiment: str, argv: list[str] | None = None, baselines: Any = None, doc: str | None = None) -> dict:
+    """Runs the seeds, scores held out, writes ``table.json`` and prints the table.
+
+    ``await baselines(cfg, task, client, held_out) -> (rows, info)``: more designs to score beside the task's own
+    hand-designed ones (rows: ``(name, source, Scored, search accuracy)``; ``info`` goes to the JSON)."""
+    ap = argparse.ArgumentParser(description=doc or __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--max-llm-calls", type=int, default=None, help="per run (default: the experiment's)")
     ap.add_argument("--held-out", type=int, default=24, help="held-out problems")
@@ -162,9 +168,17 @@ def main(experiment: str, argv: list[str] | None = None) -> dict:
                                        concurrency=cfg.llm.concurrency, timeout_s=cfg.llm.timeout_s,
                                        temperature=cfg.llm.temperature, seed=0, cache_dir=str(a.out / "llm_cache")))
         started = time.monotonic()
-        scores = asyncio.run(held_out_scores(cfg, task, texts, client))
+
+        async def score() -> tuple[list[Scored], tuple[list, Any]]:  # one event loop for the client's calls
+            extra = await baselines(cfg, task, client, a.held_out) if baselines else ([], None)
+            unique = list(dict.fromkeys(texts))  # a run's best is often a hand-designed one: scored once
+            scored = dict(zip(unique, await held_out_scores(cfg, task, unique, client)))
+            return [scored[text] for text in texts], extra
+
+        scores, (extra, info) = asyncio.run(score())
         hand_names = {text: name for name, text in hand}
         rows = [_row(name, "hand-designed", s, None) for (name, _), s in zip(hand, scores)]
+        rows += [_row(*r) for r in extra]
         for (r, best), s in zip(found, scores[len(hand):]):
             source = f"seed {r['seed']}: " + (f"= {hand_names[best['text']]}" if best["text"] in hand_names
                                               else f"found ({best['operator']})")
@@ -172,7 +186,7 @@ def main(experiment: str, argv: list[str] | None = None) -> dict:
         result = {"experiment": experiment, "model": model, "base_url": base_url if server is None else "embedded",
                   "seeds": a.seeds, "max_llm_calls": cfg.runner.max_llm_calls, "search_items": task.search_items,
                   "held_out_items": a.held_out, "held_out_seconds": round(time.monotonic() - started, 1),
-                  "runs": runs, "rows": rows}
+                  "runs": runs, "rows": rows, **({"baselines": info} if baselines else {})}
         (a.out / "table.json").write_text(json.dumps(result, indent=2))
         print(markdown(result))
         return result

@@ -264,3 +264,30 @@ def test_rescale_fits_each_axis_range_and_round_trips(scripted_llm):
     restored = AIFeedbackDescriptor([TONE], client_for(server.base_url), rescale_at=(2,))
     restored.load_state_dict(d.state_dict())
     np.testing.assert_array_equal(asyncio.run(restored.describe([Item("b")])).values, after.values[1:2])
+
+
+def test_quantile_rescale_puts_fitted_quantiles_on_bin_boundaries_and_is_monotone(scripted_llm):
+    digits = {"a": 0, "b": 1, "c": 2, "d": 3, "e": 5, "f": 9, "g": 4, "h": 7}  # a..f fitted; scores cluster low
+    server = scripted_llm([Rule(f"Text: {t}$", reply=str(d)) for t, d in digits.items()])
+    d = AIFeedbackDescriptor([LENGTH], client_for(server.base_url), rescale_at=(6,), rescale="quantile")
+
+    async def go():
+        await d.fit([Item(t) for t in "abcdef"], np.random.default_rng(0))
+        return await d.describe([Item(t) for t in "abcdefgh"])
+
+    out = asyncio.run(go())
+    assert out.valid.all(), out.error
+    # 6 fitted scores, 5 bins: the k/5 quantiles are the scores themselves, so each maps to k/5
+    np.testing.assert_allclose(out.values[:6, 0], np.linspace(0, 1, 6), atol=1e-5)
+    # bins are dense where scores cluster: digits 0..3 take 3 of the 5 bins, 3..9 the other 2
+    by_digit = sorted(zip(digits.values(), out.values[:, 0]))
+    assert all(a[1] < b[1] for a, b in zip(by_digit, by_digit[1:]))  # monotone, unfitted scores included
+    np.testing.assert_allclose(out.values[6:, 0], [0.7, 0.8 + 0.2 * 2 / 4], atol=1e-5)  # linear between edges
+    restored = AIFeedbackDescriptor([LENGTH], client_for(server.base_url), rescale_at=(6,), rescale="quantile")
+    restored.load_state_dict(d.state_dict())
+    np.testing.assert_array_equal(asyncio.run(restored.describe([Item("g"), Item("h")])).values, out.values[6:])
+
+
+def test_unknown_rescale_names_the_field():
+    with pytest.raises(ValueError, match="ai_feedback.rescale: unknown 'rank'"):
+        AIFeedbackDescriptor([TONE], rescale_at=(2,), rescale="rank")

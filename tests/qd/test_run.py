@@ -56,7 +56,7 @@ def test_bad_llm_config_fails_before_any_server_starts(tmp_path, override, messa
     [
         ("runner.batch_sise=3", "runner.batch_sise: unknown config key (did you mean runner.batch_size?"),
         ("runner.batch_size=abc", "runner.batch_size: Value 'abc' of type 'str' could not be converted to Integer"),
-        ("experiment=nope", "experiment: no config 'nope' (available: agent_design, arm, circle_packing, function_fit, prompt_evolution, skills, sphere)"),
+        ("experiment=nope", "experiment: no config 'nope' (available: agent_design, agent_team, arm, circle_packing, creative_writing, function_fit, prompt_evolution, red_team, skills, sphere)"),
         ("archive.bins=[10]", "archive.bins: has 1 entries but the task has 2 descriptors"),
         ("islands.topology=star", "islands.topology: unknown topology 'star'"),
         ("experiment.params.function=cube", "experiment.params.function: unknown function 'cube'"),
