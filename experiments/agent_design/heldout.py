@@ -18,7 +18,6 @@ Without ``--base-url`` it starts the embedded llama.cpp server (SmolLM2-135M) on
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import json
@@ -30,12 +29,12 @@ from typing import Any
 import numpy as np
 
 from qd.evaluator import HostRunner, StagedEvaluator
-from qd.llm import LLMClient, LLMSettings, ModelSpec
 from qd.llm.gateway import CallBudget
-from qd.plan import compose, plan
-from qd.run import run_in
+from qd.plan import compose
 from qd.store import Store
-from qd.task import Scored, load_task
+from qd.task import Scored, load_module, load_task
+
+table_runs = load_module(Path(__file__).resolve().parent / "table_runs.py", "experiments_table_runs")
 
 
 @dataclasses.dataclass
@@ -120,53 +119,21 @@ def main(experiment: str, argv: list[str] | None = None, baselines: Any = None, 
 
     ``await baselines(cfg, task, client, held_out) -> (rows, info)``: more designs to score beside the task's own
     hand-designed ones (rows: ``(name, source, Scored, search accuracy)``; ``info`` goes to the JSON)."""
-    ap = argparse.ArgumentParser(description=doc or __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--max-llm-calls", type=int, default=None, help="per run (default: the experiment's)")
-    ap.add_argument("--held-out", type=int, default=24, help="held-out problems")
-    ap.add_argument("--base-url", default=None, help="an OpenAI-compatible server (default: the embedded one)")
-    ap.add_argument("--model", default=None, help="the model name on --base-url")
-    ap.add_argument("--api-key-env", default=None)
-    ap.add_argument("--out", type=Path, default=Path("outputs") / experiment / "table")
-    ap.add_argument("overrides", nargs="*", help="more qd-run overrides for every run")
-    a = ap.parse_args(argv)
-    a.out.mkdir(parents=True, exist_ok=True)
-    server = None
-    if a.base_url is None:
-        from qd.llm.server import EmbeddedServer
-
-        server = EmbeddedServer(log_path=a.out / "llm_server.log").start()
-        base_url, model = server.base_url, server.model
-    else:
-        base_url, model = a.base_url, a.model
-    try:
-        shared = [f"experiment={experiment}", "llm.provider=server", f"llm.base_url={base_url}",
-                  f"llm.models=[{{name: '{model}'}}]", f"llm.api_key_env={a.api_key_env or 'null'}",
-                  "runner.progress=false",
-                  f"llm.cache_dir={a.out / 'llm_cache'}", *a.overrides]
-        if a.max_llm_calls is not None:
-            shared.append(f"runner.max_llm_calls={a.max_llm_calls}")
-        runs = []
-        for seed in a.seeds:
-            run_dir = a.out / f"seed{seed}"
-            started = time.monotonic()
-            try:
-                summary = run_in(plan(compose([*shared, f"seed={seed}"])), run_dir)
-            except SystemExit:  # stopped early (printed); the store holds what it evaluated
-                summary = {}
-            best = best_design(run_dir)
-            runs.append({"seed": seed, "seconds": round(time.monotonic() - started, 1),
-                         "llm_calls": summary.get("llm", {}).get("calls"), "evaluations": summary.get("evaluations"),
-                         "best": best and {k: v for k, v in best.items() if k != "text"}})
-            print(f"seed {seed}: {runs[-1]}", flush=True)
+    a = table_runs.arguments(experiment, argv, doc or __doc__)
+    with table_runs.model_server(a) as (base_url, model):
+        shared = table_runs.shared_overrides(experiment, a, base_url, model)
+        runs = table_runs.run_seeds(shared, a.seeds, a.out)
+        found = []
+        for r in runs:
+            best = best_design(a.out / f"seed{r['seed']}")
+            r["best"] = best and {k: v for k, v in best.items() if k != "text"}
+            if best:
+                found.append((r, best))
         cfg = compose(shared)
         task = load_task(experiment, {**cfg.experiment.params, "held_out_items": a.held_out})
         hand = task.hand_designed()
-        found = [(r, best) for r, best in zip(runs, (best_design(a.out / f"seed{r['seed']}") for r in runs)) if best]
         texts = [text for _, text in hand] + [best["text"] for _, best in found]
-        client = LLMClient(LLMSettings(base_url=base_url, models=(ModelSpec(model),), api_key_env=a.api_key_env,
-                                       concurrency=cfg.llm.concurrency, timeout_s=cfg.llm.timeout_s,
-                                       temperature=cfg.llm.temperature, seed=0, cache_dir=str(a.out / "llm_cache")))
+        client = table_runs.client_for(cfg, a, base_url, model)
         started = time.monotonic()
 
         async def score() -> tuple[list[Scored], tuple[list, Any]]:  # one event loop for the client's calls
@@ -183,13 +150,10 @@ def main(experiment: str, argv: list[str] | None = None, baselines: Any = None, 
             source = f"seed {r['seed']}: " + (f"= {hand_names[best['text']]}" if best["text"] in hand_names
                                               else f"found ({best['operator']})")
             rows.append(_row(f"best of run seed {r['seed']}", source, s, best["search_accuracy"]))
-        result = {"experiment": experiment, "model": model, "base_url": base_url if server is None else "embedded",
+        result = {"experiment": experiment, "model": model, "base_url": base_url if a.base_url else "embedded",
                   "seeds": a.seeds, "max_llm_calls": cfg.runner.max_llm_calls, "search_items": task.search_items,
                   "held_out_items": a.held_out, "held_out_seconds": round(time.monotonic() - started, 1),
                   "runs": runs, "rows": rows, **({"baselines": info} if baselines else {})}
         (a.out / "table.json").write_text(json.dumps(result, indent=2))
         print(markdown(result))
         return result
-    finally:
-        if server is not None:
-            server.stop()
