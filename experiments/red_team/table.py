@@ -25,7 +25,6 @@ Without ``--base-url`` it starts the embedded llama.cpp server (SmolLM2-135M) on
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -33,14 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from qd.plan import compose, plan
-from qd.run import run_in
 from qd.search.gate import evaluated
 from qd.store import Store
 from qd.task import load_module
 
 _HERE = Path(__file__).resolve().parent
 heldout = load_module(_HERE.parent / "agent_design" / "heldout.py", "experiments_heldout")  # bootstrap
+table_runs = load_module(_HERE.parent / "agent_design" / "table_runs.py", "experiments_table_runs")
 ARMS = {"qd archive": [], "no archive": ["archive.bins=[1,1]"]}
 GRID = 12  # technique x rule targeted cells
 
@@ -111,48 +109,21 @@ def markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--max-llm-calls", type=int, default=80, help="per run, every arm the same")
-    ap.add_argument("--base-url", default=None, help="an OpenAI-compatible server (default: the embedded one)")
-    ap.add_argument("--model", default=None, help="the model name on --base-url")
-    ap.add_argument("--api-key-env", default=None)
-    ap.add_argument("--out", type=Path, default=Path("outputs") / "red_team" / "table")
-    ap.add_argument("overrides", nargs="*", help="more qd-run overrides for every run")
-    a = ap.parse_args(argv)
-    a.out.mkdir(parents=True, exist_ok=True)
-    server = None
-    if a.base_url is None:
-        from qd.llm.server import EmbeddedServer
-
-        server = EmbeddedServer(log_path=a.out / "llm_server.log").start()
-        base_url, model = server.base_url, server.model
-    else:
-        base_url, model = a.base_url, a.model
+    a = table_runs.arguments("red_team", argv, __doc__)
+    a.max_llm_calls = a.max_llm_calls or 80  # every arm the same
     started = time.monotonic()
-    try:
-        shared = ["experiment=red_team", "llm.provider=server", f"llm.base_url={base_url}",
-                  f"llm.models=[{{name: '{model}'}}]", f"llm.api_key_env={a.api_key_env or 'null'}",
-                  "runner.progress=false", f"runner.max_llm_calls={a.max_llm_calls}",
-                  f"llm.cache_dir={a.out / 'llm_cache'}", *a.overrides]
-        runs: dict[str, list[dict]] = {name: [] for name in ARMS}
-        for seed in a.seeds:
-            for name, overrides in ARMS.items():
-                run_dir = a.out / name.replace(" ", "_") / f"seed{seed}"
-                began = time.monotonic()
-                try:
-                    summary = run_in(plan(compose([*shared, *overrides, f"seed={seed}"])), run_dir)
-                except SystemExit:  # stopped early (printed); the store holds what it evaluated
-                    summary = {}
-                rows = attacks(run_dir)
-                runs[name].append({"seed": seed, "rows": rows, "final": final_archive(rows, single=bool(overrides)),
-                                   "seconds": round(time.monotonic() - began, 1),
-                                   "llm_calls": summary.get("llm", {}).get("calls")})
-                print(f"{name} seed {seed}: {runs[name][-1]['llm_calls']} calls, {len(rows)} attacks evaluated, "
-                      f"{runs[name][-1]['seconds']} s", flush=True)
+    with table_runs.model_server(a) as (base_url, model):
+        shared = table_runs.shared_overrides("red_team", a, base_url, model)
+        runs: dict[str, list[dict]] = {}
+        for name, overrides in ARMS.items():
+            out = a.out / name.replace(" ", "_")
+            runs[name] = table_runs.run_seeds([*shared, *overrides], a.seeds, out)
+            for r in runs[name]:
+                r["rows"] = attacks(out / f"seed{r['seed']}")
+                r["final"] = final_archive(r["rows"], single=bool(overrides))
         founders = [c for c in runs["qd archive"][0]["rows"] if c.operator == "init"]
         rows = [seed_row(founders), *(arm_row(name, arm_runs) for name, arm_runs in runs.items())]
-        result = {"experiment": "red_team", "model": model, "base_url": base_url if server is None else "embedded",
+        result = {"experiment": "red_team", "model": model, "base_url": a.base_url or "embedded",
                   "seeds": a.seeds, "max_llm_calls": a.max_llm_calls, "seconds": round(time.monotonic() - started),
                   "runs": [{"arm": name, "seed": r["seed"], "llm_calls": r["llm_calls"], "seconds": r["seconds"],
                             "attacks": len(r["rows"])} for name, arm_runs in runs.items() for r in arm_runs],
@@ -160,9 +131,6 @@ def main(argv: list[str] | None = None) -> dict:
         (a.out / "table.json").write_text(json.dumps(result, indent=2))
         print(markdown(result))
         return result
-    finally:
-        if server is not None:
-            server.stop()
 
 
 if __name__ == "__main__":
