@@ -42,6 +42,27 @@ class FakeClient:
                           tokens_out=20, cost=0.25, cached=False, finish_reason=self.finish_reason, seconds=0.1)
 
 
+def evaluate_on_host(task, base_url: str, texts: list[str], budget, models: tuple[str, ...] = ("scripted",)):
+    """``task``'s evaluation of ``texts`` through the real host runner and model gateway, asking ``base_url``."""
+    import asyncio
+
+    from qd.evaluator import HostRunner, StagedEvaluator
+    from qd.llm import LLMClient, LLMSettings, ModelSpec
+
+    client = LLMClient(LLMSettings(base_url=base_url, models=tuple(map(ModelSpec, models)), timeout_s=10,
+                                   max_retries=0))
+    evaluator = StagedEvaluator(task, HostRunner(task.host_entry), client, budget)
+
+    async def go():
+        try:
+            return await evaluator(texts)
+        finally:
+            evaluator.close()
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
 def run_dir(tmp_path: Path, name: str = "run") -> Path:
     path = tmp_path / name
     path.mkdir(parents=True, exist_ok=True)

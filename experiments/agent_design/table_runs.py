@@ -10,9 +10,12 @@ replays them without asking the model again.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import json
+import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +76,29 @@ def run_seeds(overrides: Sequence[str], seeds: Sequence[int], out: Path) -> list
                      "llm_calls": summary.get("llm", {}).get("calls"), "evaluations": summary.get("evaluations")})
         print(f"{out.name} seed {seed}: {runs[-1]}", flush=True)
     return runs
+
+
+def measurement(measure: Callable[[LLMClient], Awaitable[Any]], doc: str | None, concurrency: int = 4) -> Any:
+    """The command line of a judge measurement: ``await measure(client)`` against ``--base-url``
+    (``--model``) or the embedded server (started and stopped here); its result is printed as JSON."""
+    ap = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    ap.add_argument("--base-url", help="an OpenAI-compatible server; default: start the embedded SmolLM2")
+    ap.add_argument("--model", default="smollm2")
+    args = ap.parse_args()
+
+    def client(base_url: str, model: str) -> LLMClient:
+        return LLMClient(LLMSettings(base_url=base_url, models=(ModelSpec(model),), concurrency=concurrency,
+                                     timeout_s=120))
+
+    if args.base_url:
+        result = asyncio.run(measure(client(args.base_url, args.model)))
+    else:
+        from qd.llm.server import EmbeddedServer
+
+        with EmbeddedServer(log_path=Path(tempfile.mkdtemp()) / "server.log") as server:
+            result = asyncio.run(measure(client(server.base_url, server.model)))
+    print(json.dumps(result, indent=1))
+    return result
 
 
 def client_for(cfg: Any, a: argparse.Namespace, base_url: str, model: str) -> LLMClient:

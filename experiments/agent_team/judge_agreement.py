@@ -16,17 +16,15 @@ floor is measured from.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import itertools
-import json
-import tempfile
 from pathlib import Path
 
-from qd.llm import LLMClient, LLMSettings, ModelSpec
+from qd.llm import LLMClient
 from qd.task import load_module
 
 team = load_module(Path(__file__).resolve().parent / "team.py", "experiments_agent_team_team")
+table_runs = load_module(Path(__file__).resolve().parents[1] / "agent_design" / "table_runs.py",
+                         "experiments_table_runs")
 
 Role = team.Role
 # (role, role, duplicate?): duplicates say the same job in other words; distinct ones do different jobs.
@@ -84,24 +82,5 @@ async def measure(client: LLMClient) -> dict:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base-url", help="an OpenAI-compatible server; default: start the embedded SmolLM2")
-    ap.add_argument("--model", default="smollm2")
-    args = ap.parse_args()
-
-    def client(base_url: str, model: str) -> LLMClient:
-        return LLMClient(LLMSettings(base_url=base_url, models=(ModelSpec(model),), timeout_s=120))
-
-    if args.base_url:
-        result = asyncio.run(measure(client(args.base_url, args.model)))
-    else:
-        from qd.llm.server import EmbeddedServer
-
-        with EmbeddedServer(log_path=Path(tempfile.mkdtemp()) / "server.log") as server:
-            result = asyncio.run(measure(client(server.base_url, server.model)))
-    print(json.dumps(result, indent=1))
-
-
 if __name__ == "__main__":
-    main()
+    table_runs.measurement(measure, __doc__)

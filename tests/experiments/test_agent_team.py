@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_config, stored
-from qd.evaluator import HostRunner, StagedEvaluator
+from helpers import evaluate_on_host, run_config, stored
 from qd.llm import LLMClient, LLMSettings, ModelSpec
 from qd.llm.gateway import CallBudget
 from qd.plan import compose
@@ -61,18 +60,7 @@ def test_a_team_reads_its_roles_and_its_descriptors_come_from_the_genome():
 def evaluate(server, texts: list[str], calls: int = 16, items: int = 2, models: tuple[str, ...] = ("scripted",)):
     """The teams' evaluations through the real host runner and model gateway, on the scripted server."""
     task = load_task("agent_team", {"search_items": items, "model_names": list(models)})
-    client = LLMClient(LLMSettings(base_url=server.base_url, models=tuple(map(ModelSpec, models)), timeout_s=10,
-                                   max_retries=0))
-    evaluator = StagedEvaluator(task, HostRunner(task.host_entry), client, CallBudget(calls=calls, max_tokens=96))
-
-    async def go():
-        try:
-            return await evaluator(texts)
-        finally:
-            evaluator.close()
-            await client.aclose()
-
-    return task, asyncio.run(go())
+    return task, evaluate_on_host(task, server.base_url, texts, CallBudget(calls=calls, max_tokens=96), models)
 
 
 def solver(truth: dict[str, str], wrong_for: str = "liar"):

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_config, stored
+from helpers import evaluate_on_host, run_config, stored
 from qd.contract import ConfigError
-from qd.evaluator import HostRunner, StagedEvaluator
 from qd.llm import LLMClient, LLMSettings, ModelSpec
 from qd.llm.gateway import CallBudget
 from qd.plan import compose
@@ -59,18 +58,7 @@ RULES = [Rule("Answer with one letter, A or B", longer_wins), Rule("red-teaming 
 
 
 def evaluate(base_url: str, texts: list[str]):
-    task = load_task("red_team", {})
-    client = LLMClient(LLMSettings(base_url=base_url, models=(ModelSpec("scripted"),), timeout_s=10))
-    evaluator = StagedEvaluator(task, HostRunner(task.host_entry), client, CallBudget(calls=3, max_tokens=64))
-
-    async def go():
-        try:
-            return await evaluator(texts)
-        finally:
-            evaluator.close()
-            await client.aclose()
-
-    return asyncio.run(go())
+    return evaluate_on_host(load_task("red_team", {}), base_url, texts, CallBudget(calls=3, max_tokens=64))
 
 
 def test_rule_breaks_are_exact_string_checks():
