@@ -1,17 +1,15 @@
 """The driver: an asynchronous steady-state loop, propose -> evaluate -> commit.
 
-Up to ``in_flight`` proposals run at once (``qd.proposers``), started in *waves*
-of up to ``commit_group`` that read the same archive. The oldest wave, once all
-of it is done, is committed in the order proposals started, as one pipeline
-(:meth:`Engine._commit`: one store transaction, one insert, one events write):
-place (``qd.placement``; a pairwise judge may settle ties, ``qd.search.tiebreak``) ->
-store (``qd.store``, before anything counts, so a crash never loses an evaluated
-candidate) -> insert (``qd.archive``) -> record
-(elite table, duplicate index) -> strategy (``qd.search.step``: credit, islands)
--> report (``events.jsonl``, progress, the ``on_commit`` callback); then upkeep:
-a CycleQD rotation or a describer refit rebuilds the archive from the store, and
-a checkpoint is written on schedule. No generation barrier: a wave starts as
-soon as the oldest is done; waves are cut by count, never by timing.
+Up to ``in_flight`` proposals run at once (``qd.proposers``), started in *waves* of up to
+``commit_group`` that read the same archive. The oldest wave, once all of it is done, is committed
+in the order proposals started, as one pipeline (:meth:`Engine._commit`: one store transaction, one
+insert, one events write): place (``qd.placement``; ties to a judge, ``qd.search.tiebreak``) ->
+store (``qd.store``, before anything counts, so a crash never loses an evaluated candidate) ->
+insert (``qd.archive``) -> record (elite table, duplicate index) -> strategy (``qd.search.step``:
+credit, islands) -> report (``events.jsonl``, progress, the ``on_commit`` callback); then upkeep:
+a CycleQD rotation or a describer refit rebuilds the archive from the store, and a checkpoint is
+written on schedule. No generation barrier: a wave starts as soon as the oldest is done; waves are
+cut by count, never by timing.
 
 Everything random comes from the run's key, so a run is a pure function of its
 seed and of what the operators and evaluator return: with the LLM response cache,
@@ -64,19 +62,17 @@ class Engine:
     Args:
         task: initial genomes and evaluator (a numeric ``Task`` or a ``TextTask``).
         spec: archive tessellation (GridSpec / CVTSpec / NoveltySpec).
-        operators: the arms, as ``qd.search.strategy.Arm``s or (operator, weight)
-            pairs (``qd.contract.NumericOperator`` / ``TextOperator``).
+        operators: the arms, as ``qd.search.strategy.Arm``s or (operator, weight) pairs.
         evaluator: async ``evaluator(genomes) -> Evaluation``.
         run_dir: holds ``store.sqlite``, ``checkpoints/`` and ``events.jsonl``.
         llm: the run's ``qd.llm.LLMClient`` (text tasks).
-        initial_population: founder children in flight at most per empty island
-            (rounded up to whole proposals of ``batch_size``).
+        initial_population: founder children in flight at most per empty island (whole proposals).
         commit_group: proposals per wave at most (None: half of ``in_flight``); a wave
             shares one commit's cost, and all of the oldest finishes before its slots are reused.
         describer: a ``descriptors.base.Descriptor`` placing text candidates (None:
             the task's own descriptors). Its ``dim`` must match ``spec``.
-        strategy: islands, selection, scheduler, meta-prompts, novelty gate and
-            cyclic objectives (``qd.search.strategy``; the default is plain MAP-Elites).
+        strategy: islands, selection, scheduler, meta-prompts, novelty gate, cyclic objectives and
+            tie judge (``qd.search.strategy``; the default is plain MAP-Elites).
         on_commit: called with each ``commit`` event (``qd.events``) as it is written.
     """
 
@@ -115,8 +111,8 @@ class Engine:
         spent = Ledger.from_rows(self.store.llm_calls())  # committed LLM calls: what budgets count
         if llm is not None:
             llm.ledger.merge(spent)
-        per_child = (1 + self.placement.calls_per_child + getattr(evaluator, "model_calls", 0)
-                     + (self.tiebreak.calls_per_item if self.tiebreak is not None else 0))
+        per_child = 1 + self.placement.calls_per_child + getattr(evaluator, "model_calls", 0) + getattr(
+            self.tiebreak, "calls_per_item", 0)
         self.spending = Spending(budget, self.store.count(kind=task.kind), spent, per_child if text else 0)
         self.proposer = TextProposer(
             task, arms, evaluator, placement=self.placement, spending=self.spending, store=self.store,
@@ -251,9 +247,8 @@ class Engine:
             return self.spending.commit(0, reserved, calls)
         offers = self.placement.offers(candidates, self.state)
         if self.tiebreak is not None:  # before storing: a win is part of the candidate's record
-            await self.spending.counted(self.tiebreak.settle(
-                candidates, offers.fitness, offers.descriptor, offers.valid, offers.island, self.placement.spec,
-                self.state.archive.fitness, self.elites), self.store)
+            await self.spending.counted(self.tiebreak.settle(candidates, offers, self.placement.spec,
+                                                             self.state.archive.fitness, self.elites), self.store)
         # Stored before it counts; SQLite releases the GIL, so proposals in flight run meanwhile.
         ids = np.asarray(await asyncio.to_thread(self.store.add, candidates, calls.rows()))
         self.spending.commit(len(ids), reserved, calls)

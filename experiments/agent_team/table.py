@@ -1,7 +1,7 @@
 """The agent_team table: the best team each run found vs the single expert it started from vs the best
 hand-designed agent of agent_design, on held-out problems, with model calls per problem.
 
-    python experiments/agent_team/table.py --seeds 0 1 2 --max-llm-calls 40 --held-out 16
+    python experiments/agent_team/table.py --seeds 0 1 2 --max-llm-calls 40 --held-out 12
     python experiments/agent_team/table.py --base-url http://host:8000/v1 --model NAME --max-llm-calls 2000
 
 Each seed runs ``experiment=agent_team`` to the same model-call budget (``--max-llm-calls``).

@@ -87,17 +87,18 @@ class PairwiseJudge:
         said = c.text.strip()[:1].upper()
         return said if said in ("A", "B") else None
 
-    async def settle(self, candidates: list[Any], fitness: np.ndarray, descriptor: np.ndarray, valid: np.ndarray,
-                     island: np.ndarray, spec: Any, archive_fitness: Any, elites: Any) -> int:
+    async def settle(self, candidates: list[Any], offers: Any, spec: Any, archive_fitness: Any, elites: Any) -> int:
         """Judges each valid child whose exact score ties that of the incumbent of the cell it
         would enter.
 
-        A winner's ``fitness[j]`` and ``candidates[j].fitness`` become one float32 step above
+        ``offers``: the insert's arrays (``qd.placement.Offers``: island, descriptor, fitness, valid).
+        A winner's ``offers.fitness[j]`` and ``candidates[j].fitness`` become one float32 step above
         the incumbent's fitness, with ``metrics[WON] = 1`` and ``metrics[TIED]`` its exact
         score. Children are taken in order; a winner is the incumbent for later children of
         the batch. Returns the number of wins.
         """
-        ok = np.flatnonzero(valid & np.isfinite(fitness) & np.isfinite(descriptor).all(axis=1))
+        fitness, descriptor, island = offers.fitness, offers.descriptor, offers.island
+        ok = np.flatnonzero(offers.valid & np.isfinite(fitness) & np.isfinite(descriptor).all(axis=1))
         if not len(ok):
             return 0
         cells = np.asarray(spec.index(np.asarray(descriptor[ok], np.float32)))
