@@ -26,11 +26,9 @@ from typing import Any, Callable
 import numpy as np
 from omegaconf import DictConfig
 
-from qd import checkpoint
 from qd.contract import Candidate
 from qd.loop import Engine
 from qd.plan import compose, plan
-from qd.store import Store
 
 __all__ = ["Elite", "build", "compose", "elites", "plan"]
 
@@ -59,16 +57,10 @@ class Elite:
 
 
 def elites(run_dir: str | Path) -> list[Elite]:
-    """The elites of a run's last checkpoint (every run writes one when it ends), best first."""
-    run_dir = Path(run_dir)
-    loaded = checkpoint.load(run_dir / "checkpoints")
-    if loaded is None:
-        raise FileNotFoundError(f"{run_dir} has no checkpoint; pass a run directory made by qd-run or qd.build")
-    state = loaded[0]
-    ids, fitness, descriptor = (np.asarray(x) for x in (state.genome_id, state.fitness, state.descriptor))
-    island, cell = np.nonzero(ids >= 0)
-    with Store(run_dir / "store.sqlite", readonly=True) as store:
-        rows = store.get(ids[island, cell])
-    out = [Elite(int(i), int(c), float(fitness[i, c]), descriptor[i, c], row)
-           for i, c, row in zip(island, cell, rows)]
-    return sorted(out, key=lambda e: -e.fitness)
+    """The run's elites, best first: the archive a resume would rebuild (its last checkpoint
+    and the store rows after it), so a run still going reads as well as a finished one."""
+    from qd.rundir import RunDir
+
+    with RunDir(run_dir) as run:
+        snap = run.snapshot()
+        return [Elite(i, k, float(snap.fitness[i, k]), snap.descriptor[i, k], c) for i, k, c in run.placed()]

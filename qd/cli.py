@@ -1,8 +1,17 @@
 """``qd SUBCOMMAND``: tools that work on a run directory (``qd-run`` starts runs).
 
-``qd judge RUN_DIR [--count N] [--seed S]`` asks a person at the terminal which of
-two stored candidates is more similar to a third and records the answers as
-"human" judgments; a learned (QDHF) descriptor trains on them at its next refit.
+Every command but ``judge`` only reads the run (``qd.rundir``), so each works on a
+finished run and on one still going:
+
+- ``qd show RUN_DIR`` — the elites (``--top K``, ``--cell``, ``--id N``, ``--island``);
+- ``qd lineage RUN_DIR ID`` — the ancestor chain, with a diff at each step;
+- ``qd stats RUN_DIR`` — per operator, model and meta instruction;
+- ``qd compare RUN_A RUN_B ...`` — runs (or a multirun folder) side by side;
+- ``qd plot RUN_DIR ...`` — heatmaps and curves as PNG and SVG;
+- ``qd explore RUN_DIR ...`` — the web explorer;
+- ``qd judge RUN_DIR [--count N] [--seed S]`` asks a person at the terminal which of
+  two stored candidates is more similar to a third and records the answers as
+  "human" judgments; a learned (QDHF) descriptor trains on them at its next refit.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-USAGE = "usage: qd judge RUN_DIR [--count N] [--seed S]"
+USAGE = "usage: qd {show,lineage,stats,compare,plot,explore,judge} RUN_DIR ... (qd COMMAND --help for each)"
 
 
 def judge(argv: list[str]) -> None:
@@ -53,15 +62,23 @@ def judge(argv: list[str]) -> None:
               f"{len(store.judgments())} in {path}")
 
 
-COMMANDS = {"judge": judge}
+# name -> "module:function" taking the arguments after the name (imported on use: each loads what it needs).
+COMMANDS = {
+    "show": "qd.views.show:main", "lineage": "qd.views.lineage:main", "stats": "qd.views.stats:main",
+    "compare": "qd.views.compare:main", "plot": "qd.plot:main", "explore": "qd.explore:main",
+    "judge": "qd.cli:judge",
+}
 
 
 def main(argv: list[str] | None = None) -> None:
+    import importlib
+
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
         print(USAGE, file=sys.stderr)
         raise SystemExit(2)
-    COMMANDS[argv[0]](argv[1:])
+    module, function = COMMANDS[argv[0]].split(":")
+    getattr(importlib.import_module(module), function)(argv[1:])
 
 
 if __name__ == "__main__":

@@ -97,6 +97,7 @@ class Candidate:
     created: float | None = None
     genome: str | None = None  # the genome kind (``genomes``): program, agent, prompt, ...; vector; instruction
     trace: list[dict] | None = None  # model calls its evaluation made (written to the store's trace table)
+    instruction: int | None = None  # store id of the meta instruction its prompt showed (``operators.meta``)
 
 
 @dataclasses.dataclass

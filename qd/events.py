@@ -74,11 +74,11 @@ class EventLog:
 
 def read(path: Path) -> list[dict[str, Any]]:
     """Every event in ``path`` as version 1 (version-0 commit lines get ``event: commit``)."""
-    out = []
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            event = json.loads(line)
-            event.setdefault("v", 0)
-            event.setdefault("event", "commit")
-            out.append(event)
-    return out
+    return [upgrade(json.loads(line)) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def upgrade(event: dict[str, Any]) -> dict[str, Any]:
+    """A decoded line as version 1 (in place)."""
+    event.setdefault("v", 0)
+    event.setdefault("event", "commit")
+    return event

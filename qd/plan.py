@@ -1,11 +1,11 @@
 """A run's plan: the composed config, validated once, holding everything building needs.
 
-:func:`compose` composes ``conf/`` with the CLI's names (``compose(["experiment=arm",
-"islands=ring4"])`` is what ``qd-run experiment=arm islands=ring4`` runs). :func:`plan`
-checks every field once -- types and missing values, each numeric field against
-its range in ``qd/config.py``, then each group against the others and the task --
-and returns a frozen :class:`Plan`. ``qd.run.build_engine`` consumes it and checks
-nothing again.
+:func:`compose` composes ``conf/`` (and the user's ``--config-dir`` folders) with the
+CLI's names (``compose(["experiment=arm", "islands=ring4"])`` is what ``qd-run
+experiment=arm islands=ring4`` runs). :func:`plan` checks every field once -- types
+and missing values, each numeric field against its range in ``qd/config.py``, then
+each group against the others and the task -- and returns a frozen :class:`Plan`.
+``qd.run.build_engine`` consumes it and checks nothing again.
 
 Validation builds nothing a run would throw away: the novelty gate, the
 instruction pool and the LLM operators are checked by their own pure validators
@@ -28,6 +28,7 @@ but a rule (the configured operator weights, never learning), so it has no
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from pathlib import Path
@@ -41,7 +42,7 @@ from qd.config import check_ranges, register
 from qd.contract import ConfigError
 from qd.paths import conf_dir
 from qd.search.build import StrategyPlan, plan_cycle, plan_strategy
-from qd.task import load_task
+from qd.task import load_task, task_ref
 
 register()
 
@@ -54,13 +55,24 @@ _NUMERIC_PARAMS = ("sigma", "iso_sigma", "line_sigma")
 _LLM_PARAMS = ("temperature", "max_tokens", "num_inspirations", "fallback_to_rewrite", "templates", "debug_rounds")
 
 
-def compose(overrides: list[str]) -> DictConfig:
-    """The config ``qd-run`` would run for these command-line overrides (``["experiment=arm"]``)."""
+def compose(overrides: list[str], config_dirs: list[str] | tuple[str, ...] = ()) -> DictConfig:
+    """The config ``qd-run`` would run for these command-line overrides (``["experiment=arm"]``).
+
+    ``config_dirs``: the user's config folders (``qd-run --config-dir DIR``), searched
+    after ``conf/``, so ``DIR/experiment/mytask.yaml`` is ``experiment=mytask``.
+    """
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    dirs = []
+    for d in config_dirs:
+        path = Path(d).expanduser().resolve()
+        if not path.is_dir():
+            raise ConfigError("--config-dir", f"no folder {path}", "give a folder holding e.g. experiment/<name>.yaml")
+        dirs.append(f"'file://{path}'")  # quoted: a path may hold characters the override grammar reserves
+    search = [f"hydra.searchpath=[{','.join(dirs)}]"] if dirs else []
     with initialize_config_dir(str(conf_dir()), version_base=None, job_name="qd"):
-        return hydra_compose("config", overrides=overrides)
+        return hydra_compose("config", overrides=[*search, *overrides])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,8 +130,9 @@ class Plan:
     """A config validated once, and everything building a run needs from it (compared by identity).
 
     Attributes:
-        cfg: the composed config (saved as ``<run_dir>/config.yaml``; schema-checked
-            scalars such as ``runner.batch_size`` are read from it as they are).
+        cfg: the composed config (saved as ``<run_dir>/config.yaml``, a task file's path and the
+            task's ``resolved_params`` made absolute; schema-checked scalars such as
+            ``runner.batch_size`` are read from it as they are).
         task: the experiment's task.
         describer: the run's describer (``descriptor.enabled``), or None for the
             task's own descriptors.
@@ -164,6 +177,7 @@ def plan(cfg: DictConfig) -> Plan:
     check_ranges(cfg)  # every numeric field against its range in qd/config.py, before the cross-field checks
     params = OmegaConf.to_container(cfg.experiment.params, resolve=True)
     task = load_task(cfg.experiment.task, params)
+    cfg = _as_saved(cfg, task)
     describer = _describer(cfg, task)
     cycle = plan_cycle(cfg)
     geometry = _geometry(cfg, task, describer, cycle)
@@ -185,6 +199,20 @@ def plan(cfg: DictConfig) -> Plan:
         llm=llm, sandbox=_sandbox(cfg) if evaluator == "sandbox" else None,
         loop=loop, store=_store(cfg, loop), genome=genome, eval_budget=_eval_budget(cfg, task),
     )
+
+
+def _as_saved(cfg: DictConfig, task: Any) -> DictConfig:
+    """``cfg`` as the run saves it, so ``resume=RUN_DIR`` works from any directory: a user's
+    task file as its absolute path, and the params the task resolved (``task.resolved_params``,
+    e.g. its input files made absolute). ``cfg`` itself is left as composed."""
+    resolved = getattr(task, "resolved_params", None) or {}
+    if task_ref(cfg.experiment.task) == cfg.experiment.task and not resolved:
+        return cfg
+    saved = copy.deepcopy(cfg)
+    saved.experiment.task = task_ref(cfg.experiment.task)
+    for key, value in resolved.items():
+        saved.experiment.params[key] = value
+    return saved
 
 
 def _genome(task: Any) -> Any:

@@ -329,7 +329,7 @@ class TextProposer:
             out.append(Candidate(
                 kind="text", genome=self.genome.name, island=island, text=child.text, parent_ids=d.parent_ids,
                 operator=child.operator, model=child.model, prompt=child.prompt, response=child.response, tokens_in=child.tokens_in,
-                tokens_out=child.tokens_out, cost=child.cost, **fields,
+                tokens_out=child.tokens_out, cost=child.cost, instruction=d.instruction, **fields,
             ))
         return out
 

@@ -27,6 +27,7 @@ from qd.errors import CheckpointError
 from qd.evaluator import HostRunner, InProcessEvaluator, PoolEvaluator, StagedEvaluator
 from qd.paths import conf_dir
 from qd.plan import Plan, compose, plan
+from qd.rundir import Geometry, write_results, written_best
 from qd.search.build import build_arms, build_strategy
 
 
@@ -126,10 +127,14 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
     cfg, r = p.cfg, p.cfg.runner
     run_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)  # what `qd-run resume=RUN_DIR` reads
+    spec = build_spec(p, run_dir)
+    Geometry.of_plan(p, spec).save(run_dir)  # what the readers of a run (qd show, plot, explore) need
     if p.loop == "device":
         from qd.device.driver import build
 
-        return build(p, build_spec(p, run_dir), build_operators(p), run_dir, on_commit)
+        engine = build(p, spec, build_operators(p), run_dir, on_commit)
+        engine.on_close(lambda: write_results(run_dir))
+        return engine
     from qd.loop import Engine  # the host loop (and the model client) load only for host runs
 
     with contextlib.ExitStack() as stack:
@@ -138,7 +143,7 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
         stack.callback(getattr(evaluator, "close", lambda: None))
         arms = build_arms(p.strategy, [op for op, _ in build_operators(p, client)])
         engine = Engine(
-            task=p.task, spec=build_spec(p, run_dir), operators=arms,
+            task=p.task, spec=spec, operators=arms,
             evaluator=evaluator, run_dir=run_dir, islands=cfg.islands.count,
             batch_size=r.batch_size, in_flight=r.in_flight,
             budget=p.budget,
@@ -149,6 +154,7 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
             describer=p.describer, strategy=build_strategy(p.strategy), on_commit=on_commit,
         )
         engine.on_close(stack.pop_all().close)
+    engine.on_close(lambda: write_results(run_dir))  # every run ends with its elites.jsonl and best.<ext>
     return engine
 
 
@@ -159,6 +165,7 @@ def run_in(p: Plan, run_dir: Path) -> dict[str, Any]:
         summary = engine.run()
     finally:
         engine.close()
+    print_best(written_best(run_dir), run_dir)
     print(f"run_dir={run_dir}")
     print(f"loop={p.loop} store={p.store}")
     print("summary=" + json.dumps(summary["global"]))
@@ -175,6 +182,24 @@ def run_in(p: Plan, run_dir: Path) -> dict[str, Any]:
         print(f"qd-run: stopped: {summary['stop_reason']}", file=sys.stderr)
         raise SystemExit(1)
     return summary
+
+
+def print_best(best: dict[str, Any] | None, run_dir: Path) -> None:
+    """What the run found: the best elite (its text, or a vector's fitness and descriptor),
+    where it sits, where it was saved, and the commands that look further."""
+    if best is None:
+        print("best: none (the archive is empty: no valid candidate was found)")
+        return
+    made = f"{best['operator']}" + (f" by {best['model']}" if best.get("model") else "")
+    print(f"best: fitness={best['fitness']:.6g} island={best['island']} cell={best['cell']} id={best['id']} "
+          f"({best['genome']}, {made})")
+    print("  descriptor=" + json.dumps([round(x, 4) for x in best["descriptor"]]))
+    if "text" in best:
+        print(f"----- {best['path']} -----\n{best['text'].rstrip()}\n-----")
+    else:
+        print(f"  saved to {best['path']}")
+    print(f"look further: qd show {run_dir} | qd lineage {run_dir} {best['id']} | qd stats {run_dir} | "
+          f"qd plot {run_dir} | qd explore {run_dir}")
 
 
 _validated: tuple[DictConfig, Plan] | None = None  # main()'s plan of the first job, until that job takes it
@@ -258,10 +283,30 @@ def _resume(run_dir: Path, overrides: list[str]) -> None:
     run_in(plan(cfg), run_dir)
 
 
+_VALUED_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
+                 "--cfg", "-c", "--package", "-p", "--experimental-rerun")  # hydra's flags that take a value
+
+
+def _overrides_and_config_dirs(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The command line's config overrides (hydra's own ``hydra.*`` and flags left out),
+    and its ``--config-dir``/``-cd`` folders: a flag's value is never an override."""
+    overrides, config_dirs = [], []
+    args = iter(argv)
+    for a in args:
+        flag, eq, value = a.partition("=")
+        if flag in _VALUED_FLAGS:
+            value = value if eq else next(args, "")
+            if flag in ("--config-dir", "-cd"):
+                config_dirs.append(value)
+        elif not a.startswith("-") and not a.startswith("hydra."):
+            overrides.append(a)
+    return overrides, config_dirs
+
+
 def main(argv: list[str] | None = None) -> None:
     global _validated
     argv = list(sys.argv[1:] if argv is None else argv)
-    plain = [a for a in argv if not a.startswith("-") and not a.startswith("hydra.")]
+    plain, config_dirs = _overrides_and_config_dirs(argv)
     info_only = any(a in ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i") or a.startswith("--cfg") for a in argv)
     try:
         resume = [a.split("=", 1)[1] for a in plain if a.startswith("resume=")]
@@ -269,7 +314,7 @@ def main(argv: list[str] | None = None) -> None:
             _resume(Path(resume[0]), plain)
             return
         if not info_only:  # sweeps: the first job's config, up front
-            cfg = compose(_first_of_sweeps(plain))
+            cfg = compose(_first_of_sweeps(plain), config_dirs)  # hydra.main gets --config-dir as given
             _validated = (cfg, plan(cfg))
     except (ConfigError, CheckpointError, OmegaConfBaseException, ValueError, KeyError) as e:
         print(f"qd-run: error: {one_line(e)}", file=sys.stderr)

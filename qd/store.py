@@ -44,7 +44,8 @@ CREATE TABLE IF NOT EXISTS candidates (
     error TEXT,
     eval_seconds REAL,
     artifacts TEXT,
-    genome TEXT
+    genome TEXT,
+    instruction INTEGER
 );
 CREATE TABLE IF NOT EXISTS migrations (
     seq INTEGER PRIMARY KEY,
@@ -92,7 +93,7 @@ CREATE TABLE IF NOT EXISTS judgments (
 _COLUMNS = (
     "created", "kind", "text", "vector", "parent_ids", "island", "operator", "model",
     "prompt", "response", "tokens_in", "tokens_out", "cost", "fitness", "descriptor",
-    "valid", "metrics", "error", "eval_seconds", "artifacts", "genome",
+    "valid", "metrics", "error", "eval_seconds", "artifacts", "genome", "instruction",
 )
 # Stores written before genome kinds have no ``genome`` column: their text rows are programs.
 _LEGACY_GENOME = {"text": "program"}
@@ -127,10 +128,11 @@ class Store:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
-            if "genome" not in self._columns():  # a store from before genome kinds
-                self._db.execute("ALTER TABLE candidates ADD COLUMN genome TEXT")
+            for column, sql_type in (("genome", "TEXT"), ("instruction", "INTEGER")):  # stores from before them
+                if column not in self._columns():
+                    self._db.execute(f"ALTER TABLE candidates ADD COLUMN {column} {sql_type}")
             self._db.commit()
-        # (read-only on a store from before genome kinds: select NULL for the missing column)
+        # (read-only on a store from before genome kinds or instructions: select NULL for a missing column)
         have = self._columns()
         self._select = ", ".join(c if c in have else "NULL" for c in _COLUMNS)
 
@@ -175,7 +177,7 @@ class Store:
                 None if c.fitness is None else float(c.fitness), _blob(c.descriptor),
                 bool(c.valid), None if c.metrics is None else json.dumps(c.metrics),
                 c.error, c.eval_seconds,
-                None if c.artifacts is None else json.dumps(c.artifacts), c.genome,
+                None if c.artifacts is None else json.dumps(c.artifacts), c.genome, c.instruction,
             )
             for c in candidates
         ]
@@ -329,6 +331,21 @@ class Store:
             raise KeyError(f"store: no candidate with id {missing[0]}")
         return [found[i] for i in ids]
 
+    def marks(self) -> tuple[int | None, int | None]:
+        """The newest candidate id and migration seq: they change whenever the store does."""
+        return self._rows("SELECT (SELECT MAX(id) FROM candidates), (SELECT MAX(seq) FROM migrations)")[0]
+
+    def columns(self, names: Sequence[str], kinds: Sequence[str] = ("text", "vector")) -> list[tuple]:
+        """Some columns of every candidate of ``kinds``, in id order: cheap reads of a large
+        store (no genomes, prompts or answers unless asked for)."""
+        unknown = set(names) - {"id", *_COLUMNS}
+        if unknown:
+            raise ValueError(f"store: no column {sorted(unknown)[0]!r}")
+        have = self._columns() | {"id"}
+        select = ", ".join(c if c in have else "NULL" for c in names)
+        return self._rows(f"SELECT {select} FROM candidates WHERE kind IN ({', '.join('?' * len(kinds))}) "
+                          "ORDER BY id", list(kinds))
+
     def iter(self, after_id: int = -1, page: int = 1000) -> Iterable[Candidate]:
         """Candidates newer than ``after_id`` in id order, read a page at a time."""
         while rows := self._rows(
@@ -402,7 +419,7 @@ class Store:
 def _candidate(row: tuple) -> Candidate:
     (id_, created, kind, text, vector, parent_ids, island, operator, model, prompt, response,
      tokens_in, tokens_out, cost, fitness, descriptor, valid, metrics, error, eval_seconds,
-     artifacts, genome) = row
+     artifacts, genome, instruction) = row
     return Candidate(
         id=id_, created=created, kind=kind, text=text,
         vector=None if vector is None else np.frombuffer(vector, np.float32).copy(),
@@ -413,5 +430,5 @@ def _candidate(row: tuple) -> Candidate:
         valid=bool(valid), metrics=None if metrics is None else json.loads(metrics),
         error=error, eval_seconds=eval_seconds,
         artifacts=None if artifacts is None else json.loads(artifacts),
-        genome=genome or _LEGACY_GENOME.get(kind, kind),
+        genome=genome or _LEGACY_GENOME.get(kind, kind), instruction=instruction,
     )

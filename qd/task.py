@@ -1,14 +1,19 @@
 """What an experiment provides: initial genomes and a (vectorized) evaluator.
 
-An experiment is a folder ``experiments/<name>/`` whose ``task.py`` defines
-``make_task(**params) -> Task``. It is loaded by file path, so experiments need
-not be importable packages and ship unchanged inside the wheel.
+A task is a ``task.py`` that defines ``make_task(**params) -> Task``, named by
+``experiment.task``: a folder name in ``experiments/`` (``sphere``), or the path of
+the user's own file (``my_task/task.py``, relative to the current directory,
+absolute, or ``~/...``). It is loaded by file path, so experiments need not be
+importable packages and ship unchanged inside the wheel, and a task needs no
+install. The contract, with an example: ``docs/tasks.md``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from typing import Any, Protocol
@@ -115,17 +120,59 @@ class TextTask(Protocol):
         ...
 
 
+def is_task_file(ref: str) -> bool:
+    """True when ``experiment.task`` names a file rather than a folder of ``experiments/``
+    (a name never has a ``/``, a ``.py`` suffix or a leading ``~``)."""
+    return "/" in ref or ref.endswith(".py") or ref.startswith("~")
+
+
+def task_ref(ref: str) -> str:
+    """``experiment.task`` as a run saves it: an experiment's name unchanged, a file's
+    absolute path (so ``resume=RUN_DIR`` finds it from any directory)."""
+    return str(Path(ref).expanduser().resolve()) if is_task_file(ref) else ref
+
+
 def load_task(name: str, params: dict[str, Any]) -> Task:
-    """Imports ``experiments/<name>/task.py`` and calls ``make_task(**params)``."""
-    path = experiments_dir() / name / "task.py"
-    if not path.is_file():
-        known = sorted(p.name for p in experiments_dir().iterdir() if (p / "task.py").is_file())
-        raise ConfigError("experiment.task", f"no experiment {name!r}", f"use one of {known}")
-    module = load_module(path, f"qd_experiment_{name}")
+    """Imports the ``task.py`` that ``name`` (``experiment.task``) names and calls ``make_task(**params)``.
+
+    A user's file is imported under a name derived from its resolved path, the same in
+    every process (pool workers re-load the task by this name and unpickle its classes).
+    """
+    if is_task_file(name):
+        path = Path(task_ref(name))
+        if not path.is_file() or path.suffix != ".py":
+            raise ConfigError("experiment.task", f"no task file {path}",
+                              "give the path of a .py file that defines make_task(**params): "
+                              "relative to the current directory, absolute, or ~/...")
+        digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
+        module = load_module(path, f"qd_task_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}_{digest}")
+    else:
+        path = experiments_dir() / name / "task.py"
+        if not path.is_file():
+            known = sorted(p.name for p in experiments_dir().iterdir() if (p / "task.py").is_file())
+            raise ConfigError("experiment.task", f"no experiment {name!r}",
+                              f"use one of {known}, or the path of your own task.py")
+        module = load_module(path, f"qd_experiment_{name}")
     try:
-        return module.make_task(**params)
+        task = module.make_task(**params)
     except TypeError as e:
-        raise ConfigError("experiment.params", str(e), f"see {path}") from None
+        fix = (f"a task file gets the params (and archive) of the experiment it runs under: pick one that fits "
+               f"with experiment=NAME, or give {path.name} its own experiment yaml with --config-dir (docs/tasks.md)"
+               if is_task_file(name) else f"see {path}")
+        raise ConfigError("experiment.params", str(e), fix) from None
+    _check_entries(task, path)
+    return task
+
+
+def _check_entries(task: Any, path: Path) -> None:
+    """A file entry must be absolute: relative, it would name another file once the run
+    resumes from another directory (the sandbox resolves it against the current one)."""
+    for attr in ("sandbox_entry", "host_entry"):
+        entry = getattr(task, attr, None)
+        target = entry.rpartition(":")[0] if isinstance(entry, str) else ""
+        if target.endswith(".py") and not Path(target).expanduser().is_absolute():
+            raise ConfigError("experiment.task", f"{path}: {attr} {entry!r} is a relative path",
+                              "build it from the task's own file, e.g. f\"{Path(__file__).parent / 'entry.py'}:run\"")
 
 
 def load_module(path: str | Path, module_name: str) -> Any:

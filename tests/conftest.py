@@ -39,3 +39,24 @@ def llama_server(tmp_path_factory):
     log_path = tmp_path_factory.mktemp("llama_server") / "server.log"
     with EmbeddedServer(log_path=log_path) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def text_run(tmp_path_factory):
+    """A finished function_fit run (2 islands, 24 scripted model calls), shared by the readers' tests."""
+    from helpers import text_run, varied_program
+    from scripted_llm import Rule, ScriptedLLM
+
+    server = ScriptedLLM([Rule("", varied_program)]).start()
+    try:
+        yield text_run(tmp_path_factory.mktemp("text_run"), server.base_url)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def cvt_run(tmp_path_factory):
+    """A finished sphere run (3 islands, a 500-cell CVT), shared by the readers' tests."""
+    from helpers import cvt_run
+
+    return cvt_run(tmp_path_factory.mktemp("cvt_run"))

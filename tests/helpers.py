@@ -128,3 +128,48 @@ def stored(path: Path) -> list:
 
     with Store(path / "store.sqlite", readonly=True) as store:
         return list(store.iter())
+
+
+def varied_program(request: dict) -> str:
+    """A scripted model's answer: a different small program per sample seed, one in seven
+    without code (an invalid child), so runs get varied fitness, cells, diffs and errors."""
+    seed = int(request.get("seed") or 0)
+    if seed % 7 == 6:
+        return "I am sorry, I cannot write code."
+    a, b = seed % 5 * 0.25, seed % 3
+    extra = "\n    y = y + 0.0 * x\n" if seed % 2 else "\n"
+    return f"```python\ndef f(x):\n    y = x * x + {a} * x + {b}{extra}    return y\n```"
+
+
+def text_run(path: Path, base_url: str, *overrides: str) -> Path:
+    """A finished function_fit run in ``path``: 2 islands, 24 scripted model calls."""
+    from qd.plan import compose
+
+    run_config(compose([
+        "experiment=function_fit", "llm.provider=server", f"llm.base_url={base_url}",
+        "llm.models=[{name: scripted, price_in: 1.0, price_out: 2.0}]", "llm.api_key_env=null",
+        "llm.timeout_s=5", "runner.progress=false", "runner.max_llm_calls=24", "runner.in_flight=4",
+        "runner.workers=2", "islands.count=2", "operators.mix=[{name: rewrite}]", *overrides,
+    ]), path)
+    return path
+
+
+def cvt_run(path: Path, *overrides: str) -> Path:
+    """A finished sphere run in ``path``: 3 islands on a 500-cell CVT archive, 1,500 evaluations."""
+    run_config(small_config("archive=cvt", "archive.cells=500", "islands.count=3", "runner.max_evaluations=1500",
+                            *overrides), path)
+    return path
+
+
+def qd_run(*args: str, cwd: Path, check: bool = True, timeout: float = 300):
+    """``qd-run`` as a user runs it from ``cwd``, with this checkout's qd (not an installed copy)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-m", "qd.run", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc

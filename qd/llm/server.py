@@ -204,7 +204,7 @@ class EmbeddedServer:
                 log.write(f"qd: stopped the server left running by an earlier run (pid {stale})\n")
         model = self.model_path if self.model_path is not None else smollm2_path()
         if not model.is_file():
-            raise LLMError(f"llm: model file {model} does not exist (check llm.server.model_path)")
+            raise LLMError(f"llm: model file {model} does not exist (check llm.local.model_path)")
         port = _free_port(self.host)
         args = [
             "--model", str(model), "--model_alias", self.model,

@@ -234,7 +234,7 @@ def test_qd_judge_console_script_reads_a_pipe(tmp_path):
     assert [r[3:] for r in _human_rows(run)] == [(1, "human"), (0, "human"), (1, "human")]
     usage = subprocess.run([sys.executable, "-c", "from qd.cli import main; main()"], capture_output=True,
                            text=True, cwd=ROOT, timeout=60)
-    assert usage.returncode == 2 and usage.stderr.startswith("usage: qd judge RUN_DIR")
+    assert usage.returncode == 2 and usage.stderr.startswith("usage: qd {show,lineage,stats,compare,plot,explore,judge}")
 
 
 def _program(request: dict) -> str:

@@ -35,5 +35,5 @@ def test_build_refuses_a_bad_field_with_its_path(tmp_path):
 
 
 def test_elites_of_a_directory_without_a_run(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+    with pytest.raises(FileNotFoundError, match="no config.yaml; pass a run directory made by qd-run"):
         qd.elites(tmp_path)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from qd import archive, checkpoint
+from helpers import qd_run
 from qd.store import Store
 
 SMALL = [
@@ -19,16 +20,6 @@ SMALL = [
     "archive.upper=[26,26]", "runner.batch_size=32", "runner.progress=false",
     "runner.checkpoint_every=2", "runner.loop=host",
 ]
-
-
-def qd_run(*args, cwd, check=True, timeout=300):
-    proc = subprocess.run(
-        [sys.executable, "-m", "qd.run", *args], cwd=cwd, capture_output=True, text=True,
-        timeout=timeout,
-    )
-    if check:
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
 
 
 @pytest.mark.parametrize(
@@ -56,7 +47,7 @@ def test_bad_llm_config_fails_before_any_server_starts(tmp_path, override, messa
     [
         ("runner.batch_sise=3", "runner.batch_sise: unknown config key (did you mean runner.batch_size?"),
         ("runner.batch_size=abc", "runner.batch_size: Value 'abc' of type 'str' could not be converted to Integer"),
-        ("experiment=nope", "experiment: no config 'nope' (available: agent_design, agent_team, arm, circle_packing, creative_writing, function_fit, prompt_evolution, red_team, skills, sphere)"),
+        ("experiment=nope", "experiment: no config 'nope' (available: agent_design, agent_team, arm, circle_packing, creative_writing, function_fit, openevolve, prompt_evolution, red_team, skills, sphere)"),
         ("archive.bins=[10]", "archive.bins: has 1 entries but the task has 2 descriptors"),
         ("islands.topology=star", "islands.topology: unknown topology 'star'"),
         ("experiment.params.function=cube", "experiment.params.function: unknown function 'cube'"),

@@ -1,0 +1,104 @@
+"""The explorer's page in a real browser: Debian's headless Chromium, driven by Selenium.
+
+Selenium is always given Debian's chromedriver, so Selenium Manager never downloads a
+browser or a driver. Without them the test is skipped, except under CI (``CI`` set),
+where it fails: CI must install Debian's ``chromium`` and ``chromium-driver``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from qd import history
+from qd.rundir import RunDir
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+WAIT_S = 30  # the first page load waits for the server to replay the archive (JAX compiles)
+
+
+@pytest.fixture
+def browser(tmp_path):
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.is_file()]
+    if missing:
+        message = (f"no {' or '.join(missing)}: install Debian's chromium and chromium-driver "
+                   "(apt-get install chromium chromium-driver)")
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--no-first-run", "--disable-quic", f"--user-data-dir={tmp_path / 'chromium'}",
+                 "--window-size=1400,1000"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_for(driver, script: str, expected, timeout: float = WAIT_S):
+    """Polls ``script`` (JS returning a value) until it returns ``expected``."""
+    deadline = time.monotonic() + timeout
+    while (got := driver.execute_script(script)) != expected:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{script!r} returned {got!r}, not {expected!r}, after {timeout} s")
+        time.sleep(0.05)
+
+
+def text_of(driver, selector: str) -> str:
+    return driver.execute_script(f"return document.querySelector({selector!r}).textContent")
+
+
+@pytest.mark.slow
+def test_the_page_shows_a_clicked_elite_and_follows_its_lineage(browser, text_run, tmp_path):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    from qd.explore import serve
+
+    island = 1
+    with RunDir(text_run) as run:
+        g, snap = run.geometry, run.snapshot()
+        cells = [int(k) for k in snap.filled(island)[1]]
+        elites = run.store.get([int(snap.genome_id[island, k]) for k in cells])
+        cell, elite = next((k, c) for k, c in zip(cells, elites) if c.parent_ids)
+        elite_diff = history.parent_diff(run, elite)
+        (parent,) = run.store.get([elite.parent_ids[0]])
+
+    with serve([text_run]) as server:
+        browser.get(server.url)
+        wait_for(browser, "return document.body.dataset.ready", "1")
+        browser.find_element(By.CSS_SELECTOR, f"#islands button[data-island='{island}']").click()
+        wait_for(browser, "return document.querySelector('#heatmap').dataset.island", str(island))
+
+        # The cell's pixel: column = its first grid coordinate, row 0 = the top of the second axis.
+        canvas = browser.find_element(By.ID, "heatmap")
+        w, h = g.bins
+        col, row = cell // h, h - 1 - cell % h
+        width, height = browser.execute_script("const c = arguments[0]; return [c.clientWidth, c.clientHeight]", canvas)
+        dx, dy = (col + 0.5) / w * width - width / 2, (row + 0.5) / h * height - height / 2
+        ActionChains(browser).move_to_element_with_offset(canvas, round(dx), round(dy)).click().perform()
+
+        wait_for(browser, "return document.querySelector('#detail').dataset.candidate", str(elite.id))
+        assert text_of(browser, "#detail-text") == elite.text
+        assert text_of(browser, "#detail-diff") == elite_diff
+        assert browser.find_elements(By.CSS_SELECTOR, "#detail-text span")  # highlighted
+
+        shots = Path(os.environ.get("QD_SCREENSHOT_DIR") or tmp_path)  # the elite, its diff and lineage
+        shots.mkdir(parents=True, exist_ok=True)
+        assert browser.save_screenshot(str(shots / "explore.png"))
+        print(f"screenshot: {shots / 'explore.png'}")
+
+        browser.find_element(By.CSS_SELECTOR, f"#detail-lineage a[data-id='{parent.id}']").click()
+        wait_for(browser, "return document.querySelector('#detail').dataset.candidate", str(parent.id))
+        assert text_of(browser, "#detail-text") == parent.text
