@@ -219,10 +219,8 @@ class Store:
     def add_migrations(self, after_id: int, genome_id: Iterable[int], island: Iterable[int]) -> None:
         """Records elites copied between islands, so ``rebuild`` can replay them."""
         with self._transaction() as db:
-            db.executemany(
-                "INSERT INTO migrations (after_id, genome_id, island) VALUES (?, ?, ?)",
-                [(int(after_id), int(g), int(i)) for g, i in zip(genome_id, island)],
-            )
+            db.executemany("INSERT INTO migrations (after_id, genome_id, island) VALUES (?, ?, ?)",
+                           [(int(after_id), int(g), int(i)) for g, i in zip(genome_id, island)])
 
     def add_reset(self, after_id: int, islands: Iterable[int]) -> None:
         """Records that ``islands`` were emptied after candidate ``after_id`` (rows of the
@@ -233,9 +231,7 @@ class Store:
 
     def set_meta(self, key: str, value: object) -> None:
         with self._transaction() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value))
-            )
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
 
     def keeps_every_candidate(self) -> bool:
         """False for a device run's elites-only store (``runner.store=elites``)."""
@@ -318,14 +314,11 @@ class Store:
         if not ids:
             return []
         found: dict[int, Candidate] = {}
-        for chunk_start in range(0, len(ids), 900):
-            chunk = ids[chunk_start : chunk_start + 900]
-            for row in self._rows(
-                f"SELECT id, {self._select} FROM candidates WHERE id IN "
-                f"({', '.join('?' * len(chunk))})",
-                chunk,
-            ):
-                found[row[0]] = _candidate(row)
+        for start in range(0, len(ids), 900):
+            chunk = ids[start : start + 900]
+            rows = self._rows(f"SELECT id, {self._select} FROM candidates WHERE id IN ({', '.join('?' * len(chunk))})",
+                              chunk)
+            found.update((row[0], _candidate(row)) for row in rows)
         missing = [i for i in ids if i not in found]
         if missing:
             raise KeyError(f"store: no candidate with id {missing[0]}")
