@@ -176,8 +176,8 @@ def compose_values():
 
     base, parser = compose(BASE), OverridesParser.create()
 
-    def quick(overrides: list[str]):
-        assert overrides[:len(BASE)] == BASE, overrides
+    def quick(overrides: list[str], config_dirs: tuple = ()):
+        assert overrides[:len(BASE)] == BASE and not config_dirs, overrides
         cfg = copy.deepcopy(base)
         ConfigLoaderImpl._apply_overrides_to_config(parser.parse_overrides(overrides[len(BASE):]), cfg)
         return cfg

@@ -88,12 +88,14 @@ def test_kill9_then_resume_counts_every_candidate_once(tmp_path):
     args = [sys.executable, "-m", "qd.run", "runner.max_evaluations=20000", f"hydra.run.dir={run_dir}", *SMALL]
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     store_path = run_dir / "store.sqlite"
+    target = random.randint(1_000, 15_000)  # a random point mid-run: after this many evaluations
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # wait until it is evaluating
+    while time.monotonic() < deadline:  # wait until it is evaluating, past the target
         if store_path.exists() and (run_dir / "checkpoints").exists():
-            break
-        time.sleep(0.1)
-    time.sleep(random.uniform(0.2, 2.5))  # a random point mid-run
+            with Store(store_path, readonly=True) as store:
+                if store.count() >= target:
+                    break
+        time.sleep(0.01)
     assert proc.poll() is None, proc.stderr.read()[-2000:]
     proc.send_signal(signal.SIGKILL)
     proc.wait()
