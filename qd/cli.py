@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -78,7 +79,12 @@ def main(argv: list[str] | None = None) -> None:
         print(USAGE, file=sys.stderr)
         raise SystemExit(2)
     module, function = COMMANDS[argv[0]].split(":")
-    getattr(importlib.import_module(module), function)(argv[1:])
+    try:
+        getattr(importlib.import_module(module), function)(argv[1:])
+        sys.stdout.flush()
+    except BrokenPipeError:  # `qd stats RUN | head`: the reader had enough, which is no error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's exit flush writes nowhere
+        raise SystemExit(141) from None
 
 
 if __name__ == "__main__":

@@ -72,3 +72,13 @@ def test_engine_parts_are_not_mixins_and_hold_no_driver():
         if path.parent.name == "qd" and path.name in builders:
             continue
         assert "qd.loop" not in _imports(path), f"{path} imports the driver"
+
+
+def test_every_package_ships_in_the_wheel():
+    """A package missing from pyproject's list installs without it: ``qd plot`` once failed so."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {p.parent.relative_to(ROOT).as_posix().replace("/", ".")
+             for top in ("qd", "operators", "descriptors", "genomes") for p in (ROOT / top).rglob("__init__.py")}
+    assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"

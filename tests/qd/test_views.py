@@ -262,3 +262,14 @@ def test_the_views_read_a_run_in_progress_without_touching_it(tmp_path, capsys):
     assert shown["elites"][0]["fitness"] == pytest.approx(max(c.fitness for c in now if c.valid))
     assert {"config.yaml", "checkpoints/checkpoint.npz", "store.sqlite", "events.jsonl"} <= seen["checked"]
     assert seen["untouched"] and seen["same files"]
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly(text_run, monkeypatch, capsys):
+    """``qd show RUN | head -1``: a closed pipe ends the command with no traceback."""
+    read, write = os.pipe()
+    os.close(read)
+    monkeypatch.setattr(sys, "stdout", os.fdopen(write, "w", buffering=1))
+    with pytest.raises(SystemExit) as e:
+        cli.main(["show", str(text_run), "--full"])
+    assert e.value.code == 141
+    assert "Traceback" not in capsys.readouterr().err
