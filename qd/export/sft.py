@@ -1,0 +1,117 @@
+"""``sft``: prompt/completion pairs for supervised fine-tuning, in TRL's conversational
+prompt-completion form (``prompt`` and ``completion`` are lists of chat messages).
+
+Two variants (option ``variant``):
+
+- ``task``: teach a model to solve the task outright. ``prompt`` is the task's
+  description (what the run's operators were told), ``completion`` a genome that
+  scored well: the best ``per_cell`` (default 1) valid candidates made in each
+  (island, cell), best first. Diversity comes from taking them per cell.
+- ``operator``: teach a model to be a better mutation operator. ``prompt`` is the
+  messages an operator sent, ``completion`` the model's answer, for each child that
+  entered the archive (beat its cell's elite when stored, ``qd.history.fates``), in
+  store order; ``per_cell`` (default: no cap) keeps the best ones per cell.
+
+``min_fitness`` drops rows below a quality floor. A task that holds items out of the
+search (``held_out()``, e.g. agent_design's held-out problems) must not leak them into
+training data: a description that contains one is refused, and a row whose prompt or
+completion contains one is left out. Text genomes only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from qd.export import candidates, fitness, messages
+from qd.rundir import RunDir
+
+COLUMNS = {
+    "id": "int64",  # store id of the candidate the completion comes from
+    "island": "int64",  # the island it was made on
+    "cell": "int64",  # the cell its descriptor falls in
+    "fitness": "float64",
+    "operator": "string",
+    "model": "string",
+    "prompt": "messages",
+    "completion": "messages",
+}
+OPTIONS: dict[str, Any] = {"variant": "task", "min_fitness": None, "per_cell": None}
+VARIANTS = ("task", "operator")
+
+
+def rows(run: RunDir, options: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    from qd.history import fates
+
+    variant, per_cell = options["variant"], options["per_cell"]
+    if variant not in VARIANTS:
+        raise ValueError(f"sft: variant {variant!r}: use one of {', '.join(VARIANTS)}")
+    if per_cell is not None and (not isinstance(per_cell, int) or per_cell < 1):
+        raise ValueError(f"sft: per_cell {per_cell!r}: pass a positive integer, or null for no cap")
+    if run.geometry.genome is None:
+        raise ValueError("sft: this run evolves vectors, which have no text to train on; export kind elites instead")
+    task = _task(run)
+    held = held_out_strings(task)
+    if any(h in task.description for h in held):
+        raise ValueError("sft: the task's description contains a held-out item; refusing to export it as a prompt")
+    f = fates(run)
+    usable = f["valid"] & np.isfinite(f["fitness"]) & (f["cell"] >= 0)
+    if variant == "operator":
+        usable &= f["entered"] & (f["parent"] >= 0)
+    if options["min_fitness"] is not None:
+        usable &= f["fitness"] >= float(options["min_fitness"])
+    cap = per_cell if per_cell is not None else (1 if variant == "task" else None)
+    picked = _per_cell(f, np.flatnonzero(usable), cap)
+    if variant == "operator":
+        picked = np.sort(picked)  # store order: how the run learned
+    where = dict(zip(f["id"][picked].tolist(), f["cell"][picked].tolist()))
+    task_prompt = [{"role": "user", "content": task.description}]
+    for c in candidates(run, f["id"][picked].tolist()):
+        prompt = task_prompt if variant == "task" else messages(c.prompt)
+        answer = c.text if variant == "task" else c.response
+        if prompt is None or answer is None or leaks(held, prompt, answer):
+            continue
+        yield {"id": c.id, "island": c.island, "cell": where[c.id], "fitness": fitness(c.fitness, c.valid),
+               "operator": c.operator, "model": c.model, "prompt": prompt,
+               "completion": [{"role": "assistant", "content": answer}]}
+
+
+def _per_cell(f: dict[str, np.ndarray], rows: np.ndarray, cap: int | None) -> np.ndarray:
+    """``rows`` (indexes into ``f``) best first, ties by id; at most ``cap`` per (island, cell)."""
+    rows = rows[np.lexsort((f["id"][rows], -f["fitness"][rows]))]
+    if cap is None:
+        return rows
+    taken: dict[tuple[int, int], int] = {}
+    keep = []
+    for k in rows.tolist():
+        key = (int(f["island"][k]), int(f["cell"][k]))
+        if taken.get(key, 0) < cap:
+            taken[key] = taken.get(key, 0) + 1
+            keep.append(k)
+    return np.asarray(keep, np.int64)
+
+
+def _task(run: RunDir) -> Any:
+    """The run's task, loaded as the run loaded it (for its description and held-out items)."""
+    from omegaconf import OmegaConf
+
+    from qd.task import load_task
+
+    cfg = run.config()
+    return load_task(cfg.experiment.task, OmegaConf.to_container(cfg.experiment.params, resolve=True) or {})
+
+
+def held_out_strings(task: Any) -> list[str]:
+    """The texts of the task's held-out items (a problem's ``question``), or [] when it holds none out."""
+    held_out = getattr(task, "held_out", None)
+    if not callable(held_out):
+        return []
+    return [s for s in (str(getattr(item, "question", item)) for item in held_out()) if s]
+
+
+def leaks(held: list[str], prompt: list[dict[str, str]], answer: str) -> bool:
+    """True when the prompt or the answer contains a held-out item's text."""
+    texts = [m["content"] for m in prompt] + [answer]
+    return any(h in t for h in held for t in texts)
