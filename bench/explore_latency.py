@@ -66,7 +66,8 @@ def build_run(path: Path, side: int, islands: int, candidates: int, seed: int = 
 
     rng = np.random.default_rng(seed)
     path.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(OmegaConf.create({"experiment": {"task": "function_fit"}, "seed": seed,
+    OmegaConf.save(OmegaConf.create({"experiment": {"name": "function_fit", "task": "function_fit",
+                                                    "params": {"target": "quadratic"}}, "seed": seed,
                                      "islands": {"count": islands}, "archive": {"kind": "grid"}}),
                    path / "config.yaml")
     geometry = Geometry(kind="grid", islands=islands, cells=side * side, dim=2, bins=(side, side),

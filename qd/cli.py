@@ -10,6 +10,8 @@ finished run and on one still going:
 - ``qd plot RUN_DIR ...`` — heatmaps and curves as PNG and SVG;
 - ``qd explore RUN_DIR ...`` — the web explorer;
 - ``qd export RUN_DIR --kind K ...`` — the run as a dataset (elites, SFT pairs, traces, ...);
+- ``qd committee RUN_DIR [--k K] [--rule vote|judge] ...`` — k diverse elites answering held-out
+  problems together, against the best one alone and k copies of it (calls the model);
 - ``qd judge RUN_DIR [--count N] [--seed S]`` asks a person at the terminal which of
   two stored candidates is more similar to a third and records the answers as
   "human" judgments; a learned (QDHF) descriptor trains on them at its next refit.
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-USAGE = "usage: qd {show,lineage,stats,compare,plot,explore,export,judge} RUN_DIR ... (qd COMMAND --help for each)"
+USAGE = "usage: qd {show,lineage,stats,compare,plot,explore,export,committee,judge} RUN_DIR ... (qd COMMAND --help for each)"
 
 
 def judge(argv: list[str]) -> None:
@@ -68,7 +70,7 @@ def judge(argv: list[str]) -> None:
 COMMANDS = {
     "show": "qd.views.show:main", "lineage": "qd.views.lineage:main", "stats": "qd.views.stats:main",
     "compare": "qd.views.compare:main", "plot": "qd.plot:main", "explore": "qd.explore:main",
-    "export": "qd.export.command:main", "judge": "qd.cli:judge",
+    "export": "qd.export.command:main", "committee": "qd.committee:main", "judge": "qd.cli:judge",
 }
 
 

@@ -51,7 +51,12 @@ class HeldOut:
         self.descriptor_dim = self.task.descriptor_dim
 
     def score(self, text: str, outputs: list[Any], trace: list[dict]) -> Scored:
-        return self.task.score_items(text, self.items, outputs[-1], trace)
+        """The task's score, plus each problem's raw answer (``metrics["answers"]``): what a committee
+        (``qd committee``) votes over; the tables read only their own fields."""
+        scored = self.task.score_items(text, self.items, outputs[-1], trace)
+        if scored.valid:
+            scored.metrics = {**(scored.metrics or {}), "answers": [a.get("answer") for a in outputs[-1]]}
+        return scored
 
 
 def bootstrap(correct: list[int], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:

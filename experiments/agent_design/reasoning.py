@@ -73,6 +73,12 @@ class ReasoningTask:
         return {family: float(np.mean(oks)) for family, oks in out.items()}
 
     @staticmethod
+    def answer_key(item: Any, answer: Any) -> str | None:
+        """``answer`` normalised as the checker compares it (None: unparseable): equal keys are the same
+        answer, so a committee (``qd committee``) can count votes."""
+        return problems.extract(item, answer)
+
+    @staticmethod
     def answers_of(items: list[Any], answers: Any) -> list[bool] | None:
         """Which answers are right (checked on the host), or None if the entry's output is malformed."""
         if not isinstance(answers, list) or len(answers) != len(items) or not all(isinstance(a, dict) for a in answers):
