@@ -12,6 +12,16 @@ for path in (TESTS.parent, TESTS):
         sys.path.insert(0, str(path))
 
 
+def pytest_configure(config):
+    """Loads anyio's lazily imported file helpers here, on the main thread. pytest rewrites anyio's
+    modules (anyio ships a pytest plugin), and on Python 3.11.7 that rewrite (``ast``) can fail with
+    "AST constructor recursion depth mismatch" when it first happens on another thread: starlette's
+    test client serves the explorer's files from one."""
+    import anyio
+
+    anyio.open_file  # noqa: B018 (the attribute access is the import)
+
+
 @pytest.fixture
 def scripted_llm():
     """Factory: ``scripted_llm(rules, latency_s=..., in_process=...)`` -> a started ScriptedLLM, stopped after the test."""

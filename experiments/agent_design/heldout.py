@@ -54,8 +54,11 @@ class HeldOut:
         """The task's score, plus each problem's raw answer (``metrics["answers"]``): what a committee
         (``qd committee``) votes over; the tables read only their own fields."""
         scored = self.task.score_items(text, self.items, outputs[-1], trace)
-        if scored.valid:
-            scored.metrics = {**(scored.metrics or {}), "answers": [a.get("answer") for a in outputs[-1]]}
+        out = outputs[-1]
+        answers = out.get("answers") if isinstance(out, dict) else out  # a team's entry wraps its answers
+        if scored.valid and isinstance(answers, list):
+            scored.metrics = {**(scored.metrics or {}),
+                              "answers": [a.get("answer") if isinstance(a, dict) else a for a in answers]}
         return scored
 
 
