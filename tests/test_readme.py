@@ -48,5 +48,5 @@ def test_every_relative_link_in_the_docs_names_a_file_in_the_repository():
 def test_the_link_check_refuses_links_that_leave_the_repository_or_name_nothing():
     doc = ROOT / "docs" / "page.md"
     text = ("[design](design.md#the-device-loop) [web](https://example.com) [up](../README.md)\n"
-            "[outside](../../shared/DESIGN.md) [missing](nothing.md \"title\")\n```\n[code](not/a/link.md)\n```\n")
-    assert bad_links(doc, text) == ["docs/page.md: ../../shared/DESIGN.md", "docs/page.md: nothing.md"]
+            "[outside](../../elsewhere/NOTES.md) [missing](nothing.md \"title\")\n```\n[code](not/a/link.md)\n```\n")
+    assert bad_links(doc, text) == ["docs/page.md: ../../elsewhere/NOTES.md", "docs/page.md: nothing.md"]
