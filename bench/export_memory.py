@@ -6,7 +6,8 @@ programs with lineages, operators, models, prompts, answers and errors on a grid
 archive; ``--small`` and ``--large`` candidates, 100k and 1M by default), then
 exports each kind in ``--kinds`` (``--format``, parquet by default) from a fresh
 process per export, and reports its wall time and peak resident memory (the
-child's ``ru_maxrss``). The target: an export streams, so its peak memory at the
+child's ``VmHWM``, read by the child as it ends: ``ru_maxrss`` would not do, Linux
+carries it over ``exec`` from the forking parent, which grows as it builds the runs). The target: an export streams, so its peak memory at the
 large run is at most 1.2x that at the small one.
 
 Beside it (the peer), what a user hand-writes against ``store.sqlite`` today:
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -41,28 +41,26 @@ frame = pd.read_sql("SELECT id, parent_ids, island, operator, model, prompt, res
                     "FROM candidates ORDER BY id", db)
 frame.to_parquet(sys.argv[2])
 print(len(frame))
-"""
+""" + "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))\n"
 EXPORT = """
 import sys
 from qd.export import write
 path, rows = write(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4])
 print(rows)
-"""
+""" + "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))\n"
 
 
 def measure(code: str, *args: str) -> dict[str, float]:
-    """Wall seconds, peak RSS (MB) and the printed row count of ``code`` run in a fresh interpreter
-    (``os.wait4`` gives that child's own ``ru_maxrss``)."""
+    """Wall seconds, peak RSS (MB) and the printed row count of ``code`` run in a fresh
+    interpreter, which prints its rows and then its own ``VmHWM`` (kB) last."""
     started = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env={"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
-    stdout, stderr = child.stdout.read(), child.stderr.read()
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
+    child = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                           env={"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
     seconds = time.perf_counter() - started
     if child.returncode:
-        raise SystemExit(f"export_memory: {args} failed: {stderr[-1500:]}")
-    return {"seconds": seconds, "peak_mb": usage.ru_maxrss / 1024, "rows": int(stdout.split()[-1])}
+        raise SystemExit(f"export_memory: {args} failed: {child.stderr[-1500:]}")
+    rows, peak_kb = child.stdout.split()[-2:]
+    return {"seconds": seconds, "peak_mb": int(peak_kb) / 1024, "rows": int(rows)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -94,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
                 out[str(size)][kind] = measure(EXPORT, str(run), kind, args.format, str(target))
                 print(f"{size:>9,} {kind:<8} {out[str(size)][kind]}", file=sys.stderr)
     print(f"qd export --format {args.format}: time and peak memory (fresh process each; "
-          "peak RSS is the child's ru_maxrss)")
+          "peak RSS is the child's VmHWM)")
     print(f"{'kind':<8} {'rows small':>11} {'rows large':>11} {'s small':>9} {'s large':>9} "
           f"{'MB small':>9} {'MB large':>9} {'MB ratio':>9}")
     small, large = out[str(args.small)], out[str(args.large)]

@@ -7,7 +7,7 @@ run's task's held-out problems (never seen during the run), read-only on the run
 1. the committee: ``--k`` elites picked by the ``diverse`` export's greedy farthest-point
    selection (the best elite first; the archive holds valid agents only), each answering
    every held-out problem in the sandbox through the host's client, with the run's
-   evaluator, model and per-problem call budget (``heldout.held_out_scores``);
+   evaluator, model and per-problem call budget (``qd.heldout.held_out_scores``);
    per problem, ``--rule vote`` takes the majority of the normalised answers (a tie: the
    answer of the fitter agent), ``--rule judge`` shows the model the question and the k
    answers and takes the one it names (one more call per problem, counted; an
@@ -39,18 +39,11 @@ from typing import Any
 
 import numpy as np
 
+from qd import heldout
 from qd.views import render
 
 PROG = "qd committee"
 NEEDS = ("held_out", "answer_key", "answers_of")  # what the task must offer
-
-
-def _heldout() -> Any:
-    """The held-out scoring every experiment table shares (``experiments/agent_design/heldout.py``)."""
-    from qd.paths import experiments_dir
-    from qd.task import load_module
-
-    return load_module(experiments_dir() / "agent_design" / "heldout.py", "experiments_heldout")
 
 
 def vote(keys: list[str | None]) -> str | None:
@@ -105,14 +98,13 @@ def _correct(task: Any, items: list[Any], keys: list[str | None]) -> list[int]:
 def _row(task: Any, items: list[Any], name: str, agents: str, keys: list[str | None], calls: float) -> dict:
     correct = _correct(task, items, keys)
     return {"row": name, "agents": agents, "accuracy": float(np.mean(correct)),
-            "ci95": list(_heldout().bootstrap(correct)), "calls_per_item": calls, "correct": correct}
+            "ci95": list(heldout.bootstrap(correct)), "calls_per_item": calls, "correct": correct}
 
 
 async def measure(cfg: Any, task: Any, members: list[dict], client: Any, rule: str) -> dict:
     """The three rows for ``members`` (``diverse`` rows) on ``task``'s held-out problems."""
     from qd.llm import LLMClient
 
-    heldout = _heldout()
     items = task.held_out()
     n, k = len(items), len(members)
     members = sorted(members, key=lambda m: (-m["fitness"], m["id"]))  # fitter first: who wins a tie
@@ -195,11 +187,9 @@ def main(argv: list[str]) -> None:
     if len(members) < args.k:
         render.fail(PROG, f"--k {args.k}: {run.path} has {len(members)} elites; pass --k {max(1, len(members))} "
                           "or less" if members else f"RUN_DIR {run.path} has no elites yet")
-    table_runs = _heldout().table_runs
     with tempfile.TemporaryDirectory(prefix="qd-committee-") as out:  # the server log and response cache
-        args.out = Path(out)
-        with table_runs.model_server(args) as (base_url, model):
-            client = table_runs.client_for(cfg, args, base_url, model)
+        with heldout.model_server(args.base_url, args.model, Path(out)) as (base_url, model):
+            client = heldout.scoring_client(cfg, base_url, model, args.api_key_env, Path(out) / "llm_cache")
             result = asyncio.run(measure(cfg, task, members, client, args.rule))
     result = {"run": str(run.path), "model": model, **result}
     if args.json:

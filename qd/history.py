@@ -12,9 +12,9 @@ run writes.
 from __future__ import annotations
 
 import difflib
-import json
 from collections import defaultdict
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -55,67 +55,103 @@ def _num(x: Any) -> float | None:
     return float(x) if x is not None and np.isfinite(x) else None
 
 
-_FATE_COLUMNS = ("id", "island", "operator", "model", "instruction", "valid", "fitness", "descriptor",
-                 "tokens_in", "tokens_out", "cost", "parent_ids", "error")
+PAGE = 5000  # candidates per page of a scan
+_SCAN = ("id", "island", "valid", "fitness", "descriptor", "parent_ids")
+
+
+def pages(run: RunDir, names: tuple[str, ...] = (), page: int = PAGE) -> Iterator[dict[str, Any]]:
+    """The store's candidates (text and vector) in id order, ``page`` at a time, with what
+    became of each: a scan in memory bounded by the page and the archive's cells, so a run of
+    any length can be read through (``fates`` keeps the pages; an export streams them).
+
+    Each page: arrays ``id``, ``island``, ``valid``, ``fitness`` (NaN: none), ``parent``
+    (the first parent, -1 for founders), ``cell`` (where the descriptor falls; -1: invalid,
+    no finite fitness, or a novelty archive, whose cells are not fixed) and ``entered``
+    (it beat its cell's elite, or found the cell empty, when it was stored, judged against
+    the candidates before it on its island; a CMA-MAE threshold below the elite
+    (``archive.learning_rate`` < 1) is not modelled, and migrations and resets are not
+    replayed); and the store's columns ``names`` as lists. ``run.on_read`` is told the progress.
+    """
+    extra = tuple(n for n in names if n not in _SCAN)
+    cells = Cells(run, page)
+    best = np.full((run.geometry.islands, max(run.geometry.cells, 1)), -np.inf)
+    stored = run.store.last_id() + 1
+    for rows in run.store.columns(_SCAN + extra, page=page):
+        col = dict(zip(_SCAN + extra, zip(*rows)))
+        island = np.asarray(col["island"], np.int64)
+        valid = np.asarray(col["valid"], bool)
+        fitness = np.asarray([np.nan if f is None else f for f in col["fitness"]], np.float64)
+        cell = cells(col["descriptor"], valid & np.isfinite(fitness))
+        entered = np.zeros(len(rows), bool)
+        for k in np.flatnonzero(cell >= 0).tolist():
+            if fitness[k] > best[island[k], cell[k]]:
+                best[island[k], cell[k]], entered[k] = fitness[k], True
+        ids = np.asarray(col["id"], np.int64)
+        if run.on_read is not None:
+            run.on_read(int(ids[-1]) + 1, max(stored, int(ids[-1]) + 1))
+        yield {"id": ids, "island": island, "valid": valid, "fitness": fitness, "cell": cell, "entered": entered,
+               "parent": np.asarray([first_parent_id(p) for p in col["parent_ids"]], np.int64),
+               **{n: list(col[n]) for n in extra}}
+
+
+def first_parent_id(parent_ids: str) -> int:
+    """The first id of a stored ``parent_ids`` JSON list (-1 for ``[]``), without parsing the JSON."""
+    return int(parent_ids[1:].split(",", 1)[0].rstrip("]")) if parent_ids != "[]" else -1
+
+
+class Cells:
+    """The cell each usable candidate's stored descriptor falls in (-1 elsewhere), computed
+    by the run's tessellation jitted once for a page's shape."""
+
+    def __init__(self, run: RunDir, page: int):
+        import jax
+
+        spec, self.dim, self.page = run.spec(), run.geometry.dim, page
+        self.index = None if spec is None or run.geometry.kind == "novelty" else jax.jit(spec.index)
+
+    def __call__(self, descriptors: tuple, usable: np.ndarray) -> np.ndarray:
+        cell = np.full(len(descriptors), -1, np.int64)
+        rows = [k for k in np.flatnonzero(usable).tolist()
+                if descriptors[k] is not None and len(descriptors[k]) == 4 * self.dim]
+        if self.index is None or not rows:
+            return cell
+        d = np.zeros((-(-len(rows) // self.page) * self.page, self.dim), np.float32)  # padded: one compile
+        d[:len(rows)] = np.frombuffer(b"".join(descriptors[k] for k in rows), np.float32).reshape(-1, self.dim)
+        finite = np.isfinite(d[:len(rows)]).all(1)
+        cell[np.asarray(rows)[finite]] = np.asarray(self.index(d), np.int64)[:len(rows)][finite]
+        return cell
+
+
+_FATE_COLUMNS = ("operator", "model", "instruction", "tokens_in", "tokens_out", "cost", "error")
 
 
 def fates(run: RunDir) -> dict[str, np.ndarray]:
-    """Every candidate's columns (no genome text) and what became of it, as arrays in id order.
-
-    ``entered`` is True where the candidate beat its cell's elite (or found an empty cell)
-    when it was stored, judged against the candidates before it on its island; a
-    CMA-MAE threshold below the elite (``archive.learning_rate`` < 1) is not modelled, and
-    migrations and resets are not replayed. ``improvement`` is its fitness minus its
-    first parent's (NaN for founders and invalid candidates). ``cell`` is where its
-    descriptor falls (-1: invalid, or a novelty archive, where cells are not fixed).
-    """
+    """Every candidate's columns (no genome text) and what became of it, as arrays in id order:
+    the columns of :func:`pages`, all of them at once, with ``improvement``: its fitness
+    minus its first parent's (NaN for founders and invalid candidates)."""
     return run.memo("fates", lambda: _fates(run))
 
 
 def _fates(run: RunDir) -> dict[str, np.ndarray]:
-    rows = run.store.columns(_FATE_COLUMNS)
-    n = len(rows)
-    col = dict(zip(_FATE_COLUMNS, zip(*rows))) if rows else {c: () for c in _FATE_COLUMNS}
-    ids = np.asarray(col["id"], np.int64)
-    island = np.asarray(col["island"], np.int64)
-    valid = np.asarray(col["valid"], bool)
-    fitness = np.asarray([np.nan if f is None else f for f in col["fitness"]], np.float64)
-    parent = np.asarray([json.loads(p)[0] if p != "[]" else -1 for p in col["parent_ids"]], np.int64)
-    cell = _cells(run, col["descriptor"], valid & np.isfinite(fitness))
-    position = {int(i): k for k, i in enumerate(ids)}
-    parent_fitness = np.asarray([fitness[position[p]] if p in position else np.nan for p in parent.tolist()])
-    entered = np.zeros(n, bool)
-    best: dict[tuple[int, int], float] = {}
-    for k in np.flatnonzero(cell >= 0).tolist():
-        key = (int(island[k]), int(cell[k]))
-        if fitness[k] > best.get(key, -np.inf):
-            best[key], entered[k] = fitness[k], True
-    return {
-        "id": ids, "island": island, "valid": valid, "fitness": fitness, "cell": cell, "entered": entered,
-        "parent": parent, "improvement": np.where(valid & (parent >= 0), fitness - parent_fitness, np.nan),
-        "operator": np.asarray([o or "" for o in col["operator"]], object),
-        "model": np.asarray([m or "" for m in col["model"]], object),
-        "instruction": np.asarray([-1 if i is None else i for i in col["instruction"]], np.int64),
-        "tokens": np.asarray(col["tokens_in"], np.int64) + np.asarray(col["tokens_out"], np.int64),
-        "cost": np.asarray(col["cost"], np.float64),
-        "error": np.asarray([e is not None for e in col["error"]], bool),
-    }
-
-
-def _cells(run: RunDir, descriptors: tuple, usable: np.ndarray) -> np.ndarray:
-    """The cell each usable candidate's descriptor falls in (-1 elsewhere)."""
-    spec, dim = run.spec(), run.geometry.dim
-    cell = np.full(len(descriptors), -1, np.int64)
-    rows = [k for k in np.flatnonzero(usable).tolist() if descriptors[k] is not None]
-    if spec is None or not rows or run.geometry.kind == "novelty":
-        return cell
-    d = np.stack([np.frombuffer(descriptors[k], np.float32) for k in rows if len(descriptors[k]) == 4 * dim])
-    keep = [k for k in rows if len(descriptors[k]) == 4 * dim]
-    finite = np.isfinite(d).all(1)
-    import jax
-
-    cell[np.asarray(keep)[finite]] = np.asarray(jax.jit(spec.index)(d[finite]), np.int64)
-    return cell
+    parts: dict[str, list[np.ndarray]] = defaultdict(list)
+    for page in pages(run, _FATE_COLUMNS):
+        for name in ("id", "island", "valid", "fitness", "cell", "entered", "parent"):
+            parts[name].append(page[name])
+        parts["operator"].append(np.asarray([o or "" for o in page["operator"]], object))
+        parts["model"].append(np.asarray([m or "" for m in page["model"]], object))
+        parts["instruction"].append(np.asarray([-1 if i is None else i for i in page["instruction"]], np.int64))
+        parts["tokens"].append(np.asarray(page["tokens_in"], np.int64) + np.asarray(page["tokens_out"], np.int64))
+        parts["cost"].append(np.asarray(page["cost"], np.float64))
+        parts["error"].append(np.asarray([e is not None for e in page["error"]], bool))
+    kinds = {"id": np.int64, "island": np.int64, "valid": bool, "fitness": np.float64, "cell": np.int64,
+             "entered": bool, "parent": np.int64, "operator": object, "model": object, "instruction": np.int64,
+             "tokens": np.int64, "cost": np.float64, "error": bool}
+    f = {k: np.concatenate(parts[k]) if parts[k] else np.zeros(0, t) for k, t in kinds.items()}
+    at = np.clip(np.searchsorted(f["id"], f["parent"]), 0, max(len(f["id"]) - 1, 0))
+    held = (f["parent"] >= 0) & (f["id"][at] == f["parent"]) if len(f["id"]) else np.zeros(0, bool)
+    parent_fitness = np.where(held, f["fitness"][at] if len(f["id"]) else 0.0, np.nan)
+    f["improvement"] = np.where(f["valid"] & (f["parent"] >= 0), f["fitness"] - parent_fitness, np.nan)
+    return f
 
 
 def operator_stats(run: RunDir, by: tuple[str, ...] = ("operator", "model")) -> list[dict[str, Any]]:
@@ -152,7 +188,8 @@ def operator_stats(run: RunDir, by: tuple[str, ...] = ("operator", "model")) -> 
 
 
 def _instruction_texts(run: RunDir) -> dict[int, str]:
-    return {int(i): (t or "").strip() for i, t in run.store.columns(("id", "text"), kinds=("instruction",))}
+    return {int(i): (t or "").strip() for page in run.store.columns(("id", "text"), kinds=("instruction",))
+            for i, t in page}
 
 
 def lineage(run: RunDir, candidate_id: int) -> list[dict[str, Any]]:
@@ -167,13 +204,9 @@ def lineage(run: RunDir, candidate_id: int) -> list[dict[str, Any]]:
     Raises:
         KeyError: no candidate ``candidate_id``.
     """
-    parents = first_parents(run)
-    if candidate_id not in parents:
+    ids, at = ancestors(first_parents(run), candidate_id)
+    if not ids:
         raise KeyError(f"no candidate {candidate_id} in {run.path}")
-    ids, at = [], candidate_id
-    while at >= 0 and at in parents:  # parents are stored before their children: no cycles
-        ids.append(at)
-        at = parents[at]
     held = {c.id: c for c in run.store.get(ids)}  # one read for the whole chain
     chain: list[Any] = [held[i] for i in reversed(ids)]
     if at >= 0:  # an ancestor the store does not hold (an elites-only store)
@@ -202,14 +235,45 @@ def lineage(run: RunDir, candidate_id: int) -> list[dict[str, Any]]:
     return steps
 
 
-def first_parents(run: RunDir) -> dict[int, int]:
-    """Each stored candidate's first parent (-1 for founders), read once per run version:
-    a lineage walks it without a query per step."""
-    def read() -> dict[int, int]:
-        rows = run.store.columns(("id", "parent_ids"))
-        return {int(i): int(p[1:].split(",", 1)[0].rstrip("]")) if p != "[]" else -1 for i, p in rows}
+class FirstParents(NamedTuple):
+    """Each stored candidate's first parent: ``parent[k]`` of ``id[k]`` (ids ascending; -1 for
+    a founder). Two arrays, 16 bytes a stored candidate, dense or not (a device run's
+    elites-only store keeps a few ids out of millions of evaluations)."""
+
+    id: np.ndarray  # i64[N]
+    parent: np.ndarray  # i64[N]
+
+    def of(self, candidate_id: int) -> int:
+        """The first parent of ``candidate_id`` (-1: a founder; -2: the store does not hold it)."""
+        k = int(np.searchsorted(self.id, candidate_id))
+        return int(self.parent[k]) if k < len(self.id) and self.id[k] == candidate_id else -2
+
+
+def first_parents(run: RunDir) -> FirstParents:
+    """Every stored candidate's first parent, read once per run version in pages, so that a
+    lineage walks it without a query per step."""
+    def read() -> FirstParents:
+        ids: list[np.ndarray] = []
+        parents: list[np.ndarray] = []
+        for rows in run.store.columns(("id", "parent_ids")):
+            ids.append(np.asarray([r[0] for r in rows], np.int64))
+            parents.append(np.asarray([first_parent_id(p) for _, p in rows], np.int64))
+            if run.on_read is not None:
+                run.on_read(int(ids[-1][-1]) + 1, run.store.last_id() + 1)
+        return FirstParents(*(np.concatenate(a) if a else np.zeros(0, np.int64) for a in (ids, parents)))
 
     return run.memo("first_parents", read)
+
+
+def ancestors(parents: FirstParents, candidate_id: int) -> tuple[list[int], int]:
+    """The chain from ``candidate_id`` back along first parents, newest first, and the first
+    ancestor the store does not hold (an elites-only store), or -1. The chain is empty when
+    the store does not hold ``candidate_id``."""
+    chain, at = [], int(candidate_id)
+    while at >= 0 and (parent := parents.of(at)) != -2:  # parents are stored before their children: no cycles
+        chain.append(at)
+        at = parent
+    return chain, at if chain else -1
 
 
 def diff(old: str, new: str, old_name: str = "parent", new_name: str = "child") -> str:
@@ -219,11 +283,12 @@ def diff(old: str, new: str, old_name: str = "parent", new_name: str = "child") 
 
 
 def parent_diff(run: RunDir, candidate: Any) -> str | None:
-    """The diff of a text candidate from its first parent (None for founders, vectors and missing parents)."""
-    if candidate.kind != "text" or not candidate.parent_ids:
+    """The diff of a text candidate from its first parent (None for founders, vectors, missing
+    parents and children with no text: an answer with no code block is not a deletion)."""
+    if candidate.kind != "text" or candidate.text is None or not candidate.parent_ids:
         return None
     try:
         (parent,) = run.store.get([candidate.parent_ids[0]])
     except KeyError:
         return None
-    return diff(parent.text or "", candidate.text or "", f"#{parent.id}", f"#{candidate.id}")
+    return diff(parent.text or "", candidate.text, f"#{parent.id}", f"#{candidate.id}")

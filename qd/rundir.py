@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -145,6 +146,9 @@ class RunDir:
         self._geometry: Geometry | None = None
         self._spec: Any = None
         self._memo: dict[str, tuple[tuple, Any]] = {}
+        # Told (candidates read, candidates stored) as a scan of the store goes (``history.pages``):
+        # the progress bar of a long export.
+        self.on_read: Callable[[int, int], None] | None = None
 
     def close(self) -> None:
         self.store.close()

@@ -308,8 +308,8 @@ class Store:
     def last_id(self) -> int:
         return self._next_id() - 1
 
-    def get(self, ids: Iterable[int]) -> list[Candidate]:
-        """Candidates by id, in the order asked (missing ids raise KeyError)."""
+    def get(self, ids: Iterable[int], missing_ok: bool = False) -> list[Candidate]:
+        """Candidates by id, in the order asked (missing ids raise KeyError, or are left out)."""
         ids = [int(i) for i in ids]
         if not ids:
             return []
@@ -320,24 +320,34 @@ class Store:
                               chunk)
             found.update((row[0], _candidate(row)) for row in rows)
         missing = [i for i in ids if i not in found]
-        if missing:
+        if missing and not missing_ok:
             raise KeyError(f"store: no candidate with id {missing[0]}")
-        return [found[i] for i in ids]
+        return [found[i] for i in ids if i in found]
 
     def marks(self) -> tuple[int | None, int | None]:
         """The newest candidate id and migration seq: they change whenever the store does."""
         return self._rows("SELECT (SELECT MAX(id) FROM candidates), (SELECT MAX(seq) FROM migrations)")[0]
 
-    def columns(self, names: Sequence[str], kinds: Sequence[str] = ("text", "vector")) -> list[tuple]:
-        """Some columns of every candidate of ``kinds``, in id order: cheap reads of a large
-        store (no genomes, prompts or answers unless asked for)."""
+    def columns(self, names: Sequence[str], kinds: Sequence[str] = ("text", "vector"), page: int = 10_000,
+                by_parent: bool = False) -> Iterator[list[tuple]]:
+        """Some columns of every candidate of ``kinds``, ``page`` rows at a time, in id order (or
+        by first parent, then id): scans of a large store in bounded memory (no genomes, prompts
+        or answers unless asked for; SQLite sorts on disk past its cache)."""
         unknown = set(names) - {"id", *_COLUMNS}
         if unknown:
             raise ValueError(f"store: no column {sorted(unknown)[0]!r}")
         have = self._columns() | {"id"}
         select = ", ".join(c if c in have else "NULL" for c in names)
-        return self._rows(f"SELECT {select} FROM candidates WHERE kind IN ({', '.join('?' * len(kinds))}) "
-                          "ORDER BY id", list(kinds))
+        order = "json_extract(parent_ids, '$[0]'), id" if by_parent else "id"
+        with self._lock:
+            cursor = self._db.execute(f"SELECT {select} FROM candidates WHERE kind IN "
+                                      f"({', '.join('?' * len(kinds))}) ORDER BY {order}", list(kinds))
+        while True:
+            with self._lock:
+                rows = cursor.fetchmany(page)
+            if not rows:
+                return
+            yield rows
 
     def iter(self, after_id: int = -1, page: int = 1000) -> Iterable[Candidate]:
         """Candidates newer than ``after_id`` in id order, read a page at a time."""
@@ -364,10 +374,8 @@ class Store:
         ``reset`` islands first (``qd.archive.reset``), then insert the offers
         (``qd.search.islands.replay`` does both).
         """
-        rows = self._rows(
-            "SELECT id, island, fitness, descriptor, valid FROM candidates WHERE id > ? ORDER BY id",
-            (after_id,),
-        )
+        rows = self._rows("SELECT id, island, fitness, descriptor, valid FROM candidates WHERE id > ? ORDER BY id",
+                          (after_id,))
         migrants = self._rows(
             "SELECT m.seq, m.after_id, m.genome_id, m.island, c.fitness, c.descriptor, c.valid "
             "FROM migrations m JOIN candidates c ON c.id = m.genome_id "
@@ -386,18 +394,10 @@ class Store:
             last_reset[island] = max(last_reset.get(island, (-1, -1)), (2 * after + 1, seq))
         order = [r for r in order if r[0] > last_reset.get(r[2], (-1, -1))]
         order.sort(key=lambda r: r[0])
-        dim = descriptor_dim
-        descriptors = []
-        for r in order:
-            d = np.frombuffer(r[4], np.float32) if r[4] is not None else None
-            if d is not None:
-                dim = d.size if dim is None else dim
-            descriptors.append(d)
-        dim = dim or 0
-        desc = np.stack([
-            d if d is not None and d.size == dim else np.full(dim, np.nan, np.float32)
-            for d in descriptors
-        ]) if order else np.zeros((0, dim), np.float32)
+        blobs = [None if r[4] is None else np.frombuffer(r[4], np.float32) for r in order]
+        dim = descriptor_dim if descriptor_dim is not None else next((d.size for d in blobs if d is not None), 0)
+        desc = np.stack([d if d is not None and d.size == dim else np.full(dim, np.nan, np.float32)
+                         for d in blobs]) if order else np.zeros((0, dim), np.float32)
         return {
             "id": np.array([r[1] for r in order], np.int64),
             "island": np.array([r[2] for r in order], np.int32),

@@ -33,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
+from qd.heldout import bootstrap, held_out_scores
 from qd.plan import compose
 from qd.store import Store
 from qd.task import load_module, load_task
 
-heldout = load_module(Path(__file__).resolve().parent / "heldout.py", "experiments_heldout")
 runs_of = load_module(Path(__file__).resolve().parent / "table_runs.py", "experiments_table_runs")
 
 ARMS = {"fixed": [], "cycleqd": ["cycle=agent_skills"]}
@@ -72,7 +72,7 @@ def row(arm: str, label: str, results: list[dict[str, list[int]]], calls: list[f
     for part in ("all", *FAMILIES):
         pooled = [v for r in results for v in r.get(part, [])]
         out[part] = float(np.mean(pooled)) if pooled else math.nan
-        out[f"{part}_ci95"] = list(heldout.bootstrap(pooled)) if pooled else [math.nan, math.nan]
+        out[f"{part}_ci95"] = list(bootstrap(pooled)) if pooled else [math.nan, math.nan]
     out["calls_per_problem"] = float(np.mean(calls)) if calls else math.nan
     out["search_best"] = {f: float(np.nanmax([s[f] for s in skills])) if skills else math.nan for f in FAMILIES}
     return out
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         task = load_task("agent_design", {**cfg.experiment.params, "held_out_items": a.held_out})
         found = [(arm, i, s) for arm, ss in summaries.items() for i, s in enumerate(ss) if s["best"]]
         client = runs_of.client_for(cfg, a, base_url, model)
-        scores = asyncio.run(heldout.held_out_scores(cfg, task, [s["best"]["text"] for _, _, s in found], client))
+        scores = asyncio.run(held_out_scores(cfg, task, [s["best"]["text"] for _, _, s in found], client))
         by_arm: dict[str, list] = {arm: [] for arm in ARMS}
         for (arm, i, s), scored in zip(found, scores):
             by_arm[arm].append((runs[arm][i]["seed"], family_scores(task, scored),

@@ -36,7 +36,8 @@ def run(text: str, llm, questions: list[str], item_seconds: float = 60.0) -> lis
         raise NameError("the agent defines no function forward(task, llm)")
     signal.signal(signal.SIGALRM, _expire)
     results = []
-    for question in questions:
+    for item, question in enumerate(questions):
+        llm.item = item  # the host's trace records which question each model call served
         signal.setitimer(signal.ITIMER_REAL, item_seconds)
         try:
             answer = forward(question, llm)

@@ -19,55 +19,18 @@ Without ``--base-url`` it starts the embedded llama.cpp server (SmolLM2-135M) on
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import math
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from qd.evaluator import HostRunner, StagedEvaluator
-from qd.llm.gateway import CallBudget
+from qd.heldout import bootstrap, held_out_scores
 from qd.plan import compose
 from qd.store import Store
 from qd.task import Scored, load_module, load_task
 
 table_runs = load_module(Path(__file__).resolve().parent / "table_runs.py", "experiments_table_runs")
-
-
-@dataclasses.dataclass
-class HeldOut:
-    """A task's held-out view: one stage on its held-out problems, scored like the search stage
-    (``split="search"``: the same on its search problems, to choose among designs without held-out data)."""
-
-    task: Any
-    split: str = "held_out"
-
-    def __post_init__(self) -> None:
-        self.items = self.task.held_out() if self.split == "held_out" else self.task.search
-        self.stages = [self.task.stage(self.items, self.split)]
-        self.descriptor_dim = self.task.descriptor_dim
-
-    def score(self, text: str, outputs: list[Any], trace: list[dict]) -> Scored:
-        """The task's score, plus each problem's raw answer (``metrics["answers"]``): what a committee
-        (``qd committee``) votes over; the tables read only their own fields."""
-        scored = self.task.score_items(text, self.items, outputs[-1], trace)
-        out = outputs[-1]
-        answers = out.get("answers") if isinstance(out, dict) else out  # a team's entry wraps its answers
-        if scored.valid and isinstance(answers, list):
-            scored.metrics = {**(scored.metrics or {}),
-                              "answers": [a.get("answer") if isinstance(a, dict) else a for a in answers]}
-        return scored
-
-
-def bootstrap(correct: list[int], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile interval of the mean of ``correct`` (0/1 per problem)."""
-    values = np.asarray(correct, np.float64)
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), (resamples, len(values)))].mean(axis=1)
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
 def best_design(run_dir: Path) -> dict | None:
@@ -78,29 +41,6 @@ def best_design(run_dir: Path) -> dict | None:
         return None
     best = max(rows, key=lambda c: (c.fitness, -(c.metrics or {}).get("calls_per_problem", 0.0), -c.id))
     return {"id": best.id, "text": best.text, "operator": best.operator, "search_accuracy": best.fitness}
-
-
-async def held_out_scores(cfg: Any, task: Any, texts: list[str], client: Any, split: str = "held_out") -> list[Scored]:
-    """Each text's evaluation on the held-out (or ``split``) problems (per-problem call budget as in the run)."""
-    view = HeldOut(task, split)
-    scale = len(view.items) / task.search_items
-    e = cfg.eval_llm
-    budget = CallBudget(calls=min(4096, math.ceil(e.calls * scale)), tokens=math.ceil(e.tokens * scale),
-                        max_tokens=e.max_tokens)
-    if getattr(task, "host_entry", None):
-        runner = HostRunner(task.host_entry)
-    else:
-        from qd.sandbox import Limits, Sandbox
-
-        limits = Limits(wall_s=cfg.sandbox.wall_s * scale * len(texts), cpu_s=cfg.sandbox.cpu_s,
-                        memory_mb=cfg.sandbox.memory_mb)
-        runner = Sandbox(task.sandbox_entry, workers=min(len(texts), 4), limits=limits)
-    evaluator = StagedEvaluator(view, runner, client, budget)
-    try:
-        ev = await evaluator(texts)
-    finally:
-        evaluator.close()
-    return [Scored(float(ev.fitness[i]), None, bool(ev.valid[i]), ev.metrics[i], ev.error[i]) for i in range(len(texts))]
 
 
 def _row(name: str, source: str, scored: Scored, search_accuracy: float | None) -> dict:

@@ -15,10 +15,11 @@ import contextlib
 import json
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from qd import heldout
 from qd.llm import LLMClient, LLMSettings, ModelSpec
 from qd.plan import compose, plan
 from qd.run import run_in
@@ -41,16 +42,9 @@ def arguments(experiment: str, argv: Sequence[str] | None, doc: str | None = Non
     return a
 
 
-@contextlib.contextmanager
-def model_server(a: argparse.Namespace) -> Iterator[tuple[str, str]]:
+def model_server(a: argparse.Namespace) -> contextlib.AbstractContextManager[tuple[str, str]]:
     """(base_url, model): ``--base-url``'s, or the embedded server's (started here, stopped after)."""
-    if a.base_url is not None:
-        yield a.base_url, a.model
-        return
-    from qd.llm.server import EmbeddedServer
-
-    with EmbeddedServer(log_path=a.out / "llm_server.log") as server:
-        yield server.base_url, server.model
+    return heldout.model_server(a.base_url, a.model, a.out)
 
 
 def shared_overrides(experiment: str, a: argparse.Namespace, base_url: str, model: str) -> list[str]:
@@ -103,6 +97,4 @@ def measurement(measure: Callable[[LLMClient], Awaitable[Any]], doc: str | None,
 
 def client_for(cfg: Any, a: argparse.Namespace, base_url: str, model: str) -> LLMClient:
     """A client for scoring after the runs: the runs' settings and their shared cache."""
-    return LLMClient(LLMSettings(base_url=base_url, models=(ModelSpec(model),), api_key_env=a.api_key_env,
-                                 concurrency=cfg.llm.concurrency, timeout_s=cfg.llm.timeout_s,
-                                 temperature=cfg.llm.temperature, seed=0, cache_dir=str(a.out / "llm_cache")))
+    return heldout.scoring_client(cfg, base_url, model, a.api_key_env, a.out / "llm_cache")

@@ -103,7 +103,8 @@ def run(text: str, llm, questions: list[str], models: list[str], max_tokens: int
     if why:
         return {"invalid": why}
     merge, results = MERGE[t.merge], []
-    for question in questions:
+    for item, question in enumerate(questions):
+        llm.item = item  # the host's trace records which question each model call served
         try:
             answer = merge(t, question, llm, max_tokens)
             results.append({"answer": None if answer is None else answer[-400:]})  # the end holds the answer

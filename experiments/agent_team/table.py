@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from qd.heldout import held_out_scores
 from qd.task import load_module, load_task
 
 _HERE = Path(__file__).resolve().parent
@@ -34,14 +35,14 @@ async def best_hand_designed_agent(cfg: Any, task: Any, client: Any, held_out: i
     agents = load_task("agent_design", {"search_items": task.search_items, "held_out_items": held_out,
                                         "problem_seed": task.problem_seed})
     hand = agents.hand_designed()
-    search = await heldout.held_out_scores(cfg, agents, [text for _, text in hand], client, split="search")
+    search = await held_out_scores(cfg, agents, [text for _, text in hand], client, split="search")
 
     def calls(s) -> float:
         return (s.metrics or {}).get("calls_per_problem", 0.0)
 
     ranked = [(s.fitness if s.valid else 0.0, -calls(s), -i) for i, s in enumerate(search)]
     best = max(range(len(hand)), key=ranked.__getitem__)
-    scored = (await heldout.held_out_scores(cfg, agents, [hand[best][1]], client))[0]
+    scored = (await held_out_scores(cfg, agents, [hand[best][1]], client))[0]
     info = {"search": {name: {"accuracy": r[0], "calls_per_problem": -r[1]} for (name, _), r in zip(hand, ranked)},
             "chosen": hand[best][0], "search_calls": round(sum(calls(s) for s in search) * task.search_items)}
     row = (f"best hand-designed agent: {hand[best][0]}", "agent_design/seeds.py", scored, ranked[best][0])

@@ -47,6 +47,7 @@ from omegaconf import OmegaConf
 
 from descriptors import Item, make_descriptor
 from descriptors.ai_feedback import AIFeedbackDescriptor
+from qd.heldout import bootstrap
 from qd.llm import LLMClient
 from qd.plan import compose, plan
 from qd.run import run_in
@@ -54,7 +55,6 @@ from qd.store import Store
 from qd.task import load_module
 
 _HERE = Path(__file__).resolve().parent
-heldout = load_module(_HERE.parent / "agent_design" / "heldout.py", "experiments_heldout")
 judges = load_module(_HERE / "judges.py", "experiments_creative_writing_judges")
 controls = load_module(_HERE / "controls.py", "experiments_creative_writing_controls")
 
@@ -169,7 +169,7 @@ def summarize(runs: list[dict]) -> list[dict]:
         for m in (*METRICS, "mean_quality"):
             values = [r["scores"][m] for r in mine]
             row[m] = float(np.mean(values))
-            row[m + "_ci95"] = list(heldout.bootstrap(values))
+            row[m + "_ci95"] = list(bootstrap(values))
         rows.append(row)
     return rows
 

@@ -33,11 +33,11 @@ from typing import Any
 import numpy as np
 
 from qd.search.gate import evaluated
+from qd.heldout import bootstrap
 from qd.store import Store
 from qd.task import load_module
 
 _HERE = Path(__file__).resolve().parent
-heldout = load_module(_HERE.parent / "agent_design" / "heldout.py", "experiments_heldout")  # bootstrap
 table_runs = load_module(_HERE.parent / "agent_design" / "table_runs.py", "experiments_table_runs")
 ARMS = {"qd archive": [], "no archive": ["archive.bins=[1,1]"]}
 GRID = 12  # technique x rule targeted cells
@@ -69,7 +69,7 @@ def success(c: Any) -> int:
 
 
 def _interval(values: list[int | float]) -> list[float]:
-    return list(heldout.bootstrap(values)) if values else [float("nan")] * 2
+    return list(bootstrap(values)) if values else [float("nan")] * 2
 
 
 def arm_row(name: str, runs: list[dict]) -> dict:

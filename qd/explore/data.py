@@ -304,7 +304,7 @@ def summary(run: RunDir) -> dict[str, Any]:
             "evaluations": snap.evaluations, "last_id": snap.last_id, "checkpoint_id": snap.checkpoint_id,
             "elites": filled.sum(1), "coverage": filled.mean(1), "island_best": island_best, "best": best,
             "llm_calls": sum(r[2] for r in ledger), "cost": sum(r[8] for r in ledger),
-            "operators": sorted({o for (o,) in run.store.columns(("operator",)) if o}),
+            "operators": sorted({o for page in run.store.columns(("operator",)) for (o,) in page if o}),
         }
 
     return run.memo("summary", compute)

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 KINDS = ("elites", "sft", "dpo", "trace", "diverse", "trajectory")
 BATCH = 500  # candidates read from the store at a time
 
@@ -59,9 +61,10 @@ def default_out(run_dir: str | Path, kind: str, fmt: str) -> Path:
 
 
 def write(run_dir: str | Path, kind: str, fmt: str = "jsonl", out: str | Path | None = None,
-          options: dict[str, Any] | None = None, progress: Callable[[int], None] | None = None) -> tuple[Path, int]:
-    """What :func:`export` does, also returning the row count; ``progress(rows)`` is
-    called as rows are written (the command line's progress line)."""
+          options: dict[str, Any] | None = None, progress: Any = None) -> tuple[Path, int]:
+    """What :func:`export` does, also returning the row count. ``progress`` (the command
+    line's bar) is told ``rows(n)`` as rows are written and ``read(candidates read,
+    candidates stored)`` as the store is scanned."""
     from qd.export import card, formats
     from qd.rundir import RunDir
 
@@ -77,7 +80,8 @@ def write(run_dir: str | Path, kind: str, fmt: str = "jsonl", out: str | Path | 
     with RunDir(run_dir) as run:
         rows = module.rows(run, opts)
         if progress is not None:
-            rows = _counted(rows, progress)
+            run.on_read = progress.read
+            rows = _counted(rows, progress.rows)
         out.parent.mkdir(parents=True, exist_ok=True)
         count = formats.write(fmt, module.COLUMNS, rows, out)
         card.write(card.path(out, fmt), run, kind, fmt, opts, module.COLUMNS, count)
@@ -140,3 +144,28 @@ def messages(prompt: str | None) -> list[dict[str, str]] | None:
 def fitness(value: float | None, valid: bool = True) -> float | None:
     """A stored fitness as a row holds it: None when invalid, missing or not finite."""
     return float(value) if valid and value is not None and math.isfinite(value) else None
+
+
+class PerCell:
+    """The ``k`` highest scores offered to each of ``cells`` slots (an island's cell), with
+    their ids: what a kind keeps while the store streams by, in memory bounded by the archive
+    rather than the run. Offers come in id order; an equal score keeps the earlier id."""
+
+    def __init__(self, cells: int, k: int):
+        self.score = np.full((cells, k), -np.inf)
+        self.id = np.full((cells, k), -1, np.int64)
+
+    def offer(self, cell: int, score: float, candidate_id: int) -> None:
+        row = self.score[cell]
+        if score > row[-1]:
+            at = int(np.argmax(row < score))  # the first kept score below it: earlier ties stay ahead
+            row[at + 1:] = row[at:-1].copy()
+            self.id[cell, at + 1:] = self.id[cell, at:-1].copy()
+            row[at], self.id[cell, at] = score, candidate_id
+
+    def kept(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(slot, score, id) of everything kept, best first, ties by id."""
+        cell, slot = np.nonzero(self.id >= 0)
+        score, ids = self.score[cell, slot], self.id[cell, slot]
+        order = np.lexsort((ids, -score))
+        return cell[order], score[order], ids[order]

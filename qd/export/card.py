@@ -25,7 +25,7 @@ def write(where: Path, run: Any, kind: str, fmt: str, options: dict[str, Any], c
     cfg = OmegaConf.to_container(run.config(), resolve=False)
     experiment = cfg.get("experiment") or {}
     models = [m.get("name") if isinstance(m, dict) else str(m) for m in (cfg.get("llm") or {}).get("models") or []]
-    used = sorted({m for (m,) in run.store.columns(("model",)) if m})
+    used = sorted({m for page in run.store.columns(("model",)) for (m,) in page if m})
     lines = [
         f"# {run.name}: {kind}", "",
         f"Exported by `qd export --kind {kind} --format {fmt}` (see docs/export.md in qd).", "",

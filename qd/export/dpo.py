@@ -28,8 +28,10 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from qd import history
-from qd.export import messages
+from qd.export import BATCH, PerCell, batched, messages
 from qd.rundir import RunDir
 
 COLUMNS = {
@@ -41,74 +43,103 @@ OPTIONS: dict[str, Any] = {"min_margin": 0.0, "max_pairs_per_prompt": 4, "task_p
 
 
 class _Seen(NamedTuple):
-    """What pairing needs of a candidate, kept for every one while the store is read once
-    (digests instead of texts, so memory does not grow with the texts)."""
+    """What pairing needs of a candidate (digests instead of texts, so a group's memory does
+    not grow with its texts)."""
 
     id: int
     fitness: float
-    text: str  # digest of the genome text
-    response: str  # digest of the model's answer ("" when it has none)
+    text: bytes  # digest of the genome text
+    response: bytes  # digest of the model's answer
 
 
 def rows(run: RunDir, options: dict) -> Iterator[dict]:
-    """Sibling pairs (groups in the order their first members were stored), then cell pairs
-    (by island, then cell)."""
+    """Sibling pairs (families by first parent, then groups by their first member's id),
+    then cell pairs (by island, then cell). The store is read in pages, siblings in the
+    order SQLite sorts them by parent, so memory is bounded by the most children one
+    parent has and by the archive's cells, not by the run."""
     opts = {**OPTIONS, **options}
-    fates = history.fates(run)
-    cell_of = dict(zip(fates["id"].tolist(), fates["cell"].tolist()))
-    seen, siblings, cells = _read(run, cell_of)
-    for group in siblings.values():
-        for hi, lo in _keep([_order(a, b) for a, b in itertools.combinations(group, 2)], opts, "response"):
-            chosen, rejected = run.store.get([hi.id, lo.id])
-            yield _row(messages(chosen.prompt), chosen.response, rejected.response, hi, lo, "siblings",
-                       chosen, cell_of[hi.id])
+    cells = history.Cells(run, BATCH)
+    for chunk in batched(_sibling_pairs(run, opts)):
+        held = {c.id: c for c in run.store.get([i for pair in chunk for i in (pair[0].id, pair[1].id)])}
+        chosen = [held[hi.id] for hi, _ in chunk]
+        where = cells(tuple(None if c.descriptor is None else c.descriptor.tobytes() for c in chosen),
+                      np.ones(len(chosen), bool))
+        for (hi, lo), c, cell in zip(chunk, chosen, where.tolist()):
+            yield _row(messages(c.prompt), c.response, held[lo.id].response, hi, lo, "siblings", c, cell)
     if opts["task_pairs"]:
-        yield from _cell_rows(run, opts, seen, cells)
+        yield from _cell_rows(run, opts)
 
 
-def _read(run: RunDir, cell_of: dict[int, int]) -> tuple[dict[int, _Seen], dict[tuple, list[_Seen]],
-                                                           dict[tuple[int, int], list[_Seen]]]:
-    """One pass over the store: every valid text candidate with a fitness, its sibling group
-    (first parent, operator, prompt digest) and its (island, cell)."""
-    seen: dict[int, _Seen] = {}
-    siblings: dict[tuple, list[_Seen]] = defaultdict(list)
-    cells: dict[tuple[int, int], list[_Seen]] = defaultdict(list)
-    for c in run.store.iter():
-        if c.kind != "text" or not c.valid or c.fitness is None or not math.isfinite(c.fitness):
-            continue
-        s = seen[c.id] = _Seen(c.id, float(c.fitness), _digest(c.text or ""),
-                               "" if c.response is None else _digest(c.response))
-        if c.parent_ids and c.prompt is not None and c.response is not None:
-            siblings[(c.parent_ids[0], c.operator or "", _digest(c.prompt))].append(s)
-        if cell_of[c.id] >= 0:
-            cells[(c.island, cell_of[c.id])].append(s)
-    return seen, siblings, cells
+def _sibling_pairs(run: RunDir, opts: dict) -> Iterator[tuple[_Seen, _Seen]]:
+    """The kept pairs of each sibling group, one family (the valid text children of one
+    first parent) at a time, as the by-parent scan brings them."""
+    family: list[int] = []
+    parent = -1
+    for rows in run.store.columns(("id", "parent_ids", "valid", "fitness"), kinds=("text",), page=BATCH,
+                                  by_parent=True):
+        for i, parents, valid, f in rows:
+            if parents == "[]" or not valid or f is None or not math.isfinite(f):
+                continue
+            if history.first_parent_id(parents) != parent:
+                yield from _family_pairs(run, family, opts)
+                family, parent = [], history.first_parent_id(parents)
+            family.append(i)
+    yield from _family_pairs(run, family, opts)
 
 
-def _cell_rows(run: RunDir, opts: dict, seen: dict[int, _Seen],
-               cells: dict[tuple[int, int], list[_Seen]]) -> Iterator[dict]:
-    """Each filled cell's elite against the candidates of its island and cell that it beat."""
+def _family_pairs(run: RunDir, family: list[int], opts: dict) -> Iterator[tuple[_Seen, _Seen]]:
+    """Siblings: the family's children grouped by operator and prompt (digests), in id order."""
+    groups: dict[tuple[str, bytes], list[_Seen]] = defaultdict(list)
+    for chunk in batched(sorted(family)):
+        for c in run.store.get(chunk):
+            if c.prompt is not None and c.response is not None:
+                groups[(c.operator or "", _digest(c.prompt))].append(
+                    _Seen(c.id, float(c.fitness), b"", _digest(c.response)))
+    for group in sorted(groups.values(), key=lambda g: g[0].id):
+        yield from _keep([_order(a, b) for a, b in itertools.combinations(group, 2)], opts, "response")
+
+
+def _cell_rows(run: RunDir, opts: dict) -> Iterator[dict]:
+    """Each filled cell's elite against the candidates of its island and cell that it beat,
+    the widest margins kept per cell as the store streams by."""
     from omegaconf import OmegaConf
 
     from qd.task import load_task
 
-    snap = run.snapshot()
-    cfg = run.config()
+    snap, g = run.snapshot(), run.geometry
+    isl, cell = snap.filled()
+    slot = isl.astype(np.int64) * g.cells + cell
+    elite = np.full(g.islands * g.cells, -1, np.int64)
+    elite_fitness = np.full(g.islands * g.cells, np.nan)
+    elite_text = np.zeros(g.islands * g.cells, "S16")
+    for chunk in batched(list(zip(slot.tolist(), snap.genome_id[isl, cell].tolist()))):
+        for (k, _), c in zip(chunk, run.store.get([i for _, i in chunk])):
+            if c.kind == "text" and c.valid and c.fitness is not None and math.isfinite(c.fitness):
+                elite[k], elite_fitness[k], elite_text[k] = c.id, c.fitness, _digest(c.text or "")
+    beaten = PerCell(g.islands * g.cells, int(opts["max_pairs_per_prompt"]))
+    for page in history.pages(run, ("text",), page=BATCH):
+        for k in np.flatnonzero(page["valid"] & np.isfinite(page["fitness"]) & (page["cell"] >= 0)).tolist():
+            at = int(page["island"][k]) * g.cells + int(page["cell"][k])
+            margin = elite_fitness[at] - page["fitness"][k]
+            if margin > 0 and margin >= opts["min_margin"] and page["text"][k] is not None \
+                    and _digest(page["text"][k]) != elite_text[at]:
+                beaten.offer(at, margin, int(page["id"][k]))
+    at, margin, rejected = beaten.kept()
+    order = np.lexsort((rejected, -margin, at))  # by slot (island, then cell), widest margin first, ties by id
     task = None  # loaded only when some cell has a pair
-    for island, cell in zip(*snap.filled()):
-        elite = seen.get(int(snap.genome_id[island, cell]))
-        if elite is None:  # a vector genome: no text to prefer
-            continue
-        pairs = _keep([(elite, s) for s in cells.get((int(island), int(cell)), ()) if s.id != elite.id],
-                      opts, "text")
-        if not pairs:
-            continue
+    for start in range(0, len(order), BATCH):
+        chunk = order[start:start + BATCH].tolist()
         if task is None:
+            cfg = run.config()
             task = load_task(cfg.experiment.task, OmegaConf.to_container(cfg.experiment.params, resolve=True))
         prompt = [{"role": "user", "content": task.description}]
-        chosen, *rejected = run.store.get([elite.id] + [lo.id for _, lo in pairs])
-        for (hi, lo), r in zip(pairs, rejected):
-            yield _row(prompt, chosen.text, r.text, hi, lo, "cell", chosen, int(cell), island=int(island))
+        ids = {int(elite[at[k]]) for k in chunk} | set(rejected[chunk].tolist())
+        held = {c.id: c for c in run.store.get(sorted(ids))}
+        for k in chunk:
+            hi, lo = held[int(elite[at[k]])], held[int(rejected[k])]
+            yield _row(prompt, hi.text, lo.text, _Seen(hi.id, float(hi.fitness), b"", b""),
+                       _Seen(lo.id, float(lo.fitness), b"", b""), "cell", hi, int(at[k] % g.cells),
+                       island=int(at[k] // g.cells))
 
 
 def _order(a: _Seen, b: _Seen) -> tuple[_Seen, _Seen]:
@@ -138,5 +169,5 @@ def _row(prompt: list[dict], chosen: str, rejected: str, hi: _Seen, lo: _Seen, s
     }
 
 
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()

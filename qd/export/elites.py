@@ -58,9 +58,11 @@ def rows(run: RunDir, options: dict[str, Any]) -> Iterator[dict[str, Any]]:
         }
 
 
-def _lineage(parents: dict[int, int], candidate_id: int) -> list[int]:
-    chain, at = [], parents.get(candidate_id, -1)
-    while at >= 0:  # parents are stored before their children: no cycles
-        chain.append(at)
-        at = parents.get(at, -1)
-    return chain[::-1]
+
+def _lineage(parents: Any, candidate_id: int) -> list[int]:
+    """Its first parents' chain, oldest first: an ancestor the store does not hold (an
+    elites-only store) ends the chain, and is its first id."""
+    from qd.history import ancestors
+
+    chain, missing = ancestors(parents, candidate_id)
+    return ([missing] if missing >= 0 else []) + chain[:0:-1]

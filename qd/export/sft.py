@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from qd.export import candidates, fitness, messages
+from qd.export import BATCH, PerCell, batched, fitness, messages
 from qd.rundir import RunDir
 
 COLUMNS = {
@@ -43,8 +43,6 @@ VARIANTS = ("task", "operator")
 
 
 def rows(run: RunDir, options: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    from qd.history import fates
-
     variant, per_cell = options["variant"], options["per_cell"]
     if variant not in VARIANTS:
         raise ValueError(f"sft: variant {variant!r}: use one of {', '.join(VARIANTS)}")
@@ -56,41 +54,43 @@ def rows(run: RunDir, options: dict[str, Any]) -> Iterator[dict[str, Any]]:
     held = held_out_strings(task)
     if any(h in task.description for h in held):
         raise ValueError("sft: the task's description contains a held-out item; refusing to export it as a prompt")
-    f = fates(run)
-    usable = f["valid"] & np.isfinite(f["fitness"]) & (f["cell"] >= 0)
-    if variant == "operator":
-        usable &= f["entered"] & (f["parent"] >= 0)
-    if options["min_fitness"] is not None:
-        usable &= f["fitness"] >= float(options["min_fitness"])
+    floor = -np.inf if options["min_fitness"] is None else float(options["min_fitness"])
     cap = per_cell if per_cell is not None else (1 if variant == "task" else None)
-    picked = _per_cell(f, np.flatnonzero(usable), cap)
-    if variant == "operator":
-        picked = np.sort(picked)  # store order: how the run learned
-    where = dict(zip(f["id"][picked].tolist(), f["cell"][picked].tolist()))
     task_prompt = [{"role": "user", "content": task.description}]
-    for c in candidates(run, f["id"][picked].tolist()):
-        prompt = task_prompt if variant == "task" else messages(c.prompt)
-        answer = c.text if variant == "task" else c.response
-        if prompt is None or answer is None or leaks(held, prompt, answer):
-            continue
-        yield {"id": c.id, "island": c.island, "cell": where[c.id], "fitness": fitness(c.fitness, c.valid),
-               "operator": c.operator, "model": c.model, "prompt": prompt,
-               "completion": [{"role": "assistant", "content": answer}]}
+    for chunk in batched(_picked(run, variant, floor, cap)):
+        where = dict(chunk)
+        for c in run.store.get(where):
+            prompt = task_prompt if variant == "task" else messages(c.prompt)
+            answer = c.text if variant == "task" else c.response
+            if prompt is None or answer is None or leaks(held, prompt, answer):
+                continue
+            yield {"id": c.id, "island": c.island, "cell": where[c.id], "fitness": fitness(c.fitness, c.valid),
+                   "operator": c.operator, "model": c.model, "prompt": prompt,
+                   "completion": [{"role": "assistant", "content": answer}]}
 
 
-def _per_cell(f: dict[str, np.ndarray], rows: np.ndarray, cap: int | None) -> np.ndarray:
-    """``rows`` (indexes into ``f``) best first, ties by id; at most ``cap`` per (island, cell)."""
-    rows = rows[np.lexsort((f["id"][rows], -f["fitness"][rows]))]
-    if cap is None:
-        return rows
-    taken: dict[tuple[int, int], int] = {}
-    keep = []
-    for k in rows.tolist():
-        key = (int(f["island"][k]), int(f["cell"][k]))
-        if taken.get(key, 0) < cap:
-            taken[key] = taken.get(key, 0) + 1
-            keep.append(k)
-    return np.asarray(keep, np.int64)
+def _picked(run: RunDir, variant: str, floor: float, cap: int | None) -> Iterator[tuple[int, int]]:
+    """(id, cell) of the candidates that make rows, in row order: best first, ties by id,
+    at most ``cap`` per (island, cell) (``operator``: then in store order; with no cap,
+    as the store streams by)."""
+    from qd.history import pages
+
+    g = run.geometry
+    kept = None if cap is None else PerCell(g.islands * g.cells, cap)
+    for page in pages(run, page=BATCH):
+        usable = page["valid"] & np.isfinite(page["fitness"]) & (page["cell"] >= 0) & (page["fitness"] >= floor)
+        if variant == "operator":
+            usable &= page["entered"] & (page["parent"] >= 0)
+        for k in np.flatnonzero(usable).tolist():
+            if kept is None:
+                yield int(page["id"][k]), int(page["cell"][k])
+            else:
+                kept.offer(int(page["island"][k]) * g.cells + int(page["cell"][k]), page["fitness"][k],
+                           int(page["id"][k]))
+    if kept is not None:
+        slot, _, ids = kept.kept()
+        order = np.argsort(ids, kind="stable") if variant == "operator" else np.arange(len(ids))
+        yield from zip(ids[order].tolist(), (slot[order] % g.cells).tolist())
 
 
 def _task(run: RunDir) -> Any:

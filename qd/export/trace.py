@@ -5,7 +5,7 @@ metrics, the improvement, the diff, and the prompt and answer that made the chil
 It is the raw material for studying operators (which prompts pay off) and for
 training on improvements (filter ``improvement > 0``). Founders (no parent) have no
 record. The first parent is the parent (a crossover's others are in the store).
-The store is read a page at a time and parents looked up a page at a time.
+The store is read a page at a time (``history.pages``) and parents looked up a page at a time.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from qd.export import BATCH, batched, fitness, messages
+import numpy as np
+
+from qd.export import BATCH, fitness, messages
 from qd.rundir import RunDir
 
 COLUMNS = {
@@ -31,7 +33,7 @@ COLUMNS = {
     "parent_metrics": "json",
     "child_metrics": "json",
     "child_text": "string",  # null for vector genomes
-    "diff": "string",  # unified diff from the parent's text (null for vectors)
+    "diff": "string",  # unified diff from the parent's text (null for vectors and children with no text)
     "prompt": "messages",  # what the operator sent (null for numeric operators)
     "response": "string",  # the model's answer
 }
@@ -39,26 +41,26 @@ OPTIONS: dict[str, Any] = {}
 
 
 def rows(run: RunDir, options: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    from qd.history import diff, fates
+    from qd.history import diff, pages
 
-    f = fates(run)
-    entered = dict(zip(f["id"].tolist(), f["entered"].tolist()))
-    children = (c for c in run.store.iter(page=BATCH) if c.parent_ids and c.kind in ("text", "vector"))
-    for page in batched(children):
-        held = {int(c.parent_ids[0]) for c in page} & entered.keys()  # an elites-only store lacks evicted parents
-        parents = {p.id: p for p in run.store.get(sorted(held))}
-        for c in page:
+    for page in pages(run, page=BATCH):
+        kids = np.flatnonzero(page["parent"] >= 0)
+        entered = dict(zip(page["id"][kids].tolist(), page["entered"][kids].tolist()))
+        # An elites-only store lacks evicted parents: their records have no parent fields.
+        parents = {p.id: p for p in run.store.get(sorted(set(page["parent"][kids].tolist())), missing_ok=True)}
+        for c in run.store.get(page["id"][kids].tolist()):
             p = parents.get(int(c.parent_ids[0]))
             child_fitness = fitness(c.fitness, c.valid)
             parent_fitness = fitness(p.fitness, p.valid) if p is not None else None
             text = c.kind == "text"
             yield {
                 "child_id": c.id, "parent_id": int(c.parent_ids[0]), "island": c.island, "operator": c.operator,
-                "model": c.model, "valid": c.valid, "error": c.error, "entered": entered.get(c.id, False),
+                "model": c.model, "valid": c.valid, "error": c.error, "entered": entered[c.id],
                 "parent_fitness": parent_fitness, "child_fitness": child_fitness,
                 "improvement": None if None in (child_fitness, parent_fitness) else child_fitness - parent_fitness,
                 "parent_metrics": p.metrics if p is not None else None, "child_metrics": c.metrics,
                 "child_text": c.text if text else None,
-                "diff": diff(p.text or "", c.text or "", f"#{p.id}", f"#{c.id}") if text and p is not None else None,
+                "diff": diff(p.text or "", c.text, f"#{p.id}", f"#{c.id}") if text and c.text is not None and p is not None
+                else None,
                 "prompt": messages(c.prompt), "response": c.response,
             }

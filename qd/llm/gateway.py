@@ -229,6 +229,9 @@ class ModelGateway:
         n = request.get("n") if isinstance(request, dict) else None
         entry: dict[str, Any] = {"n": n, "messages": None, "sampling": None, "model": None, "tokens_in": 0,
                                  "tokens_out": 0, "cached": False, "seconds": 0.0}
+        item = request.get("item") if isinstance(request, dict) else None
+        if isinstance(item, int) and not isinstance(item, bool) or isinstance(item, str):
+            entry["item"] = item if isinstance(item, int) else item[:200]  # which task item (the entry says)
         try:
             if not isinstance(request, dict):
                 raise _Refused("llm: request: not a dict (a bug in the caller)")

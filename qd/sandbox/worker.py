@@ -316,6 +316,10 @@ class ModelCalls:
     (also ``llm.Error``) with the host's one-line reason when the call is refused (the
     budget is spent, the time is up, the request is invalid) or fails. Threads may call
     it at once; forked children share its pipes and should not.
+
+    ``item``: the task item being answered (an int or a short str; None: not said). A
+    task's entry sets it before each item, and the host's trace records it with each call,
+    so what an agent did can be read back per item (``qd export --kind trajectory``).
     """
 
     Error = ModelCallError
@@ -328,6 +332,7 @@ class ModelCalls:
         self._answers: dict = {}  # n -> answer, read by whichever thread was reading
         self._reading = False
         self._broken = None
+        self.item = None
 
     def __repr__(self) -> str:
         return ("<llm(messages, temperature=, max_tokens=, stop=, model=, top_logprobs=) -> str: the run's model, "
@@ -335,7 +340,8 @@ class ModelCalls:
 
     def __call__(self, messages, **sampling) -> str:
         try:
-            body = json.dumps({"messages": messages, "sampling": sampling}).encode()
+            item = {} if self.item is None else {"item": self.item}
+            body = json.dumps({"messages": messages, "sampling": sampling, **item}).encode()
         except (TypeError, ValueError) as e:
             raise ModelCallError(f"llm: request is not JSON: {_one_line(e)} "
                                  "(pass str messages and plain numbers)") from None
@@ -439,7 +445,7 @@ class CallChannel:
             del self.inbox[:end]
             try:
                 call = json.loads(body)
-                if not (isinstance(call, dict) and call.keys() == {"messages", "sampling"}
+                if not (isinstance(call, dict) and call.keys() - {"item"} == {"messages", "sampling"}
                         and isinstance(call["sampling"], dict) and _shallow(call, 8)):
                     return "malformed model call"
                 frame = None if self.final is not None else json.dumps({"n": self.n, **call}).encode()

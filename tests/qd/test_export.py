@@ -1,14 +1,18 @@
 """``qd export`` (qd.export): the elites, sft and trace kinds in every format, read back
 against the store; byte-identical repeats; one-line errors; the run left untouched."""
 
+import io
+import itertools
 import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from qd import history
 from qd.cli import main as qd
-from qd.export import export, sft
+from qd.export import PerCell, export, sft, write
 from qd.export import elites as elites_kind
 from qd.export import trace as trace_kind
 from qd.rundir import RunDir
@@ -156,10 +160,12 @@ def test_trace_has_a_record_per_child_with_its_parent_and_diff(exported, text_ru
             assert (r["parent_id"], r["valid"], r["error"], r["response"], r["entered"]) == (
                 p.id, c.valid, c.error, c.response, entered[c.id])
             assert r["prompt"] == json.loads(c.prompt) and r["diff"] == history.parent_diff(run, c)
+            assert (r["diff"] is None) == (c.text is None)  # an answer with no program is not a deletion
             assert r["child_fitness"] == (c.fitness if c.valid else None)
             if r["improvement"] is not None:
                 assert r["improvement"] == pytest.approx(c.fitness - p.fitness)
     assert any(not r["valid"] for r in rows) and any(r["improvement"] is not None for r in rows)
+    assert any(c.text is None for c in children) and any(r["diff"] for r in rows)
 
 
 def test_a_vector_run_exports_its_elites_and_refuses_sft(cvt_run, tmp_path, capsys):
@@ -200,3 +206,48 @@ def test_the_command_prints_the_path_and_the_rows(text_run, tmp_path, capsys, mo
 
 def test_exports_leave_the_run_untouched(exported, text_run):
     assert mtimes(text_run) == exported[1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(-3, 3)), max_size=40), st.integers(1, 3))
+def test_per_cell_keeps_the_k_best_of_each_cell_as_a_full_sort_would(offers, k):
+    """What sft and dpo keep while the store streams by equals sorting everything at the end."""
+    kept = PerCell(5, k)
+    for i, (cell, score) in enumerate(offers):
+        kept.offer(cell, float(score), i)
+    everything = sorted(((-score, i, cell) for i, (cell, score) in enumerate(offers)))
+    taken: dict[int, int] = {}
+    want = []
+    for neg, i, cell in everything:
+        if taken.get(cell, 0) < k:
+            taken[cell] = taken.get(cell, 0) + 1
+            want.append((cell, -neg, i))
+    cell, score, ids = kept.kept()
+    assert list(zip(cell.tolist(), score.tolist(), ids.tolist())) == [(c, float(s), i) for c, s, i in want]
+
+
+def test_the_progress_bar_follows_the_scan_and_the_rows(text_run, tmp_path):
+    from qd.export.command import Bar
+
+    stream = io.StringIO()
+    ticks = itertools.count()  # each clock read a second later: every update is drawn
+    bar = Bar(stream, clock=lambda: float(next(ticks)))
+    _, count = write(text_run, "trace", "jsonl", tmp_path / "t.jsonl", progress=bar)
+    bar.done()
+    with RunDir(text_run) as run:
+        stored = run.store.last_id() + 1
+    lines = [line.removesuffix("\x1b[K") for line in stream.getvalue().strip().split("\r") if line]
+    assert f"of {stored:,} candidates read" in lines[0]  # the scan is under way before the first row
+    assert lines[-1].startswith(f"qd export: [{'#' * Bar.WIDTH}] 100% of {stored:,} candidates read, {count:,} rows")
+    written = [int(line.split(" rows")[0].rsplit(" ", 1)[1].replace(",", "")) for line in lines]
+    assert written == sorted(written) and written[-1] == count > 0
+
+
+def test_a_kind_that_does_not_scan_the_store_shows_rows_only(text_run, tmp_path):
+    from qd.export.command import Bar
+
+    stream = io.StringIO()
+    bar = Bar(stream, clock=itertools.count().__next__)
+    _, count = write(text_run, "diverse", "jsonl", tmp_path / "d.jsonl", {"k": 3}, progress=bar)
+    bar.done()
+    assert stream.getvalue().split("\r")[-1].startswith(f"qd export: {count} rows")

@@ -191,7 +191,7 @@ def test_diverse_uses_the_cached_embeddings_when_every_elite_has_one(text_run, t
 # -- trajectory ----------------------------------------------------------------------------------
 
 
-def test_trajectories_hold_every_model_call_and_fit_the_shipped_schema(agent_run):
+def test_trajectories_hold_every_model_call_per_task_item_and_fit_the_shipped_schema(agent_run):
     schema = json.loads(trajectory.SCHEMA.read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
@@ -199,25 +199,33 @@ def test_trajectories_hold_every_model_call_and_fit_the_shipped_schema(agent_run
         rows = list(trajectory.rows(run, {}))
         agents = [c for c in run.store.iter() if c.genome == "agent" and run.store.trace(c.id)]
         assert len(agents) >= 7  # the six founders and a child (duplicates reuse its evaluation, without calls)
-        assert [r["id"] for r in rows] == [f"{run.name}/{c.id}" for c in agents]
-        for r, c in zip(rows, agents):
+        items = [(c, item) for c in agents for item in sorted({call.get("item") for call in run.store.trace(c.id)})]
+        assert {item for _, item in items} == {0, 1}  # search_items=2: every call says which question it served
+        assert [r["id"] for r in rows] == [f"{run.name}/{c.id}/{item}" for c, item in items]
+        answered_per_agent: dict[int, int] = {}
+        for r, (c, item) in zip(rows, items):
             validator.validate(r)
-            calls = run.store.trace(c.id)
+            calls = [call for call in run.store.trace(c.id) if call["item"] == item]
             said = [s["content"] for s in r["content"]]
             answered = [call for call in calls if "text" in call]
-            assert r["details"]["calls"] == len(answered) == c.metrics["model_calls"] > 0
+            assert r["details"]["calls"] == len(answered)
+            assert r["details"]["item"] == item
+            answered_per_agent[c.id] = answered_per_agent.get(c.id, 0) + len(answered)
             assert r["details"]["candidate"] == c.id and r["details"]["fitness"] == c.fitness
             at = 0
             for call in calls:  # every call's messages (new ones) and its answer, in order
                 for m in (call["messages"] or [])[-1:]:
                     at = said.index(m["content"], at)
                 at = said.index(call.get("text", call.get("error")), at)
-        two_turns = [r for r, c in zip(rows, agents) if c.operator == "meta_agent" and c.valid]
-        assert two_turns, "meta_agent made a valid two-turn agent"
-        question = two_turns[0]["content"][1]["content"]
-        assert [(s["type"], s["source"], s["content"]) for s in two_turns[0]["content"][:5]] == [
-            ("observation", "environment", "Be brief."), ("message", "user", question),
-            ("message", "agent", "Answer: 9"), ("message", "user", "Sure?"), ("message", "agent", "Answer: 9")]
+        assert answered_per_agent == {c.id: c.metrics["model_calls"] for c in agents}
+        two_turns = [r for r, (c, _) in zip(rows, items) if c.operator == "meta_agent" and c.valid]
+        assert len(two_turns) == 2, "meta_agent made a valid two-turn agent, answering both questions"
+        questions = [r["content"][1]["content"] for r in two_turns]
+        assert questions[0] != questions[1]
+        for r, question in zip(two_turns, questions):
+            assert [(s["type"], s["source"], s["content"]) for s in r["content"]] == [
+                ("observation", "environment", "Be brief."), ("message", "user", question),
+                ("message", "agent", "Answer: 9"), ("message", "user", "Sure?"), ("message", "agent", "Answer: 9")]
 
 
 def test_trajectory_steps_of_a_failed_call_and_of_a_fresh_conversation():

@@ -136,4 +136,14 @@ def test_stores_from_before_instructions_still_read_and_new_ones_keep_them(tmp_p
     db.close()
     with Store(path, readonly=True) as store:  # an old store, opened read-only: the column reads as None
         assert store.get([0])[0].instruction is None
-        assert store.columns(("id", "instruction")) == [(0, None)]
+        assert list(store.columns(("id", "instruction"))) == [[(0, None)]]
+
+
+def test_ancestors_walk_sparse_ids_and_stop_at_an_ancestor_the_store_lacks():
+    """A device run's elites-only store keeps a few ids out of millions of evaluations: the
+    first parents are two arrays over what is stored, never an array over every id."""
+    parents = history.FirstParents(np.asarray([5, 2_000_000_000, 3_000_000_000], np.int64),
+                                   np.asarray([-1, 7, 2_000_000_000], np.int64))
+    assert history.ancestors(parents, 3_000_000_000) == ([3_000_000_000, 2_000_000_000], 7)  # 7 was not kept
+    assert history.ancestors(parents, 5) == ([5], -1)
+    assert history.ancestors(parents, 6) == ([], -1)

@@ -115,6 +115,28 @@ def test_agent_calls_reach_the_host_model_and_are_counted(sandbox, scripted_llm)
         assert (agent_usage.calls, agent_usage.tokens_in + agent_usage.tokens_out) == (2, spent)
 
 
+def test_each_call_records_the_task_item_its_entry_named(sandbox, scripted_llm):
+    """``llm.item``: the entry names the item it is on; the host's trace keeps it with each call
+    (ints and short strings; anything else is not recorded)."""
+    server = scripted_llm([ECHO])
+
+    async def main(client):
+        result, gateway = await run_agent(sandbox, client, """
+            def forward(task, llm):
+                out = [llm("before")]
+                for item in (0, 1, "q-7", True, [2]):
+                    llm.item = item
+                    out.append(llm(f"on {item}"))
+                return out
+            """)
+        return result, gateway
+
+    result, gateway = run(server, main)
+    assert result.ok, result
+    assert [e.get("item", "-") for e in gateway.trace] == ["-", 0, 1, "q-7", "-", "-"]
+    assert all("text" in e for e in gateway.trace)  # an odd item is not recorded, and the call is answered
+
+
 def test_agent_picks_a_run_model_and_reads_logprobs(sandbox, scripted_llm):
     """``model=`` names one of the run's models (another is refused inside the agent);
     ``top_logprobs=`` answers {"text", "top_logprobs"}: what judges in evaluations read."""

@@ -89,3 +89,20 @@ def test_threads_share_one_store_without_breaking_transactions(tmp_path):
             f.result()
         assert store.count() == 400 and len(store.cache_get("k", [f"{i}.3" for i in range(0, 400, 2)])) == 200
         assert [c.id for c in store.iter(page=7)] == list(range(400))
+
+
+def test_columns_come_a_page_at_a_time_in_id_or_parent_order(tmp_path):
+    """``columns`` streams (pages of ``page`` rows), by id or by first parent then id: the
+    sorted scan an export groups siblings with, without holding the run."""
+    parents = [[], [], [0], [1], [0, 1], [1], [0], []]
+    with Store(tmp_path / "s.sqlite") as store:
+        store.add([Candidate(fitness=1.0, descriptor=np.zeros(2), valid=True, kind="text", text=str(i),
+                             parent_ids=p, island=0) for i, p in enumerate(parents)])
+        pages = list(store.columns(("id", "text"), page=3))
+        assert [len(p) for p in pages] == [3, 3, 2]
+        assert [row for p in pages for row in p] == [(i, str(i)) for i in range(8)]
+        by_parent = [i for p in store.columns(("id",), page=2, by_parent=True) for (i,) in p]
+        assert by_parent == [0, 1, 7, 2, 4, 6, 3, 5]  # founders (no parent) first, then by first parent, then id
+        assert list(store.columns(("id",), kinds=("vector",))) == []
+        with pytest.raises(ValueError, match="no column 'nope'"):
+            list(store.columns(("nope",)))
