@@ -7,7 +7,8 @@ archive; ``--small`` and ``--large`` candidates, 100k and 1M by default), then
 exports each kind in ``--kinds`` (``--format``, parquet by default) from a fresh
 process per export, and reports its wall time and peak resident memory (the
 child's ``VmHWM``, read by the child as it ends: ``ru_maxrss`` would not do, Linux
-carries it over ``exec`` from the forking parent, which grows as it builds the runs). The target: an export streams, so its peak memory at the
+carries it over ``exec`` from the forking parent, which grows as it builds the runs).
+The target: an export streams, so its peak memory at the
 large run is at most 1.2x that at the small one.
 
 Beside it (the peer), what a user hand-writes against ``store.sqlite`` today:

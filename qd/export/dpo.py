@@ -43,13 +43,12 @@ OPTIONS: dict[str, Any] = {"min_margin": 0.0, "max_pairs_per_prompt": 4, "task_p
 
 
 class _Seen(NamedTuple):
-    """What pairing needs of a candidate (digests instead of texts, so a group's memory does
-    not grow with its texts)."""
+    """What pairing needs of a candidate (a digest instead of its answer, so a group's memory
+    does not grow with its texts)."""
 
     id: int
     fitness: float
-    text: bytes  # digest of the genome text
-    response: bytes  # digest of the model's answer
+    answer: int  # digest of the model's answer (siblings); 0 for a cell pair's texts, compared apart
 
 
 def rows(run: RunDir, options: dict) -> Iterator[dict]:
@@ -94,9 +93,9 @@ def _family_pairs(run: RunDir, family: list[int], opts: dict) -> Iterator[tuple[
         for c in run.store.get(chunk):
             if c.prompt is not None and c.response is not None:
                 groups[(c.operator or "", _digest(c.prompt))].append(
-                    _Seen(c.id, float(c.fitness), b"", _digest(c.response)))
+                    _Seen(c.id, float(c.fitness), _digest(c.response)))
     for group in sorted(groups.values(), key=lambda g: g[0].id):
-        yield from _keep([_order(a, b) for a, b in itertools.combinations(group, 2)], opts, "response")
+        yield from _keep([_order(a, b) for a, b in itertools.combinations(group, 2)], opts)
 
 
 def _cell_rows(run: RunDir, opts: dict) -> Iterator[dict]:
@@ -111,7 +110,7 @@ def _cell_rows(run: RunDir, opts: dict) -> Iterator[dict]:
     slot = isl.astype(np.int64) * g.cells + cell
     elite = np.full(g.islands * g.cells, -1, np.int64)
     elite_fitness = np.full(g.islands * g.cells, np.nan)
-    elite_text = np.zeros(g.islands * g.cells, "S16")
+    elite_text = np.zeros(g.islands * g.cells, np.uint64)
     for chunk in batched(list(zip(slot.tolist(), snap.genome_id[isl, cell].tolist()))):
         for (k, _), c in zip(chunk, run.store.get([i for _, i in chunk])):
             if c.kind == "text" and c.valid and c.fitness is not None and math.isfinite(c.fitness):
@@ -137,8 +136,8 @@ def _cell_rows(run: RunDir, opts: dict) -> Iterator[dict]:
         held = {c.id: c for c in run.store.get(sorted(ids))}
         for k in chunk:
             hi, lo = held[int(elite[at[k]])], held[int(rejected[k])]
-            yield _row(prompt, hi.text, lo.text, _Seen(hi.id, float(hi.fitness), b"", b""),
-                       _Seen(lo.id, float(lo.fitness), b"", b""), "cell", hi, int(at[k] % g.cells),
+            yield _row(prompt, hi.text, lo.text, _Seen(hi.id, float(hi.fitness), 0),
+                       _Seen(lo.id, float(lo.fitness), 0), "cell", hi, int(at[k] % g.cells),
                        island=int(at[k] // g.cells))
 
 
@@ -147,13 +146,12 @@ def _order(a: _Seen, b: _Seen) -> tuple[_Seen, _Seen]:
     return (a, b) if a.fitness >= b.fitness else (b, a)
 
 
-def _keep(pairs: list[tuple[_Seen, _Seen]], opts: dict, field: str) -> list[tuple[_Seen, _Seen]]:
-    """The pairs worth a lesson (a positive margin of at least ``min_margin``, two different
-    ``field`` texts), widest margin first, ties by (chosen id, rejected id), at most
+def _keep(pairs: list[tuple[_Seen, _Seen]], opts: dict) -> list[tuple[_Seen, _Seen]]:
+    """The sibling pairs worth a lesson (a positive margin of at least ``min_margin``, two
+    different answers), widest margin first, ties by (chosen id, rejected id), at most
     ``max_pairs_per_prompt``."""
     kept = [(hi, lo) for hi, lo in pairs
-            if hi.fitness - lo.fitness > 0 and hi.fitness - lo.fitness >= opts["min_margin"]
-            and getattr(hi, field) != getattr(lo, field)]
+            if hi.fitness - lo.fitness > 0 and hi.fitness - lo.fitness >= opts["min_margin"] and hi.answer != lo.answer]
     kept.sort(key=lambda p: (p[1].fitness - p[0].fitness, p[0].id, p[1].id))
     return kept[:int(opts["max_pairs_per_prompt"])]
 
@@ -169,5 +167,7 @@ def _row(prompt: list[dict], chosen: str, rejected: str, hi: _Seen, lo: _Seen, s
     }
 
 
-def _digest(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+def _digest(text: str) -> int:
+    """64 bits of the text's hash: equal texts always match (so a pair never repeats a text);
+    two different texts that collide only cost a pair."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")

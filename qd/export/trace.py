@@ -52,7 +52,7 @@ def rows(run: RunDir, options: dict[str, Any]) -> Iterator[dict[str, Any]]:
             p = parents.get(int(c.parent_ids[0]))
             child_fitness = fitness(c.fitness, c.valid)
             parent_fitness = fitness(p.fitness, p.valid) if p is not None else None
-            text = c.kind == "text"
+            text = c.kind == "text" and c.text is not None  # (an answer with no program has no text)
             yield {
                 "child_id": c.id, "parent_id": int(c.parent_ids[0]), "island": c.island, "operator": c.operator,
                 "model": c.model, "valid": c.valid, "error": c.error, "entered": entered[c.id],
@@ -60,7 +60,6 @@ def rows(run: RunDir, options: dict[str, Any]) -> Iterator[dict[str, Any]]:
                 "improvement": None if None in (child_fitness, parent_fitness) else child_fitness - parent_fitness,
                 "parent_metrics": p.metrics if p is not None else None, "child_metrics": c.metrics,
                 "child_text": c.text if text else None,
-                "diff": diff(p.text or "", c.text, f"#{p.id}", f"#{c.id}") if text and c.text is not None and p is not None
-                else None,
+                "diff": diff(p.text or "", c.text, f"#{p.id}", f"#{c.id}") if text and p is not None else None,
                 "prompt": messages(c.prompt), "response": c.response,
             }
