@@ -360,7 +360,8 @@ class SandboxConf:
 
 @dataclasses.dataclass
 class RunnerConf:
-    name: str = "local"
+    name: str = "local"  # local: evaluations on this machine | ray: sandboxed evaluations on a Ray cluster
+    address: Optional[str] = None  # runner=ray: the cluster to join (ray.init's address); None: start one here
     batch_size: int = number(64, ge=1)  # children per proposal
     in_flight: int = number(2, ge=1)  # proposals running at once
     initial_population: int = number(8, ge=1)  # founder children (of the task's initial genomes) in flight per empty island; the rest wait for parents

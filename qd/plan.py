@@ -29,6 +29,7 @@ but a rule (the configured operator weights, never learning), so it has no
 from __future__ import annotations
 
 import copy
+import importlib.util
 import dataclasses
 import os
 from pathlib import Path
@@ -48,6 +49,7 @@ register()
 
 ARCHIVE_KINDS = ("grid", "cvt", "novelty")
 PROVIDERS = ("local", "openai", "vllm", "ollama", "server")
+RUNNERS = ("local", "ray")
 EVALUATORS = ("auto", "inprocess", "pool", "sandbox", "host")
 LOOPS = ("auto", "host", "device")
 STORES = ("auto", "all", "elites")
@@ -187,6 +189,7 @@ def plan(cfg: DictConfig) -> Plan:
                           f"use one of {list(archive.TOPOLOGIES)}")
     genome = _genome(task)
     evaluator = _evaluator_kind(cfg, task, genome)
+    _check_runner(cfg, evaluator)
     llm = _llm(cfg) if task.kind != "vector" else None
     operators = _operators(cfg, task, genome)
     strategy = plan_strategy(cfg, task, describer, [o.label for o in operators], cycle)
@@ -390,6 +393,19 @@ def _evaluator_kind(cfg: DictConfig, task: Any, genome: Any) -> str:
                else f"{genome.name} genomes are data for the task's host code, not programs")
         raise ConfigError("runner.evaluator", why, f"use auto or {own}")
     return own
+
+
+def _check_runner(cfg: DictConfig, evaluator: str) -> None:
+    """``runner=ray`` moves sandboxed evaluations to a cluster; it needs Ray and a sandboxed task."""
+    name = cfg.runner.name
+    if name not in RUNNERS:
+        raise ConfigError("runner.name", f"unknown runner {name!r}", f"use runner={' or runner='.join(RUNNERS)}")
+    if name == "ray":
+        if evaluator != "sandbox":
+            raise ConfigError("runner", f"runner=ray runs sandboxed evaluations; this run's evaluator is {evaluator}",
+                              "use runner=local (its evaluations are cheap or trusted host code)")
+        if importlib.util.find_spec("ray") is None:
+            raise ConfigError("runner", "Ray is not installed", 'install the extra: pip install ".[ray]"')
 
 
 def _sandbox(cfg: DictConfig) -> Any:

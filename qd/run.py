@@ -107,6 +107,10 @@ def _build_evaluator(p: Plan, client: Any) -> Any:
         return InProcessEvaluator(p.task)
     if p.evaluator == "host":
         runner = HostRunner(p.task.host_entry, r.workers)
+    elif r.name == "ray":
+        from qd.sandbox.cluster import RaySandbox
+
+        runner = RaySandbox(p.task.sandbox_entry, limits=p.sandbox, address=r.address, cpus=r.workers)
     else:
         from qd.sandbox import Sandbox
 

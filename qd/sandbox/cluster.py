@@ -1,0 +1,273 @@
+"""The sandbox on a Ray cluster: ``RaySandbox`` runs what ``Sandbox`` runs, on the cluster's nodes.
+
+Evaluations are what outgrow one machine first, so only they move: the archive, the
+store, the budgets, the LLM cache and the ledger stay with the driver (the engine's
+process). Each node of the cluster with CPUs gets one actor, ``_NodeSandbox``, pinned
+to it, holding a ``Sandbox`` of as many pre-forked workers as the node has CPUs: the
+same isolation as a local run, a fork per run.
+
+A run whose entry calls a model (``run(..., calls=gateway)``) keeps every call on the
+driver: the actor hands each of the child's requests back (``next_call``), the driver
+answers it with the run's ``ModelGateway`` (budget, cache, ledger, trace, all on the
+driver) and returns the answer (``answer``). So every call is counted and cached once,
+wherever the evaluation runs, and a worker never needs the model's address or key.
+
+A node lost mid-run (its actor dies) costs the runs it held one retry on another node;
+a second loss is a failed run with the reason, stored as any other failure. Lost nodes
+are not used again. ``run`` never raises because of the cluster, as ``Sandbox.run``
+never raises because of the candidate.
+
+Ray is an optional extra (``pip install ".[ray]"``); this module imports it on use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from qd.sandbox.pool import Calls, Limits, SandboxResult, _check_entry, _failed
+
+RETRIES = 1  # a run whose node is lost is tried once more elsewhere
+_ENV = {"RAY_USAGE_STATS_ENABLED": "0",  # no reports home (nothing here reaches the internet anyway)
+        "RAY_AUTH_MODE": "disabled"}  # a token made by one local cluster would lock later nodes out
+_START_S = 120.0  # a head node's start, on a loaded 2-core machine
+
+
+def need_ray() -> Any:
+    """The ``ray`` module; ImportError naming the extra when it is missing."""
+    try:
+        import ray
+    except ImportError:
+        raise ImportError('runner=ray: Ray is not installed; install the extra: pip install ".[ray]"') from None
+    return ray
+
+
+class LocalCluster:
+    """A one-node Ray cluster started here for ``runner=ray`` without an address: ``ray start
+    --head --block`` under a lifeline, in a process group of its own, so it and every process
+    Ray starts under it end with this process, however it ends (``close`` or ``kill -9``)."""
+
+    def __init__(self, cpus: int, temp_dir: Path):
+        import socket
+
+        from qd.lifeline import module_command
+
+        with socket.socket() as s:  # a free port for the head's GCS
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.address = f"127.0.0.1:{port}"
+        temp_dir.mkdir(parents=True, exist_ok=True)
+        self.log = temp_dir / "head.log"
+        args = ["start", "--head", "--block", f"--port={port}", f"--num-cpus={cpus}", "--include-dashboard=false",
+                "--disable-usage-stats", "--object-store-memory=100000000", f"--temp-dir={temp_dir}"]
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(module_command("ray.scripts.scripts", args, tag="qd-ray"), stdout=log,
+                                         stderr=subprocess.STDOUT, env={**os.environ, **_ENV}, process_group=0)
+        deadline = time.monotonic() + _START_S
+        while "Ray runtime started" not in self.log.read_text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = self.log.read_text()[-600:].strip().splitlines()
+                self.close()
+                raise RuntimeError(f"runner=ray: the local Ray head did not start ({tail[-1] if tail else 'no log'}; "
+                                   f"see {self.log})")
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the head and every process Ray started in its group
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+
+def connect(address: str | None, cpus: int, temp_dir: Path, entry: str) -> LocalCluster | None:
+    """Joins the Ray cluster at ``address``, or starts a local one (returned, to close).
+
+    The code reaches the workers through Ray's runtime environment: qd itself and the
+    folder of a file entry (a task's ``entry.py`` and its siblings) are uploaded as
+    ``py_modules``, so a node needs only Python and qd's dependencies."""
+    ray = need_ray()
+    os.environ.update(_ENV)
+    modules = [str(Path(__file__).resolve().parents[1])]  # the qd package
+    target = entry.rpartition(":")[0]
+    if target.endswith(".py"):
+        modules.append(str(Path(target).parent))
+    cluster = None if address else LocalCluster(cpus, temp_dir)
+    try:
+        ray.init(address=address or cluster.address, log_to_driver=False, configure_logging=False,
+                 runtime_env={"py_modules": modules, "env_vars": _ENV})
+    except BaseException:
+        if cluster is not None:
+            cluster.close()
+        raise
+    return cluster
+
+
+class _NodeSandbox:
+    """One node's sandbox (a Ray actor; ``RaySandbox`` makes one per node). Model calls of a
+    run are queued for the driver (``next_call``) and answered by it (``answer``)."""
+
+    def __init__(self, entry: str, workers: int, limits: dict):
+        from qd.sandbox import Sandbox
+
+        self.sandbox = Sandbox(_on_this_node(entry), workers=workers, limits=Limits(**limits))
+        self.calls: dict[int, asyncio.Queue] = {}  # run id -> the child's requests (None: the run ended)
+        self.waiting: dict[tuple[int, Any], asyncio.Future] = {}  # (run id, call n) -> its answer
+
+    async def run(self, run_id: int, text: str, args: dict, with_calls: bool) -> dict:
+        if not with_calls:
+            return dataclasses.asdict(await self.sandbox.run(text, args))
+        queue = self.calls[run_id] = asyncio.Queue()
+
+        async def relay(request: dict) -> dict:
+            answer = self.waiting[(run_id, request.get("n"))] = asyncio.get_running_loop().create_future()
+            queue.put_nowait(request)
+            try:
+                return await answer
+            finally:
+                self.waiting.pop((run_id, request.get("n")), None)
+
+        try:
+            return dataclasses.asdict(await self.sandbox.run(text, args, calls=relay))
+        finally:
+            queue.put_nowait(None)
+
+    async def next_call(self, run_id: int) -> dict | None:
+        """The run's next model call, or None once the run has ended."""
+        request = await self.calls[run_id].get()
+        if request is None:
+            del self.calls[run_id]
+        return request
+
+    def answer(self, run_id: int, answer: dict) -> None:
+        waiting = self.waiting.get((run_id, answer.get("n")))
+        if waiting is not None and not waiting.done():
+            waiting.set_result(answer)
+
+    def isolation(self) -> dict[str, bool]:
+        return self.sandbox.isolation()
+
+    def close(self) -> None:
+        self.sandbox.close()
+
+
+def _on_this_node(entry: str) -> str:
+    """A file entry as this node has it: at the driver's path (a node of the driver's machine),
+    else in the folder the runtime environment uploaded (``connect``), found on ``sys.path``."""
+    target, _, name = entry.rpartition(":")
+    path = Path(target)
+    if not target.endswith(".py") or path.is_file():
+        return entry
+    for root in map(Path, sys.path):
+        if (root / path.parent.name / path.name).is_file():
+            return f"{root / path.parent.name / path.name}:{name}"
+    return entry  # (the sandbox names the missing file)
+
+
+class RaySandbox:
+    """``Sandbox``'s ``run(text, args, calls=)`` on the Ray cluster ``ray.init`` joined
+    (see the module doc). ``workers``: the runs it takes at once, the cluster's CPUs."""
+
+    def __init__(self, entry: str, *, limits: Limits = Limits(), address: str | None = None, cpus: int = 2,
+                 temp_dir: Path | None = None):
+        ray = need_ray()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.entry, self.limits = _check_entry(entry), limits
+        self._cluster = connect(address, cpus, temp_dir or Path(tempfile.mkdtemp(prefix="qd-ray-")), self.entry)
+        actor = ray.remote(_NodeSandbox)
+        self._actors: list[tuple[Any, int]] = []  # (actor, workers) per node
+        for node in sorted((n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) >= 1),
+                           key=lambda n: n["NodeID"]):
+            cpus = int(node["Resources"]["CPU"])
+            pinned = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            self._actors.append((actor.options(num_cpus=0, scheduling_strategy=pinned, max_restarts=0,
+                                               max_concurrency=1000).remote(self.entry, cpus,
+                                                                            dataclasses.asdict(limits)), cpus))
+        if not self._actors:
+            raise RuntimeError("runner=ray: the cluster has no node with a CPU to run evaluations on")
+        self.workers = sum(cpus for _, cpus in self._actors)
+        self._busy = [0] * len(self._actors)
+        self._lost: set[int] = set()
+        self._ids = itertools.count()
+        self._ray = ray
+
+    async def run(self, text: str, args: dict | None = None, *, calls: Calls | None = None) -> SandboxResult:
+        """What ``Sandbox.run`` does, on the least busy live node; a lost node costs one retry."""
+        lost = []
+        for _ in range(RETRIES + 1):
+            node = self._pick()
+            if node is None:
+                break
+            self._busy[node] += 1
+            try:
+                return await self._run_on(node, text, args or {}, calls)
+            except self._ray.exceptions.RayActorError as e:  # the node (or its actor) died
+                self._lost.add(node)
+                lost.append(f"node {node}: {type(e).__name__}")
+            finally:
+                self._busy[node] -= 1
+        if not lost:  # every node is gone: a run cannot go on without evaluations
+            raise RuntimeError("runner=ray: every node of the cluster was lost; resume= the run once it is back")
+        return _failed(f"ray: lost the worker running this evaluation ({'; '.join(lost)}); "
+                       f"tried {len(lost)} time(s)")
+
+    def _pick(self) -> int | None:
+        live = [k for k in range(len(self._actors)) if k not in self._lost]
+        return min(live, key=lambda k: (self._busy[k] / self._actors[k][1], k)) if live else None
+
+    async def _run_on(self, node: int, text: str, args: dict, calls: Calls | None) -> SandboxResult:
+        actor = self._actors[node][0]
+        run_id = next(self._ids)
+        result = actor.run.remote(run_id, text, args, calls is not None)
+        if calls is None:
+            return SandboxResult(**await result)
+        relay = asyncio.create_task(self._relay(actor, run_id, calls))
+        try:
+            return SandboxResult(**await result)
+        finally:
+            relay.cancel()
+            await asyncio.gather(relay, return_exceptions=True)
+
+    @staticmethod
+    async def _relay(actor: Any, run_id: int, calls: Calls) -> None:
+        """Answers the run's model calls on the driver, each in a task of its own (an agent's
+        threads may call at once), until the run ends."""
+        answering: set[asyncio.Task] = set()
+
+        async def answer(request: dict) -> None:
+            await actor.answer.remote(run_id, await calls(request))
+
+        try:
+            while (request := await actor.next_call.remote(run_id)) is not None:
+                task = asyncio.create_task(answer(request))
+                answering.add(task)
+                task.add_done_callback(answering.discard)
+        finally:
+            for task in answering:
+                task.cancel()
+
+    def isolation(self) -> dict[str, bool]:
+        """The isolation in force on the first node (as ``Sandbox.isolation``)."""
+        return self._ray.get(self._actors[0][0].isolation.remote())
+
+    def close(self) -> None:
+        """Stops the nodes' sandboxes, leaves the cluster, and stops a local one."""
+        for k, (actor, _) in enumerate(self._actors):
+            if k not in self._lost:
+                try:
+                    self._ray.get(actor.close.remote(), timeout=10)
+                except Exception:  # a node lost since: nothing left to stop there
+                    pass
+        self._ray.shutdown()
+        if self._cluster is not None:
+            self._cluster.close()
