@@ -403,7 +403,7 @@ def _check_runner(cfg: DictConfig, evaluator: str) -> None:
     if name == "ray":
         if evaluator != "sandbox":
             raise ConfigError("runner", f"runner=ray runs sandboxed evaluations; this run's evaluator is {evaluator}",
-                              "use runner=local (its evaluations are cheap or trusted host code)")
+                              "use runner=local: its evaluations are cheap, or trusted host code")
         if importlib.util.find_spec("ray") is None:
             raise ConfigError("runner", "Ray is not installed", 'install the extra: pip install ".[ray]"')
 

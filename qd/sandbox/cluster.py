@@ -26,6 +26,7 @@ import asyncio
 import dataclasses
 import itertools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +41,7 @@ RETRIES = 1  # a run whose node is lost is tried once more elsewhere
 _ENV = {"RAY_USAGE_STATS_ENABLED": "0",  # no reports home (nothing here reaches the internet anyway)
         "RAY_AUTH_MODE": "disabled"}  # a token made by one local cluster would lock later nodes out
 _START_S = 120.0  # a head node's start, on a loaded 2-core machine
+_FORGET_S = 60.0  # a finished run's call queue is dropped this long after, if the driver never drained it
 
 
 def need_ray() -> Any:
@@ -87,9 +89,10 @@ class LocalCluster:
         except ProcessLookupError:
             pass
         self.proc.wait()
+        shutil.rmtree(self.log.parent, ignore_errors=True)
 
 
-def connect(address: str | None, cpus: int, temp_dir: Path, entry: str) -> LocalCluster | None:
+def connect(address: str | None, cpus: int, entry: str) -> LocalCluster | None:
     """Joins the Ray cluster at ``address``, or starts a local one (returned, to close).
 
     The code reaches the workers through Ray's runtime environment: qd itself and the
@@ -101,7 +104,8 @@ def connect(address: str | None, cpus: int, temp_dir: Path, entry: str) -> Local
     target = entry.rpartition(":")[0]
     if target.endswith(".py"):
         modules.append(str(Path(target).parent))
-    cluster = None if address else LocalCluster(cpus, temp_dir)
+    # (under /tmp: Ray's socket paths inside it must stay under 108 bytes)
+    cluster = None if address else LocalCluster(cpus, Path(tempfile.mkdtemp(prefix="qd-ray-", dir="/tmp")))
     try:
         ray.init(address=address or cluster.address, log_to_driver=False, configure_logging=False,
                  runtime_env={"py_modules": modules, "env_vars": _ENV})
@@ -126,7 +130,8 @@ class _NodeSandbox:
     async def run(self, run_id: int, text: str, args: dict, with_calls: bool) -> dict:
         if not with_calls:
             return dataclasses.asdict(await self.sandbox.run(text, args))
-        queue = self.calls[run_id] = asyncio.Queue()
+        # (an async actor runs its calls in no set order: ``next_call`` may come first)
+        queue = self.calls.setdefault(run_id, asyncio.Queue())
 
         async def relay(request: dict) -> dict:
             answer = self.waiting[(run_id, request.get("n"))] = asyncio.get_running_loop().create_future()
@@ -140,12 +145,13 @@ class _NodeSandbox:
             return dataclasses.asdict(await self.sandbox.run(text, args, calls=relay))
         finally:
             queue.put_nowait(None)
+            asyncio.get_running_loop().call_later(_FORGET_S, self.calls.pop, run_id, None)  # if no one asks again
 
     async def next_call(self, run_id: int) -> dict | None:
         """The run's next model call, or None once the run has ended."""
-        request = await self.calls[run_id].get()
+        request = await self.calls.setdefault(run_id, asyncio.Queue()).get()
         if request is None:
-            del self.calls[run_id]
+            self.calls.pop(run_id, None)
         return request
 
     def answer(self, run_id: int, answer: dict) -> None:
@@ -177,13 +183,12 @@ class RaySandbox:
     """``Sandbox``'s ``run(text, args, calls=)`` on the Ray cluster ``ray.init`` joined
     (see the module doc). ``workers``: the runs it takes at once, the cluster's CPUs."""
 
-    def __init__(self, entry: str, *, limits: Limits = Limits(), address: str | None = None, cpus: int = 2,
-                 temp_dir: Path | None = None):
+    def __init__(self, entry: str, *, limits: Limits = Limits(), address: str | None = None, cpus: int = 2):
         ray = need_ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.entry, self.limits = _check_entry(entry), limits
-        self._cluster = connect(address, cpus, temp_dir or Path(tempfile.mkdtemp(prefix="qd-ray-")), self.entry)
+        self._cluster = connect(address, cpus, self.entry)
         actor = ray.remote(_NodeSandbox)
         self._actors: list[tuple[Any, int]] = []  # (actor, workers) per node
         for node in sorted((n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) >= 1),
@@ -212,7 +217,10 @@ class RaySandbox:
             try:
                 return await self._run_on(node, text, args or {}, calls)
             except self._ray.exceptions.RayActorError as e:  # the node (or its actor) died
-                self._lost.add(node)
+                if node not in self._lost:
+                    self._lost.add(node)
+                    print(f"qd: ray: lost node {node} of {len(self._actors)} ({type(e).__name__}); its evaluations "
+                          "are retried once on the others", file=sys.stderr, flush=True)
                 lost.append(f"node {node}: {type(e).__name__}")
             finally:
                 self._busy[node] -= 1

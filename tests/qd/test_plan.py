@@ -199,6 +199,10 @@ def no_run(monkeypatch):
      "archive.upper: must exceed lower in every dimension, got lower=[0.0, 0.0] upper=[0.0, 1.0]"),
     (["experiment=sphere", "archive=cvt", "archive.cells=64", "archive.cvt_samples=10"],
      "archive.cvt_samples: is 10, fewer than archive.cells=64 (sample at least one point per cell)"),
+    (["experiment=sphere", "runner=ray"],
+     "runner: runner=ray runs sandboxed evaluations; this run's evaluator is inprocess "
+     "(use runner=local: its evaluations are cheap, or trusted host code)"),
+    (["experiment=sphere", "runner.name=cloud"], "runner.name: unknown runner 'cloud' (use runner=local or runner=ray)"),
 ])
 def test_a_plug_in_misconfiguration_is_one_line_naming_the_dotted_field(overrides, line, capsys, no_run):
     with pytest.raises(SystemExit) as exit_:
@@ -214,3 +218,15 @@ def test_no_error_text_is_parsed_back_into_a_field():
     for path in sources:
         text = path.read_text()
         assert 'split(": "' not in text and 'partition(": "' not in text, path
+
+
+def test_runner_ray_without_ray_names_the_extra(monkeypatch, capsys, no_run):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find_spec(name, *a))
+    with pytest.raises(SystemExit) as exit_:
+        qd.run.main(["experiment=function_fit", "runner=ray"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        'qd-run: error: runner: Ray is not installed (install the extra: pip install ".[ray]")']
