@@ -202,6 +202,8 @@ class RaySandbox:
             raise RuntimeError("runner=ray: the cluster has no node with a CPU to run evaluations on")
         self.workers = sum(cpus for _, cpus in self._actors)
         self._busy = [0] * len(self._actors)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._condition: asyncio.Condition | None = None
         self._lost: set[int] = set()
         self._ids = itertools.count()
         self._ray = ray
@@ -210,10 +212,9 @@ class RaySandbox:
         """What ``Sandbox.run`` does, on the least busy live node; a lost node costs one retry."""
         lost = []
         for _ in range(RETRIES + 1):
-            node = self._pick()
+            node = await self._slot()
             if node is None:
                 break
-            self._busy[node] += 1
             try:
                 return await self._run_on(node, text, args or {}, calls)
             except self._ray.exceptions.RayActorError as e:  # the node (or its actor) died
@@ -224,14 +225,38 @@ class RaySandbox:
                 lost.append(f"node {node}: {type(e).__name__}")
             finally:
                 self._busy[node] -= 1
+                freed = self._freed()
+                async with freed:  # a CPU is free, or a node is gone: the waiters look again
+                    freed.notify_all()
         if not lost:  # every node is gone: a run cannot go on without evaluations
             raise RuntimeError("runner=ray: every node of the cluster was lost; resume= the run once it is back")
         return _failed(f"ray: lost the worker running this evaluation ({'; '.join(lost)}); "
                        f"tried {len(lost)} time(s)")
 
-    def _pick(self) -> int | None:
-        live = [k for k in range(len(self._actors)) if k not in self._lost]
-        return min(live, key=lambda k: (self._busy[k] / self._actors[k][1], k)) if live else None
+    async def _slot(self) -> int | None:
+        """A live node with a free CPU, marked busy (waits while every CPU of the cluster is busy:
+        what is in flight on the cluster is sized to its CPUs, the rest waits here, on the driver,
+        for whichever node frees first); None when no node is left."""
+        freed = self._freed()
+        async with freed:
+            while True:
+                live = [k for k in range(len(self._actors)) if k not in self._lost]
+                free = [k for k in live if self._busy[k] < self._actors[k][1]]
+                if free or not live:
+                    break
+                await freed.wait()
+        if not live:
+            return None
+        node = min(free, key=lambda k: (self._busy[k] / self._actors[k][1], k))
+        self._busy[node] += 1
+        return node
+
+    def _freed(self) -> asyncio.Condition:
+        """Notified as a run ends (one per event loop: a runner may serve several ``asyncio.run``s)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._loop, self._condition = loop, asyncio.Condition()
+        return self._condition
 
     async def _run_on(self, node: int, text: str, args: dict, calls: Calls | None) -> SandboxResult:
         actor = self._actors[node][0]

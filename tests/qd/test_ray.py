@@ -248,3 +248,40 @@ def test_agents_on_ray_call_the_model_through_the_driver_as_a_local_run_does(clu
                     for c in store.iter()]
 
     assert traces(on_ray) == traces(local) and sum(map(len, traces(local))) >= 12  # the founders' calls
+
+
+def test_runs_in_flight_on_the_cluster_are_its_cpus_and_the_rest_wait_on_the_driver(cluster, tmp_path):
+    import asyncio
+
+    from qd.sandbox import Limits
+    from qd.sandbox.cluster import RaySandbox
+
+    entry = tmp_path / "entry.py"
+    entry.write_text("def run(text):\n    import time\n    start = time.time()\n    time.sleep(0.4)\n"
+                     "    return [start, time.time()]\n")
+    sandbox = RaySandbox(f"{entry}:run", limits=Limits(wall_s=30), address=cluster.address)
+    try:
+        async def many() -> list:
+            return await asyncio.gather(*(sandbox.run(str(i)) for i in range(6)))
+
+        spans = [r.value for r in asyncio.run(many())]
+    finally:
+        sandbox.close()
+    most = max(sum(a <= t < b for a, b in spans) for t, _ in spans)  # runs under way at each start
+    assert len(spans) == 6 and most == sandbox.workers == 2  # w1 and w2, one CPU each
+
+
+def test_a_sweep_sends_each_job_to_the_cluster(cluster, scripted_llm, tmp_path):
+    """``qd-run -m`` with ``runner=ray runner.address=...``: hydra's basic launcher runs the jobs
+    one after another, each joining the cluster for its evaluations (docs/scaling.md, Sweeps)."""
+    from helpers import qd_run
+    from scripted_llm import Rule
+
+    server = scripted_llm([Rule("", varied_program)])
+    qd_run("-m", "seed=0,1", "experiment=function_fit", "llm.provider=server", f"llm.base_url={server.base_url}",
+           "llm.models=[{name: scripted}]", "llm.api_key_env=null", "runner.progress=false",
+           "runner.max_llm_calls=12", "runner=ray", f"runner.address={cluster.address}",
+           f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    jobs = sorted((tmp_path / "sweep").glob("*/store.sqlite"))
+    assert len(jobs) == 2 and all(len(stored(job.parent)) == 18 for job in jobs)  # 6 founders + 12 children each
+    assert comparable(jobs[0].parent) != comparable(jobs[1].parent)  # two seeds, two runs
