@@ -108,6 +108,24 @@ def test_a_ray_run_stores_what_a_local_run_stores(cluster, scripted_llm, tmp_pat
     on_ray = text_run(tmp_path / "ray", server.base_url, "runner=ray", f"runner.address={cluster.address}")
     assert comparable(on_ray) == comparable(local)
     assert len(comparable(local)) > 20 and any(not c["valid"] for c in comparable(local))
+    assert (on_ray / "elites.jsonl").read_text() == (local / "elites.jsonl").read_text()  # the archive
+    assert events(on_ray) == events(local)
+    assert [e["llm"] for e in read_events(on_ray)][-1] == [e["llm"] for e in read_events(local)][-1]
+
+
+TIMING = ("time", "elapsed_s", "evals_per_s", "llm")  # llm: what concurrent proposals had called by then
+
+
+def read_events(path: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in (path / "events.jsonl").read_text().splitlines()]
+
+
+def events(path: Path) -> list[dict]:
+    """``events.jsonl`` without its timing fields (the model calls made so far by the proposals
+    running beside a commit depend on how fast evaluations came back; the totals do not)."""
+    return [{k: v for k, v in e.items() if k not in TIMING} for e in read_events(path)]
 
 
 def slow_program(request: dict) -> str:
