@@ -14,6 +14,10 @@ driver's CPU seconds per evaluation (``time.process_time`` of this process: what
 evaluation costs the process that holds the archive and the store, the number that
 sets how many workers one driver can feed, docs/scaling.md).
 
+Then, on the largest cluster, whole function_fit runs (``--run-calls`` scripted model calls;
+the scripted server in its own process, so its CPU is not the driver's): the driver's CPU per
+stored candidate with ``runner=local`` and with ``runner=ray``, after a warm-up run.
+
 Usage::
 
     PYTHONPATH=. python bench/ray_scale.py                      # 1 and 2 nodes (2-core machine)
@@ -62,6 +66,34 @@ def measure(runner, n: int, work: float) -> dict[str, float]:
     return {"evals_per_s": n / wall, "seconds": wall, "driver_cpu_ms_per_eval": 1000 * cpu / n}
 
 
+def whole_runs(address: str, calls: int, root: Path) -> dict[str, float]:
+    """Driver CPU ms per stored candidate of a function_fit run, local and on the cluster."""
+    import resource
+
+    # The tests' helpers after the project (tests/ has a descriptors/ folder too); and not this
+    # script's own folder, whose descriptors.py (a benchmark) would shadow the descriptors package.
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here] + [str(here.parent / "tests")]
+    from helpers import stored, text_run, varied_program
+    from scripted_llm import Rule, ScriptedLLM
+
+    def cpu() -> float:
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        return used.ru_utime + used.ru_stime
+
+    server = ScriptedLLM([Rule("", varied_program)]).start(in_process=True)
+    out = {}
+    try:
+        for name, extra in (("warm-up", ()), ("local", ()), ("ray", ("runner=ray", f"runner.address={address}"))):
+            before = cpu()
+            path = text_run(root / name, server.base_url, f"runner.max_llm_calls={calls}", *extra)
+            out[name] = 1000 * (cpu() - before) / len(stored(path))
+    finally:
+        server.stop()
+    del out["warm-up"]
+    return out
+
+
 def start_cluster(root: Path, nodes: int) -> tuple[str, list[subprocess.Popen]]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -87,6 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--nodes", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--evaluations", type=int, default=60)
     ap.add_argument("--work", type=float, default=0.2, help="CPU seconds per evaluation")
+    ap.add_argument("--run-calls", type=int, default=300, help="model calls of each whole run (0: none)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     from qd.sandbox import Limits, Sandbox
@@ -97,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     entry.parent.mkdir()
     entry.write_text(ENTRY)
     limits = Limits(wall_s=60, cpu_s=60)
-    rows = []
+    rows, runs = [], None
     try:
         for n in args.nodes:
             local = Sandbox(f"{entry}:run", workers=n, limits=limits)
@@ -112,6 +145,10 @@ def main(argv: list[str] | None = None) -> None:
                     ours = measure(ray_sandbox, args.evaluations, args.work)
                 finally:
                     ray_sandbox.close()
+                if n == max(args.nodes) and args.run_calls:
+                    runs = whole_runs(address, args.run_calls, tmp / "runs")
+                    print(f"whole function_fit run on {n} node(s): driver CPU per candidate: local "
+                          f"{runs['local']:.2f} ms, ray {runs['ray']:.2f} ms", flush=True)
             finally:
                 os.killpg(procs[0].pid, signal.SIGKILL)
                 for p in procs:
@@ -123,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps({"evaluations": rows, "whole_runs": runs}, indent=1))
 
 
 if __name__ == "__main__":
