@@ -271,13 +271,18 @@ def test_agents_on_ray_call_the_model_through_the_driver_as_a_local_run_does(clu
 def test_runs_in_flight_on_the_cluster_are_its_cpus_and_the_rest_wait_on_the_driver(cluster, tmp_path):
     import asyncio
 
-    from qd.sandbox import Limits
+    from qd.sandbox import Limits, Sandbox
     from qd.sandbox.cluster import RaySandbox
 
     entry = tmp_path / "entry.py"
     entry.write_text("def run(text):\n    import time\n    start = time.time()\n    time.sleep(0.4)\n"
                      "    return [start, time.time()]\n")
     sandbox = RaySandbox(f"{entry}:run", limits=Limits(wall_s=30), address=cluster.address)
+    local = Sandbox(f"{entry}:run", workers=1, limits=Limits(wall_s=30))
+    try:
+        assert sandbox.isolation() == local.isolation()  # a node's sandbox is isolated as a local one
+    finally:
+        local.close()
     try:
         async def many() -> list:
             return await asyncio.gather(*(sandbox.run(str(i)) for i in range(6)))
