@@ -25,9 +25,12 @@ def versions(*packages: str) -> str:
 def commit() -> str:
     """The checkout's commit, and whether the working tree differs from it."""
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True,
-                             text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True
+        ).stdout
         return f"`{sha}`" + (" plus the working tree" if dirty.strip() else "")
     except OSError:
         return "unknown"
@@ -42,10 +45,11 @@ def write_section(path: Path, title: str, section: str) -> None:
     except StopIteration:
         new = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
     else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
-                   len(lines))
-        new_lines = lines[:start] + section.rstrip("\n").splitlines() + (
-            [""] + lines[end:] if end < len(lines) else [])
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        new_lines = (
+            lines[:start]
+            + section.rstrip("\n").splitlines()
+            + ([""] + lines[end:] if end < len(lines) else [])
+        )
         new = "\n".join(new_lines) + "\n"
     path.write_text(new)
-

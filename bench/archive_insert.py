@@ -58,10 +58,9 @@ if str(ROOT) not in sys.path:
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from _results import write_section  # noqa: E402  (bench/ is on sys.path)
 
 import qd.archive as qa  # noqa: E402
-
-from _results import write_section  # noqa: E402  (bench/ is on sys.path)
 
 SECTION_TITLE = "## Archive insert throughput (bench/archive_insert.py)"
 ISLANDS_MANY = 16
@@ -169,8 +168,7 @@ class Batches:
 class QdRunner:
     name = "qd"
 
-    def __init__(self, spec, prefilled: "qa.ArchiveState", islands: int, batch: Batches,
-                 name: str = "qd"):
+    def __init__(self, spec, prefilled: "qa.ArchiveState", islands: int, batch: Batches, name: str = "qd"):
         self.name = name
         self.spec = spec
         if islands == 1:
@@ -185,9 +183,7 @@ class QdRunner:
         jax.block_until_ready(self.state)
 
     def add(self, b) -> None:
-        self.state, result = qa.insert(
-            self.spec, self.state, self.island, b["desc"], b["fit"], b["gid"]
-        )
+        self.state, result = qa.insert(self.spec, self.state, self.island, b["desc"], b["fit"], b["gid"])
         jax.block_until_ready((self.state, result))
 
     def close(self) -> None:
@@ -235,9 +231,7 @@ class QdaxRunner:
         else:
             parts = b["split"]
         for i, (d, f, g) in enumerate(parts):
-            self.repertoires[i] = self.fn(
-                self.repertoires[i], g[:, None].astype(np.float32), d, f
-            )
+            self.repertoires[i] = self.fn(self.repertoires[i], g[:, None].astype(np.float32), d, f)
         jax.block_until_ready(self.repertoires)
 
     def close(self) -> None:
@@ -256,9 +250,7 @@ def qd_spec(case: Case):
 def prefill_candidates(case: Case, seed: int):
     rng = np.random.default_rng(seed)
     n = case.prefill
-    desc = (case.lower + (case.upper - case.lower) * rng.random((n, case.dim))).astype(
-        np.float32
-    )
+    desc = (case.lower + (case.upper - case.lower) * rng.random((n, case.dim))).astype(np.float32)
     fit = rng.random(n, dtype=np.float32)
     gid = np.arange(n, dtype=np.int32)
     return desc, fit, gid
@@ -276,26 +268,19 @@ def prefill_ribs(case: Case, cands):
 
     ranges = list(zip(case.lower.tolist(), case.upper.tolist()))
     if case.kind == "grid":
-        archive = GridArchive(
-            solution_dim=1, dims=case.bins, ranges=ranges, dtype=np.float32
-        )
+        archive = GridArchive(solution_dim=1, dims=case.bins, ranges=ranges, dtype=np.float32)
     else:
-        archive = CVTArchive(
-            solution_dim=1, centroids=case.centroids, ranges=ranges, dtype=np.float32
-        )
+        archive = CVTArchive(solution_dim=1, centroids=case.centroids, ranges=ranges, dtype=np.float32)
     desc, fit, gid = cands
     for s in range(0, len(fit), 65536):
-        archive.add(gid[s : s + 65536, None].astype(np.float32), fit[s : s + 65536],
-                    desc[s : s + 65536])
+        archive.add(gid[s : s + 65536, None].astype(np.float32), fit[s : s + 65536], desc[s : s + 65536])
     return archive
 
 
 def prefill_qdax(case: Case, cands):
     from qdax.core.containers.mapelites_repertoire import MapElitesRepertoire
 
-    centroids = case.centroids if case.kind == "cvt" else grid_centres(
-        case.bins, case.lower, case.upper
-    )
+    centroids = case.centroids if case.kind == "cvt" else grid_centres(case.bins, case.lower, case.upper)
     desc, fit, gid = cands
     cells = nearest_cells(case, desc)
     f, d, g = best_per_cell(cells, desc, fit, gid, len(centroids))
@@ -408,9 +393,7 @@ def bench_centroids(quick: bool, skip_ribs: bool, log) -> dict[str, Any]:
     for _ in range(1 if quick else 3):
         t0 = time.perf_counter()
         centroids = np.asarray(
-            jax.block_until_ready(
-                qa.cvt_centroids(10_000, [0.0, 0.0], [1.0, 1.0], samples=100_000, seed=0)
-            )
+            jax.block_until_ready(qa.cvt_centroids(10_000, [0.0, 0.0], [1.0, 1.0], samples=100_000, seed=0))
         )
         times.append(time.perf_counter() - t0)
     out["qd_first_s"] = times[0]
@@ -455,12 +438,20 @@ def qd_small_batch_breakdown(quick: bool) -> dict[str, float]:
     spec = qa.GridSpec.create((100, 100), [0.0, 0.0], [1.0, 1.0])
     rng = np.random.default_rng(1)
     state = qa.init(spec, 1)
-    state, _ = qa.insert(spec, state, 0, rng.random((20000, 2), np.float32),
-                         rng.random(20000, np.float32), np.arange(20000, dtype=np.int32))
+    state, _ = qa.insert(
+        spec,
+        state,
+        0,
+        rng.random((20000, 2), np.float32),
+        rng.random(20000, np.float32),
+        np.arange(20000, dtype=np.int32),
+    )
     n = 64
     reps = 50 if quick else 300
-    data = [(rng.random((n, 2), np.float32), rng.random(n, np.float32),
-             np.arange(n, dtype=np.int32)) for _ in range(reps)]
+    data = [
+        (rng.random((n, 2), np.float32), rng.random(n, np.float32), np.arange(n, dtype=np.int32))
+        for _ in range(reps)
+    ]
     dev = [tuple(jax.device_put(x) for x in t) for t in data]
     isl, ok = np.zeros(n, np.int32), np.ones(n, bool)
     isl_d, ok_d = jax.device_put(isl), jax.device_put(ok)
@@ -499,8 +490,10 @@ def qd_small_batch_breakdown(quick: bool) -> dict[str, float]:
     timed("jitted core, device-resident inputs", core_dev)
     _, result = core(spec, jax.tree.map(jnp.copy, holder["state"]), isl_d, *dev[0], ok_d, 1.0)
     jax.block_until_ready(result)
-    timed(f"slicing the {len(result)} device result arrays `x[:n]` (what `insert()` avoids with one packed transfer)",
-          lambda k: jax.block_until_ready(tuple(x[:n] for x in result)))
+    timed(
+        f"slicing the {len(result)} device result arrays `x[:n]` (what `insert()` avoids with one packed transfer)",
+        lambda k: jax.block_until_ready(tuple(x[:n] for x in result)),
+    )
     return out
 
 
@@ -513,17 +506,27 @@ def qd_compiled_insert(name: str, bins=(1000, 1000), batch=1024) -> str:
         return ""
     spec = qa.GridSpec.create(bins, [0.0, 0.0], [1.0, 1.0])
     st = qa.init(spec, 1)
-    return jit.lower(spec, st, np.zeros(batch, np.int32), np.zeros((batch, 2), np.float32),
-                     np.zeros(batch, np.float32), np.zeros(batch, np.int32),
-                     np.ones(batch, bool), 1.0).compile().as_text()
+    return (
+        jit.lower(
+            spec,
+            st,
+            np.zeros(batch, np.int32),
+            np.zeros((batch, 2), np.float32),
+            np.zeros(batch, np.float32),
+            np.zeros(batch, np.int32),
+            np.ones(batch, bool),
+            1.0,
+        )
+        .compile()
+        .as_text()
+    )
 
 
 def qd_archive_sized_copies(bins=(1000, 1000), batch=1024) -> list[str]:
     """N-sized ``copy(`` ops in the compiled insert (each costs a pass over memory)."""
     text = qd_compiled_insert("insert_device", bins, batch)
     n = str(math.prod(bins))
-    return [ln.strip()[:120] for ln in text.splitlines()
-            if " copy(" in ln and n in ln.split("copy(")[0]]
+    return [ln.strip()[:120] for ln in text.splitlines() if " copy(" in ln and n in ln.split("copy(")[0]]
 
 
 def qd_insert_kernels(bins=(100, 100), batch=1024) -> dict[str, int]:
@@ -536,10 +539,13 @@ def qd_insert_kernels(bins=(100, 100), batch=1024) -> dict[str, int]:
         text = qd_compiled_insert(name, bins, batch)
         if not text:
             continue
-        entry = text[text.index("\nENTRY"):]
+        entry = text[text.index("\nENTRY") :]
         entry = entry[: entry.index("\n}")]
-        ops = [re.search(r"\s([a-z][a-z0-9-]*)\(", ln.split("=", 1)[1])
-               for ln in entry.splitlines()[1:] if "=" in ln]
+        ops = [
+            re.search(r"\s([a-z][a-z0-9-]*)\(", ln.split("=", 1)[1])
+            for ln in entry.splitlines()[1:]
+            if "=" in ln
+        ]
         out[name] = sum(1 for op in ops if op and op.group(1) not in free)
     return out
 
@@ -563,8 +569,7 @@ def scaling_check(quick: bool, seed: int, log) -> dict[str, float]:
         r.close()
     out = {k: m.median_s for k, m in res.items()}
     out.update({f"{k} calls": float(len(m.times)) for k, m in res.items()})
-    log("  " + ", ".join(f"{k} {m.median_s * 1e6:.0f} µs ({len(m.times)} calls)"
-                         for k, m in res.items()))
+    log("  " + ", ".join(f"{k} {m.median_s * 1e6:.0f} µs ({len(m.times)} calls)" for k, m in res.items()))
     return out
 
 
@@ -590,14 +595,21 @@ def fmt_ratio(x: float) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="few repeats: a smoke check")
-    ap.add_argument("--skip-ribs-kmeans", action="store_true",
-                    help="do not time pyribs k_means_centroids (~72 s); implied by --quick")
-    ap.add_argument("--cases", default="grid10k,grid1M,cvt2d,cvt16d",
-                    help="comma-separated subset of grid10k,grid1M,cvt2d,cvt16d")
+    ap.add_argument(
+        "--skip-ribs-kmeans",
+        action="store_true",
+        help="do not time pyribs k_means_centroids (~72 s); implied by --quick",
+    )
+    ap.add_argument(
+        "--cases",
+        default="grid10k,grid1M,cvt2d,cvt16d",
+        help="comma-separated subset of grid10k,grid1M,cvt2d,cvt16d",
+    )
     ap.add_argument("--no-qdax", action="store_true")
     ap.add_argument("--json", type=Path, help="also write raw results as JSON here")
-    ap.add_argument("--results", type=Path,
-                    help=f"write the markdown section '{SECTION_TITLE}' into this file")
+    ap.add_argument(
+        "--results", type=Path, help=f"write the markdown section '{SECTION_TITLE}' into this file"
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     quick = args.quick
@@ -611,12 +623,16 @@ def main(argv=None) -> int:
     import ribs
 
     versions = {
-        "python": platform.python_version(), "jax": jax.__version__,
+        "python": platform.python_version(),
+        "jax": jax.__version__,
         "jaxlib": getattr(__import__("jaxlib"), "__version__", "?"),
-        "numpy": np.__version__, "ribs": ribs.__version__, "qdax": qdax.__version__,
+        "numpy": np.__version__,
+        "ribs": ribs.__version__,
+        "qdax": qdax.__version__,
     }
     try:
         import scipy
+
         versions["scipy"] = scipy.__version__
     except ImportError:
         pass
@@ -630,20 +646,50 @@ def main(argv=None) -> int:
     cases: list[Case] = []
     z2, o2 = np.zeros(2, np.float32), np.ones(2, np.float32)
     if "grid10k" in wanted:
-        cases.append(Case("grid 100x100 (10k cells), 2-D", "grid", 2, z2, o2,
-                          bins=(100, 100), prefill=20_000, short="grid 10k"))
+        cases.append(
+            Case(
+                "grid 100x100 (10k cells), 2-D",
+                "grid",
+                2,
+                z2,
+                o2,
+                bins=(100, 100),
+                prefill=20_000,
+                short="grid 10k",
+            )
+        )
     if "grid1M" in wanted:
-        cases.append(Case("grid 1000x1000 (1M cells), 2-D", "grid", 2, z2, o2,
-                          bins=(1000, 1000), prefill=1_000_000,
-                          qdax_batches=(64,), qdax_many_islands=False,
-                          short="grid 1M"))
+        cases.append(
+            Case(
+                "grid 1000x1000 (1M cells), 2-D",
+                "grid",
+                2,
+                z2,
+                o2,
+                bins=(1000, 1000),
+                prefill=1_000_000,
+                qdax_batches=(64,),
+                qdax_many_islands=False,
+                short="grid 1M",
+            )
+        )
     for key, dim in (("cvt2d", 2), ("cvt16d", 16)):
         if key not in wanted:
             continue
         c = case_centroids(dim, cent.get("qd_centroids"), args.seed, log)
         lo, hi = np.zeros(dim, np.float32), np.ones(dim, np.float32)
-        cases.append(Case(f"CVT 10k centroids, {dim}-D", "cvt", dim, lo, hi,
-                          centroids=c, prefill=20_000, short=f"CVT {dim}-D"))
+        cases.append(
+            Case(
+                f"CVT 10k centroids, {dim}-D",
+                "cvt",
+                dim,
+                lo,
+                hi,
+                centroids=c,
+                prefill=20_000,
+                short=f"CVT {dim}-D",
+            )
+        )
 
     rows: list[dict[str, Any]] = []
     for ci, case in enumerate(cases):
@@ -660,8 +706,11 @@ def main(argv=None) -> int:
             for batch in BATCHES:
                 bt = Batches(case, batch, islands, args.seed + 1000 * ci + 10 * islands + batch)
                 runners: list[Any] = [QdRunner(spec, qd_pre, islands, bt), RibsRunner(ribs_pre, islands)]
-                qdax_on = (qdax_pre is not None and batch in case.qdax_batches
-                           and (islands == 1 or case.qdax_many_islands))
+                qdax_on = (
+                    qdax_pre is not None
+                    and batch in case.qdax_batches
+                    and (islands == 1 or case.qdax_many_islands)
+                )
                 if qdax_on:
                     runners.append(QdaxRunner(qdax_pre, islands))
                 policies = {r.name: policy_for(r.name, batch, case, quick) for r in runners}
@@ -669,9 +718,16 @@ def main(argv=None) -> int:
                 for r in runners:
                     r.close()
                 del runners, bt
-                row = {"case": case.name, "short": case.short, "kind": case.kind, "dim": case.dim,
-                       "cells": case.num_cells, "islands": islands, "batch": batch,
-                       "occupancy": occupancy}
+                row = {
+                    "case": case.name,
+                    "short": case.short,
+                    "kind": case.kind,
+                    "dim": case.dim,
+                    "cells": case.num_cells,
+                    "islands": islands,
+                    "batch": batch,
+                    "occupancy": occupancy,
+                }
                 for sys_name in ("qd", "pyribs", "QDax"):
                     m = res.get(sys_name)
                     row[sys_name] = {
@@ -681,10 +737,15 @@ def main(argv=None) -> int:
                         "calls": len(m.times) if m else 0,
                     }
                 rows.append(row)
-                log(f"  I={islands:2d} B={batch:5d}: " + ", ".join(
-                    f"{k} {fmt_rate(row[k]['rate'])}/s ({row[k]['calls']} calls, "
-                    f"first {row[k]['first_s']:.3f}s)" for k in ("qd", "pyribs", "QDax")
-                    if row[k]["calls"]))
+                log(
+                    f"  I={islands:2d} B={batch:5d}: "
+                    + ", ".join(
+                        f"{k} {fmt_rate(row[k]['rate'])}/s ({row[k]['calls']} calls, "
+                        f"first {row[k]['first_s']:.3f}s)"
+                        for k in ("qd", "pyribs", "QDax")
+                        if row[k]["calls"]
+                    )
+                )
         del qd_pre, ribs_pre, qdax_pre
         gc.collect()
 
@@ -698,16 +759,25 @@ def main(argv=None) -> int:
     kernels = qd_insert_kernels()
     total_s = time.perf_counter() - t_start
     load.append(os.getloadavg()[0])
-    md = render(rows, cent, breakdown, copies, kernels, versions, quick, total_s, argv,
-                scaling, load)
+    md = render(rows, cent, breakdown, copies, kernels, versions, quick, total_s, argv, scaling, load)
     print(md)
     if args.json:
-        args.json.write_text(json.dumps(
-            {"rows": rows, "centroids": {k: v for k, v in cent.items() if k != "qd_centroids"},
-             "scaling": scaling, "load": load,
-             "breakdown_us": breakdown, "copies": copies, "kernels": kernels,
-             "versions": versions},
-            indent=1, default=float))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "rows": rows,
+                    "centroids": {k: v for k, v in cent.items() if k != "qd_centroids"},
+                    "scaling": scaling,
+                    "load": load,
+                    "breakdown_us": breakdown,
+                    "copies": copies,
+                    "kernels": kernels,
+                    "versions": versions,
+                },
+                indent=1,
+                default=float,
+            )
+        )
     if args.results:
         write_section(args.results, SECTION_TITLE, md)
         log(f"wrote section into {args.results}")
@@ -719,10 +789,16 @@ def git_state() -> str:
     import subprocess
 
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "qd/archive"], cwd=ROOT,
-                               capture_output=True, text=True, check=True).stdout.split("\n")
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "qd/archive"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split("\n")
         dirty = [ln[3:] for ln in dirty if ln.strip()]
     except Exception:  # noqa: BLE001
         return "unknown"
@@ -731,51 +807,66 @@ def git_state() -> str:
 
 def find(rows, kind, dim, cells, islands, batch):
     for r in rows:
-        if (r["kind"], r["dim"], r["cells"], r["islands"], r["batch"]) == (
-            kind, dim, cells, islands, batch):
+        if (r["kind"], r["dim"], r["cells"], r["islands"], r["batch"]) == (kind, dim, cells, islands, batch):
             return r
     return None
 
 
-def render(rows, cent, breakdown, copies, kernels, versions, quick, total_s, argv,
-           scaling, load) -> str:
+def render(rows, cent, breakdown, copies, kernels, versions, quick, total_s, argv, scaling, load) -> str:
     out: list[str] = []
     cmd = "python bench/archive_insert.py" + ("".join(" " + a for a in (argv or sys.argv[1:])))
     out.append(SECTION_TITLE)
     out.append("")
-    out.append(f"- Command: `{cmd}` ({'quick smoke check' if quick else 'full run'}, "
-               f"{total_s / 60:.1f} min)")
-    out.append(f"- Date: {datetime.date.today().isoformat()}; machine: {os.cpu_count()} CPU cores "
-               f"({platform.machine()}), shared and noisy: other jobs were running (1-min load "
-               f"average {load[0]:.1f} at the start, {load[-1]:.1f} at the end)")
-    out.append("- Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items())
-               + f"; qd tree: {git_state()}")
-    out.append("- Throughput = batch / median wall time of one insert call (candidates/s), "
-               "calls interleaved across systems, fresh uniform descriptors and fitness "
-               "per call, archives pre-filled (occupancy column). qd: `jax.block_until_ready` "
-               "on the returned state and result. pyribs: float32, `solution_dim=1`, CVT "
-               "with the same centroids and its default scipy k-d tree. QDax: jitted, "
-               "donated `MapElitesRepertoire.add`, genotype f32[1]; on grids its "
-               "centroids are the cell centres (brute-force lookup; 1M cells only at "
-               "batch 64, 1 island). 16 islands: qd one call with `island = i % 16`; "
-               "pyribs/QDax 16 archives, one add of B/16 each; all B counted.")
-    out.append("- CVT centroids: 2-D = qd `cvt_centroids(10_000, [0,0], [1,1], samples=100_000, "
-               "seed=0)`; 16-D = 10k uniform random points (k-means in 16-D is too slow to "
-               "run here). All three systems get the same centroids; pre-fill 20k "
-               "candidates per archive (10k grid: 20k, 1M grid: 1M).")
-    out.append("- First call = the first insert of that configuration (jit compile for qd "
-               "and QDax). QDax recompiles for every new batch size (16 islands use "
-               "B/16 = 4, 64, 1024 per add: one compile shared by the 16 repertoires).")
+    out.append(f"- Command: `{cmd}` ({'quick smoke check' if quick else 'full run'}, {total_s / 60:.1f} min)")
+    out.append(
+        f"- Date: {datetime.date.today().isoformat()}; machine: {os.cpu_count()} CPU cores "
+        f"({platform.machine()}), shared and noisy: other jobs were running (1-min load "
+        f"average {load[0]:.1f} at the start, {load[-1]:.1f} at the end)"
+    )
+    out.append(
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + f"; qd tree: {git_state()}"
+    )
+    out.append(
+        "- Throughput = batch / median wall time of one insert call (candidates/s), "
+        "calls interleaved across systems, fresh uniform descriptors and fitness "
+        "per call, archives pre-filled (occupancy column). qd: `jax.block_until_ready` "
+        "on the returned state and result. pyribs: float32, `solution_dim=1`, CVT "
+        "with the same centroids and its default scipy k-d tree. QDax: jitted, "
+        "donated `MapElitesRepertoire.add`, genotype f32[1]; on grids its "
+        "centroids are the cell centres (brute-force lookup; 1M cells only at "
+        "batch 64, 1 island). 16 islands: qd one call with `island = i % 16`; "
+        "pyribs/QDax 16 archives, one add of B/16 each; all B counted."
+    )
+    out.append(
+        "- CVT centroids: 2-D = qd `cvt_centroids(10_000, [0,0], [1,1], samples=100_000, "
+        "seed=0)`; 16-D = 10k uniform random points (k-means in 16-D is too slow to "
+        "run here). All three systems get the same centroids; pre-fill 20k "
+        "candidates per archive (10k grid: 20k, 1M grid: 1M)."
+    )
+    out.append(
+        "- First call = the first insert of that configuration (jit compile for qd "
+        "and QDax). QDax recompiles for every new batch size (16 islands use "
+        "B/16 = 4, 64, 1024 per add: one compile shared by the 16 repertoires)."
+    )
     out.append("")
-    out.append("| archive | islands | batch | occupancy | qd cand/s | pyribs cand/s | QDax cand/s "
-               "| qd/pyribs | qd/QDax | qd first call (s) | QDax first call (s) | calls qd/ribs/QDax |")
+    out.append(
+        "| archive | islands | batch | occupancy | qd cand/s | pyribs cand/s | QDax cand/s "
+        "| qd/pyribs | qd/QDax | qd first call (s) | QDax first call (s) | calls qd/ribs/QDax |"
+    )
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         q, p, x = r["qd"]["rate"], r["pyribs"]["rate"], r["QDax"]["rate"]
         qdax_first = r["QDax"]["first_s"]
         cells = [
-            r["case"], str(r["islands"]), str(r["batch"]), f"{r['occupancy']:.0%}",
-            fmt_rate(q), fmt_rate(p), fmt_rate(x), fmt_ratio(q / p), fmt_ratio(q / x),
+            r["case"],
+            str(r["islands"]),
+            str(r["batch"]),
+            f"{r['occupancy']:.0%}",
+            fmt_rate(q),
+            fmt_rate(p),
+            fmt_rate(x),
+            fmt_ratio(q / p),
+            fmt_ratio(q / x),
             f"{r['qd']['first_s']:.2f}",
             f"{qdax_first:.2f}" if np.isfinite(qdax_first) else "n/m",
             f"{r['qd']['calls']}/{r['pyribs']['calls']}/{r['QDax']['calls']}",
@@ -811,20 +902,25 @@ def render(rows, cent, breakdown, copies, kernels, versions, quick, total_s, arg
         pr = scaling["pyribs 1M"] / scaling["pyribs 10k"]
         table = ""
         if a and b:
-            table = (f"; from the table rows above: qd {a['qd']['median_s'] / b['qd']['median_s']:.2f}x, "
-                     f"pyribs {a['pyribs']['median_s'] / b['pyribs']['median_s']:.2f}x")
+            table = (
+                f"; from the table rows above: qd {a['qd']['median_s'] / b['qd']['median_s']:.2f}x, "
+                f"pyribs {a['pyribs']['median_s'] / b['pyribs']['median_s']:.2f}x"
+            )
         out.append(
             f"- Cost grows with the batch, not the archive (need qd time per batch-1024 insert "
             f"into 1M cells / into 10k cells <= 1.5x): **{'met' if qr <= 1.5 else 'missed'}** "
             f"({qr:.2f}x: {scaling['qd 1M'] * 1e6:.0f} µs vs {scaling['qd 10k'] * 1e6:.0f} µs; "
             f"pyribs {pr:.2f}x: {scaling['pyribs 1M'] * 1e6:.0f} µs vs "
             f"{scaling['pyribs 10k'] * 1e6:.0f} µs; the four archives timed interleaved, "
-            f"{int(scaling['qd 10k calls'])}+ calls each{table})")
+            f"{int(scaling['qd 10k calls'])}+ calls each{table})"
+        )
     else:
         out.append("- 1M-vs-10k cost ratio: **not measured**")
     if any(r["kind"] == "cvt" for r in rows):
         for dim, need in ((2, 1), (16, 3)):
-            pairs = [(bb, rate_ratio(find(rows, "cvt", dim, 10_000, 1, bb), "qd", "pyribs")) for bb in BATCHES]
+            pairs = [
+                (bb, rate_ratio(find(rows, "cvt", dim, 10_000, 1, bb), "qd", "pyribs")) for bb in BATCHES
+            ]
             out.append(ratio_line(f"CVT 10k, {dim}-D vs pyribs", pairs, need))
         for dim in (2, 16):
             pairs = [(bb, rate_ratio(find(rows, "cvt", dim, 10_000, 1, bb), "qd", "QDax")) for bb in BATCHES]
@@ -836,26 +932,41 @@ def render(rows, cent, breakdown, copies, kernels, versions, quick, total_s, arg
         vals = [(r, r["qd"]["rate"] / r["pyribs"]["rate"]) for r in many]
         met = all(v >= 10 for _, v in vals)
         detail = "; ".join(f"{r['short']} B={r['batch']}: {v:.1f}x" for r, v in vals)
-        out.append(f"- 16 islands in one qd call vs 16 pyribs archives (need >= 10x): "
-                   f"**{'met' if met else 'missed'}** ({detail})")
+        out.append(
+            f"- 16 islands in one qd call vs 16 pyribs archives (need >= 10x): "
+            f"**{'met' if met else 'missed'}** ({detail})"
+        )
     t = cent["qd_s"]
-    ribs_txt = (f"pyribs `k_means_centroids` (0.12 has no `k_means_cvt`) {cent['ribs_s']:.1f} s, "
-                f"timed once -> qd {cent['ribs_s'] / t:.0f}x faster"
-                if "ribs_s" in cent else "pyribs not timed in this run")
-    out.append(f"- `cvt_centroids(10_000, [0,0], [1,1], samples=100_000, seed=0)` under 10 s: "
-               f"**{'met' if t < 10 else 'missed'}** ({t:.2f} s median of "
-               f"{max(cent['qd_calls'] - 1, 1)} after a first call of {cent['qd_first_s']:.2f} s; "
-               f"{ribs_txt})")
+    ribs_txt = (
+        f"pyribs `k_means_centroids` (0.12 has no `k_means_cvt`) {cent['ribs_s']:.1f} s, "
+        f"timed once -> qd {cent['ribs_s'] / t:.0f}x faster"
+        if "ribs_s" in cent
+        else "pyribs not timed in this run"
+    )
+    out.append(
+        f"- `cvt_centroids(10_000, [0,0], [1,1], samples=100_000, seed=0)` under 10 s: "
+        f"**{'met' if t < 10 else 'missed'}** ({t:.2f} s median of "
+        f"{max(cent['qd_calls'] - 1, 1)} after a first call of {cent['qd_first_s']:.2f} s; "
+        f"{ribs_txt})"
+    )
     out.append("")
     if breakdown:
-        out.append("qd small-batch cost (grid 10k, batch 64, median µs per call): " + "; ".join(
-            f"{k} {v:.0f}" for k, v in breakdown.items()) + ".")
+        out.append(
+            "qd small-batch cost (grid 10k, batch 64, median µs per call): "
+            + "; ".join(f"{k} {v:.0f}" for k, v in breakdown.items())
+            + "."
+        )
     if copies:
-        out.append(f"Archive-sized `copy` ops in qd's compiled insert at 1M cells: {len(copies)} "
-                   f"(`{'`, `'.join(c.split('=')[0].strip() for c in copies)}`).")
+        out.append(
+            f"Archive-sized `copy` ops in qd's compiled insert at 1M cells: {len(copies)} "
+            f"(`{'`, `'.join(c.split('=')[0].strip() for c in copies)}`)."
+        )
     if kernels:
-        out.append("Kernels per qd insert call (compiled HLO, grid 10k, batch 1024): " + ", ".join(
-            f"`{k}` {v}" for k, v in kernels.items()) + ".")
+        out.append(
+            "Kernels per qd insert call (compiled HLO, grid 10k, batch 1024): "
+            + ", ".join(f"`{k}` {v}" for k, v in kernels.items())
+            + "."
+        )
     out.append("")
     return "\n".join(out)
 

@@ -55,12 +55,13 @@ print("RESULT " + json.dumps({{"wall_s": r["wall_s"], "cand_per_s": r["cand_per_
 
 def _run(tree: Path, code: str) -> dict:
     env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{tree / 'bench'}", JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True,
-                         timeout=1200)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True, timeout=1200
+    )
     line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
     if out.returncode or line is None:
         raise RuntimeError(f"{tree}: exit {out.returncode}\n{out.stderr[-3000:]}")
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 def _med(rows: list[dict], key: str) -> float:
@@ -78,8 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     before = Path(tempfile.mkdtemp(prefix="qd_before_")) / "tree"
-    subprocess.run(["git", "-C", str(HERE), "worktree", "add", "--detach", str(before), args.ref],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(HERE), "worktree", "add", "--detach", str(before), args.ref],
+        check=True,
+        capture_output=True,
+    )
     trees = {"before": before, "after": HERE}
     cases = [("map_elites", None)] + [("llm_loop", c) for c in args.concurrency]
     runs: dict[tuple[str, str, int | None], list[dict]] = {}
@@ -88,23 +92,36 @@ def main(argv: list[str] | None = None) -> int:
             order = ["before", "after"] if rep % 2 == 0 else ["after", "before"]
             for bench, c in cases:
                 for name in order:
-                    code = MAP_ELITES.format(seed=rep, evals=args.evals) if bench == "map_elites" \
+                    code = (
+                        MAP_ELITES.format(seed=rep, evals=args.evals)
+                        if bench == "map_elites"
                         else LLM_LOOP.format(concurrency=c, candidates=args.candidates)
+                    )
                     r = _run(trees[name], code)
                     runs.setdefault((bench, name, c), []).append(r)
                     print(f"rep {rep} {bench} c={c} {name}: {json.dumps(r)}", flush=True)
     finally:
-        subprocess.run(["git", "-C", str(HERE), "worktree", "remove", "--force", str(before)], capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(HERE), "worktree", "remove", "--force", str(before)], capture_output=True
+        )
 
-    lines = [f"Command: `python bench/before_after.py --ref {args.ref} --repeats {args.repeats}` "
-             f"(medians of {args.repeats}; after/before < 1 is faster)", "",
-             "| benchmark | metric | before | after | after/before |", "|---|---|---|---|---|"]
+    lines = [
+        f"Command: `python bench/before_after.py --ref {args.ref} --repeats {args.repeats}` "
+        f"(medians of {args.repeats}; after/before < 1 is faster)",
+        "",
+        "| benchmark | metric | before | after | after/before |",
+        "|---|---|---|---|---|",
+    ]
     for bench, c in cases:
         b, a = runs[(bench, "before", c)], runs[(bench, "after", c)]
-        label = "MAP-Elites sphere 100-D, batch 256" if bench == "map_elites" else f"LLM loop, concurrency {c}"
-        metrics = [("run_s", "engine.run() s"), ("cpu_s", "process CPU s"), ("qd_score", "final QD score")] \
-            if bench == "map_elites" else \
-            [("cand_per_s", "candidates/s"), ("engine_cpu_ms", "engine CPU ms/candidate")]
+        label = (
+            "MAP-Elites sphere 100-D, batch 256" if bench == "map_elites" else f"LLM loop, concurrency {c}"
+        )
+        metrics = (
+            [("run_s", "engine.run() s"), ("cpu_s", "process CPU s"), ("qd_score", "final QD score")]
+            if bench == "map_elites"
+            else [("cand_per_s", "candidates/s"), ("engine_cpu_ms", "engine CPU ms/candidate")]
+        )
         for key, what in metrics:
             mb, ma = _med(b, key), _med(a, key)
             lines.append(f"| {label} | {what} | {mb:.4g} | {ma:.4g} | {ma / mb:.3f} |")

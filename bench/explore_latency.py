@@ -66,12 +66,32 @@ def build_run(path: Path, side: int, islands: int, candidates: int, seed: int = 
 
     rng = np.random.default_rng(seed)
     path.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(OmegaConf.create({"experiment": {"name": "function_fit", "task": "function_fit",
-                                                    "params": {"target": "quadratic"}}, "seed": seed,
-                                     "islands": {"count": islands}, "archive": {"kind": "grid"}}),
-                   path / "config.yaml")
-    geometry = Geometry(kind="grid", islands=islands, cells=side * side, dim=2, bins=(side, side),
-                        lower=(0.0, 0.0), upper=(1.0, 1.0), axes=("length", "loops"), genome="program")
+    OmegaConf.save(
+        OmegaConf.create(
+            {
+                "experiment": {
+                    "name": "function_fit",
+                    "task": "function_fit",
+                    "params": {"target": "quadratic"},
+                },
+                "seed": seed,
+                "islands": {"count": islands},
+                "archive": {"kind": "grid"},
+            }
+        ),
+        path / "config.yaml",
+    )
+    geometry = Geometry(
+        kind="grid",
+        islands=islands,
+        cells=side * side,
+        dim=2,
+        bins=(side, side),
+        lower=(0.0, 0.0),
+        upper=(1.0, 1.0),
+        axes=("length", "loops"),
+        genome="program",
+    )
     geometry.save(path)
     spec = archive.GridSpec((side, side), (0.0, 0.0), (1.0, 1.0))
     events = EventLog(path / "events.jsonl")
@@ -81,23 +101,48 @@ def build_run(path: Path, side: int, islands: int, candidates: int, seed: int = 
             ids = np.arange(start, start + n)
             valid = rng.random(n) > 0.15
             parents = [[int(rng.integers(0, i))] if i > 50 else [] for i in ids]
-            batch = [Candidate(
-                kind="text", genome="program", text=program(rng, int(k)), parent_ids=parents[j],
-                island=int(k % islands), operator="init" if not parents[j] else OPERATORS[k % 4],
-                model=None if not parents[j] else MODELS[k % 2], prompt=f"Improve program #{k}",
-                response=f"Here is a better one:\n{k}", tokens_in=400, tokens_out=120, cost=1e-4,
-                fitness=float(-rng.exponential()) if valid[j] else float("nan"),
-                descriptor=rng.random(2).astype(np.float32), valid=bool(valid[j]),
-                metrics={"mse": float(rng.random())}, error=None if valid[j] else "syntax error at line 2",
-            ) for j, k in enumerate(ids)]
+            batch = [
+                Candidate(
+                    kind="text",
+                    genome="program",
+                    text=program(rng, int(k)),
+                    parent_ids=parents[j],
+                    island=int(k % islands),
+                    operator="init" if not parents[j] else OPERATORS[k % 4],
+                    model=None if not parents[j] else MODELS[k % 2],
+                    prompt=f"Improve program #{k}",
+                    response=f"Here is a better one:\n{k}",
+                    tokens_in=400,
+                    tokens_out=120,
+                    cost=1e-4,
+                    fitness=float(-rng.exponential()) if valid[j] else float("nan"),
+                    descriptor=rng.random(2).astype(np.float32),
+                    valid=bool(valid[j]),
+                    metrics={"mse": float(rng.random())},
+                    error=None if valid[j] else "syntax error at line 2",
+                )
+                for j, k in enumerate(ids)
+            ]
             store.add(batch)
-            events.write("commit", {"step": start // 5000, "batches": start // 5000 + 1,
-                                    "evaluations": start + n, "batch": n, "added": int(valid.sum())})
+            events.write(
+                "commit",
+                {
+                    "step": start // 5000,
+                    "batches": start // 5000 + 1,
+                    "evaluations": start + n,
+                    "batch": n,
+                    "added": int(valid.sum()),
+                },
+            )
         offers = store.placements(-1, 2)
         state = archive.init(spec, islands, 2, float("-inf"))
         state, _, _ = island_ops.replay(spec, state, island_ops.init(islands, side * side), offers)
-        checkpoint.save(path / "checkpoints", state, jax.random.key(seed),
-                        {"batches": candidates // 5000, "last_id": store.last_id()})
+        checkpoint.save(
+            path / "checkpoints",
+            state,
+            jax.random.key(seed),
+            {"batches": candidates // 5000, "last_id": store.last_id()},
+        )
     events.close()
 
 
@@ -113,14 +158,25 @@ def endpoints(url: str) -> tuple[list[str], float]:
     first = time.perf_counter() - started
     conn.close()
     return [
-        "/", "/static/app.js", "/highlight.css", "/api/runs", "/api/version",
-        "/api/run/0/summary", "/api/run/0/curves", "/api/run/0/ledger",
-        "/api/run/0/stats?by=operator,model", "/api/run/0/stats?by=instruction",
-        "/api/run/0/heatmap?island=0", "/api/run/0/heatmap?island=1",
+        "/",
+        "/static/app.js",
+        "/highlight.css",
+        "/api/runs",
+        "/api/version",
+        "/api/run/0/summary",
+        "/api/run/0/curves",
+        "/api/run/0/ledger",
+        "/api/run/0/stats?by=operator,model",
+        "/api/run/0/stats?by=instruction",
+        "/api/run/0/heatmap?island=0",
+        "/api/run/0/heatmap?island=1",
         f"/api/run/0/cell?island={best['island']}&cell={best['cell']}",
-        f"/api/run/0/candidate/{best['id']}", "/api/run/0/candidate/54321",
-        f"/api/run/0/lineage/{best['id']}", "/api/run/0/lineage/99999",
-        "/api/run/0/search", "/api/run/0/search?q=99999&valid=true",
+        f"/api/run/0/candidate/{best['id']}",
+        "/api/run/0/candidate/54321",
+        f"/api/run/0/lineage/{best['id']}",
+        "/api/run/0/lineage/99999",
+        "/api/run/0/search",
+        "/api/run/0/search?q=99999&valid=true",
         "/api/run/0/search?q=x%20*%2012&sort=fitness&offset=50",
         "/api/run/0/search?error=true&island=1&sort=newest",
         "/api/run/0/search?operator=diff&sort=id&offset=40000",
@@ -146,8 +202,12 @@ def time_endpoints(url: str, paths: list[str], repeats: int) -> dict[str, dict[s
                 times.append(spent)
             else:
                 first = spent
-        out[p] = {"median_ms": float(np.median(times)), "p95_ms": float(np.percentile(times, 95)),
-                  "first_ms": first, "bytes": len(body)}
+        out[p] = {
+            "median_ms": float(np.median(times)),
+            "p95_ms": float(np.percentile(times, 95)),
+            "first_ms": first,
+            "bytes": len(body),
+        }
     conn.close()
     return out
 
@@ -199,8 +259,11 @@ def main(argv: list[str] | None = None) -> None:
         if not (path / "store.sqlite").exists():
             started = time.perf_counter()
             build_run(path, args.side, args.islands, args.candidates)
-            print(f"built {path}: {args.islands} x {args.side ** 2:,} cells, {args.candidates:,} candidates "
-                  f"in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+            print(
+                f"built {path}: {args.islands} x {args.side**2:,} cells, {args.candidates:,} candidates "
+                f"in {time.perf_counter() - started:.1f} s",
+                file=sys.stderr,
+            )
         started = time.perf_counter()
         server = serve([path], port=0)
         ready = time.perf_counter() - started
@@ -212,20 +275,35 @@ def main(argv: list[str] | None = None) -> None:
             server.stop()
         peer = pyribs_heatmap_ms(path, args.peer_repeats)
     worst = max(t["p95_ms"] for t in timings.values())
-    print(f"explorer on {args.islands} x {args.side ** 2:,} cells, {args.candidates:,} candidates "
-          f"(first answer {ready:.1f} s after start; {args.repeats} requests per endpoint after a warm-up)")
+    print(
+        f"explorer on {args.islands} x {args.side**2:,} cells, {args.candidates:,} candidates "
+        f"(first answer {ready:.1f} s after start; {args.repeats} requests per endpoint after a warm-up)"
+    )
     print(f"{'endpoint':<60} {'median ms':>10} {'p95 ms':>8} {'first ms':>9} {'bytes':>10}")
     for p, t in timings.items():
         print(f"{p:<60} {t['median_ms']:>10.1f} {t['p95_ms']:>8.1f} {t['first_ms']:>9.1f} {t['bytes']:>10,}")
     print(f"worst p95: {worst:.1f} ms (target < 200 ms): {'met' if worst < 200 else 'MISSED'}")
     heat = [t["p95_ms"] for p, t in timings.items() if "heatmap" in p]
     if peer is not None and heat:
-        print(f"pyribs grid_archive_heatmap of one island to PNG: {peer:.0f} ms (median); "
-              f"qd's heatmap endpoint p95 {max(heat):.1f} ms: {peer / max(heat):.1f}x faster")
+        print(
+            f"pyribs grid_archive_heatmap of one island to PNG: {peer:.0f} ms (median); "
+            f"qd's heatmap endpoint p95 {max(heat):.1f} ms: {peer / max(heat):.1f}x faster"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"timings": timings, "worst_p95_ms": worst, "pyribs_heatmap_ms": peer,
-                                         "ready_s": ready, "side": args.side, "islands": args.islands,
-                                         "candidates": args.candidates}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "timings": timings,
+                    "worst_p95_ms": worst,
+                    "pyribs_heatmap_ms": peer,
+                    "ready_s": ready,
+                    "side": args.side,
+                    "islands": args.islands,
+                    "candidates": args.candidates,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

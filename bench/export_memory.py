@@ -34,7 +34,8 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-NAIVE = """
+NAIVE = (
+    """
 import sqlite3, sys
 import pandas as pd
 db = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
@@ -42,21 +43,30 @@ frame = pd.read_sql("SELECT id, parent_ids, island, operator, model, prompt, res
                     "FROM candidates ORDER BY id", db)
 frame.to_parquet(sys.argv[2])
 print(len(frame))
-""" + "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))\n"
-EXPORT = """
+"""
+    + "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))\n"
+)
+EXPORT = (
+    """
 import sys
 from qd.export import write
 path, rows = write(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4])
 print(rows)
-""" + "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))\n"
+"""
+    + "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))\n"
+)
 
 
 def measure(code: str, *args: str) -> dict[str, float]:
     """Wall seconds, peak RSS (MB) and the printed row count of ``code`` run in a fresh
     interpreter, which prints its rows and then its own ``VmHWM`` (kB) last."""
     started = time.perf_counter()
-    child = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                           env={"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    child = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
     seconds = time.perf_counter() - started
     if child.returncode:
         raise SystemExit(f"export_memory: {args} failed: {child.stderr[-1500:]}")
@@ -87,20 +97,28 @@ def main(argv: list[str] | None = None) -> None:
                 started = time.perf_counter()
                 build_run(run, args.side, 1, size)
                 print(f"built {size:,} candidates in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-            out[str(size)] = {"naive": measure(NAIVE, str(run / "store.sqlite"), str(work / f"naive{size}.parquet"))}
+            out[str(size)] = {
+                "naive": measure(NAIVE, str(run / "store.sqlite"), str(work / f"naive{size}.parquet"))
+            }
             for kind in kinds:
                 target = work / f"{kind}{size}.{args.format}"
                 out[str(size)][kind] = measure(EXPORT, str(run), kind, args.format, str(target))
                 print(f"{size:>9,} {kind:<8} {out[str(size)][kind]}", file=sys.stderr)
-    print(f"qd export --format {args.format}: time and peak memory (fresh process each; "
-          "peak RSS is the child's VmHWM)")
-    print(f"{'kind':<8} {'rows small':>11} {'rows large':>11} {'s small':>9} {'s large':>9} "
-          f"{'MB small':>9} {'MB large':>9} {'MB ratio':>9}")
+    print(
+        f"qd export --format {args.format}: time and peak memory (fresh process each; "
+        "peak RSS is the child's VmHWM)"
+    )
+    print(
+        f"{'kind':<8} {'rows small':>11} {'rows large':>11} {'s small':>9} {'s large':>9} "
+        f"{'MB small':>9} {'MB large':>9} {'MB ratio':>9}"
+    )
     small, large = out[str(args.small)], out[str(args.large)]
     for kind in ["naive", *kinds]:
         a, b = small[kind], large[kind]
-        print(f"{kind:<8} {a['rows']:>11,} {b['rows']:>11,} {a['seconds']:>9.1f} {b['seconds']:>9.1f} "
-              f"{a['peak_mb']:>9.0f} {b['peak_mb']:>9.0f} {b['peak_mb'] / a['peak_mb']:>9.2f}")
+        print(
+            f"{kind:<8} {a['rows']:>11,} {b['rows']:>11,} {a['seconds']:>9.1f} {b['seconds']:>9.1f} "
+            f"{a['peak_mb']:>9.0f} {b['peak_mb']:>9.0f} {b['peak_mb'] / a['peak_mb']:>9.2f}"
+        )
     print("target: MB ratio <= 1.2 for every qd kind (naive: pandas.read_sql + to_parquet, the peer)")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))

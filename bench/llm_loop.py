@@ -162,7 +162,7 @@ class LineTask:
         return Scored(fitness, [a, b], True, {"a": a, "b": b})
 
 
-OE_EVALUATOR = '''\
+OE_EVALUATOR = """\
 import importlib.util
 
 
@@ -173,7 +173,7 @@ def evaluate(program_path):
     f0, f1 = float(module.f(0.0)), float(module.f(1.0))
     a, b = f1 - f0, f0
     return {"combined_score": -(abs(a - 3.0) + abs(b - 7.0)), "a": a, "b": b}
-'''
+"""
 
 # ----- process accounting ------------------------------------------------------------
 
@@ -190,7 +190,7 @@ def _proc_table() -> dict[int, tuple[int, float]]:
                 stat = f.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         # fields[0] is state (field 3); utime, stime, cutime, cstime are fields 14..17
         ppid = int(fields[1])
         cpu = sum(int(x) for x in fields[11:15]) / tick
@@ -285,8 +285,9 @@ class _StandInModel:
             self.in_flight -= 1
         text = reply({})
         prompt = sum(len(str(m.get("content", ""))) for m in messages)
-        c = Completion(text, "scripted", max(1, prompt // 4), max(1, len(text) // 4), 0.0, False, "stop",
-                       self.latency_s)
+        c = Completion(
+            text, "scripted", max(1, prompt // 4), max(1, len(text) // 4), 0.0, False, "stop", self.latency_s
+        )
         self.ledger.add(c)
         return c
 
@@ -311,8 +312,16 @@ class _InProcessSandbox:
         pass
 
 
-def _build_qd(client: Any, concurrency: int, candidates: int, workers: int, run_dir: Path,
-              checkpoint_every: int, in_process_eval: bool = False, on_commit: Any = None):
+def _build_qd(
+    client: Any,
+    concurrency: int,
+    candidates: int,
+    workers: int,
+    run_dir: Path,
+    checkpoint_every: int,
+    in_process_eval: bool = False,
+    on_commit: Any = None,
+):
     import operators.llm
     import qd.archive
     from qd.evaluator import StagedEvaluator
@@ -320,27 +329,46 @@ def _build_qd(client: Any, concurrency: int, candidates: int, workers: int, run_
     from qd.sandbox import Limits, Sandbox
 
     task = LineTask()
-    sandbox = _InProcessSandbox() if in_process_eval else Sandbox(task.sandbox_entry, workers=workers,
-                                                                   limits=Limits())
+    sandbox = (
+        _InProcessSandbox()
+        if in_process_eval
+        else Sandbox(task.sandbox_entry, workers=workers, limits=Limits())
+    )
     return Engine(
         task=task,
         spec=qd.archive.GridSpec((LATTICE, LATTICE), (0.0, 0.0), (LATTICE / 2, LATTICE / 2)),
         operators=[(operators.llm.make_llm_operator("rewrite", client), 1.0)],
-        evaluator=StagedEvaluator(task, sandbox), run_dir=run_dir, batch_size=1,
-        in_flight=concurrency, budget=Budget(max_evaluations=candidates), llm=client,
-        checkpoint_every=checkpoint_every, progress=False, on_commit=on_commit,
+        evaluator=StagedEvaluator(task, sandbox),
+        run_dir=run_dir,
+        batch_size=1,
+        in_flight=concurrency,
+        budget=Budget(max_evaluations=candidates),
+        llm=client,
+        checkpoint_every=checkpoint_every,
+        progress=False,
+        on_commit=on_commit,
     )
 
 
 def _llm_client(base_url: str, concurrency: int) -> Any:
     from qd.llm import LLMClient, LLMSettings, ModelSpec
 
-    return LLMClient(LLMSettings(base_url=base_url, models=(ModelSpec("scripted"),),
-                                 concurrency=concurrency, cache_dir=None))
+    return LLMClient(
+        LLMSettings(
+            base_url=base_url, models=(ModelSpec("scripted"),), concurrency=concurrency, cache_dir=None
+        )
+    )
 
 
-def run_qd(concurrency: int, candidates: int, latency_s: float, workers: int,
-           checkpoint_every: int = 50, profile: bool = False, variant: str = "full") -> dict[str, Any]:
+def run_qd(
+    concurrency: int,
+    candidates: int,
+    latency_s: float,
+    workers: int,
+    checkpoint_every: int = 50,
+    profile: bool = False,
+    variant: str = "full",
+) -> dict[str, Any]:
     """One qd run; see the module docstring.
 
     ``variant``: "full" (scripted server over HTTP, real sandbox), "standin" (in-process
@@ -356,9 +384,16 @@ def run_qd(concurrency: int, candidates: int, latency_s: float, workers: int,
         t = time.perf_counter()
         client = _llm_client(server.base_url, concurrency) if server else _StandInModel(latency_s)
         marks: list[tuple[int, float, float]] = []  # after each commit: candidates, wall, CPU
-        engine = _build_qd(client, concurrency, candidates, workers, run_dir, checkpoint_every,
-                           in_process_eval=variant == "bare",
-                           on_commit=lambda e: marks.append((e["evaluations"], time.perf_counter(), time.process_time())))
+        engine = _build_qd(
+            client,
+            concurrency,
+            candidates,
+            workers,
+            run_dir,
+            checkpoint_every,
+            in_process_eval=variant == "bare",
+            on_commit=lambda e: marks.append((e["evaluations"], time.perf_counter(), time.process_time())),
+        )
         build_s = time.perf_counter() - t
         children = _ChildCPU({server_pid} if server_pid else set())
         server_cpu0 = _pid_cpu(server_pid)
@@ -416,20 +451,29 @@ def run_qd(concurrency: int, candidates: int, latency_s: float, workers: int,
     q = (hi - lo) // 4
 
     out = {
-        "system": "qd" if variant == "full" else f"qd ({variant})", "concurrency": concurrency,
-        "candidates": n, "llm_children": llm_rows,
-        "valid": sum(r.valid for r in rows), "errors": errors,
-        "requests": stats["requests"], "max_in_flight": stats["max_in_flight"],
-        "wall_s": wall, "build_s": build_s, "cand_per_s": n / wall,
+        "system": "qd" if variant == "full" else f"qd ({variant})",
+        "concurrency": concurrency,
+        "candidates": n,
+        "llm_children": llm_rows,
+        "valid": sum(r.valid for r in rows),
+        "errors": errors,
+        "requests": stats["requests"],
+        "max_in_flight": stats["max_in_flight"],
+        "wall_s": wall,
+        "build_s": build_s,
+        "cand_per_s": n / wall,
         "of_ideal": stats["requests"] * latency_s / concurrency / wall,
         "engine_cpu_ms": 1e3 * cpu / n if n else None,
-        "engine_cpu_q1_ms": _ms(window_cpu(lo, lo + q)), "engine_cpu_q4_ms": _ms(window_cpu(hi - q, hi)),
+        "engine_cpu_q1_ms": _ms(window_cpu(lo, lo + q)),
+        "engine_cpu_q4_ms": _ms(window_cpu(hi - q, hi)),
         "steady_window": [lo, hi],
         "sandbox_s_median": statistics.median(eval_s) if eval_s else None,
         "sandbox_cpu_ms": 1e3 * sandbox_cpu / len(eval_s) if eval_s else None,
         "total_cpu_ms": 1e3 * (cpu + sandbox_cpu) / n if n else None,
         "server_cpu_s": None if server_cpu is None or server_cpu0 is None else server_cpu - server_cpu0,
-        "stop_reason": summary.get("stop_reason"), "load": load, "workers": workers,
+        "stop_reason": summary.get("stop_reason"),
+        "load": load,
+        "workers": workers,
     }
     if profiler:
         import io
@@ -448,7 +492,9 @@ def _ms(x: float | None) -> float | None:
 def _trim_profile(text: str) -> str:
     lines = text.splitlines()
     start = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith("ncalls")), 0)
-    keep = [ln.replace(str(ROOT) + "/", "").replace(sys.prefix + "/", "") for ln in lines[start:] if ln.strip()]
+    keep = [
+        ln.replace(str(ROOT) + "/", "").replace(sys.prefix + "/", "") for ln in lines[start:] if ln.strip()
+    ]
     head = next((ln.strip() for ln in lines if "function calls" in ln), "")
     return "\n".join([head, *keep])
 
@@ -456,9 +502,12 @@ def _trim_profile(text: str) -> str:
 def client_probe(concurrency: int, calls: int, latency_s: float) -> dict[str, Any]:
     """qd's ``LLMClient`` alone: ``calls`` chat calls, ``concurrency`` at once, against the server."""
     server = _server(latency_s)
-    messages = [{"role": "system", "content": "You write python."},
-                {"role": "user", "content": DESCRIPTION + "\n" + SEED_PROGRAM * 8}]
+    messages = [
+        {"role": "system", "content": "You write python."},
+        {"role": "user", "content": DESCRIPTION + "\n" + SEED_PROGRAM * 8},
+    ]
     try:
+
         async def main() -> dict[str, Any]:
             client = _llm_client(server.base_url, concurrency)
             try:
@@ -468,8 +517,13 @@ def client_probe(concurrency: int, calls: int, latency_s: float) -> dict[str, An
                 wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
             finally:
                 await client.aclose()
-            return {"concurrency": concurrency, "calls": calls, "per_s": calls / wall,
-                    "of_ideal": calls * latency_s / concurrency / wall, "cpu_ms": 1e3 * cpu / calls}
+            return {
+                "concurrency": concurrency,
+                "calls": calls,
+                "per_s": calls / wall,
+                "of_ideal": calls * latency_s / concurrency / wall,
+                "cpu_ms": 1e3 * cpu / calls,
+            }
 
         out = asyncio.run(main())
         out["max_in_flight"] = server.stats()["max_in_flight"]
@@ -487,6 +541,7 @@ def sandbox_probe(workers: int, calls: int) -> dict[str, Any]:
     sandbox = Sandbox(task.sandbox_entry, workers=workers, limits=Limits())
     children = _ChildCPU(set())
     try:
+
         async def main() -> dict[str, Any]:
             for _ in range(10):  # warm-up: workers started, entry loaded
                 r = await sandbox.run(text, {})
@@ -507,12 +562,16 @@ def sandbox_probe(workers: int, calls: int) -> dict[str, Any]:
             par_wall = time.perf_counter() - t0
             par_cpu, par_children = time.process_time() - cpu0, children.stop()
             return {
-                "workers": workers, "calls": calls,
+                "workers": workers,
+                "calls": calls,
                 "seq_wall_ms": 1e3 * statistics.median(walls),
                 "seq_seconds_ms": 1e3 * statistics.median(seconds),
-                "seq_main_cpu_ms": 1e3 * seq_cpu / calls, "seq_sandbox_cpu_ms": 1e3 * seq_children / calls,
-                "par_per_s": calls / par_wall, "par_ok": sum(r.ok for r in results),
-                "par_main_cpu_ms": 1e3 * par_cpu / calls, "par_sandbox_cpu_ms": 1e3 * par_children / calls,
+                "seq_main_cpu_ms": 1e3 * seq_cpu / calls,
+                "seq_sandbox_cpu_ms": 1e3 * seq_children / calls,
+                "par_per_s": calls / par_wall,
+                "par_ok": sum(r.ok for r in results),
+                "par_main_cpu_ms": 1e3 * par_cpu / calls,
+                "par_sandbox_cpu_ms": 1e3 * par_children / calls,
             }
 
         return asyncio.run(main())
@@ -529,15 +588,21 @@ def run_openevolve(parallel: int, candidates: int, latency_s: float, timeout_s: 
     server = _server(latency_s)
     work = Path(tempfile.mkdtemp(prefix="bll_oe_"))
     try:
-        params = {"base_url": server.base_url, "parallel": parallel, "iterations": candidates,
-                  "work": str(work)}
+        params = {
+            "base_url": server.base_url,
+            "parallel": parallel,
+            "iterations": candidates,
+            "work": str(work),
+        }
         server_pid = _server_pid(server)
         server_cpu0 = _pid_cpu(server_pid)
         log = work / "child.log"
         with open(log, "w") as f:
             proc = subprocess.run(
                 [sys.executable, __file__, "--_openevolve-child", json.dumps(params)],
-                stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                timeout=timeout_s,
             )
         if proc.returncode != 0 or not (work / "result.json").exists():
             tail = log.read_text()[-3000:]
@@ -549,15 +614,20 @@ def run_openevolve(parallel: int, candidates: int, latency_s: float, timeout_s: 
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
     n = out["candidates"]
-    out.update({
-        "system": "OpenEvolve", "concurrency": parallel, "requests": stats["requests"],
-        "max_in_flight": stats["max_in_flight"], "cand_per_s": n / out["wall_s"],
-        "of_ideal": stats["requests"] * latency_s / parallel / out["wall_s"],
-        "engine_cpu_ms": 1e3 * out["main_cpu_s"] / n,
-        "total_cpu_ms": 1e3 * (out["main_cpu_s"] + out["workers_cpu_s"]) / n,
-        "server_cpu_s": None if server_cpu is None or server_cpu0 is None else server_cpu - server_cpu0,
-        "load": load,
-    })
+    out.update(
+        {
+            "system": "OpenEvolve",
+            "concurrency": parallel,
+            "requests": stats["requests"],
+            "max_in_flight": stats["max_in_flight"],
+            "cand_per_s": n / out["wall_s"],
+            "of_ideal": stats["requests"] * latency_s / parallel / out["wall_s"],
+            "engine_cpu_ms": 1e3 * out["main_cpu_s"] / n,
+            "total_cpu_ms": 1e3 * (out["main_cpu_s"] + out["workers_cpu_s"]) / n,
+            "server_cpu_s": None if server_cpu is None or server_cpu0 is None else server_cpu - server_cpu0,
+            "load": load,
+        }
+    )
     return out
 
 
@@ -573,14 +643,16 @@ def _openevolve_child(params: dict[str, Any]) -> None:
     config = Config()
     config.language = "python"
     config.diff_based_evolution = False
-    config.llm = LLMConfig(api_base=params["base_url"], api_key="sk-dummy",
-                           models=[LLMModelConfig(name="scripted", weight=1.0)])
+    config.llm = LLMConfig(
+        api_base=params["base_url"], api_key="sk-dummy", models=[LLMModelConfig(name="scripted", weight=1.0)]
+    )
     config.evaluator.parallel_evaluations = params["parallel"]
     config.evaluator.cascade_evaluation = False
     config.database.feature_dimensions = ["a", "b"]
     config.database.feature_bins = LATTICE
-    controller = OpenEvolve(str(work / "initial.py"), str(work / "evaluator.py"), config,
-                            output_dir=str(work / "out"))
+    controller = OpenEvolve(
+        str(work / "initial.py"), str(work / "evaluator.py"), config, output_dir=str(work / "out")
+    )
     added: list[float] = []
     add = controller.database.add
 
@@ -599,12 +671,19 @@ def _openevolve_child(params: dict[str, Any]) -> None:
     wall = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
     workers_cpu = _children_rusage() - children0  # the pool is shut down and reaped by run()
-    (work / "result.json").write_text(json.dumps({
-        "candidates": len(added) + 1, "children": len(added), "wall_s": wall, "main_cpu_s": cpu,
-        "workers_cpu_s": workers_cpu,
-        "version": openevolve.__version__ if hasattr(openevolve, "__version__") else _oe_version(),
-        "steady_per_s": _steady_rate(added, t0),
-    }))
+    (work / "result.json").write_text(
+        json.dumps(
+            {
+                "candidates": len(added) + 1,
+                "children": len(added),
+                "wall_s": wall,
+                "main_cpu_s": cpu,
+                "workers_cpu_s": workers_cpu,
+                "version": openevolve.__version__ if hasattr(openevolve, "__version__") else _oe_version(),
+                "steady_per_s": _steady_rate(added, t0),
+            }
+        )
+    )
 
 
 def _oe_version() -> str:
@@ -647,9 +726,11 @@ def _rng(runs: list[dict], key: str, digits: int = 1) -> str:
 
 
 def table(groups: dict[tuple[str, int], list[dict]], latency_s: float) -> str:
-    head = ("| system | C | candidates (LLM) | wall s | cand/s | ideal cand/s | of ideal | max in flight "
-            "| engine CPU ms/cand (all; steady 1st / last quarter) | total CPU ms/cand | sandbox s/eval (median) "
-            "| sandbox CPU ms/eval | server CPU s |")
+    head = (
+        "| system | C | candidates (LLM) | wall s | cand/s | ideal cand/s | of ideal | max in flight "
+        "| engine CPU ms/cand (all; steady 1st / last quarter) | total CPU ms/cand | sandbox s/eval (median) "
+        "| sandbox CPU ms/eval | server CPU s |"
+    )
     lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     for (system, c), runs in groups.items():
         llm = _med(runs, "requests")
@@ -675,79 +756,117 @@ def targets(groups: dict[tuple[str, int], list[dict]], probe: dict | None) -> li
 
     f8 = med("qd", 8, "of_ideal")
     if f8 is not None:
-        out.append(f"- qd at concurrency 8 >= 0.9 of ideal: **{'met' if f8 >= 0.9 else 'missed'}** ({f8:.2f})")
+        out.append(
+            f"- qd at concurrency 8 >= 0.9 of ideal: **{'met' if f8 >= 0.9 else 'missed'}** ({f8:.2f})"
+        )
     q64, o64 = med("qd", 64, "cand_per_s"), med("OpenEvolve", 64, "cand_per_s")
     if q64 is not None and o64:
         ratio = q64 / o64
-        out.append(f"- qd >= 10x OpenEvolve at 64: **{'met' if ratio >= 10 else 'missed'}** "
-                   f"({q64:,.1f} vs {o64:,.1f} candidates/s = {ratio:.1f}x)")
-    cpu = [(c, med("qd", c, "engine_cpu_ms"), med("qd", c, "engine_cpu_q1_ms"), med("qd", c, "engine_cpu_q4_ms"))
-           for (s, c) in groups if s == "qd"]
+        out.append(
+            f"- qd >= 10x OpenEvolve at 64: **{'met' if ratio >= 10 else 'missed'}** "
+            f"({q64:,.1f} vs {o64:,.1f} candidates/s = {ratio:.1f}x)"
+        )
+    cpu = [
+        (c, med("qd", c, "engine_cpu_ms"), med("qd", c, "engine_cpu_q1_ms"), med("qd", c, "engine_cpu_q4_ms"))
+        for (s, c) in groups
+        if s == "qd"
+    ]
     if cpu:
         ok = all(a is not None and a <= 1.0 and (q4 is None or q4 <= 1.0) for _, a, _, q4 in cpu)
         flat = all(q1 and q4 is not None and q4 <= 1.25 * q1 for _, _, q1, q4 in cpu)
-        detail = "; ".join(f"C={c}: {_fmt(a, 2)} ms (quarters {_fmt(q1, 2)} -> {_fmt(q4, 2)})" for c, a, q1, q4 in cpu)
-        out.append(f"- engine CPU <= 1 ms per candidate: **{'met' if ok else 'missed'}**; flat as the store grows "
-                   f"(last steady quarter <= 1.25x first): **{'met' if flat else 'missed'}** ({detail})")
+        detail = "; ".join(
+            f"C={c}: {_fmt(a, 2)} ms (quarters {_fmt(q1, 2)} -> {_fmt(q4, 2)})" for c, a, q1, q4 in cpu
+        )
+        out.append(
+            f"- engine CPU <= 1 ms per candidate: **{'met' if ok else 'missed'}**; flat as the store grows "
+            f"(last steady quarter <= 1.25x first): **{'met' if flat else 'missed'}** ({detail})"
+        )
     if probe:
         s = probe["seq_seconds_ms"]
-        out.append(f"- sandbox overhead per evaluation <= 5 ms: **{'met' if s <= 5 else 'missed'}** "
-                   f"(trivial program, one call at a time: SandboxResult.seconds {s:.2f} ms median, "
-                   f"{probe['seq_wall_ms']:.2f} ms as the caller sees it; CPU per evaluation "
-                   f"{probe['seq_main_cpu_ms']:.2f} ms in the loop's process + {probe['seq_sandbox_cpu_ms']:.2f} ms "
-                   f"in the sandbox's processes)")
+        out.append(
+            f"- sandbox overhead per evaluation <= 5 ms: **{'met' if s <= 5 else 'missed'}** "
+            f"(trivial program, one call at a time: SandboxResult.seconds {s:.2f} ms median, "
+            f"{probe['seq_wall_ms']:.2f} ms as the caller sees it; CPU per evaluation "
+            f"{probe['seq_main_cpu_ms']:.2f} ms in the loop's process + {probe['seq_sandbox_cpu_ms']:.2f} ms "
+            f"in the sandbox's processes)"
+        )
     return out
 
 
 def _print_run(rep: int, r: dict) -> None:
     if r["system"] == "OpenEvolve":
-        print(f"  [{rep}] OpenEvolve P={r['concurrency']}: {r['candidates']} cand ({r['requests']} LLM) in "
-              f"{r['wall_s']:.2f}s = {r['cand_per_s']:.1f}/s (steady {_fmt(r['steady_per_s'])}/s), of ideal "
-              f"{r['of_ideal']:.2f}, max in flight {r['max_in_flight']}, main CPU {r['engine_cpu_ms']:.2f} ms/cand, "
-              f"total CPU {r['total_cpu_ms']:.2f} ms/cand, load {r['load']}", flush=True)
+        print(
+            f"  [{rep}] OpenEvolve P={r['concurrency']}: {r['candidates']} cand ({r['requests']} LLM) in "
+            f"{r['wall_s']:.2f}s = {r['cand_per_s']:.1f}/s (steady {_fmt(r['steady_per_s'])}/s), of ideal "
+            f"{r['of_ideal']:.2f}, max in flight {r['max_in_flight']}, main CPU {r['engine_cpu_ms']:.2f} ms/cand, "
+            f"total CPU {r['total_cpu_ms']:.2f} ms/cand, load {r['load']}",
+            flush=True,
+        )
         return
     sb = r["sandbox_s_median"]
-    print(f"  [{rep}] {r['system']} C={r['concurrency']}: {r['candidates']} cand ({r['requests']} LLM) in "
-          f"{r['wall_s']:.2f}s = {r['cand_per_s']:.1f}/s, of ideal {r['of_ideal']:.2f}, max in flight "
-          f"{r['max_in_flight']}, engine CPU {r['engine_cpu_ms']:.2f} ms/cand (q1 {_fmt(r['engine_cpu_q1_ms'], 2)}, "
-          f"q4 {_fmt(r['engine_cpu_q4_ms'], 2)}), sandbox {_fmt(sb and 1e3 * sb, 2)} ms/eval, "
-          f"{_fmt(r['sandbox_cpu_ms'], 2)} ms CPU/eval, valid {r['valid']}, load {r['load']}"
-          + (f", errors {r['errors']}" if r["errors"] else "")
-          + (f", stop: {r['stop_reason']}" if r["stop_reason"] else ""), flush=True)
+    print(
+        f"  [{rep}] {r['system']} C={r['concurrency']}: {r['candidates']} cand ({r['requests']} LLM) in "
+        f"{r['wall_s']:.2f}s = {r['cand_per_s']:.1f}/s, of ideal {r['of_ideal']:.2f}, max in flight "
+        f"{r['max_in_flight']}, engine CPU {r['engine_cpu_ms']:.2f} ms/cand (q1 {_fmt(r['engine_cpu_q1_ms'], 2)}, "
+        f"q4 {_fmt(r['engine_cpu_q4_ms'], 2)}), sandbox {_fmt(sb and 1e3 * sb, 2)} ms/eval, "
+        f"{_fmt(r['sandbox_cpu_ms'], 2)} ms CPU/eval, valid {r['valid']}, load {r['load']}"
+        + (f", errors {r['errors']}" if r["errors"] else "")
+        + (f", stop: {r['stop_reason']}" if r["stop_reason"] else ""),
+        flush=True,
+    )
 
 
 def decomposition(groups: dict[tuple[str, int], list[dict]], clients: list[dict], c: int) -> str:
     """Where the main process's CPU per candidate goes, at concurrency c."""
-    rows = [("qd: scripted server over HTTP (LLMClient), sandbox", groups.get(("qd", c))),
-            ("qd: in-process stand-in model (no HTTP), sandbox", groups.get(("qd (standin)", c))),
-            ("qd: stand-in model, evaluation in process (no sandbox)", groups.get(("qd (bare)", c)))]
+    rows = [
+        ("qd: scripted server over HTTP (LLMClient), sandbox", groups.get(("qd", c))),
+        ("qd: in-process stand-in model (no HTTP), sandbox", groups.get(("qd (standin)", c))),
+        ("qd: stand-in model, evaluation in process (no sandbox)", groups.get(("qd (bare)", c))),
+    ]
     lines = ["| variant (C=%d) | cand/s | main-process CPU ms/cand |" % c, "|---|---:|---:|"]
     for name, runs in rows:
         if runs:
             lines.append(f"| {name} | {_rng(runs, 'cand_per_s')} | {_rng(runs, 'engine_cpu_ms', 2)} |")
     if clients:
-        lines.append(f"| `LLMClient` alone, {clients[0]['calls']} calls against the server "
-                     f"(max in flight {_fmt(_med(clients, 'max_in_flight'), 0)}) | {_rng(clients, 'per_s')} calls/s "
-                     f"| {_rng(clients, 'cpu_ms', 2)} per call |")
+        lines.append(
+            f"| `LLMClient` alone, {clients[0]['calls']} calls against the server "
+            f"(max in flight {_fmt(_med(clients, 'max_in_flight'), 0)}) | {_rng(clients, 'per_s')} calls/s "
+            f"| {_rng(clients, 'cpu_ms', 2)} per call |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--candidates", type=int, default=1000)
-    ap.add_argument("--concurrency", type=int, nargs="*", default=[8, 64, 256],
-                    help="qd runs (in_flight = llm concurrency)")
-    ap.add_argument("--openevolve", type=int, nargs="*", default=[8, 64], help="OpenEvolve parallel_evaluations")
-    ap.add_argument("--oe-candidates", type=int, default=None, help="OpenEvolve iterations (default: --candidates)")
+    ap.add_argument(
+        "--concurrency",
+        type=int,
+        nargs="*",
+        default=[8, 64, 256],
+        help="qd runs (in_flight = llm concurrency)",
+    )
+    ap.add_argument(
+        "--openevolve", type=int, nargs="*", default=[8, 64], help="OpenEvolve parallel_evaluations"
+    )
+    ap.add_argument(
+        "--oe-candidates", type=int, default=None, help="OpenEvolve iterations (default: --candidates)"
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--latency", type=float, default=LATENCY_S, help="scripted model latency, seconds")
     ap.add_argument("--workers", type=int, default=2, help="qd sandbox workers (runner.workers default: 2)")
     ap.add_argument("--checkpoint-every", type=int, default=50, help="qd insert batches between checkpoints")
     ap.add_argument("--probe-calls", type=int, default=200, help="sandbox probe size (0: skip)")
-    ap.add_argument("--decompose", type=int, default=8, metavar="C",
-                    help="also run qd at C with a stand-in model / in-process evaluation, "
-                         "and LLMClient alone (0: skip)")
-    ap.add_argument("--profile", type=int, default=None, metavar="C", help="cProfile one extra qd run at concurrency C")
+    ap.add_argument(
+        "--decompose",
+        type=int,
+        default=8,
+        metavar="C",
+        help="also run qd at C with a stand-in model / in-process evaluation, and LLMClient alone (0: skip)",
+    )
+    ap.add_argument(
+        "--profile", type=int, default=None, metavar="C", help="cProfile one extra qd run at concurrency C"
+    )
     ap.add_argument("--oe-timeout", type=float, default=900.0)
     ap.add_argument("--results", type=Path, default=None, help="write the section into this RESULTS.md")
     ap.add_argument("--json", type=Path, default=None, help="dump every run as JSON")
@@ -759,8 +878,11 @@ def main(argv: list[str] | None = None) -> None:
 
     started = datetime.datetime.now(datetime.timezone.utc)
     load0 = _load()
-    print(f"llm_loop: {args.candidates} candidates, qd C={args.concurrency}, OpenEvolve P={args.openevolve}, "
-          f"{args.repeats} repeats, latency {args.latency * 1e3:.0f} ms, load {load0}", flush=True)
+    print(
+        f"llm_loop: {args.candidates} candidates, qd C={args.concurrency}, OpenEvolve P={args.openevolve}, "
+        f"{args.repeats} repeats, latency {args.latency * 1e3:.0f} ms, load {load0}",
+        flush=True,
+    )
     runs: list[dict] = []
     probes: list[dict] = []
     clients: list[dict] = []
@@ -773,34 +895,62 @@ def main(argv: list[str] | None = None) -> None:
         t = time.perf_counter()
         w = run_qd(8, 64, args.latency, args.workers, args.checkpoint_every)
         warmup = {"s": time.perf_counter() - t, "wall_s": w["wall_s"], "candidates": w["candidates"]}
-        print(f"  qd warm-up (first run of the process, jit compile): {warmup['candidates']} candidates, "
-              f"run {w['wall_s']:.2f}s, {warmup['s']:.2f}s in all", flush=True)
+        print(
+            f"  qd warm-up (first run of the process, jit compile): {warmup['candidates']} candidates, "
+            f"run {w['wall_s']:.2f}s, {warmup['s']:.2f}s in all",
+            flush=True,
+        )
     oe_n = args.oe_candidates or args.candidates
     for rep in range(args.repeats):
         for c in args.concurrency:
-            runs.append(dict(run_qd(c, args.candidates, args.latency, args.workers, args.checkpoint_every), repeat=rep))
+            runs.append(
+                dict(
+                    run_qd(c, args.candidates, args.latency, args.workers, args.checkpoint_every), repeat=rep
+                )
+            )
             _print_run(rep, runs[-1])
         for p in args.openevolve:
             runs.append(dict(run_openevolve(p, oe_n, args.latency, args.oe_timeout), repeat=rep))
             _print_run(rep, runs[-1])
         if args.decompose:
             for variant in ("standin", "bare"):
-                runs.append(dict(run_qd(args.decompose, args.candidates, args.latency, args.workers,
-                                        args.checkpoint_every, variant=variant), repeat=rep))
+                runs.append(
+                    dict(
+                        run_qd(
+                            args.decompose,
+                            args.candidates,
+                            args.latency,
+                            args.workers,
+                            args.checkpoint_every,
+                            variant=variant,
+                        ),
+                        repeat=rep,
+                    )
+                )
                 _print_run(rep, runs[-1])
             clients.append(client_probe(args.decompose, args.candidates, args.latency))
             print(f"  [{rep}] LLMClient alone: {clients[-1]}", flush=True)
         if args.probe_calls and qd_on:
             probes.append(sandbox_probe(args.workers, args.probe_calls))
             print(f"  [{rep}] sandbox probe: {probes[-1]}", flush=True)
-    probe = ({k: (statistics.median(p[k] for p in probes) if isinstance(probes[0][k], float) else probes[0][k])
-              for k in probes[0]} if probes else None)
+    probe = (
+        {
+            k: (statistics.median(p[k] for p in probes) if isinstance(probes[0][k], float) else probes[0][k])
+            for k in probes[0]
+        }
+        if probes
+        else None
+    )
     profile = None
     if args.profile:
-        profile = run_qd(args.profile, args.candidates, args.latency, args.workers, args.checkpoint_every,
-                         profile=True)
-        print(f"  profiled qd C={args.profile}: {profile['cand_per_s']:.1f}/s, engine CPU "
-              f"{profile['engine_cpu_ms']:.2f} ms/cand (under cProfile)\n{profile['profile']}", flush=True)
+        profile = run_qd(
+            args.profile, args.candidates, args.latency, args.workers, args.checkpoint_every, profile=True
+        )
+        print(
+            f"  profiled qd C={args.profile}: {profile['cand_per_s']:.1f}/s, engine CPU "
+            f"{profile['engine_cpu_ms']:.2f} ms/cand (under cProfile)\n{profile['profile']}",
+            flush=True,
+        )
     load1 = _load()
 
     groups: dict[tuple[str, int], list[dict]] = {}
@@ -818,22 +968,32 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print("\n".join(goals))
     if args.json:
-        args.json.write_text(json.dumps({"runs": runs, "probes": probes, "clients": clients, "warmup": warmup,
-                                         "profile": profile}, indent=1, default=str))
+        args.json.write_text(
+            json.dumps(
+                {"runs": runs, "probes": probes, "clients": clients, "warmup": warmup, "profile": profile},
+                indent=1,
+                default=str,
+            )
+        )
     if args.results:
         from _results import commit, versions, write_section
 
         cmd = "python bench/llm_loop.py " + " ".join(sys.argv[1:] if argv is None else argv)
         loads = [r["load"] for r in runs]
         lines = [
-            TITLE, "",
+            TITLE,
+            "",
             f"- Command: `{cmd.strip()}`, commit {commit()}",
             f"- Date: {started:%Y-%m-%d %H:%M} UTC; "
             f"{(datetime.datetime.now(datetime.timezone.utc) - started).total_seconds() / 60:.1f} min in all",
             f"- Machine: {os.cpu_count()} cores ({platform.machine()}), Linux {platform.release()}, shared; "
             f"1-min load average {load0} at the start, {load1} at the end"
-            + (f", {min(loads)}-{max(loads)} at the starts of the runs (these include this benchmark's own "
-               "processes, e.g. OpenEvolve's 64 workers just before)" if loads else ""),
+            + (
+                f", {min(loads)}-{max(loads)} at the starts of the runs (these include this benchmark's own "
+                "processes, e.g. OpenEvolve's 64 workers just before)"
+                if loads
+                else ""
+            ),
             f"- Versions: {versions('jax', 'openai', 'httpx', 'httpx2', 'openevolve')}",
             f"- Setup: scripted OpenAI-compatible server (`tests/scripted_llm.py`, own process, fresh per run), "
             f"{args.latency * 1e3:.0f} ms latency, every answer a small python block; {args.candidates} candidates "
@@ -851,15 +1011,25 @@ def main(argv: list[str] | None = None) -> None:
             "with the store; OpenEvolve: its controller, whose workers make the calls and "
             "evaluations); total CPU = main + sandbox or worker processes (not the server); sandbox = median "
             "`SandboxResult.seconds` and the sandbox processes' CPU per evaluation.",
-            "", tab, "",
+            "",
+            tab,
+            "",
         ]
         oe_groups = [(c, g) for (sname, c), g in main_groups.items() if sname == "OpenEvolve"]
         if oe_groups:
-            lines += ["OpenEvolve steady rate (10th to 90th percentile child, its pool start excluded): "
-                      + ", ".join(f"P={c}: {_rng(g, 'steady_per_s')}/s" for c, g in oe_groups) + ".", ""]
+            lines += [
+                "OpenEvolve steady rate (10th to 90th percentile child, its pool start excluded): "
+                + ", ".join(f"P={c}: {_rng(g, 'steady_per_s')}/s" for c, g in oe_groups)
+                + ".",
+                "",
+            ]
         if dec:
-            lines += ["Where qd's main-process CPU goes (same runs, variants of the model and evaluator):", "",
-                      dec, ""]
+            lines += [
+                "Where qd's main-process CPU goes (same runs, variants of the model and evaluator):",
+                "",
+                dec,
+                "",
+            ]
         if probe:
             lines += [
                 f"Sandbox alone (trivial program, {probe['workers']} workers, {probe['calls']} calls, median of "
@@ -867,13 +1037,22 @@ def main(argv: list[str] | None = None) -> None:
                 f"`SandboxResult.seconds` {probe['seq_seconds_ms']:.2f} ms, CPU {probe['seq_main_cpu_ms']:.2f} ms "
                 f"(loop process) + {probe['seq_sandbox_cpu_ms']:.2f} ms (sandbox processes) per call; all at once "
                 f"{probe['par_per_s']:,.0f} evaluations/s, CPU {probe['par_main_cpu_ms']:.2f} + "
-                f"{probe['par_sandbox_cpu_ms']:.2f} ms per call.", ""]
+                f"{probe['par_sandbox_cpu_ms']:.2f} ms per call.",
+                "",
+            ]
         lines += ["Targets:", "", *goals, ""]
         if profile:
-            lines += [f"cProfile of one qd run at C={args.profile} (the loop thread's CPU time, `time.thread_time`, "
-                      f"sorted by own time; "
-                      f"{profile['cand_per_s']:.1f} cand/s, {profile['engine_cpu_ms']:.2f} ms CPU per candidate "
-                      "under the profiler):", "", "```", profile["profile"], "```", ""]
+            lines += [
+                f"cProfile of one qd run at C={args.profile} (the loop thread's CPU time, `time.thread_time`, "
+                f"sorted by own time; "
+                f"{profile['cand_per_s']:.1f} cand/s, {profile['engine_cpu_ms']:.2f} ms CPU per candidate "
+                "under the profiler):",
+                "",
+                "```",
+                profile["profile"],
+                "```",
+                "",
+            ]
         write_section(args.results, TITLE, "\n".join(lines))
         print(f"wrote {TITLE!r} into {args.results}")
 

@@ -68,14 +68,14 @@ if str(ROOT) not in sys.path:
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
+from ribs.archives import GridArchive  # noqa: E402
+from ribs.emitters import GaussianEmitter  # noqa: E402
+from ribs.schedulers import Scheduler  # noqa: E402
 
 import qd.archive as qa  # noqa: E402
 from qd.plan import compose  # noqa: E402
 from qd.run import build_engine  # noqa: E402
 from qd.task import load_task  # noqa: E402
-from ribs.archives import GridArchive  # noqa: E402
-from ribs.emitters import GaussianEmitter  # noqa: E402
-from ribs.schedulers import Scheduler  # noqa: E402
 
 logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
 
@@ -117,21 +117,37 @@ def run_pyribs(task: Any, seed: int, evals: int, batch: int, marks: list[int]) -
         while pending and done >= pending[0]:
             s = archive.stats
             curve[pending.pop(0)] = {
-                "qd_score": float(s.qd_score), "coverage": float(s.coverage),
+                "qd_score": float(s.qd_score),
+                "coverage": float(s.coverage),
                 "best": float(s.obj_max),
             }
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {"wall_s": wall, "cpu_s": cpu, "evaluations": done, "eval_s": eval_s,
-            "first_batch_s": first_batch_s, "curve": curve}
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "evaluations": done,
+        "eval_s": eval_s,
+        "first_batch_s": first_batch_s,
+        "curve": curve,
+    }
 
 
 def qd_config(seed: int, evals: int, batch: int, in_flight: int):
-    return compose([
-        "experiment=sphere", "operators=gaussian", f"operators.mix.0.sigma={SIGMA}",
-        f"experiment.params.dim={DIM}", f"runner.batch_size={batch}",
-        f"runner.max_evaluations={evals}", f"runner.in_flight={in_flight}",
-        "runner.evaluator=inprocess", "runner.progress=false", f"seed={seed}", "runner.loop=host",
-    ])
+    return compose(
+        [
+            "experiment=sphere",
+            "operators=gaussian",
+            f"operators.mix.0.sigma={SIGMA}",
+            f"experiment.params.dim={DIM}",
+            f"runner.batch_size={batch}",
+            f"runner.max_evaluations={evals}",
+            f"runner.in_flight={in_flight}",
+            "runner.evaluator=inprocess",
+            "runner.progress=false",
+            f"seed={seed}",
+            "runner.loop=host",
+        ]
+    )
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
@@ -143,8 +159,14 @@ def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def run_qd(seed: int, evals: int, batch: int, in_flight: int, marks: list[int],
-           profile: cProfile.Profile | None = None) -> dict[str, Any]:
+def run_qd(
+    seed: int,
+    evals: int,
+    batch: int,
+    in_flight: int,
+    marks: list[int],
+    profile: cProfile.Profile | None = None,
+) -> dict[str, Any]:
     tc = time.perf_counter()
     cfg = qd_config(seed, evals, batch, in_flight)
     compose_s = time.perf_counter() - tc
@@ -174,17 +196,29 @@ def run_qd(seed: int, evals: int, batch: int, in_flight: int, marks: list[int],
     for m in marks:
         e = next(e for e in events if e["evaluations"] >= m)
         g = e["global"]
-        curve[m] = {"qd_score": g["qd_score"], "coverage": g["coverage"], "best": g["max_fitness"],
-                    "at": e["evaluations"]}
+        curve[m] = {
+            "qd_score": g["qd_score"],
+            "coverage": g["coverage"],
+            "best": g["max_fitness"],
+            "at": e["evaluations"],
+        }
     times = np.array([e["time"] for e in events])
     gaps = np.diff(times)
-    steady = gaps[len(gaps) // 2:] if len(gaps) >= 4 else gaps
+    steady = gaps[len(gaps) // 2 :] if len(gaps) >= 4 else gaps
     return {
-        "wall_s": wall, "cpu_s": cpu, "compose_s": compose_s, "build_s": built_s, "run_s": run_s,
-        "evaluations": summary["evaluations"], "stored_rows": rows, "batches": len(events),
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "compose_s": compose_s,
+        "build_s": built_s,
+        "run_s": run_s,
+        "evaluations": summary["evaluations"],
+        "stored_rows": rows,
+        "batches": len(events),
         "first2_s": float(times[min(1, len(times) - 1)] - run_start_epoch),
         "steady_batch_ms": float(np.median(steady) * 1e3) if len(steady) else float("nan"),
-        "final": summary["global"], "curve": curve, "run_dir_bytes": footprint,
+        "final": summary["global"],
+        "curve": curve,
+        "run_dir_bytes": footprint,
     }
 
 
@@ -208,9 +242,11 @@ def versions() -> str:
     import jaxlib
     import ribs
 
-    return (f"Python {platform.python_version()}, jax {jax.__version__}, jaxlib {jaxlib.__version__} "
-            f"(backend {jax.default_backend()}), ribs {ribs.__version__}, numpy {np.__version__}, "
-            f"SQLite {sqlite3.sqlite_version}")
+    return (
+        f"Python {platform.python_version()}, jax {jax.__version__}, jaxlib {jaxlib.__version__} "
+        f"(backend {jax.default_backend()}), ribs {ribs.__version__}, numpy {np.__version__}, "
+        f"SQLite {sqlite3.sqlite_version}"
+    )
 
 
 def machine() -> str:
@@ -243,11 +279,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--evals", type=int, default=None, help="evaluations per run (default 204,800)")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 5)")
-    ap.add_argument("--variant-in-flight", type=int, default=2,
-                    help="also run qd with this runner.in_flight (the config default); 0 = skip")
+    ap.add_argument(
+        "--variant-in-flight",
+        type=int,
+        default=2,
+        help="also run qd with this runner.in_flight (the config default); 0 = skip",
+    )
     ap.add_argument("--no-profile", action="store_true", help="skip the cProfile run and micro-measurements")
-    ap.add_argument("--results", type=Path, default=None,
-                    help=f"write the markdown section '{SECTION_TITLE}' into this file")
+    ap.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help=f"write the markdown section '{SECTION_TITLE}' into this file",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also dump raw results here")
     args = ap.parse_args(argv)
     evals = args.evals or (12_800 if args.quick else 204_800)
@@ -273,15 +317,21 @@ def main(argv: list[str] | None = None) -> int:
                 r = run_qd(seed, evals, batch, 1, marks)
             r["seed"] = seed
             runs[system].append(r)
-            print(f"seed {seed} {system:7s} wall {r['wall_s']:7.2f}s  "
-                  f"qd_score {r['curve'][marks[-1]]['qd_score']:10.1f}  "
-                  f"coverage {r['curve'][marks[-1]]['coverage']:.4f}", flush=True)
+            print(
+                f"seed {seed} {system:7s} wall {r['wall_s']:7.2f}s  "
+                f"qd_score {r['curve'][marks[-1]]['qd_score']:10.1f}  "
+                f"coverage {r['curve'][marks[-1]]['coverage']:.4f}",
+                flush=True,
+            )
         if variant:
             r = run_qd(seed, evals, batch, args.variant_in_flight, marks)
             r["seed"] = seed
             runs[variant].append(r)
-            print(f"seed {seed} {variant} wall {r['wall_s']:7.2f}s  "
-                  f"qd_score {r['curve'][marks[-1]]['qd_score']:10.1f}", flush=True)
+            print(
+                f"seed {seed} {variant} wall {r['wall_s']:7.2f}s  "
+                f"qd_score {r['curve'][marks[-1]]['qd_score']:10.1f}",
+                flush=True,
+            )
 
     profile_text, micro = None, None
     if not args.no_profile:
@@ -292,10 +342,14 @@ def main(argv: list[str] | None = None) -> int:
         micro = micro_measurements(batch)
 
     total_s = time.perf_counter() - started
-    cmd = "python bench/map_elites.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])
-                                           if (argv if argv is not None else sys.argv[1:]) else "")
-    section = render(runs, marks, evals, batch, seeds, variant, profile_text, micro,
-                     cmd, date, total_s, args.quick)
+    cmd = "python bench/map_elites.py" + (
+        " " + " ".join(argv if argv is not None else sys.argv[1:])
+        if (argv if argv is not None else sys.argv[1:])
+        else ""
+    )
+    section = render(
+        runs, marks, evals, batch, seeds, variant, profile_text, micro, cmd, date, total_s, args.quick
+    )
     print()
     print(section)
     if args.json:
@@ -332,9 +386,19 @@ def micro_measurements(batch: int) -> list[tuple[str, float]]:
         store = Store(tmp / "store.sqlite")
 
         def candidates():
-            return [Candidate(kind="vector", island=0, fitness=float(f[j]), descriptor=d[j],
-                              valid=True, vector=x[j], parent_ids=pid[j], operator="gaussian")
-                    for j in range(batch)]
+            return [
+                Candidate(
+                    kind="vector",
+                    island=0,
+                    fitness=float(f[j]),
+                    descriptor=d[j],
+                    valid=True,
+                    vector=x[j],
+                    parent_ids=pid[j],
+                    operator="gaussian",
+                )
+                for j in range(batch)
+            ]
 
         built = ms(candidates)
         add = ms(lambda: store.add(candidates())) - built
@@ -342,13 +406,17 @@ def micro_measurements(batch: int) -> list[tuple[str, float]]:
         db = sqlite3.connect(tmp / "raw.sqlite")
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("CREATE TABLE c (id INTEGER PRIMARY KEY, vector BLOB, descriptor BLOB, "
-                   "fitness REAL, parent_ids TEXT, island INTEGER, valid INTEGER)")
+        db.execute(
+            "CREATE TABLE c (id INTEGER PRIMARY KEY, vector BLOB, descriptor BLOB, "
+            "fitness REAL, parent_ids TEXT, island INTEGER, valid INTEGER)"
+        )
         next_id = [0]
 
         def raw():
-            rows = [(next_id[0] + j, x[j].tobytes(), d[j].tobytes(), float(f[j]), "[0]", 0, 1)
-                    for j in range(batch)]
+            rows = [
+                (next_id[0] + j, x[j].tobytes(), d[j].tobytes(), float(f[j]), "[0]", 0, 1)
+                for j in range(batch)
+            ]
             with db:
                 db.executemany("INSERT INTO c VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
             next_id[0] += batch
@@ -363,8 +431,7 @@ def micro_measurements(batch: int) -> list[tuple[str, float]]:
     s = qa.stats(state, 0.0)
     fields = qa.ArchiveStats._fields
     per_element = ms(lambda: [{k: float(getattr(s, k)[i]) for k in fields} for i in range(2)])
-    one_get = ms(lambda: [{k: float(v[i]) for k, v in jax.device_get(s)._asdict().items()}
-                          for i in range(2)])
+    one_get = ms(lambda: [{k: float(v[i]) for k, v in jax.device_get(s)._asdict().items()} for i in range(2)])
     return [
         (f"`Store.add` of {batch} candidates (as the engine calls it, excl. building them)", add),
         (f"building the {batch} `Candidate` objects", built),
@@ -377,7 +444,9 @@ def micro_measurements(batch: int) -> list[tuple[str, float]]:
 def profile_excerpt(prof: cProfile.Profile, run_s: float, top: int = 18) -> str:
     stream = io.StringIO()
     st = pstats.Stats(prof, stream=stream)
-    st.sort_stats("cumulative").print_stats(r"qd/|operators/|experiments/|sqlite|json|jax/_src/(array|random/core|numpy/indexing)", top)
+    st.sort_stats("cumulative").print_stats(
+        r"qd/|operators/|experiments/|sqlite|json|jax/_src/(array|random/core|numpy/indexing)", top
+    )
     lines = stream.getvalue().splitlines()
     keep, on = [], False
     for ln in lines:
@@ -385,29 +454,36 @@ def profile_excerpt(prof: cProfile.Profile, run_s: float, top: int = 18) -> str:
             on = True
         if on and ln.strip():
             keep.append(ln.replace(str(ROOT) + "/", "").replace(sys.prefix + "/", ""))
-    return f"cProfile of one qd run (seed 0, engine.run() {run_s:.1f}s under the profiler), " \
-           f"sorted by cumulative time:\n\n```\n" + "\n".join(keep) + "\n```"
+    return (
+        f"cProfile of one qd run (seed 0, engine.run() {run_s:.1f}s under the profiler), "
+        f"sorted by cumulative time:\n\n```\n" + "\n".join(keep) + "\n```"
+    )
 
 
-def render(runs, marks, evals, batch, seeds, variant, profile_text, micro, cmd, date,
-           total_s, quick) -> str:
+def render(runs, marks, evals, batch, seeds, variant, profile_text, micro, cmd, date, total_s, quick) -> str:
     out: list[str] = [SECTION_TITLE, ""]
-    out.append(f"- Command: `{cmd}` ({'quick smoke run' if quick else 'full run'}, "
-               f"{total_s / 60:.1f} min in all), commit `{git_commit()}` plus the working tree")
+    out.append(
+        f"- Command: `{cmd}` ({'quick smoke run' if quick else 'full run'}, "
+        f"{total_s / 60:.1f} min in all), commit `{git_commit()}` plus the working tree"
+    )
     out.append(f"- Date: {date}")
     out.append(f"- Machine: {machine()}")
     out.append(f"- Versions: {versions()}")
-    out.append(f"- Setup: sphere 100-D (`experiments/sphere`, `make_task(dim=100)`), 100x100 grid over "
-               f"[-256, 256]^2; Gaussian mutation sigma {SIGMA}; batch {batch}; {evals:,} evaluations "
-               f"per run ({evals // batch} batches); seeds {seeds[0]}..{seeds[-1]}. pyribs: GridArchive + "
-               f"one GaussianEmitter(x0=0) + Scheduler, ask/evaluate/tell. qd: "
-               f"`build_engine(cfg, run_dir)` from `experiment=sphere operators=gaussian "
-               f"runner.batch_size={batch} runner.max_evaluations={evals} runner.in_flight=1 "
-               f"runner.progress=false seed=S`, then `engine.run()`, `engine.close()` "
-               f"(SQLite store, events.jsonl, checkpoint every 50 batches, all included). "
-               f"Same `task.evaluate` for both.")
-    out.append("- QD score: sum of elite fitness (pyribs convention, offset 0; max 10,000 x 100 = 1e6). "
-               "Cells: median [min, max] over seeds.")
+    out.append(
+        f"- Setup: sphere 100-D (`experiments/sphere`, `make_task(dim=100)`), 100x100 grid over "
+        f"[-256, 256]^2; Gaussian mutation sigma {SIGMA}; batch {batch}; {evals:,} evaluations "
+        f"per run ({evals // batch} batches); seeds {seeds[0]}..{seeds[-1]}. pyribs: GridArchive + "
+        f"one GaussianEmitter(x0=0) + Scheduler, ask/evaluate/tell. qd: "
+        f"`build_engine(cfg, run_dir)` from `experiment=sphere operators=gaussian "
+        f"runner.batch_size={batch} runner.max_evaluations={evals} runner.in_flight=1 "
+        f"runner.progress=false seed=S`, then `engine.run()`, `engine.close()` "
+        f"(SQLite store, events.jsonl, checkpoint every 50 batches, all included). "
+        f"Same `task.evaluate` for both."
+    )
+    out.append(
+        "- QD score: sum of elite fitness (pyribs convention, offset 0; max 10,000 x 100 = 1e6). "
+        "Cells: median [min, max] over seeds."
+    )
     out.append("")
     systems = ["pyribs", "qd"] + ([variant] if variant else [])
     out.append("| evaluations | system | QD score | coverage % | best fitness |")
@@ -415,10 +491,12 @@ def render(runs, marks, evals, batch, seeds, variant, profile_text, micro, cmd, 
     for m in marks:
         for s in systems:
             c = [r["curve"][m] for r in runs[s]]
-            out.append(f"| {m:,} ({100 * m / evals:.0f}%) | {s} | "
-                       f"{med_range([x['qd_score'] for x in c], ',.0f')} | "
-                       f"{med_range([100 * x['coverage'] for x in c], '.2f')} | "
-                       f"{med_range([x['best'] for x in c], '.3f')} |")
+            out.append(
+                f"| {m:,} ({100 * m / evals:.0f}%) | {s} | "
+                f"{med_range([x['qd_score'] for x in c], ',.0f')} | "
+                f"{med_range([100 * x['coverage'] for x in c], '.2f')} | "
+                f"{med_range([x['best'] for x in c], '.3f')} |"
+            )
     out.append("")
     out.append("Wall clock per run (seconds; median [min, max] over seeds):")
     out.append("")
@@ -432,29 +510,33 @@ def render(runs, marks, evals, batch, seeds, variant, profile_text, micro, cmd, 
             note = f"of which task.evaluate {ev:.2f}s"
         else:
             rs = runs[s]
-            note = (f"build_engine {statistics.median([r['build_s'] for r in rs]):.2f}s; steady "
-                    f"{statistics.median([r['steady_batch_ms'] for r in rs]):.1f} ms per insert batch "
-                    f"of {evals // rs[0]['batches']} candidates ({rs[0]['batches']} batches); "
-                    f"run dir {statistics.median([r['run_dir_bytes'] for r in rs]) / 2**20:.0f} MiB "
-                    f"({rs[0]['stored_rows']:,} store rows); hydra compose "
-                    f"{statistics.median([r['compose_s'] for r in rs]):.2f}s (not in wall)")
+            note = (
+                f"build_engine {statistics.median([r['build_s'] for r in rs]):.2f}s; steady "
+                f"{statistics.median([r['steady_batch_ms'] for r in rs]):.1f} ms per insert batch "
+                f"of {evals // rs[0]['batches']} candidates ({rs[0]['batches']} batches); "
+                f"run dir {statistics.median([r['run_dir_bytes'] for r in rs]) / 2**20:.0f} MiB "
+                f"({rs[0]['stored_rows']:,} store rows); hydra compose "
+                f"{statistics.median([r['compose_s'] for r in rs]):.2f}s (not in wall)"
+            )
         cpu = [r["cpu_s"] for r in runs[s]]
         out.append(f"| {s} | {med_range(w, '.2f')} | {med_range(cpu, '.2f')} | {rate:,.0f} | {note} |")
     out.append("")
     q, p = runs["qd"], runs["pyribs"]
     if len(q) > 1:
         warm = statistics.median([r["first2_s"] for r in q[1:]])
-        out.append(f"qd one-time JIT compile/startup: the first qd run of the process took "
-                   f"{q[0]['first2_s']:.2f}s to its first two insert batches (init batch + first "
-                   f"Gaussian batch: compiles insert, stats, sample, gaussian) vs {warm:.2f}s in the "
-                   f"later, warm runs (median), i.e. ~{q[0]['first2_s'] - warm:.1f}s of compilation; "
-                   f"its build_engine took {q[0]['build_s']:.2f}s vs "
-                   f"{statistics.median([r['build_s'] for r in q[1:]]):.2f}s warm. "
-                   f"Its total wall was {q[0]['wall_s']:.2f}s (seed {q[0]['seed']}); the other, warm "
-                   f"qd runs: median {statistics.median([r['wall_s'] for r in q[1:]]):.2f}s vs pyribs "
-                   f"{statistics.median([r['wall_s'] for r in p[1:]]):.2f}s over the same seeds. "
-                   f"pyribs's first run: first batch {p[0]['first_batch_s'] * 1e3:.0f} ms, wall "
-                   f"{p[0]['wall_s']:.2f}s.")
+        out.append(
+            f"qd one-time JIT compile/startup: the first qd run of the process took "
+            f"{q[0]['first2_s']:.2f}s to its first two insert batches (init batch + first "
+            f"Gaussian batch: compiles insert, stats, sample, gaussian) vs {warm:.2f}s in the "
+            f"later, warm runs (median), i.e. ~{q[0]['first2_s'] - warm:.1f}s of compilation; "
+            f"its build_engine took {q[0]['build_s']:.2f}s vs "
+            f"{statistics.median([r['build_s'] for r in q[1:]]):.2f}s warm. "
+            f"Its total wall was {q[0]['wall_s']:.2f}s (seed {q[0]['seed']}); the other, warm "
+            f"qd runs: median {statistics.median([r['wall_s'] for r in q[1:]]):.2f}s vs pyribs "
+            f"{statistics.median([r['wall_s'] for r in p[1:]]):.2f}s over the same seeds. "
+            f"pyribs's first run: first batch {p[0]['first_batch_s'] * 1e3:.0f} ms, wall "
+            f"{p[0]['wall_s']:.2f}s."
+        )
         out.append("")
     pf = [r["curve"][marks[-1]]["qd_score"] for r in p]
     qf = [r["curve"][marks[-1]]["qd_score"] for r in q]
@@ -470,14 +552,17 @@ def render(runs, marks, evals, batch, seeds, variant, profile_text, micro, cmd, 
         f"{'within' if noise_ok else 'NOT within'} seed noise; wall clock qd "
         f"{statistics.median(qw):.2f}s vs pyribs {statistics.median(pw):.2f}s median = "
         f"{statistics.median(qw) / statistics.median(pw):.2f}x -> qd {'faster' if faster else 'slower'}; "
-        f"process CPU time qd/pyribs {statistics.median([r['cpu_s'] for r in q]) / statistics.median([r['cpu_s'] for r in p]):.2f}x).")
+        f"process CPU time qd/pyribs {statistics.median([r['cpu_s'] for r in q]) / statistics.median([r['cpu_s'] for r in p]):.2f}x)."
+    )
     out.append("")
     if profile_text:
         out.append(profile_text)
         out.append("")
     if micro:
-        out.append(f"Micro-measurements of the two largest host costs (batch {batch}, median of "
-                   f"{MICRO_REPS} calls, same process):")
+        out.append(
+            f"Micro-measurements of the two largest host costs (batch {batch}, median of "
+            f"{MICRO_REPS} calls, same process):"
+        )
         out.append("")
         out.append("| operation | ms/call |")
         out.append("|---|---:|")
@@ -486,11 +571,13 @@ def render(runs, marks, evals, batch, seeds, variant, profile_text, micro, cmd, 
         out.append("")
     if variant and runs[variant]:
         nb = runs[variant][0]["batches"]
-        out.append(f"Note on `{variant}` (the runner's config default): with the in-process "
-                   f"evaluator nothing in a proposal awaits, so the in-flight proposals finish in "
-                   f"the same event-loop turn and are committed together: {nb} insert batches of "
-                   f"{evals // nb} candidates, all parents of a batch sampled from the same archive "
-                   f"(in effect batch {evals // nb}).")
+        out.append(
+            f"Note on `{variant}` (the runner's config default): with the in-process "
+            f"evaluator nothing in a proposal awaits, so the in-flight proposals finish in "
+            f"the same event-loop turn and are committed together: {nb} insert batches of "
+            f"{evals // nb} candidates, all parents of a batch sampled from the same archive "
+            f"(in effect batch {evals // nb})."
+        )
         out.append("")
     return "\n".join(out)
 

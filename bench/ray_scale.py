@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ENTRY = '''
+ENTRY = """
 import time
 def run(text, seconds=0.2):
     end = time.process_time() + seconds
@@ -47,14 +47,17 @@ def run(text, seconds=0.2):
     while time.process_time() < end:
         x += 1
     return len(text) + x % 2
-'''
+"""
 ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 def measure(runner, n: int, work: float) -> dict[str, float]:
     """Seconds and driver CPU for ``n`` evaluations submitted at once (after one warm-up each worker)."""
+
     async def go(count: int) -> None:
-        results = await asyncio.gather(*(runner.run(f"candidate {i}", {"seconds": work}) for i in range(count)))
+        results = await asyncio.gather(
+            *(runner.run(f"candidate {i}", {"seconds": work}) for i in range(count))
+        )
         bad = [r.error for r in results if not r.ok]
         if bad:
             raise SystemExit(f"ray_scale: an evaluation failed: {bad[0]}")
@@ -84,7 +87,11 @@ def whole_runs(address: str, calls: int, root: Path) -> dict[str, float]:
     server = ScriptedLLM([Rule("", varied_program)]).start(in_process=True)
     out = {}
     try:
-        for name, extra in (("warm-up", ()), ("local", ()), ("ray", ("runner=ray", f"runner.address={address}"))):
+        for name, extra in (
+            ("warm-up", ()),
+            ("local", ()),
+            ("ray", ("runner=ray", f"runner.address={address}")),
+        ):
             before = cpu()
             path = text_run(root / name, server.base_url, f"runner.max_llm_calls={calls}", *extra)
             out[name] = 1000 * (cpu() - before) / len(stored(path))
@@ -100,13 +107,30 @@ def start_cluster(root: Path, nodes: int) -> tuple[str, list[subprocess.Popen]]:
         port = s.getsockname()[1]
     procs: list[subprocess.Popen] = []
     for k in range(nodes + 1):
-        args = (["--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false", f"--temp-dir={root}"]
-                if k == 0 else [f"--address=127.0.0.1:{port}", "--num-cpus=1"])
+        args = (
+            ["--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false", f"--temp-dir={root}"]
+            if k == 0
+            else [f"--address=127.0.0.1:{port}", "--num-cpus=1"]
+        )
         log = root.parent / f"{root.name}-node{k}.log"
-        procs.append(subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", "--block",
-                                       "--disable-usage-stats", "--object-store-memory=80000000", *args],
-                                      stdout=open(log, "w"), stderr=subprocess.STDOUT, env=ENV,
-                                      process_group=0 if k == 0 else procs[0].pid))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "ray.scripts.scripts",
+                    "start",
+                    "--block",
+                    "--disable-usage-stats",
+                    "--object-store-memory=80000000",
+                    *args,
+                ],
+                stdout=open(log, "w"),
+                stderr=subprocess.STDOUT,
+                env=ENV,
+                process_group=0 if k == 0 else procs[0].pid,
+            )
+        )
         while "Ray runtime started" not in log.read_text():
             if procs[-1].poll() is not None:
                 raise SystemExit(f"ray_scale: node {k} did not start: {log.read_text()[-500:]}")
@@ -147,16 +171,22 @@ def main(argv: list[str] | None = None) -> None:
                     ray_sandbox.close()
                 if n == max(args.nodes) and args.run_calls:
                     runs = whole_runs(address, args.run_calls, tmp / "runs")
-                    print(f"whole function_fit run on {n} node(s): driver CPU per candidate: local "
-                          f"{runs['local']:.2f} ms, ray {runs['ray']:.2f} ms", flush=True)
+                    print(
+                        f"whole function_fit run on {n} node(s): driver CPU per candidate: local "
+                        f"{runs['local']:.2f} ms, ray {runs['ray']:.2f} ms",
+                        flush=True,
+                    )
             finally:
                 os.killpg(procs[0].pid, signal.SIGKILL)
                 for p in procs:
                     p.wait()
             rows.append({"workers": n, "local": peer, "ray": ours})
-            print(f"{n} worker(s): local {peer['evals_per_s']:.2f}/s, ray {ours['evals_per_s']:.2f}/s "
-                  f"(x{ours['evals_per_s'] / peer['evals_per_s']:.2f}); driver CPU per evaluation: local "
-                  f"{peer['driver_cpu_ms_per_eval']:.2f} ms, ray {ours['driver_cpu_ms_per_eval']:.2f} ms", flush=True)
+            print(
+                f"{n} worker(s): local {peer['evals_per_s']:.2f}/s, ray {ours['evals_per_s']:.2f}/s "
+                f"(x{ours['evals_per_s'] / peer['evals_per_s']:.2f}); driver CPU per evaluation: local "
+                f"{peer['driver_cpu_ms_per_eval']:.2f} ms, ray {ours['driver_cpu_ms_per_eval']:.2f} ms",
+                flush=True,
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:

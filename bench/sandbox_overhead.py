@@ -48,8 +48,10 @@ TITLE = "## Sandbox overhead per evaluation"
 
 def cpu_seconds() -> float:
     """CPU time of this process and of its finished descendants (the workers, once closed)."""
-    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
-                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+    return sum(
+        r.ru_utime + r.ru_stime
+        for r in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN))
+    )
 
 
 async def sandbox_run(entry: str, workers: int, runs: int) -> dict:
@@ -77,10 +79,14 @@ async def sandbox_run(entry: str, workers: int, runs: int) -> dict:
     finally:
         await sandbox.aclose()
     # Worker start-up and warm-up are in there too: spread over the runs, as a (small) upper bound.
-    return {"latency": statistics.median(latencies), "child": statistics.median(child),
-            "cpu": (cpu_seconds() - before_warm_up) / (len(latencies) + 20),
-            "caller_cpu": caller_cpu / len(latencies),
-            "rate": (len(latencies) + 20) / (time.perf_counter() - start), "isolation": isolation}
+    return {
+        "latency": statistics.median(latencies),
+        "child": statistics.median(child),
+        "cpu": (cpu_seconds() - before_warm_up) / (len(latencies) + 20),
+        "caller_cpu": caller_cpu / len(latencies),
+        "rate": (len(latencies) + 20) / (time.perf_counter() - start),
+        "isolation": isolation,
+    }
 
 
 def fork_latencies(runs: int) -> list[float]:
@@ -96,8 +102,10 @@ def fork_latencies(runs: int) -> list[float]:
 
 
 def interpreter_latencies(path: Path, runs: int) -> list[float]:
-    code = (f"import importlib.util as u; s = u.spec_from_file_location('e', {str(path)!r}); "
-            "m = u.module_from_spec(s); s.loader.exec_module(m); m.run('')")
+    code = (
+        f"import importlib.util as u; s = u.spec_from_file_location('e', {str(path)!r}); "
+        "m = u.module_from_spec(s); s.loader.exec_module(m); m.run('')"
+    )
     out = []
     for _ in range(runs):
         start = time.perf_counter()
@@ -109,7 +117,9 @@ def interpreter_latencies(path: Path, runs: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=3, help="each setting this many times; medians reported")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="each setting this many times; medians reported"
+    )
     parser.add_argument("--results", type=Path, help="write the table into this RESULTS.md")
     args = parser.parse_args()
     ms = lambda x: f"{x * 1e3:.2f} ms"  # noqa: E731
@@ -120,27 +130,42 @@ def main() -> None:
         rows = []
         for workers in (1, 2):
             reps = [asyncio.run(sandbox_run(f"{path}:run", workers, args.runs)) for _ in range(args.repeats)]
-            med = {k: statistics.median(r[k] for r in reps) for k in ("latency", "child", "cpu", "caller_cpu", "rate")}
-            rows.append(f"| sandbox, workers={workers} | {ms(med['latency'])} | {ms(med['child'])} | {ms(med['cpu'])} "
-                        f"| {ms(med['caller_cpu'])} | {med['rate']:.0f}/s |")
+            med = {
+                k: statistics.median(r[k] for r in reps)
+                for k in ("latency", "child", "cpu", "caller_cpu", "rate")
+            }
+            rows.append(
+                f"| sandbox, workers={workers} | {ms(med['latency'])} | {ms(med['child'])} | {ms(med['cpu'])} "
+                f"| {ms(med['caller_cpu'])} | {med['rate']:.0f}/s |"
+            )
         fork = statistics.median(statistics.median(fork_latencies(args.runs)) for _ in range(args.repeats))
         rows.append(f"| bare fork + exit + wait | {ms(fork)} | | | | |")
-        rows.append(f"| fresh interpreter (`python -c`) | {ms(statistics.median(interpreter_latencies(path, 30)))} "
-                    "| | | | |")
+        rows.append(
+            f"| fresh interpreter (`python -c`) | {ms(statistics.median(interpreter_latencies(path, 30)))} "
+            "| | | | |"
+        )
     enabled = ", ".join(k for k, v in reps[0]["isolation"].items() if v)
-    section = "\n".join([
-        TITLE, "",
-        f"`python bench/sandbox_overhead.py --runs {args.runs} --repeats {args.repeats}`, "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; a do-nothing entry, so the whole latency "
-        f"is overhead; {os.cpu_count()} CPUs, 1-min load {load:.2f} at the start; isolation in force: "
-        f"{enabled}. Each figure is the median over the repeats of one sandbox's median (CPU: its mean "
-        "per run, start-up included; the caller's: the calling process alone, timed runs only).", "",
-        "| setting | median latency per run | median child wall time | CPU per run | caller CPU per run "
-        "| runs/s (incl. start) |",
-        "|---|---|---|---|---|---|", *rows, ""])
+    section = "\n".join(
+        [
+            TITLE,
+            "",
+            f"`python bench/sandbox_overhead.py --runs {args.runs} --repeats {args.repeats}`, "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; a do-nothing entry, so the whole latency "
+            f"is overhead; {os.cpu_count()} CPUs, 1-min load {load:.2f} at the start; isolation in force: "
+            f"{enabled}. Each figure is the median over the repeats of one sandbox's median (CPU: its mean "
+            "per run, start-up included; the caller's: the calling process alone, timed runs only).",
+            "",
+            "| setting | median latency per run | median child wall time | CPU per run | caller CPU per run "
+            "| runs/s (incl. start) |",
+            "|---|---|---|---|---|---|",
+            *rows,
+            "",
+        ]
+    )
     print(section)
     if args.results:
         from _results import write_section
+
         write_section(args.results, TITLE, section)
 
 

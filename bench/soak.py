@@ -261,8 +261,9 @@ def _last_event(events: Path) -> dict:
     return {}
 
 
-def sample(t0: float, proc: subprocess.Popen, run_dir: Path, server_pid: int | None,
-           seen: dict[int, int]) -> dict:
+def sample(
+    t0: float, proc: subprocess.Popen, run_dir: Path, server_pid: int | None, seen: dict[int, int]
+) -> dict:
     pid = proc.pid
     tree = descendants(pid)
     seen.update(tree)
@@ -304,12 +305,27 @@ def sample(t0: float, proc: subprocess.Popen, run_dir: Path, server_pid: int | N
 
 def qd_command(base_url: str, minutes: float, run_dir: Path, in_flight: int, extra: list[str]) -> list[str]:
     return [
-        sys.executable, "-m", "qd.run", "experiment=function_fit", "llm.provider=server",
-        f"llm.base_url={base_url}", "llm.models=[{name: scripted}]", "llm.api_key_env=null",
-        "runner.max_llm_calls=null", "runner.max_evaluations=null", f"runner.max_seconds={minutes * 60:g}",
-        "runner.progress=false", f"runner.in_flight={in_flight}", f"llm.concurrency={in_flight}",
-        "llm.backoff_s=0.05", "llm.backoff_max_s=0.5", "llm.timeout_s=2", "sandbox.wall_s=1", "sandbox.cpu_s=1",
-        f"hydra.run.dir={run_dir}", *extra,
+        sys.executable,
+        "-m",
+        "qd.run",
+        "experiment=function_fit",
+        "llm.provider=server",
+        f"llm.base_url={base_url}",
+        "llm.models=[{name: scripted}]",
+        "llm.api_key_env=null",
+        "runner.max_llm_calls=null",
+        "runner.max_evaluations=null",
+        f"runner.max_seconds={minutes * 60:g}",
+        "runner.progress=false",
+        f"runner.in_flight={in_flight}",
+        f"llm.concurrency={in_flight}",
+        "llm.backoff_s=0.05",
+        "llm.backoff_max_s=0.5",
+        "llm.timeout_s=2",
+        "sandbox.wall_s=1",
+        "sandbox.cpu_s=1",
+        f"hydra.run.dir={run_dir}",
+        *extra,
     ]
 
 
@@ -381,10 +397,20 @@ def verdict(samples: list[dict], minutes: float) -> tuple[dict, list[str]]:
     after = [s for s in good if s["t"] >= cutoff]
     slope = _fit([s["t"] / 3600 for s in after], [s["rss_mb"] for s in after])
     tree_slope = _fit([s["t"] / 3600 for s in after], [s["children_rss_mb"] for s in after])
-    res: dict = {"duration_s": duration, "conclusive": conclusive, "cutoff_s": round(cutoff, 1),
-                 "samples_after": len(after), "rss_slope_mb_per_h": slope, "children_rss_slope_mb_per_h": tree_slope}
-    where = ("after minute 5" if conclusive else f"after the first 20% or the first evaluation ({cutoff:.0f} s); "
-             f"run shorter than {CONCLUSIVE_MIN:.0f} min: not conclusive")
+    res: dict = {
+        "duration_s": duration,
+        "conclusive": conclusive,
+        "cutoff_s": round(cutoff, 1),
+        "samples_after": len(after),
+        "rss_slope_mb_per_h": slope,
+        "children_rss_slope_mb_per_h": tree_slope,
+    }
+    where = (
+        "after minute 5"
+        if conclusive
+        else f"after the first 20% or the first evaluation ({cutoff:.0f} s); "
+        f"run shorter than {CONCLUSIVE_MIN:.0f} min: not conclusive"
+    )
     lines = []
     if slope is None:
         lines.append(f"- resident memory: too few samples {where}")
@@ -396,7 +422,8 @@ def verdict(samples: list[dict], minutes: float) -> tuple[dict, list[str]]:
             f"samples; {after[0]['rss_mb']:.1f} -> {after[-1]['rss_mb']:.1f} MB, "
             f"max {max(s['rss_mb'] for s in after):.1f}): "
             f"**{'flat' if res['rss_flat'] else 'grows'}** (limit {FLAT_MB_PER_HOUR:.0f} MB/hour)"
-            + (f"; its descendants together {tree_slope:+.1f} MB/hour" if tree_slope is not None else ""))
+            + (f"; its descendants together {tree_slope:+.1f} MB/hour" if tree_slope is not None else "")
+        )
     for key, name in (("fds", "open descriptors"), ("threads", "threads"), ("procs", "descendant processes")):
         if not after:
             continue
@@ -406,31 +433,54 @@ def verdict(samples: list[dict], minutes: float) -> tuple[dict, list[str]]:
         # A leak raises the baseline (the minimum); a connection or fork caught mid-flight only the maximum.
         first_min, last_min = min(s[key] for s in after[:third]), min(s[key] for s in after[-third:])
         grows = last_min > first_min
-        res[key] = {"min": lo, "max": hi, "warmup_max": max(warm) if warm else None, "unchanged": lo == hi,
-                    "baseline_first_third": first_min, "baseline_last_third": last_min, "grows": grows}
-        state = ("unchanged" if lo == hi else
-                 f"baseline grows ({first_min} -> {last_min})" if grows else
-                 f"steady: baseline {first_min} in the first third and {last_min} in the last, transient peaks only")
-        lines.append(f"- {name}: {lo}..{hi} after warm-up (warm-up max {res[key]['warmup_max']}): **{state}**")
+        res[key] = {
+            "min": lo,
+            "max": hi,
+            "warmup_max": max(warm) if warm else None,
+            "unchanged": lo == hi,
+            "baseline_first_third": first_min,
+            "baseline_last_third": last_min,
+            "grows": grows,
+        }
+        state = (
+            "unchanged"
+            if lo == hi
+            else f"baseline grows ({first_min} -> {last_min})"
+            if grows
+            else f"steady: baseline {first_min} in the first third and {last_min} in the last, transient peaks only"
+        )
+        lines.append(
+            f"- {name}: {lo}..{hi} after warm-up (warm-up max {res[key]['warmup_max']}): **{state}**"
+        )
     if good:
         first, last = good[0], good[-1]
-        lines.append(f"- store: {last['store_mb']:.1f} MB (SQLite + WAL, WAL {last['wal_mb']:.1f} MB), LLM cache "
-                     f"{last['cache_mb']:.1f} MB, events.jsonl {last['events_mb']:.1f} MB after "
-                     f"{last['evals'] or 0:,} evaluations")
+        lines.append(
+            f"- store: {last['store_mb']:.1f} MB (SQLite + WAL, WAL {last['wal_mb']:.1f} MB), LLM cache "
+            f"{last['cache_mb']:.1f} MB, events.jsonl {last['events_mb']:.1f} MB after "
+            f"{last['evals'] or 0:,} evaluations"
+        )
         rates = [s["evals_per_s"] for s in after if s.get("evals_per_s") is not None]
         if rates:
             q = max(1, len(rates) // 4)
             res["evals_per_s_first_quarter"] = sum(rates[:q]) / q
             res["evals_per_s_last_quarter"] = sum(rates[-q:]) / q
-            lines.append(f"- evaluations/s after warm-up: mean {sum(rates) / len(rates):.2f} "
-                         f"(first quarter {res['evals_per_s_first_quarter']:.2f}, last quarter "
-                         f"{res['evals_per_s_last_quarter']:.2f}, min {min(rates):.2f}, max {max(rates):.2f})")
+            lines.append(
+                f"- evaluations/s after warm-up: mean {sum(rates) / len(rates):.2f} "
+                f"(first quarter {res['evals_per_s_first_quarter']:.2f}, last quarter "
+                f"{res['evals_per_s_last_quarter']:.2f}, min {min(rates):.2f}, max {max(rates):.2f})"
+            )
         if last.get("server_rss_mb") is not None:
-            lines.append(f"- scripted server (not qd): RSS {first['server_rss_mb']:.1f} -> "
-                         f"{last['server_rss_mb']:.1f} MB")
-    flat = bool(res.get("rss_flat")) and all(k in res and not res[k]["grows"] for k in ("fds", "threads", "procs"))
+            lines.append(
+                f"- scripted server (not qd): RSS {first['server_rss_mb']:.1f} -> "
+                f"{last['server_rss_mb']:.1f} MB"
+            )
+    flat = bool(res.get("rss_flat")) and all(
+        k in res and not res[k]["grows"] for k in ("fds", "threads", "procs")
+    )
     res["flat"] = flat
-    lines.insert(0, f"**Flat: {'yes' if flat else 'no'}**" + ("" if conclusive else " (short run: not conclusive)"))
+    lines.insert(
+        0, f"**Flat: {'yes' if flat else 'no'}**" + ("" if conclusive else " (short run: not conclusive)")
+    )
     return res, lines
 
 
@@ -439,14 +489,18 @@ def table(samples: list[dict], max_rows: int | None = None) -> str:
     if max_rows and len(samples) > max_rows:
         step = (len(samples) - 1) / (max_rows - 1)
         rows = [samples[round(i * step)] for i in range(max_rows)]
-    out = ["| time | rss MB | workers MB | fds | threads | procs | store MB | cache MB | evals | evals/s |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        "| time | rss MB | workers MB | fds | threads | procs | store MB | cache MB | evals | evals/s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for s in rows:
         rate = s.get("evals_per_s")
-        out.append(f"| {int(s['t'] // 60)}:{int(s['t'] % 60):02d}{' (stopping)' if s.get('stopping') else ''} "
-                   f"| {s['rss_mb']:.1f} | {s['children_rss_mb']:.1f} | "
-                   f"{s['fds']} | {s['threads']} | {s['procs']} | {s['store_mb']:.2f} | {s['cache_mb']:.2f} | "
-                   f"{s['evals'] if s['evals'] is not None else '-'} | {'-' if rate is None else f'{rate:.2f}'} |")
+        out.append(
+            f"| {int(s['t'] // 60)}:{int(s['t'] % 60):02d}{' (stopping)' if s.get('stopping') else ''} "
+            f"| {s['rss_mb']:.1f} | {s['children_rss_mb']:.1f} | "
+            f"{s['fds']} | {s['threads']} | {s['procs']} | {s['store_mb']:.2f} | {s['cache_mb']:.2f} | "
+            f"{s['evals'] if s['evals'] is not None else '-'} | {'-' if rate is None else f'{rate:.2f}'} |"
+        )
     return "\n".join(out)
 
 
@@ -461,11 +515,17 @@ def _interrupt(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=60.0, help="length of the qd run (runner.max_seconds)")
-    ap.add_argument("--interval", type=float, default=None, help="seconds between samples (default 30; 5 under 10 min)")
+    ap.add_argument(
+        "--interval", type=float, default=None, help="seconds between samples (default 30; 5 under 10 min)"
+    )
     ap.add_argument("--fault-every", type=int, default=5, help="every N-th request a fault (0: none)")
     ap.add_argument("--in-flight", type=int, default=4, help="runner.in_flight and llm.concurrency")
-    ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "qd_soak.json",
-                    help="the samples and verdict as JSON")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "qd_soak.json",
+        help="the samples and verdict as JSON",
+    )
     ap.add_argument("--results", type=Path, default=None, help="write the section into this RESULTS.md")
     ap.add_argument("--keep", action="store_true", help="keep qd's run directory")
     ap.add_argument("overrides", nargs="*", help="extra qd-run overrides, e.g. runner.workers=4")
@@ -498,12 +558,21 @@ def main(argv: list[str] | None = None) -> int:
         server_pid = server._proc.pid if server._proc is not None else None
         cmd = qd_command(server.base_url, args.minutes, run_dir, args.in_flight, args.overrides)
         faults = f"{_every(args.fault_every)} {'/'.join(FAULT_KINDS)}" if args.fault_every > 0 else "off"
-        print(f"soak: {args.minutes:g} min, sample every {interval:g} s, faults {faults}, "
-              f"run dir {run_dir}, log {log_path}", flush=True)
+        print(
+            f"soak: {args.minutes:g} min, sample every {interval:g} s, faults {faults}, "
+            f"run dir {run_dir}, log {log_path}",
+            flush=True,
+        )
         with open(log_path, "wb") as log:
             # Own session: Ctrl-C reaches only this script, which then interrupts qd-run itself.
-            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         t0 = time.monotonic()
         deadline = t0 + args.minutes * 60 + 180  # startup and shutdown slack; then it is stopped
         print("  time   rss MB  workers MB  fds  thr  procs  store MB  cache MB   evals  evals/s", flush=True)
@@ -519,10 +588,12 @@ def main(argv: list[str] | None = None) -> int:
                 s["evals_per_s"] = round((s["evals"] - prev["evals"]) / max(s["t"] - prev["t"], 1e-9), 3)
             samples.append(s)
             rate = s.get("evals_per_s")
-            print(f"  {int(s['t'] // 60):3d}:{int(s['t'] % 60):02d} {s['rss_mb']:8.1f} {s['children_rss_mb']:11.1f} "
-                  f"{s['fds']:4d} {s['threads']:4d} {s['procs']:6d} {s['store_mb']:9.2f} {s['cache_mb']:9.2f} "
-                  f"{s['evals'] if s['evals'] is not None else '-':>7} {'-' if rate is None else f'{rate:.2f}':>8}",
-                  flush=True)
+            print(
+                f"  {int(s['t'] // 60):3d}:{int(s['t'] % 60):02d} {s['rss_mb']:8.1f} {s['children_rss_mb']:11.1f} "
+                f"{s['fds']:4d} {s['threads']:4d} {s['procs']:6d} {s['store_mb']:9.2f} {s['cache_mb']:9.2f} "
+                f"{s['evals'] if s['evals'] is not None else '-':>7} {'-' if rate is None else f'{rate:.2f}':>8}",
+                flush=True,
+            )
     except KeyboardInterrupt:
         interrupted = True
         print("\nsoak: interrupted; stopping qd-run and the server", flush=True)
@@ -555,14 +626,20 @@ def main(argv: list[str] | None = None) -> int:
         lines.append("- interrupted (Ctrl-C or SIGTERM) before the end")
     stop_line = next((ln for ln in reversed(ended) if "qd-run: stopped" in ln or "Error" in ln), None)
     if early:
-        lines.append(f"- qd-run ended early or failed: exit status {rc}"
-                     + (f", `{stop_line.strip()}`" if stop_line else ""))
+        lines.append(
+            f"- qd-run ended early or failed: exit status {rc}"
+            + (f", `{stop_line.strip()}`" if stop_line else "")
+        )
     if proc is not None:
-        lines.append(f"- after qd-run exited: {len(left)} of its processes left behind"
-                     + (f" (pids {left}, killed)" if left else " (clean shutdown)"))
+        lines.append(
+            f"- after qd-run exited: {len(left)} of its processes left behind"
+            + (f" (pids {left}, killed)" if left else " (clean shutdown)")
+        )
     if stats:
-        lines.append(f"- scripted server answered {stats['requests']:,} chat requests "
-                     f"(max {stats['max_in_flight']} in flight)")
+        lines.append(
+            f"- scripted server answered {stats['requests']:,} chat requests "
+            f"(max {stats['max_in_flight']} in flight)"
+        )
     print("\n".join(lines))
     if early or rc not in (0, None):
         print("\nqd-run's last lines:\n  " + "\n  ".join(ended))
@@ -570,33 +647,59 @@ def main(argv: list[str] | None = None) -> int:
     command = "python bench/soak.py " + " ".join(sys.argv[1:] if argv is None else argv)
     from _results import commit, versions
 
-    section = "\n".join([
-        TITLE, "",
-        f"- Command: `{command.strip()}`, commit {commit()}",
-        f"- Date: {started:%Y-%m-%d %H:%M} UTC; {res['duration_s'] / 60:.1f} min sampled every {interval:g} s",
-        f"- Machine: {os.cpu_count()} cores ({platform.machine()}), Linux {platform.release()}, shared; 1-min load "
-        f"average {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end",
-        f"- Versions: {versions('jax', 'openai', 'httpx', 'hydra-core')}",
-        "- Setup: scripted server (`tests/scripted_llm.py`, own process, no latency, bodies not kept), answers "
-        "derived from each request's seed (varied valid f(x), ~10% invalid), "
-        + (f"{_every(args.fault_every)} a fault ({', '.join(FAULT_KINDS)} in turn)"
-           if args.fault_every > 0 else "no faults") + "; qd-run as a subprocess: `"
-        + " ".join(c if " " not in c else f'"{c}"' for c in cmd[1:]).replace(str(run_dir), "RUN").replace(
-            server.base_url, "URL") + "`",
-        "- Columns: rss = qd-run's VmRSS; workers = the sum over its lasting descendants (sandbox workers); "
-        f"fds = entries of /proc/PID/fd; procs = descendants alive for more than {LONG_LIVED_S:g} s (per-evaluation "
-        "forks in flight excluded; all live descendants are in the JSON as procs_all); store = store.sqlite + WAL; "
-        "cache = llm_cache/ (one file per call, grows by design); evals/s over the interval before the sample; "
-        "(stopping): taken after the time budget ran out, while qd-run drained and closed, left out of the "
-        "verdict.",
-        "", table(samples, max_rows=14), "", *lines, "",
-    ])
+    section = "\n".join(
+        [
+            TITLE,
+            "",
+            f"- Command: `{command.strip()}`, commit {commit()}",
+            f"- Date: {started:%Y-%m-%d %H:%M} UTC; {res['duration_s'] / 60:.1f} min sampled every {interval:g} s",
+            f"- Machine: {os.cpu_count()} cores ({platform.machine()}), Linux {platform.release()}, shared; 1-min load "
+            f"average {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end",
+            f"- Versions: {versions('jax', 'openai', 'httpx', 'hydra-core')}",
+            "- Setup: scripted server (`tests/scripted_llm.py`, own process, no latency, bodies not kept), answers "
+            "derived from each request's seed (varied valid f(x), ~10% invalid), "
+            + (
+                f"{_every(args.fault_every)} a fault ({', '.join(FAULT_KINDS)} in turn)"
+                if args.fault_every > 0
+                else "no faults"
+            )
+            + "; qd-run as a subprocess: `"
+            + " ".join(c if " " not in c else f'"{c}"' for c in cmd[1:])
+            .replace(str(run_dir), "RUN")
+            .replace(server.base_url, "URL")
+            + "`",
+            "- Columns: rss = qd-run's VmRSS; workers = the sum over its lasting descendants (sandbox workers); "
+            f"fds = entries of /proc/PID/fd; procs = descendants alive for more than {LONG_LIVED_S:g} s (per-evaluation "
+            "forks in flight excluded; all live descendants are in the JSON as procs_all); store = store.sqlite + WAL; "
+            "cache = llm_cache/ (one file per call, grows by design); evals/s over the interval before the sample; "
+            "(stopping): taken after the time budget ran out, while qd-run drained and closed, left out of the "
+            "verdict.",
+            "",
+            table(samples, max_rows=14),
+            "",
+            *lines,
+            "",
+        ]
+    )
     print("\n----- Markdown for bench/RESULTS.md -----\n" + section)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"command": command, "qd_command": cmd, "interval_s": interval,
-                                    "minutes": args.minutes, "fault_every": args.fault_every, "exit_status": rc,
-                                    "interrupted": interrupted, "server": stats, "verdict": res,
-                                    "samples": samples}, indent=1))
+    args.out.write_text(
+        json.dumps(
+            {
+                "command": command,
+                "qd_command": cmd,
+                "interval_s": interval,
+                "minutes": args.minutes,
+                "fault_every": args.fault_every,
+                "exit_status": rc,
+                "interrupted": interrupted,
+                "server": stats,
+                "verdict": res,
+                "samples": samples,
+            },
+            indent=1,
+        )
+    )
     print(f"samples: {args.out}")
     if args.results:
         from _results import write_section

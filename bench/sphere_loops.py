@@ -60,8 +60,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "bench"))  # after the root: bench/descriptors.py is not the package
 
-import qd  # noqa: E402
 from map_elites import BINS, DIM, RANGE, SIGMA, run_pyribs  # noqa: E402
+
+import qd  # noqa: E402
 from qd.task import load_task  # noqa: E402
 
 PER_CALL = 100
@@ -96,11 +97,19 @@ def run_qd_device(seed: int, evals: int, batch: int) -> dict:
         evaluations.append(event["evaluations"])
 
     try:
-        cfg = qd.compose([
-            "experiment=sphere", "operators=gaussian", f"operators.mix.0.sigma={SIGMA}",
-            f"experiment.params.dim={DIM}", f"runner.batch_size={batch}", f"runner.max_evaluations={evals}",
-            f"runner.generations_per_call={PER_CALL}", "runner.progress=false", f"seed={seed}",
-        ])
+        cfg = qd.compose(
+            [
+                "experiment=sphere",
+                "operators=gaussian",
+                f"operators.mix.0.sigma={SIGMA}",
+                f"experiment.params.dim={DIM}",
+                f"runner.batch_size={batch}",
+                f"runner.max_evaluations={evals}",
+                f"runner.generations_per_call={PER_CALL}",
+                "runner.progress=false",
+                f"seed={seed}",
+            ]
+        )
         t0 = time.perf_counter()
         engine = qd.build(cfg, run_dir, on_commit=seen)
         summary = engine.run()
@@ -110,22 +119,33 @@ def run_qd_device(seed: int, evals: int, batch: int) -> dict:
         shutil.rmtree(run_dir, ignore_errors=True)
     assert summary["loop"] == "device", summary
     steady = (evaluations[-1] - evaluations[0]) / (times[-1] - times[0])
-    return {"evaluations": summary["evaluations"], "qd_score": summary["global"]["qd_score"],
-            "steady_evals_per_s": steady, "wall_s": wall}
+    return {
+        "evaluations": summary["evaluations"],
+        "qd_score": summary["global"]["qd_score"],
+        "steady_evals_per_s": steady,
+        "wall_s": wall,
+    }
 
 
 def run_qd_fused(seed: int, evals: int, batch: int) -> dict:
     """qd's fused loop alone (``qd.device.step.device_loop``), as QDax's row runs: no store,
     no checkpoints, no events; calls of ``PER_CALL`` generations, timed after the first."""
+    from operators import make_numeric_operator
     from qd.archive import GridSpec
     from qd.device.step import Operator, device_loop
-    from operators import make_numeric_operator
 
     task = load_task("sphere", {"dim": DIM})
     op = make_numeric_operator("gaussian", sigma=SIGMA)
     spec = GridSpec(tuple(BINS), (RANGE[0],) * 2, (RANGE[1],) * 2)
-    loop = device_loop(spec, task.evaluate_jax, [Operator(op.draw, op.apply, 1, op.params, 1.0)], 1, batch, DIM,
-                       task.initial(np.random.default_rng(seed), 8))
+    loop = device_loop(
+        spec,
+        task.evaluate_jax,
+        [Operator(op.draw, op.apply, 1, op.params, 1.0)],
+        1,
+        batch,
+        DIM,
+        task.initial(np.random.default_rng(seed), 8),
+    )
     state, calls, t0 = loop.init(seed), [], time.perf_counter()
     generations = 1 + -(-(evals - 8) // batch)
     for done in range(0, generations, PER_CALL):
@@ -136,9 +156,12 @@ def run_qd_fused(seed: int, evals: int, batch: int) -> dict:
     from qd.archive import stats
 
     steady = [(s, g) for s, g in calls[1:] if g == PER_CALL]
-    return {"evaluations": int(state.evaluations), "qd_score": float(stats(state.archive).qd_score[-1]),
-            "steady_evals_per_s": batch * sum(g for _, g in steady) / sum(s for s, _ in steady),
-            "wall_s": time.perf_counter() - t0}
+    return {
+        "evaluations": int(state.evaluations),
+        "qd_score": float(stats(state.archive).qd_score[-1]),
+        "steady_evals_per_s": batch * sum(g for _, g in steady) / sum(s for s, _ in steady),
+        "wall_s": time.perf_counter() - t0,
+    }
 
 
 def run_qdax(seed: int, evals: int, batch: int) -> dict:
@@ -152,9 +175,12 @@ def run_qdax(seed: int, evals: int, batch: int) -> dict:
         fitness, descriptor, _ = task.evaluate_jax(genotypes)
         return fitness, descriptor, {}
 
-    emitter = MixingEmitter(mutation_fn=None,
-                            variation_fn=functools.partial(isoline_variation, iso_sigma=SIGMA, line_sigma=0.0),
-                            variation_percentage=1.0, batch_size=batch)
+    emitter = MixingEmitter(
+        mutation_fn=None,
+        variation_fn=functools.partial(isoline_variation, iso_sigma=SIGMA, line_sigma=0.0),
+        variation_percentage=1.0,
+        batch_size=batch,
+    )
     me = MAPElites(scoring_function=scoring, emitter=emitter, metrics_function=lambda repertoire: {})
     lo, hi = RANGE
     axes = [lo + (np.arange(b) + 0.5) * (hi - lo) / b for b in BINS]
@@ -173,22 +199,46 @@ def run_qdax(seed: int, evals: int, batch: int) -> dict:
         carry = jax.block_until_ready(call(carry))
         calls.append(time.perf_counter() - start)
     fitness = np.asarray(carry[0].fitnesses).reshape(-1)
-    return {"evaluations": 1 + len(calls) * PER_CALL * batch, "qd_score": float(fitness[np.isfinite(fitness)].sum()),
-            "steady_evals_per_s": PER_CALL * batch / statistics.median(calls[1:]), "wall_s": time.perf_counter() - t0}
+    return {
+        "evaluations": 1 + len(calls) * PER_CALL * batch,
+        "qd_score": float(fitness[np.isfinite(fitness)].sum()),
+        "steady_evals_per_s": PER_CALL * batch / statistics.median(calls[1:]),
+        "wall_s": time.perf_counter() - t0,
+    }
 
 
 def whole_process(seed: int, evals: int, batch: int) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     env["PYTHONPATH"] = str(ROOT)
-    script = PYRIBS_SCRIPT.format(root=str(ROOT), dim=DIM, bins=list(BINS), range=tuple(RANGE), seed=seed,
-                                  sigma=SIGMA, batch=batch, evals=evals)
+    script = PYRIBS_SCRIPT.format(
+        root=str(ROOT),
+        dim=DIM,
+        bins=list(BINS),
+        range=tuple(RANGE),
+        seed=seed,
+        sigma=SIGMA,
+        batch=batch,
+        evals=evals,
+    )
     out = {}
     with tempfile.TemporaryDirectory(prefix="qd_sphere_proc_") as tmp:
         for name, argv in (
             ("pyribs", [sys.executable, "-c", script]),
-            ("qd", [sys.executable, "-m", "qd.run", "experiment=sphere", f"runner.batch_size={batch}",
-                    f"runner.max_evaluations={evals}", f"runner.generations_per_call={PER_CALL}",
-                    "runner.progress=false", f"seed={seed}", f"hydra.run.dir={tmp}/qd"]),
+            (
+                "qd",
+                [
+                    sys.executable,
+                    "-m",
+                    "qd.run",
+                    "experiment=sphere",
+                    f"runner.batch_size={batch}",
+                    f"runner.max_evaluations={evals}",
+                    f"runner.generations_per_call={PER_CALL}",
+                    "runner.progress=false",
+                    f"seed={seed}",
+                    f"hydra.run.dir={tmp}/qd",
+                ],
+            ),
         ):
             start = time.perf_counter()
             proc = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True)
@@ -213,18 +263,26 @@ def main(argv: list[str] | None = None) -> dict:
     rows: dict[str, list[dict]] = {"pyribs": [], "qd device": [], "qd fused loop alone": [], "QDax": []}
     run_qd_device(99, PER_CALL * args.batch * 2, args.batch)  # warm the imports (each build compiles anew)
     for seed in range(args.seeds):
-        order = [("pyribs", lambda: run_pyribs(task, seed, args.evals, args.batch, [args.evals])),
-                 ("qd device", lambda: run_qd_device(seed, args.evals, args.batch)),
-                 ("qd fused loop alone", lambda: run_qd_fused(seed, args.evals, args.batch)),
-                 ("QDax", lambda: run_qdax(seed, args.evals, args.batch))]
-        for name, fn in order[seed % 4:] + order[: seed % 4]:  # rotate who goes first
+        order = [
+            ("pyribs", lambda: run_pyribs(task, seed, args.evals, args.batch, [args.evals])),
+            ("qd device", lambda: run_qd_device(seed, args.evals, args.batch)),
+            ("qd fused loop alone", lambda: run_qd_fused(seed, args.evals, args.batch)),
+            ("QDax", lambda: run_qdax(seed, args.evals, args.batch)),
+        ]
+        for name, fn in order[seed % 4 :] + order[: seed % 4]:  # rotate who goes first
             r = fn()
             if name == "pyribs":
-                r = {"evaluations": r["evaluations"], "qd_score": r["curve"][args.evals]["qd_score"],
-                     "steady_evals_per_s": r["evaluations"] / r["wall_s"], "wall_s": r["wall_s"]}
+                r = {
+                    "evaluations": r["evaluations"],
+                    "qd_score": r["curve"][args.evals]["qd_score"],
+                    "steady_evals_per_s": r["evaluations"] / r["wall_s"],
+                    "wall_s": r["wall_s"],
+                }
             rows[name].append(r)
-            print(f"seed {seed} {name}: {r['steady_evals_per_s']:,.0f} evals/s, QD score {r['qd_score']:,.0f}",
-                  flush=True)
+            print(
+                f"seed {seed} {name}: {r['steady_evals_per_s']:,.0f} evals/s, QD score {r['qd_score']:,.0f}",
+                flush=True,
+            )
     procs = [whole_process(s, args.evals, args.batch) for s in range(args.processes)]
     for p in procs:
         print(f"whole process: pyribs {p['pyribs']:.2f}s qd {p['qd']:.2f}s", flush=True)
@@ -233,8 +291,11 @@ def main(argv: list[str] | None = None) -> dict:
     lines = [
         "| system | evaluations | evaluations/s after compilation | QD score (median [min, max]) |",
         "|---|---:|---:|---:|",
-        *(f"| {k} | {v[0]['evaluations']:,} | {med([r['steady_evals_per_s'] for r in v])} | "
-          f"{med([r['qd_score'] for r in v])} |" for k, v in rows.items()),
+        *(
+            f"| {k} | {v[0]['evaluations']:,} | {med([r['steady_evals_per_s'] for r in v])} | "
+            f"{med([r['qd_score'] for r in v])} |"
+            for k, v in rows.items()
+        ),
         "",
         f"- after compilation: qd/pyribs **{rate['qd device'] / rate['pyribs']:.2f}x** (target >= 5x), "
         f"qd/QDax **{rate['qd device'] / rate['QDax']:.2f}x** (target >= 2x); the fused loop alone (as QDax's "

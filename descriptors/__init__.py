@@ -41,32 +41,45 @@ def make_descriptor(kind: str, params: dict[str, Any], seed: int = 0, cvt_cells:
 
         reference = load_reference(params["reference"]) if params.get("reference") else None
         return EmbeddingDescriptor(
-            projection=params["projection"], dims=params["dims"], refit_at=refit_at, seed=seed,
-            cells=cvt_cells or 64, reference=reference,
+            projection=params["projection"],
+            dims=params["dims"],
+            refit_at=refit_at,
+            seed=seed,
+            cells=cvt_cells or 64,
+            reference=reference,
         )
     if kind == "ai_feedback":
         from descriptors.ai_feedback import RESCALES, AIFeedbackDescriptor, Axis
 
         _check_axes(params["axes"])
         axes = [
-            Axis(a["name"], a["question"], a["low"], a["high"], a["bins"],
-                 tuple((e["text"], e["position"]) for e in a.get("examples") or ()))
+            Axis(
+                a["name"],
+                a["question"],
+                a["low"],
+                a["high"],
+                a["bins"],
+                tuple((e["text"], e["position"]) for e in a.get("examples") or ()),
+            )
             for a in params["axes"]
         ]
         rescale = params.get("rescale") or "minmax"
         if rescale not in RESCALES:
             raise ConfigError("rescale", f"unknown {rescale!r}", f"use one of {list(RESCALES)}")
-        return AIFeedbackDescriptor(axes, model=params["model"], rescale_at=tuple(params.get("rescale_at") or ()),
-                                    rescale=rescale)
+        return AIFeedbackDescriptor(
+            axes, model=params["model"], rescale_at=tuple(params.get("rescale_at") or ()), rescale=rescale
+        )
     if kind == "learned":
         from descriptors.learned import LearnedDescriptor
 
         if params["judge"] not in ("llm", "human"):
             raise ConfigError("judge", f"unknown {params['judge']!r}", "use llm or human")
         return LearnedDescriptor(
-            dims=params["dims"], refit_at=tuple(params["refit_at"]) or (100, 200, 400),
+            dims=params["dims"],
+            refit_at=tuple(params["refit_at"]) or (100, 200, 400),
             fit_after=tuple(params["fit_after"]) or None,
-            judge=params["judge"], seed=seed,
+            judge=params["judge"],
+            seed=seed,
         )
     raise ConfigError("kind", f"unknown descriptor {kind!r}", f"use one of {list(KINDS)}")
 
@@ -83,8 +96,11 @@ def _check_axes(axes: list[dict[str, Any]]) -> None:
             raise ConfigError(f"axes[{i}].bins", f"is {a['bins']}", "use at least 1")
         for j, e in enumerate(a.get("examples") or ()):
             if not 0.0 <= e["position"] <= 1.0:
-                raise ConfigError(f"axes[{i}].examples[{j}].position", f"{e['position']} is outside [0, 1]",
-                                  "give 0 for the low end and 1 for the high end")
+                raise ConfigError(
+                    f"axes[{i}].examples[{j}].position",
+                    f"{e['position']} is outside [0, 1]",
+                    "give 0 for the low end and 1 for the high end",
+                )
     names = [a["name"] for a in axes]
     if len(set(names)) != len(names):
         raise ConfigError("axes", f"names repeat in {names}", "make them unique")
@@ -101,4 +117,13 @@ def axis_bins(kind: str, params: dict[str, Any], dim: int) -> list[int]:
     return [10] * dim
 
 
-__all__ = ["Combined", "Described", "Descriptor", "Item", "KINDS", "axis_bins", "is_fitted_kind", "make_descriptor"]
+__all__ = [
+    "Combined",
+    "Described",
+    "Descriptor",
+    "Item",
+    "KINDS",
+    "axis_bins",
+    "is_fitted_kind",
+    "make_descriptor",
+]

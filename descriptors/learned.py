@@ -76,9 +76,18 @@ def triplet_loss(params: Params, features: jax.Array, triplets: jax.Array, margi
     return jnp.mean(jax.nn.relu(margin - gap))
 
 
-def fit_projection(features: jax.Array, triplets: jax.Array, key: jax.Array, *, out_dim: int = 2,
-                   hidden: int = 0, steps: int = 1000, lr: float = 1e-2, margin: float = 1.0,
-                   weight_decay: float = 1e-3) -> Params:
+def fit_projection(
+    features: jax.Array,
+    triplets: jax.Array,
+    key: jax.Array,
+    *,
+    out_dim: int = 2,
+    hidden: int = 0,
+    steps: int = 1000,
+    lr: float = 1e-2,
+    margin: float = 1.0,
+    weight_decay: float = 1e-3,
+) -> Params:
     """Trains a projection on all triplets (full batch, AdamW) in one jitted scan.
 
     Args:
@@ -94,15 +103,30 @@ def fit_projection(features: jax.Array, triplets: jax.Array, key: jax.Array, *, 
     mean = x.mean(0)
     scale = jnp.sqrt(jnp.sum(x.var(0))) + 1e-12
     params = init_projection(key, x.shape[1], out_dim, hidden)
-    params = _train(params, (x - mean) / scale, jnp.asarray(triplets, jnp.int32),
-                    steps=steps, lr=lr, margin=margin, weight_decay=weight_decay)
+    params = _train(
+        params,
+        (x - mean) / scale,
+        jnp.asarray(triplets, jnp.int32),
+        steps=steps,
+        lr=lr,
+        margin=margin,
+        weight_decay=weight_decay,
+    )
     w0 = params["w0"] / scale
     return {**params, "w0": w0, "b0": params["b0"] - mean @ w0}
 
 
 @functools.partial(jax.jit, static_argnames=("steps", "lr", "margin", "weight_decay"))
-def _train(params: Params, features: jax.Array, triplets: jax.Array, *, steps: int, lr: float,
-           margin: float, weight_decay: float) -> Params:
+def _train(
+    params: Params,
+    features: jax.Array,
+    triplets: jax.Array,
+    *,
+    steps: int,
+    lr: float,
+    margin: float,
+    weight_decay: float,
+) -> Params:
     opt = optax.adamw(lr, weight_decay=weight_decay)
     grad = jax.grad(triplet_loss)
 
@@ -178,8 +202,15 @@ class LLMJudge:
 
     source = "llm"
 
-    def __init__(self, client: Any, model: str | None = None, *, temperature: float = 0.0,
-                 max_tokens: int = 16, max_chars: int = 1500):
+    def __init__(
+        self,
+        client: Any,
+        model: str | None = None,
+        *,
+        temperature: float = 0.0,
+        max_tokens: int = 16,
+        max_chars: int = 1500,
+    ):
         self.client, self.model = client, model
         self.temperature, self.max_tokens, self.max_chars = temperature, max_tokens, max_chars
         self.asked = self.skipped = self.failed = 0
@@ -196,8 +227,12 @@ class LLMJudge:
 
         try:
             c = await self.client.complete(
-                self.messages(*(x.text for x in triplet)), model=self.model, temperature=self.temperature,
-                max_tokens=self.max_tokens, sample_index=sample_index, role="judge",
+                self.messages(*(x.text for x in triplet)),
+                model=self.model,
+                temperature=self.temperature,
+                max_tokens=self.max_tokens,
+                sample_index=sample_index,
+                role="judge",
             )
         except LLMError as e:
             self.failed += 1
@@ -245,15 +280,18 @@ class TerminalJudge:
         return [None if self.quit else self.ask(t) for t in triplets]
 
 
-def sample_triplets(ids: np.ndarray, count: int, rng: np.random.Generator,
-                    exclude: np.ndarray | None = None) -> np.ndarray:
+def sample_triplets(
+    ids: np.ndarray, count: int, rng: np.random.Generator, exclude: np.ndarray | None = None
+) -> np.ndarray:
     """Up to ``count`` random triplets of distinct ``ids`` not already in ``exclude`` (either order).
 
     Args:
         ids: i64[N] candidate ids (N >= 3); exclude: i64[J, >=3] judged (anchor, first, second).
     Returns i64[T, 3] (anchor, first, second), T <= count (fewer only when few remain).
     """
-    seen = {(int(a), *sorted((int(b), int(c)))) for a, b, c in (exclude[:, :3] if exclude is not None else ())}
+    seen = {
+        (int(a), *sorted((int(b), int(c)))) for a, b, c in (exclude[:, :3] if exclude is not None else ())
+    }
     out: list[tuple[int, int, int]] = []
     for _ in range(20):
         if len(out) >= count:
@@ -299,24 +337,42 @@ class LearnedDescriptor:
 
     name = "learned"
 
-    def __init__(self, dims: int = 2, refit_at: Sequence[int] = (100, 200, 400),
-                 fit_after: Sequence[int] | None = None,
-                 judge: str | Judge | Callable[[Item], np.ndarray] = "llm", features: Features | None = None,
-                 seed: int = 0, steps: int = 1000, lr: float = 1e-2, margin: float = 1.0,
-                 weight_decay: float = 1e-3, hidden: int = 0, padding: float = 0.05, rounds: int = 3):
+    def __init__(
+        self,
+        dims: int = 2,
+        refit_at: Sequence[int] = (100, 200, 400),
+        fit_after: Sequence[int] | None = None,
+        judge: str | Judge | Callable[[Item], np.ndarray] = "llm",
+        features: Features | None = None,
+        seed: int = 0,
+        steps: int = 1000,
+        lr: float = 1e-2,
+        margin: float = 1.0,
+        weight_decay: float = 1e-3,
+        hidden: int = 0,
+        padding: float = 0.05,
+        rounds: int = 3,
+    ):
         if dims < 1:
             raise ConfigError("dims", f"must be >= 1, got {dims}")
         if not refit_at or any(t < 1 for t in refit_at) or list(refit_at) != sorted(set(refit_at)):
-            raise ConfigError("refit_at", f"must be increasing positive counts, got {list(refit_at)}",
-                              "e.g. [100, 200, 400]")
+            raise ConfigError(
+                "refit_at",
+                f"must be increasing positive counts, got {list(refit_at)}",
+                "e.g. [100, 200, 400]",
+            )
         if isinstance(judge, str) and judge not in ("llm", "human"):
             raise ConfigError("judge", f"unknown judge {judge!r}", "use llm or human")
         self.dim, self.refit_at = dims, tuple(int(t) for t in refit_at)
         self.fit_after = self.refit_at if fit_after is None else tuple(int(t) for t in fit_after)
         if len(self.fit_after) != len(self.refit_at) or list(self.fit_after) != sorted(set(self.fit_after)):
-            raise ConfigError("fit_after", f"must be increasing counts, one per refit_at entry, got {list(self.fit_after)}")
+            raise ConfigError(
+                "fit_after", f"must be increasing counts, one per refit_at entry, got {list(self.fit_after)}"
+            )
         self.lower, self.upper = (0.0,) * dims, (1.0,) * dims
-        self.judge: Any = judge if isinstance(judge, str) or hasattr(judge, "source") else GroundTruthJudge(judge)
+        self.judge: Any = (
+            judge if isinstance(judge, str) or hasattr(judge, "source") else GroundTruthJudge(judge)
+        )
         self.features = features
         self.seed, self.steps, self.lr, self.margin = seed, steps, lr, margin
         self.weight_decay, self.hidden, self.padding, self.rounds = weight_decay, hidden, padding, rounds
@@ -363,16 +419,26 @@ class LearnedDescriptor:
             await self._collect(items, self.refit_at[due - 1], rng)
         judged = self.store.judgments()
         if not len(judged):
-            raise RuntimeError(f"learned: no judgments to fit on ({self._judge_counts()}); check descriptor.judge")
+            raise RuntimeError(
+                f"learned: no judgments to fit on ({self._judge_counts()}); check descriptor.judge"
+            )
         ids = np.unique(judged[:, :3])
         feats = await self._features([c.text for c in self.store.get(ids.tolist())])
         rows = np.searchsorted(ids, judged[:, :3])
         closer = np.where(judged[:, 3] == 0, rows[:, 1], rows[:, 2])
         other = np.where(judged[:, 3] == 0, rows[:, 2], rows[:, 1])
         key = jax.random.fold_in(jax.random.PRNGKey(self.seed), due)
-        params = fit_projection(feats, np.stack([rows[:, 0], closer, other], 1), key, out_dim=self.dim,
-                                hidden=self.hidden, steps=self.steps, lr=self.lr, margin=self.margin,
-                                weight_decay=self.weight_decay)
+        params = fit_projection(
+            feats,
+            np.stack([rows[:, 0], closer, other], 1),
+            key,
+            out_dim=self.dim,
+            hidden=self.hidden,
+            steps=self.steps,
+            lr=self.lr,
+            margin=self.margin,
+            weight_decay=self.weight_decay,
+        )
         z = np.asarray(_project(params, await self._features([it.text for it in items])))
         low, high = z.min(0), z.max(0)
         pad = np.maximum(high - low, 1e-6) * self.padding
@@ -395,11 +461,19 @@ class LearnedDescriptor:
             self.store.add_judgments(
                 [(*t, k) for t, k in zip(triplets.tolist(), answers) if k is not None], self.judge.source
             )
-        log.warning("learned: judgments short of %d after %d rounds (%s)", target, self.rounds, self._judge_counts())
+        log.warning(
+            "learned: judgments short of %d after %d rounds (%s)", target, self.rounds, self._judge_counts()
+        )
 
     def _judge_counts(self) -> str:
-        return ", ".join(f"{k} {getattr(self.judge, k)}" for k in ("asked", "skipped", "failed")
-                         if hasattr(self.judge, k)) or f"judge {self.judge.source}"
+        return (
+            ", ".join(
+                f"{k} {getattr(self.judge, k)}"
+                for k in ("asked", "skipped", "failed")
+                if hasattr(self.judge, k)
+            )
+            or f"judge {self.judge.source}"
+        )
 
     async def describe(self, items: Sequence[Item]) -> Described:
         if self.params is None or self.span is None:
@@ -420,7 +494,9 @@ class LearnedDescriptor:
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         self.refits = int(state["refits"])
-        params = {k.removeprefix("params."): jnp.asarray(v) for k, v in state.items() if k.startswith("params.")}
+        params = {
+            k.removeprefix("params."): jnp.asarray(v) for k, v in state.items() if k.startswith("params.")
+        }
         self.params = params or None
         self.span = (np.asarray(state["low"]), np.asarray(state["high"])) if params else None
 

@@ -40,8 +40,11 @@ def get(name: str) -> GenomeKind:
     try:
         return _KINDS[name]
     except KeyError:
-        raise ConfigError("experiment.genome", f"unknown genome kind {name!r}",
-                          f"use one of {names()} or register it with genomes.register") from None
+        raise ConfigError(
+            "experiment.genome",
+            f"unknown genome kind {name!r}",
+            f"use one of {names()} or register it with genomes.register",
+        ) from None
 
 
 def of_task(task: Any) -> GenomeKind:

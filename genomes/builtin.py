@@ -30,12 +30,30 @@ def team_problem(text: str) -> str | None:
 
 
 PROGRAM = GenomeKind("program", "program", "python", code=True)
-AGENT = GenomeKind("agent", "agent", "python", code=True, templates={"system": str(PROMPTS / "agent_system.txt")},
-                   validate=agent_problem)
-PROMPT = GenomeKind("prompt", "prompt", "text", templates={"system": str(PROMPTS / "prompt_system.txt")},
-                    bare=True, max_chars=1_000)
-TEAM = GenomeKind("team", "team", "json", templates={"system": str(PROMPTS / "team_system.txt")},
-                  validate=team_problem, max_chars=8_000)
+AGENT = GenomeKind(
+    "agent",
+    "agent",
+    "python",
+    code=True,
+    templates={"system": str(PROMPTS / "agent_system.txt")},
+    validate=agent_problem,
+)
+PROMPT = GenomeKind(
+    "prompt",
+    "prompt",
+    "text",
+    templates={"system": str(PROMPTS / "prompt_system.txt")},
+    bare=True,
+    max_chars=1_000,
+)
+TEAM = GenomeKind(
+    "team",
+    "team",
+    "json",
+    templates={"system": str(PROMPTS / "team_system.txt")},
+    validate=team_problem,
+    max_chars=8_000,
+)
 TEXT = GenomeKind("text", "text", "text", templates={"system": str(PROMPTS / "text_system.txt")}, bare=True)
 
 BUILTIN = (PROGRAM, AGENT, PROMPT, TEAM, TEXT)

@@ -22,8 +22,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 PROMPTS = Path(__file__).parent / "prompts"
-_LABEL = re.compile(r"^\s*(?:here is |here's )?(?:the |an? )?(?:new |improved |better )?"
-                    r"(?:prompt|instruction|text|answer)\s*:\s*", re.IGNORECASE)
+_LABEL = re.compile(
+    r"^\s*(?:here is |here's )?(?:the |an? )?(?:new |improved |better )?"
+    r"(?:prompt|instruction|text|answer)\s*:\s*",
+    re.IGNORECASE,
+)
 
 
 @dataclasses.dataclass(frozen=True)

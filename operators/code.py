@@ -214,11 +214,15 @@ def rebuild(parent: str, answer: str) -> str:
     n = len(frame.evolvable)
     if given.marked:
         if len(given.evolvable) != n:
-            raise MalformedAnswer(f"answer has {len(given.evolvable)} EVOLVE-BLOCK regions, the parent has {n}")
+            raise MalformedAnswer(
+                f"answer has {len(given.evolvable)} EVOLVE-BLOCK regions, the parent has {n}"
+            )
         regions = list(given.evolvable)
     else:
         regions = _regions_between_frozen(frame, answer)
-    return frame.join([_reindent(new, old, fr) for new, old, fr in zip(regions, frame.evolvable, frame.frozen)])
+    return frame.join(
+        [_reindent(new, old, fr) for new, old, fr in zip(regions, frame.evolvable, frame.frozen)]
+    )
 
 
 def _norm(line: str) -> str:
@@ -237,7 +241,9 @@ def _regions_between_frozen(frame: Layout, answer: str) -> list[str]:
     if not frozen_lines:  # nothing frozen but the markers themselves
         if len(frame.evolvable) == 1:
             return [answer]
-        raise MalformedAnswer(f"answer has no EVOLVE-BLOCK markers, the parent has {len(frame.evolvable)} regions")
+        raise MalformedAnswer(
+            f"answer has no EVOLVE-BLOCK markers, the parent has {len(frame.evolvable)} regions"
+        )
     bounds: list[tuple[int, int]] = []  # per frozen chunk: [first line, end line) in the answer
     k = 0
     for index, chunk in enumerate(chunks):

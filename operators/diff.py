@@ -119,7 +119,9 @@ def _norm(line: str) -> str:
     return " ".join(line.split())
 
 
-def _locate(text: str, block: DiffBlock, regions: list[tuple[int, int]], threshold: float) -> tuple[int, int, str]:
+def _locate(
+    text: str, block: DiffBlock, regions: list[tuple[int, int]], threshold: float
+) -> tuple[int, int, str]:
     """``(start, end, replacement)`` for one block, or DiffError with the reason."""
     if not block.search.strip():
         raise DiffError("empty SEARCH (quote the lines to change)")
@@ -149,7 +151,9 @@ def _locate(text: str, block: DiffBlock, regions: list[tuple[int, int]], thresho
     if exact:
         inside = [s for s in exact if _inside(regions, offsets[s], offsets[s + n])]
         if not inside:
-            raise DiffError("SEARCH text (ignoring whitespace) is in the frozen code outside the EVOLVE-BLOCK regions")
+            raise DiffError(
+                "SEARCH text (ignoring whitespace) is in the frozen code outside the EVOLVE-BLOCK regions"
+            )
         s = inside[0]
         return offsets[s], offsets[s + n], _shifted(block.replace, search, lines[s : s + n])
 
@@ -168,7 +172,9 @@ def _locate(text: str, block: DiffBlock, regions: list[tuple[int, int]], thresho
     top = [s for r, s in scored if r == best]
     inside = [s for s in top if _inside(regions, offsets[s], offsets[s + n])]
     if not inside:
-        raise DiffError(f"SEARCH text best matches frozen code outside the EVOLVE-BLOCK regions (line {top[0] + 1})")
+        raise DiffError(
+            f"SEARCH text best matches frozen code outside the EVOLVE-BLOCK regions (line {top[0] + 1})"
+        )
     if len(top) > 1:
         places = ", ".join(str(s + 1) for s in top[:5])
         raise DiffError(f"SEARCH text matches several places equally well (lines {places}; ratio {best:.2f})")

@@ -20,8 +20,10 @@ from operators.noise import with_noise
 def isoline_noise(key: jax.Array, batch: int, dim: int) -> tuple[jax.Array, jax.Array]:
     """(iso f32[batch, dim], line f32[batch, 1]) standard normal noise."""
     iso_key, line_key = jax.random.split(key)
-    return (jax.random.normal(iso_key, (batch, dim), jnp.float32),
-            jax.random.normal(line_key, (batch, 1), jnp.float32))
+    return (
+        jax.random.normal(iso_key, (batch, dim), jnp.float32),
+        jax.random.normal(line_key, (batch, 1), jnp.float32),
+    )
 
 
 def isoline_apply(

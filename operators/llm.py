@@ -60,7 +60,13 @@ _FIELDS: dict[str, tuple[set[str], set[str]]] = {
     "meta_agent": ({"parent", "archive"}, _COMMON | {"parent", "archive"}),
     "debug": ({"error"}, {"error", "noun", "language"}),
 }
-_SHAPES = {"rewrite": 1, "diff": 1, "crossover": 2, "inspiration": 1, "meta_agent": 1}  # operator -> parents per child
+_SHAPES = {
+    "rewrite": 1,
+    "diff": 1,
+    "crossover": 2,
+    "inspiration": 1,
+    "meta_agent": 1,
+}  # operator -> parents per child
 _SHOWS = {"inspiration": 3, "meta_agent": 8}  # operator -> default inspirations shown
 _RULES = (
     "Change only the code between the EVOLVE-BLOCK-START and EVOLVE-BLOCK-END lines; "
@@ -92,14 +98,21 @@ def load_templates(
             why = getattr(err, "strerror", None) or err
             raise ConfigError(f"templates.{name}", f"cannot read {path}", str(why)) from None
         if not template.is_valid():
-            raise ConfigError(f"templates.{name}", f"malformed placeholder in {path}", "write $$ for a literal $")
+            raise ConfigError(
+                f"templates.{name}", f"malformed placeholder in {path}", "write $$ for a literal $"
+            )
         used = set(template.get_identifiers())
         if used - allowed:
-            raise ConfigError(f"templates.{name}", f"unknown placeholder ${sorted(used - allowed)[0]} in {path}",
-                              f"use {', '.join('$' + f for f in sorted(allowed))}")
+            raise ConfigError(
+                f"templates.{name}",
+                f"unknown placeholder ${sorted(used - allowed)[0]} in {path}",
+                f"use {', '.join('$' + f for f in sorted(allowed))}",
+            )
         if required - used:
             missing = sorted(required - used)[0]
-            raise ConfigError(f"templates.{name}", f"missing placeholder ${missing} in {path}", "the prompt needs it")
+            raise ConfigError(
+                f"templates.{name}", f"missing placeholder ${missing} in {path}", "the prompt needs it"
+            )
         templates[name] = template
     return templates
 
@@ -119,7 +132,9 @@ class LLMOperator:
     genome: GenomeKind = PROGRAM
     debug_rounds: int = 0
 
-    async def __call__(self, parents: list[Parent], inspirations: list[Parent], context: PromptContext) -> list[Child]:
+    async def __call__(
+        self, parents: list[Parent], inspirations: list[Parent], context: PromptContext
+    ) -> list[Child]:
         if len(parents) != self.num_parents:
             raise ValueError(f"{self.name}: needs {self.num_parents} parent(s), got {len(parents)}")
         model = context.model
@@ -127,8 +142,13 @@ class LLMOperator:
             model = self.client.pick_model(context.rng)
         first = parents[0]
         if self.name == "diff":
-            child = await self._ask("diff", self._prompt("diff", parents, [], context), model, context,
-                                    lambda answer: self._diffed(first, answer))
+            child = await self._ask(
+                "diff",
+                self._prompt("diff", parents, [], context),
+                model,
+                context,
+                lambda answer: self._diffed(first, answer),
+            )
             if child.text is None and self.fallback_to_rewrite:
                 try:
                     return [child, await self._rewrite("diff>rewrite", first, context, model)]
@@ -140,23 +160,43 @@ class LLMOperator:
         shown = inspirations[: self.num_inspirations]
         messages = self._prompt(self.name, parents, shown, context)
         # Crossover keeps parent A's frozen code: the parents of one run share it anyway.
-        return [await self._ask(self.name, messages, model, context,
-                                lambda answer: self._whole(first.text, answer, parents))]
+        return [
+            await self._ask(
+                self.name, messages, model, context, lambda answer: self._whole(first.text, answer, parents)
+            )
+        ]
 
-    async def _rewrite(self, operator: str, parent: Parent, context: PromptContext, model: str | None) -> Child:
-        return await self._ask(operator, self._prompt("rewrite", [parent], [], context), model, context,
-                               lambda answer: self._whole(parent.text, answer, [parent]))
+    async def _rewrite(
+        self, operator: str, parent: Parent, context: PromptContext, model: str | None
+    ) -> Child:
+        return await self._ask(
+            operator,
+            self._prompt("rewrite", [parent], [], context),
+            model,
+            context,
+            lambda answer: self._whole(parent.text, answer, [parent]),
+        )
 
-    async def _ask(self, operator: str, messages: list[dict], model: str | None, context: PromptContext,
-                   parse: Callable[[str], str]) -> Child:
+    async def _ask(
+        self,
+        operator: str,
+        messages: list[dict],
+        model: str | None,
+        context: PromptContext,
+        parse: Callable[[str], str],
+    ) -> Child:
         """One call (plus up to ``debug_rounds`` more, each shown the reason the last answer
         failed); the answer parsed into a child, or the reason it could not be."""
         tokens_in = tokens_out = 0
         cost = 0.0
         for round_ in range(1 + self.debug_rounds):
-            c = await self.client.complete(messages, model=model, temperature=self.temperature,
-                                           max_tokens=self.max_tokens,
-                                           sample_index=context.sample_index + (round_ << 48))
+            c = await self.client.complete(
+                messages,
+                model=model,
+                temperature=self.temperature,
+                max_tokens=self.max_tokens,
+                sample_index=context.sample_index + (round_ << 48),
+            )
             tokens_in, tokens_out, cost = tokens_in + c.tokens_in, tokens_out + c.tokens_out, cost + c.cost
             text, error = None, None
             try:
@@ -165,15 +205,36 @@ class LLMOperator:
                 reason = err.reason
                 if c.finish_reason == "length" and "truncated" not in reason:
                     reason += " (answer cut at max_tokens)"
-                error = f"{operator}: {reason}" + (f" (after {round_} debug round{'s' * (round_ > 1)})" if round_ else "")
-            if text is not None or round_ == self.debug_rounds or not (context.reserve_call and context.reserve_call()):
+                error = f"{operator}: {reason}" + (
+                    f" (after {round_} debug round{'s' * (round_ > 1)})" if round_ else ""
+                )
+            if (
+                text is not None
+                or round_ == self.debug_rounds
+                or not (context.reserve_call and context.reserve_call())
+            ):
                 break
-            debug = self.templates["debug"].substitute(error=reason, noun=self.genome.noun,
-                                                       language=self.genome.language).strip()
-            messages = [*messages, {"role": "assistant", "content": c.text}, {"role": "user", "content": debug}]
-        return Child(text=text, error=error, operator=operator, model=c.model,
-                     prompt=json.dumps(messages, ensure_ascii=False), response=c.text,
-                     tokens_in=tokens_in, tokens_out=tokens_out, cost=cost)
+            debug = (
+                self.templates["debug"]
+                .substitute(error=reason, noun=self.genome.noun, language=self.genome.language)
+                .strip()
+            )
+            messages = [
+                *messages,
+                {"role": "assistant", "content": c.text},
+                {"role": "user", "content": debug},
+            ]
+        return Child(
+            text=text,
+            error=error,
+            operator=operator,
+            model=c.model,
+            prompt=json.dumps(messages, ensure_ascii=False),
+            response=c.text,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            cost=cost,
+        )
 
     def _whole(self, frame: str, answer: str, parents: list[Parent]) -> str:
         """A whole-genome answer -> the child; for code kinds, the parent's frozen code around
@@ -193,18 +254,26 @@ class LLMOperator:
             raise MalformedAnswer("empty answer")
         frame = layout(parent.text)
         child = apply_diff(parent.text, parse_diff(answer), frame.spans() if frame.marked else None)
-        child = self.genome.check(rebuild(parent.text, child))  # a REPLACE that adds or breaks markers fails here
+        child = self.genome.check(
+            rebuild(parent.text, child)
+        )  # a REPLACE that adds or breaks markers fails here
         _check_new(child, [parent])
         return child
 
-    def _prompt(self, kind: str, parents: list[Parent], inspirations: list[Parent],
-                context: PromptContext) -> list[dict]:
+    def _prompt(
+        self, kind: str, parents: list[Parent], inspirations: list[Parent], context: PromptContext
+    ) -> list[dict]:
         """The chat messages: system, then the operator's template filled in."""
         t, lang, noun = self.templates, self.genome.language, self.genome.noun
         rules = _RULES if self.genome.code and layout(parents[0].text).marked else ""
         instruction = " ".join((context.instruction or "").split())  # one line, whatever it was given
-        fields = {"task": context.task.strip(), "language": lang, "noun": noun, "rules": rules,
-                  "instruction": f"Instruction: {instruction}\n" if instruction else ""}
+        fields = {
+            "task": context.task.strip(),
+            "language": lang,
+            "noun": noun,
+            "rules": rules,
+            "instruction": f"Instruction: {instruction}\n" if instruction else "",
+        }
         if kind == "crossover":
             fields["parents"] = "\n\n".join(
                 self._show(f"{noun.capitalize()} {'AB'[i]}", p, p.text) for i, p in enumerate(parents)
@@ -213,12 +282,18 @@ class LLMOperator:
             fields["parent"] = self._show(f"Current {noun}", parents[0], parents[0].text)
         if kind == "inspiration":
             fields["inspirations"] = "\n\n".join(
-                self._show(f"{noun.capitalize()} {i}", p, _clip_code(_evolvable(p.text, self.genome.code),
-                                                                     _INSPIRATION_CHARS), feedback=False)
+                self._show(
+                    f"{noun.capitalize()} {i}",
+                    p,
+                    _clip_code(_evolvable(p.text, self.genome.code), _INSPIRATION_CHARS),
+                    feedback=False,
+                )
                 for i, p in enumerate(inspirations, 1)
             )
         if kind == "meta_agent":
-            fields["archive"] = "\n".join(_summary(i, p) for i, p in enumerate(inspirations, 1)) or "(none yet)"
+            fields["archive"] = (
+                "\n".join(_summary(i, p) for i, p in enumerate(inspirations, 1)) or "(none yet)"
+            )
         return [
             {"role": "system", "content": t["system"].substitute(language=lang, noun=noun).strip()},
             {"role": "user", "content": t[kind].substitute(fields).strip()},
@@ -226,15 +301,23 @@ class LLMOperator:
 
     def _show(self, label: str, p: Parent, code: str, feedback: bool = True) -> str:
         """One genome for the prompt: label, score, compact metrics, its text, clipped feedback."""
-        notes = _clip(p.feedback.strip(), _FEEDBACK_CHARS) if feedback and p.feedback and p.feedback.strip() else ""
-        return self.templates["program"].substitute(
-            label=label,
-            score="none" if p.fitness is None else f"{p.fitness:.6g}",
-            metrics=_metrics(p.metrics),
-            language=self.genome.language,
-            code=code if code.endswith("\n") else code + "\n",
-            feedback=f"Evaluator feedback:\n{notes}" if notes else "",
-        ).rstrip()
+        notes = (
+            _clip(p.feedback.strip(), _FEEDBACK_CHARS)
+            if feedback and p.feedback and p.feedback.strip()
+            else ""
+        )
+        return (
+            self.templates["program"]
+            .substitute(
+                label=label,
+                score="none" if p.fitness is None else f"{p.fitness:.6g}",
+                metrics=_metrics(p.metrics),
+                language=self.genome.language,
+                code=code if code.endswith("\n") else code + "\n",
+                feedback=f"Evaluator feedback:\n{notes}" if notes else "",
+            )
+            .rstrip()
+        )
 
 
 def check_llm_operator(
@@ -266,8 +349,11 @@ def check_llm_operator(
     if name in _SHOWS and shows < 1:
         raise ConfigError("num_inspirations", f"must be >= 1 for the {name} operator, got {shows}")
     if name == "diff" and not genome.code:
-        raise ConfigError("name", f"diff edits code; {genome.name} genomes are {genome.language} data",
-                          "use rewrite, crossover, inspiration or meta_agent")
+        raise ConfigError(
+            "name",
+            f"diff edits code; {genome.name} genomes are {genome.language} data",
+            "use rewrite, crossover, inspiration or meta_agent",
+        )
     if debug_rounds < 0:
         raise ConfigError("debug_rounds", f"must be >= 0, got {debug_rounds}")
     return dict(
@@ -306,12 +392,22 @@ def _idea(text: str) -> str:
     """A genome's idea in a line: the first docstring in it, else its first meaningful line."""
     try:
         tree = ast.parse(text)
-        nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                                      ast.ClassDef)))]
+        nodes = [
+            tree,
+            *(
+                n
+                for n in ast.walk(tree)
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            ),
+        ]
         doc = next((d for n in nodes if (d := ast.get_docstring(n))), None)
     except (SyntaxError, ValueError):
         doc = None
-    lines = [line.strip() for line in (doc or text).splitlines() if line.strip() and not line.strip().startswith("#")]
+    lines = [
+        line.strip()
+        for line in (doc or text).splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
     first = lines[0] if lines else "(empty)"
     return first if len(first) <= _SUMMARY_CHARS else first[: _SUMMARY_CHARS - 3] + "..."
 
@@ -327,7 +423,7 @@ def _clip(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     head = limit // 4
-    return f"{text[:head]}\n[... {len(text) - limit} characters cut ...]\n{text[-(limit - head):]}"
+    return f"{text[:head]}\n[... {len(text) - limit} characters cut ...]\n{text[-(limit - head) :]}"
 
 
 def _clip_code(code: str, limit: int) -> str:

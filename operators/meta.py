@@ -49,7 +49,9 @@ DEFAULT_SEEDS = (
     "Fix what the evaluator feedback reports first, then handle edge cases.",
     "Make the computation more numerically stable and robust.",
 )
-DEFAULT_MUTATION_PROMPT = "Improve this instruction: make it more specific and more likely to raise the score."
+DEFAULT_MUTATION_PROMPT = (
+    "Improve this instruction: make it more specific and more likely to raise the score."
+)
 
 # template name -> (placeholders it must use, placeholders it may use), as in ``operators.llm``
 _FIELDS: dict[str, tuple[set[str], set[str]]] = {
@@ -111,9 +113,18 @@ class InstructionPool:
     ):
         """Checks every setting and template here (:meth:`check_settings`), not at the first call."""
         seeds, mutation_prompt, self.templates = self._checked(
-            seeds=seeds, mutation_prompt=mutation_prompt, size=size, evolve_every=evolve_every,
-            min_uses=min_uses, temperature=temperature, explore=explore, hyper_every=hyper_every,
-            max_chars=max_chars, max_tokens=max_tokens, templates=templates)
+            seeds=seeds,
+            mutation_prompt=mutation_prompt,
+            size=size,
+            evolve_every=evolve_every,
+            min_uses=min_uses,
+            temperature=temperature,
+            explore=explore,
+            hyper_every=hyper_every,
+            max_chars=max_chars,
+            max_tokens=max_tokens,
+            templates=templates,
+        )
         self.store = store
         self.size, self.evolve_every, self.min_uses = size, evolve_every, min_uses
         self.temperature, self.explore = temperature, explore
@@ -148,13 +159,29 @@ class InstructionPool:
         cls._checked(**{k: a[k] for k in inspect.signature(cls._checked).parameters})
 
     @staticmethod
-    def _checked(*, seeds: Sequence[str], mutation_prompt: str, size: int, evolve_every: int, min_uses: int,
-                 temperature: float, explore: float, hyper_every: int, max_chars: int, max_tokens: int,
-                 templates: dict[str, str] | None) -> tuple[list[str], str, dict[str, Any]]:
+    def _checked(
+        *,
+        seeds: Sequence[str],
+        mutation_prompt: str,
+        size: int,
+        evolve_every: int,
+        min_uses: int,
+        temperature: float,
+        explore: float,
+        hyper_every: int,
+        max_chars: int,
+        max_tokens: int,
+        templates: dict[str, str] | None,
+    ) -> tuple[list[str], str, dict[str, Any]]:
         """The seeds and the mutation prompt cut to one line each, and the templates; or ConfigError."""
-        for name, value, least in [("size", size, 1), ("evolve_every", evolve_every, 1),
-                                   ("hyper_every", hyper_every, 1), ("min_uses", min_uses, 0),
-                                   ("max_chars", max_chars, 1), ("max_tokens", max_tokens, 1)]:
+        for name, value, least in [
+            ("size", size, 1),
+            ("evolve_every", evolve_every, 1),
+            ("hyper_every", hyper_every, 1),
+            ("min_uses", min_uses, 0),
+            ("max_chars", max_chars, 1),
+            ("max_tokens", max_tokens, 1),
+        ]:
             if value < least:
                 raise ConfigError(name, f"must be >= {least}, got {value}")
         if not temperature > 0 or not explore >= 0:
@@ -162,7 +189,10 @@ class InstructionPool:
         if not 1 <= len(seeds) <= size:
             raise ConfigError("seeds", f"need 1 to size={size} seeds, got {len(seeds)}")
         kept: dict[str, str] = {}  # normalized -> text
-        for name, text in [*((f"seeds[{i}]", s) for i, s in enumerate(seeds)), ("mutation_prompt", mutation_prompt)]:
+        for name, text in [
+            *((f"seeds[{i}]", s) for i, s in enumerate(seeds)),
+            ("mutation_prompt", mutation_prompt),
+        ]:
             try:
                 text = _parse(text, max_chars, None, [])
             except MalformedAnswer as err:
@@ -261,7 +291,9 @@ class InstructionPool:
         def instruction(row: Candidate, uses: int = 0, credit: float = 0.0) -> Instruction:
             return Instruction(row.id, row.text, row.parent_ids[0] if row.parent_ids else None, uses, credit)
 
-        self.members = [instruction(r, int(m["uses"]), float(m["credit"])) for r, m in zip(rows, state["members"])]
+        self.members = [
+            instruction(r, int(m["uses"]), float(m["credit"])) for r, m in zip(rows, state["members"])
+        ]
         self.mutation = None if mutation_id is None else instruction(rows[-1])
         self.since_evolve = int(state["since_evolve"])
         self.evolutions = int(state["evolutions"])
@@ -289,19 +321,39 @@ class InstructionPool:
 
     def _cap(self, newborn: Instruction) -> None:
         if len(self.members) > self.size:
-            worst = min((m for m in self.members if m is not newborn),
-                        key=lambda m: (m.uses < self.min_uses, m.mean, m.id))
+            worst = min(
+                (m for m in self.members if m is not newborn),
+                key=lambda m: (m.uses < self.min_uses, m.mean, m.id),
+            )
             self.members.remove(worst)
 
     def _messages(self, name: str, **fields: str) -> list[dict]:
-        return [{"role": "user", "content": self.templates[name].substitute(task=self.task, noun=self.noun,
-                                                                            **fields).strip()}]
+        return [
+            {
+                "role": "user",
+                "content": self.templates[name].substitute(task=self.task, noun=self.noun, **fields).strip(),
+            }
+        ]
 
-    async def _ask(self, client: ChatClient, messages: list[dict], model: str, sample_index: int,
-                   operator: str, parent: Instruction, others: list[Instruction]) -> Instruction | None:
+    async def _ask(
+        self,
+        client: ChatClient,
+        messages: list[dict],
+        model: str,
+        sample_index: int,
+        operator: str,
+        parent: Instruction,
+        others: list[Instruction],
+    ) -> Instruction | None:
         """One call; its answer stored as a child of ``parent`` (or as the reason it is unusable)."""
-        c = await client.complete(messages, model=model, temperature=self.llm_temperature, role="meta",
-                                  max_tokens=self.max_tokens, sample_index=sample_index)
+        c = await client.complete(
+            messages,
+            model=model,
+            temperature=self.llm_temperature,
+            role="meta",
+            max_tokens=self.max_tokens,
+            sample_index=sample_index,
+        )
         text, error = None, None
         try:
             text = _parse(c.text, self.max_chars, parent.text, others)
@@ -309,9 +361,18 @@ class InstructionPool:
             cut = " (answer cut at max_tokens)" if c.finish_reason == "length" else ""
             error = f"{operator}: {err.reason}{cut}"
             self.failures += 1
-        row = _row(text, operator, parent_ids=[parent.id], model=c.model,
-                   prompt=json.dumps(messages, ensure_ascii=False), response=c.text, tokens_in=c.tokens_in,
-                   tokens_out=c.tokens_out, cost=c.cost, error=error)
+        row = _row(
+            text,
+            operator,
+            parent_ids=[parent.id],
+            model=c.model,
+            prompt=json.dumps(messages, ensure_ascii=False),
+            response=c.text,
+            tokens_in=c.tokens_in,
+            tokens_out=c.tokens_out,
+            cost=c.cost,
+            error=error,
+        )
         await asyncio.to_thread(self.store.add, [row])
         return None if text is None else Instruction(row.id, text, parent.id)
 
@@ -321,8 +382,17 @@ _POOL_SETTINGS = inspect.signature(InstructionPool.__init__)  # (self, store, *,
 
 def _row(text: str | None, operator: str, **fields) -> Candidate:
     """A store row for an instruction: no fitness or descriptor, valid when it has text."""
-    return Candidate(kind="instruction", genome="instruction", island=0, fitness=None, descriptor=None, valid=text is not None,
-                     text=text, operator=operator, **fields)
+    return Candidate(
+        kind="instruction",
+        genome="instruction",
+        island=0,
+        fitness=None,
+        descriptor=None,
+        valid=text is not None,
+        text=text,
+        operator=operator,
+        **fields,
+    )
 
 
 def _parse(answer: str, max_chars: int, parent: str | None, others: list[Instruction]) -> str:

@@ -13,8 +13,15 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = {"compose": "qd.api", "plan": "qd.api", "build": "qd.api", "elites": "qd.api", "Elite": "qd.api",
-        "Engine": "qd.loop", "Budget": "qd.budget"}
+_API = {
+    "compose": "qd.api",
+    "plan": "qd.api",
+    "build": "qd.api",
+    "elites": "qd.api",
+    "Elite": "qd.api",
+    "Engine": "qd.loop",
+    "Budget": "qd.budget",
+}
 __all__ = sorted(_API)
 
 

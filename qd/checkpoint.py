@@ -69,9 +69,7 @@ def load(directory: Path) -> tuple[ArchiveState, jax.Array, dict[str, Any]] | No
         return None
     try:
         with np.load(path) as data:
-            state = ArchiveState(**{
-                k: jax.numpy.asarray(data[f"archive.{k}"]) for k in ArchiveState._fields
-            })
+            state = ArchiveState(**{k: jax.numpy.asarray(data[f"archive.{k}"]) for k in ArchiveState._fields})
             key = jax.random.wrap_key_data(data["key"])
             counters = json.loads(data["counters"].tobytes().decode())
     except (OSError, KeyError, ValueError, zipfile.BadZipFile, json.JSONDecodeError) as e:
@@ -86,11 +84,11 @@ def load_arrays(directory: Path) -> dict[str, np.ndarray]:
         return {}
     try:
         with np.load(path) as data:
-            return {k[len(_EXTRA):]: data[k] for k in data.files if k.startswith(_EXTRA)}
+            return {k[len(_EXTRA) :]: data[k] for k in data.files if k.startswith(_EXTRA)}
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise _corrupt(path, e) from None
 
 
 def part(arrays: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
     """The arrays under ``prefix`` (``describer.``, ``bandit.J.``, ``islands.``, ``curiosity.``), unprefixed."""
-    return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}

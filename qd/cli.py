@@ -45,10 +45,11 @@ def judge(argv: list[str]) -> None:
         sys.exit(f"qd judge: no store at {path}; pass a run directory made by qd-run")
     with Store(path) as store:
         if not store.keeps_every_candidate():
-            sys.exit(f"qd judge: {args.run_dir} stores only its elites (runner.store=elites); judging samples "
-                     "every candidate: run it with runner.store=all")
-        items = {c.id: Item(c.text, c.fitness, c.metrics, c.id)
-                 for c in store.iter() if c.valid and c.text}
+            sys.exit(
+                f"qd judge: {args.run_dir} stores only its elites (runner.store=elites); judging samples "
+                "every candidate: run it with runner.store=all"
+            )
+        items = {c.id: Item(c.text, c.fitness, c.metrics, c.id) for c in store.iter() if c.valid and c.text}
         if len(items) < 3:
             sys.exit(f"qd judge: {args.run_dir} has {len(items)} valid text candidates; need at least 3")
         ids = np.fromiter(items, np.int64)
@@ -62,15 +63,23 @@ def judge(argv: list[str]) -> None:
             if answer is not None:
                 store.add_judgments([(*t, answer)], person.source)  # at once: quitting keeps every answer
                 stored += 1
-        print(f"\nqd judge: stored {stored} judgments ({person.skipped} skipped); "
-              f"{len(store.judgments())} in {path}")
+        print(
+            f"\nqd judge: stored {stored} judgments ({person.skipped} skipped); "
+            f"{len(store.judgments())} in {path}"
+        )
 
 
 # name -> "module:function" taking the arguments after the name (imported on use: each loads what it needs).
 COMMANDS = {
-    "show": "qd.views.show:main", "lineage": "qd.views.lineage:main", "stats": "qd.views.stats:main",
-    "compare": "qd.views.compare:main", "plot": "qd.plot:main", "explore": "qd.explore:main",
-    "export": "qd.export.command:main", "committee": "qd.committee:main", "judge": "qd.cli:judge",
+    "show": "qd.views.show:main",
+    "lineage": "qd.views.lineage:main",
+    "stats": "qd.views.stats:main",
+    "compare": "qd.views.compare:main",
+    "plot": "qd.plot:main",
+    "explore": "qd.explore:main",
+    "export": "qd.export.command:main",
+    "committee": "qd.committee:main",
+    "judge": "qd.cli:judge",
 }
 
 

@@ -60,8 +60,10 @@ def judge_prompt(question: str, keys: list[str | None]) -> str:
     """The question and the members' answers as the checker reads them (short, not the agents'
     working), numbered: the reply is one number, which even a small model can give."""
     listed = "\n".join(f"{i}. {k if k is not None else '(no answer)'}" for i, k in enumerate(keys, 1))
-    return (f"Question: {question}\n\nCandidate answers:\n{listed}\n\n"
-            "Which candidate answer is correct? Reply with its number only.")
+    return (
+        f"Question: {question}\n\nCandidate answers:\n{listed}\n\n"
+        "Which candidate answer is correct? Reply with its number only."
+    )
 
 
 async def judged(client: Any, question: str, keys: list[str | None]) -> tuple[str | None, bool]:
@@ -69,8 +71,12 @@ async def judged(client: Any, question: str, keys: list[str | None]) -> tuple[st
     from qd.contract import LLMError
 
     try:
-        reply = await client.complete([{"role": "user", "content": judge_prompt(question, keys)}],
-                                      temperature=0.0, max_tokens=8, role="judge")
+        reply = await client.complete(
+            [{"role": "user", "content": judge_prompt(question, keys)}],
+            temperature=0.0,
+            max_tokens=8,
+            role="judge",
+        )
     except LLMError:
         return vote(keys), False
     found = re.search(r"\d+", reply.text)
@@ -97,8 +103,14 @@ def _correct(task: Any, items: list[Any], keys: list[str | None]) -> list[int]:
 
 def _row(task: Any, items: list[Any], name: str, agents: str, keys: list[str | None], calls: float) -> dict:
     correct = _correct(task, items, keys)
-    return {"row": name, "agents": agents, "accuracy": float(np.mean(correct)),
-            "ci95": list(heldout.bootstrap(correct)), "calls_per_item": calls, "correct": correct}
+    return {
+        "row": name,
+        "agents": agents,
+        "accuracy": float(np.mean(correct)),
+        "ci95": list(heldout.bootstrap(correct)),
+        "calls_per_item": calls,
+        "correct": correct,
+    }
 
 
 async def measure(cfg: Any, task: Any, members: list[dict], client: Any, rule: str) -> dict:
@@ -112,7 +124,8 @@ async def measure(cfg: Any, task: Any, members: list[dict], client: Any, rule: s
     try:
         own, *copies = await asyncio.gather(
             heldout.held_out_scores(cfg, task, [m["text"] for m in members], client),
-            *(heldout.held_out_scores(cfg, task, [members[0]["text"]], c) for c in seeded))
+            *(heldout.held_out_scores(cfg, task, [members[0]["text"]], c) for c in seeded),
+        )
         keys = [_keys(task, items, s) for s in own]
         per_item = [list(votes) for votes in zip(*keys)]
         judge_calls = 0
@@ -130,16 +143,43 @@ async def measure(cfg: Any, task: Any, members: list[dict], client: Any, rule: s
     copy_keys = [_keys(task, items, s) for s in copies]
     best = f"id {members[0]['id']}"
     rows = [
-        _row(task, items, f"committee ({rule})", ", ".join(f"id {m['id']}" for m in members), combined,
-             sum(_calls(s, n) for s in own) + judge_calls / n),
+        _row(
+            task,
+            items,
+            f"committee ({rule})",
+            ", ".join(f"id {m['id']}" for m in members),
+            combined,
+            sum(_calls(s, n) for s in own) + judge_calls / n,
+        ),
         _row(task, items, "best elite", best, keys[0], _calls(own[0], n)),
-        _row(task, items, f"{k} copies of the best (vote)", f"{best} x{k}, seeds 0..{k - 1}",
-             [vote(list(v)) for v in zip(*copy_keys)], sum(_calls(s, n) for s in copies)),
+        _row(
+            task,
+            items,
+            f"{k} copies of the best (vote)",
+            f"{best} x{k}, seeds 0..{k - 1}",
+            [vote(list(v)) for v in zip(*copy_keys)],
+            sum(_calls(s, n) for s in copies),
+        ),
     ]
-    agents = [{"id": m["id"], "search_fitness": m["fitness"], "min_distance": m["min_distance"],
-               "held_out_accuracy": float(np.mean(_correct(task, items, ks))),
-               "calls_per_item": _calls(s, n), "error": s.error} for m, s, ks in zip(members, own, keys)]
-    return {"rule": rule, "k": k, "held_out_items": n, "judge_calls": judge_calls, "members": agents, "rows": rows}
+    agents = [
+        {
+            "id": m["id"],
+            "search_fitness": m["fitness"],
+            "min_distance": m["min_distance"],
+            "held_out_accuracy": float(np.mean(_correct(task, items, ks))),
+            "calls_per_item": _calls(s, n),
+            "error": s.error,
+        }
+        for m, s, ks in zip(members, own, keys)
+    ]
+    return {
+        "rule": rule,
+        "k": k,
+        "held_out_items": n,
+        "judge_calls": judge_calls,
+        "members": agents,
+        "rows": rows,
+    }
 
 
 def _task(cfg: Any, path: Path, held_out: int) -> Any:
@@ -155,8 +195,11 @@ def _task(cfg: Any, path: Path, held_out: int) -> Any:
         task = load_task(name, params)
         missing = [need for need in NEEDS if not callable(getattr(task, need, None))]
         if missing:
-            render.fail(PROG, f"RUN_DIR {path}: its task {name!r} offers no held-out problems with checkable "
-                              f"answers (no {', '.join(missing)}); pass an agent_design or prompt_evolution run")
+            render.fail(
+                PROG,
+                f"RUN_DIR {path}: its task {name!r} offers no held-out problems with checkable "
+                f"answers (no {', '.join(missing)}); pass an agent_design or prompt_evolution run",
+            )
         task = load_task(name, {**params, "held_out_items": held_out})
     except ConfigError as e:
         render.fail(PROG, f"RUN_DIR {path}: its task {name!r} cannot be loaded: {e}")
@@ -165,13 +208,20 @@ def _task(cfg: Any, path: Path, held_out: int) -> Any:
 
 def main(argv: list[str]) -> None:
     """Reads the run (never writes it), answers with the model and prints the table (or ``--json``)."""
-    ap = render.parser(PROG, "Does a committee of the run's diverse elites beat its best one? "
-                             "Measured on held-out problems (DEI).")
+    ap = render.parser(
+        PROG,
+        "Does a committee of the run's diverse elites beat its best one? "
+        "Measured on held-out problems (DEI).",
+    )
     ap.add_argument("run_dir")
     ap.add_argument("--k", type=render.positive, default=5, help="committee size (default 5)")
-    ap.add_argument("--rule", choices=("vote", "judge"), default="vote", help="how answers combine (default vote)")
+    ap.add_argument(
+        "--rule", choices=("vote", "judge"), default="vote", help="how answers combine (default vote)"
+    )
     ap.add_argument("--held-out", type=render.positive, default=24, help="held-out problems (default 24)")
-    ap.add_argument("--base-url", default=None, help="an OpenAI-compatible server (default: the embedded one)")
+    ap.add_argument(
+        "--base-url", default=None, help="an OpenAI-compatible server (default: the embedded one)"
+    )
     ap.add_argument("--model", default=None, help="the model name on --base-url")
     ap.add_argument("--api-key-env", default=None, help="the variable holding --base-url's key")
     ap.add_argument("--json", action="store_true", help="the whole result as JSON")
@@ -185,8 +235,12 @@ def main(argv: list[str]) -> None:
 
     members = list(diverse.rows(run, {"k": args.k}))
     if len(members) < args.k:
-        render.fail(PROG, f"--k {args.k}: {run.path} has {len(members)} elites; pass --k {max(1, len(members))} "
-                          "or less" if members else f"RUN_DIR {run.path} has no elites yet")
+        render.fail(
+            PROG,
+            f"--k {args.k}: {run.path} has {len(members)} elites; pass --k {max(1, len(members))} or less"
+            if members
+            else f"RUN_DIR {run.path} has no elites yet",
+        )
     with tempfile.TemporaryDirectory(prefix="qd-committee-") as out:  # the server log and response cache
         with heldout.model_server(args.base_url, args.model, Path(out)) as (base_url, model):
             client = heldout.scoring_client(cfg, base_url, model, args.api_key_env, Path(out) / "llm_cache")
@@ -200,10 +254,17 @@ def main(argv: list[str]) -> None:
 
 def show(result: dict) -> None:
     """The rows, then the members, as tables."""
-    render.table(f"{PROG} {result['run']}: {result['k']} diverse elites, rule {result['rule']}, "
-                 f"{result['held_out_items']} held-out problems, model {result['model']}",
-                 ["row", "agents", "accuracy", "95% interval", "model calls / problem"],
-                 [[r["row"], r["agents"], r["accuracy"], r["ci95"], r["calls_per_item"]] for r in result["rows"]])
-    render.table("members (fitter first)", ["id", "search fitness", "held-out accuracy", "calls / problem", "error"],
-                 [[m["id"], m["search_fitness"], m["held_out_accuracy"], m["calls_per_item"], m["error"]]
-                  for m in result["members"]])
+    render.table(
+        f"{PROG} {result['run']}: {result['k']} diverse elites, rule {result['rule']}, "
+        f"{result['held_out_items']} held-out problems, model {result['model']}",
+        ["row", "agents", "accuracy", "95% interval", "model calls / problem"],
+        [[r["row"], r["agents"], r["accuracy"], r["ci95"], r["calls_per_item"]] for r in result["rows"]],
+    )
+    render.table(
+        "members (fitter first)",
+        ["id", "search fitness", "held-out accuracy", "calls / problem", "error"],
+        [
+            [m["id"], m["search_fitness"], m["held_out_accuracy"], m["calls_per_item"], m["error"]]
+            for m in result["members"]
+        ],
+    )

@@ -38,8 +38,20 @@ class Range:
     finite: bool = True
 
     def describe(self) -> str:
-        low = f"[{_num(self.ge)}" if self.ge is not None else f"({_num(self.gt)}" if self.gt is not None else None
-        high = f"{_num(self.le)}]" if self.le is not None else f"{_num(self.lt)})" if self.lt is not None else None
+        low = (
+            f"[{_num(self.ge)}"
+            if self.ge is not None
+            else f"({_num(self.gt)}"
+            if self.gt is not None
+            else None
+        )
+        high = (
+            f"{_num(self.le)}]"
+            if self.le is not None
+            else f"{_num(self.lt)})"
+            if self.lt is not None
+            else None
+        )
         if low and high:
             return f"in {low}, {high}"
         if low:
@@ -58,8 +70,12 @@ class Range:
             return f"must be a number, got {value!r}"
         if self.finite and math.isinf(value):
             return f"must be finite, got {value!r}"
-        if ((self.ge is not None and not value >= self.ge) or (self.gt is not None and not value > self.gt)
-                or (self.le is not None and not value <= self.le) or (self.lt is not None and not value < self.lt)):
+        if (
+            (self.ge is not None and not value >= self.ge)
+            or (self.gt is not None and not value > self.gt)
+            or (self.le is not None and not value <= self.le)
+            or (self.lt is not None and not value < self.lt)
+        ):
             return f"must be {self.describe()}, got {value!r}"
         return None
 
@@ -68,9 +84,16 @@ def _num(x: float) -> str:
     return "inf" if x == math.inf else "-inf" if x == -math.inf else repr(x)
 
 
-def number(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
-           ge: float | None = None, gt: float | None = None, le: float | None = None,
-           lt: float | None = None, finite: bool = True) -> Any:
+def number(
+    default: Any = dataclasses.MISSING,
+    *,
+    default_factory: Any = dataclasses.MISSING,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    finite: bool = True,
+) -> Any:
     """A numeric field (int, float, Optional or list of them) with its range in the schema.
 
     No bounds means any finite number; ``finite=False`` admits +-inf too.
@@ -123,7 +146,9 @@ def check_ranges(cfg: Any, schema: type | None = None, prefix: str = "") -> None
                 check_ranges(item, inner, f"{path}[{i}].")
         elif kind in ("number", "numbers"):
             rng = f.metadata.get(RANGE, Range())
-            entries = [(path, value)] if kind == "number" else [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+            entries = (
+                [(path, value)] if kind == "number" else [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+            )
             for name, v in entries:
                 problem = rng.problem(v)
                 if problem:
@@ -144,7 +169,9 @@ class ArchiveConf:
     lower: list[float] = number(default_factory=lambda: [0.0, 0.0])
     upper: list[float] = number(default_factory=lambda: [1.0, 1.0])
     cells: int = number(10_000, ge=1)  # cvt: number of centroids
-    cvt_samples: int = number(100_000, ge=1)  # cvt: k-means samples (at least cells: checked with the archive)
+    cvt_samples: int = number(
+        100_000, ge=1
+    )  # cvt: k-means samples (at least cells: checked with the archive)
     cvt_seed: int = number(0, ge=0, le=SEED_MAX)
     learning_rate: float = number(1.0, ge=0, le=1)  # CMA-MAE threshold learning rate (1: MAP-Elites)
     # finite: soft thresholds (CMA-MAE); -inf = hard MAP-Elites thresholds; +inf would accept nothing
@@ -152,7 +179,9 @@ class ArchiveConf:
     qd_offset: float = number(0.0)  # subtracted from each elite in qd_score
     capacity: int = number(1_000, ge=1)  # novelty: entries per island (oldest replaced when full)
     k: int = number(15, ge=1)  # novelty: nearest neighbours averaged
-    novelty_threshold: float = number(0.1, ge=0)  # novelty: a candidate this far (mean k-NN distance) is added
+    novelty_threshold: float = number(
+        0.1, ge=0
+    )  # novelty: a candidate this far (mean k-NN distance) is added
     local_competition: bool = False  # novelty: a non-novel candidate replaces its nearest if fitter
 
 
@@ -181,13 +210,21 @@ class DescriptorPartConf:
     upper: list[float] = number(default_factory=list)
     projection: str = "pca"  # embedding: pca | random | none (raw 384-D: archive=cvt or novelty)
     dims: int = number(2, ge=1)  # embedding / learned: axes
-    refit_at: list[int] = number(default_factory=list, ge=1)  # embedding: valid candidates; learned: judgments
-    reference: Optional[str] = None  # embedding: fit once on this corpus (.jsonl {"text": ...} or lines), frozen
-    fit_after: list[int] = number(default_factory=list, ge=1)  # learned: valid candidates per refit (default refit_at)
+    refit_at: list[int] = number(
+        default_factory=list, ge=1
+    )  # embedding: valid candidates; learned: judgments
+    reference: Optional[str] = (
+        None  # embedding: fit once on this corpus (.jsonl {"text": ...} or lines), frozen
+    )
+    fit_after: list[int] = number(
+        default_factory=list, ge=1
+    )  # learned: valid candidates per refit (default refit_at)
     axes: list[AxisConf] = dataclasses.field(default_factory=list)  # ai_feedback
     # ai_feedback: fit each axis's range at these valid counts
     rescale_at: list[int] = number(default_factory=list, ge=1)
-    rescale: str = "minmax"  # ai_feedback fit: minmax (the range seen) | quantile (bins dense where scores cluster)
+    rescale: str = (
+        "minmax"  # ai_feedback fit: minmax (the range seen) | quantile (bins dense where scores cluster)
+    )
     judge: str = "llm"  # learned: llm | human (judgments made with `qd judge RUN_DIR`)
     model: Optional[str] = None  # ai_feedback / learned judge: model name; None = the run's model
 
@@ -207,7 +244,9 @@ class IslandsConf:
     topology: str = "ring"  # ring | random | complete
     migrate_every: int = number(0, ge=0)  # insertions offered to an island between its migrations; 0 = off
     migrants: int = number(1, ge=1)  # top-k elites (never migrants themselves) copied per island
-    reset_patience: int = number(0, ge=0)  # insertions without a new best before the weakest half is reset; 0 = off
+    reset_patience: int = number(
+        0, ge=0
+    )  # insertions without a new best before the weakest half is reset; 0 = off
     # Per island (one entry each, or empty = the global mix): operator label -> weight,
     # and model -> weight. Fixed weights: they need scheduler=fixed.
     mix: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -253,7 +292,9 @@ class GateConf:
     threshold: float = number(1.0, gt=0, le=1)
     against: list[str] = dataclasses.field(default_factory=lambda: ["elites", "parents"])
     resample: int = number(0, ge=0)  # times a rejected child may be asked for again
-    measure: str = "embedding"  # embedding (MiniLM cosine) | bleu (the child's sentence BLEU: prose, no model)
+    measure: str = (
+        "embedding"  # embedding (MiniLM cosine) | bleu (the child's sentence BLEU: prose, no model)
+    )
 
 
 @dataclasses.dataclass
@@ -277,14 +318,18 @@ class CycleConf:
 
 @dataclasses.dataclass
 class OperatorConf:
-    name: str = MISSING  # numeric: gaussian | isoline; LLM: rewrite | diff | crossover | inspiration | meta_agent
+    name: str = (
+        MISSING  # numeric: gaussian | isoline; LLM: rewrite | diff | crossover | inspiration | meta_agent
+    )
     label: Optional[str] = None  # names the arm (two entries may share an operator with other templates)
     weight: float = number(1.0, ge=0)  # the mix's weights need a positive sum (checked with the operators)
     sigma: Optional[float] = number(None, gt=0)  # gaussian step size
     # isoline steps: 0 turns one part off (line_sigma=0: plain Gaussian, as in pyribs)
     iso_sigma: Optional[float] = number(None, ge=0)  # isoline isotropic step
     line_sigma: Optional[float] = number(None, ge=0)  # isoline step along the line
-    temperature: Optional[float] = number(None, ge=0, le=2)  # LLM: overrides llm.temperature for this operator
+    temperature: Optional[float] = number(
+        None, ge=0, le=2
+    )  # LLM: overrides llm.temperature for this operator
     max_tokens: Optional[int] = number(None, ge=1)  # LLM: overrides llm.max_tokens
     # inspiration / meta_agent: elites shown beside the parent (None: 3 / 8)
     num_inspirations: Optional[int] = number(None, ge=1)
@@ -327,7 +372,9 @@ class LLMConf:
     backoff_max_s: float = number(30.0, ge=0)
     temperature: float = number(0.8, ge=0, le=2)  # 2: the OpenAI API's bound
     max_tokens: int = number(512, ge=1)
-    seed: Optional[int] = number(None, ge=0, le=SEED_MAX)  # per-call sampling seed base; None = the run's seed
+    seed: Optional[int] = number(
+        None, ge=0, le=SEED_MAX
+    )  # per-call sampling seed base; None = the run's seed
     cache: bool = True  # on-disk response cache (replays a run exactly)
     cache_dir: Optional[str] = None  # None = <run_dir>/llm_cache; share one to replay runs
     give_up_after_s: float = number(300.0, gt=0)  # stop the run when no LLM call has succeeded for this long
@@ -343,7 +390,9 @@ class EvalLLMConf:
     calls: int = number(16, ge=0, le=4096)  # all stages together
     tokens: int = number(32_000, ge=0)  # prompt + completion
     max_tokens: int = number(256, ge=1)  # per call: larger requests are clamped
-    seconds: Optional[float] = number(None, gt=0)  # no call starts later than this into a stage; None: the stage's wall_s
+    seconds: Optional[float] = number(
+        None, gt=0
+    )  # no call starts later than this into a stage; None: the stage's wall_s
 
 
 @dataclasses.dataclass
@@ -361,10 +410,14 @@ class SandboxConf:
 @dataclasses.dataclass
 class RunnerConf:
     name: str = "local"  # local: evaluations on this machine | ray: sandboxed evaluations on a Ray cluster
-    address: Optional[str] = None  # runner=ray: the cluster to join (ray.init's address); None: start one here
+    address: Optional[str] = (
+        None  # runner=ray: the cluster to join (ray.init's address); None: start one here
+    )
     batch_size: int = number(64, ge=1)  # children per proposal
     in_flight: int = number(2, ge=1)  # proposals running at once
-    initial_population: int = number(8, ge=1)  # founder children (of the task's initial genomes) in flight per empty island; the rest wait for parents
+    initial_population: int = number(
+        8, ge=1
+    )  # founder children (of the task's initial genomes) in flight per empty island; the rest wait for parents
     # auto (inprocess for numeric, sandbox for code genomes, host for data genomes) | inprocess | pool | sandbox | host
     evaluator: str = "auto"
     workers: int = number(2, ge=1)  # pool / sandbox size
@@ -380,7 +433,9 @@ class RunnerConf:
     # one jitted step, lax.scan'ed over generations_per_call generations per host round trip
     # (tasks with evaluate_jax; numeric settings only). auto: device where the run allows it.
     loop: str = "auto"
-    generations_per_call: int = number(100, ge=1)  # device loop: generations per call; a checkpoint after each
+    generations_per_call: int = number(
+        100, ge=1
+    )  # device loop: generations per call; a checkpoint after each
     store: str = "auto"  # all: every candidate | elites: the elites at each checkpoint (device loop) | auto
 
 

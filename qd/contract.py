@@ -95,7 +95,9 @@ class Candidate:
     artifacts: dict | None = None  # evaluator feedback (output tails, task artifacts)
     id: int | None = None
     created: float | None = None
-    genome: str | None = None  # the genome kind (``genomes``): program, agent, prompt, ...; vector; instruction
+    genome: str | None = (
+        None  # the genome kind (``genomes``): program, agent, prompt, ...; vector; instruction
+    )
     trace: list[dict] | None = None  # model calls its evaluation made (written to the store's trace table)
     instruction: int | None = None  # store id of the meta instruction its prompt showed (``operators.meta``)
 
@@ -214,5 +216,6 @@ class TextOperator(Protocol):
     num_parents: int
     num_inspirations: int
 
-    async def __call__(self, parents: list[Parent], inspirations: list[Parent],
-                       context: PromptContext) -> list[Child]: ...
+    async def __call__(
+        self, parents: list[Parent], inspirations: list[Parent], context: PromptContext
+    ) -> list[Child]: ...

@@ -33,8 +33,9 @@ class EliteTable:
 
     def __init__(self, shape: tuple[int, int], genome_dim: int | None):
         self.genome_dim = genome_dim
-        self.table = (np.zeros((*shape, genome_dim), np.float32) if genome_dim is not None
-                      else np.empty(shape, object))
+        self.table = (
+            np.zeros((*shape, genome_dim), np.float32) if genome_dim is not None else np.empty(shape, object)
+        )
 
     @classmethod
     def from_store(cls, state: archive.ArchiveState, store: Any, genome_dim: int | None) -> EliteTable:
@@ -85,8 +86,16 @@ class ArchiveView:
     elites: EliteTable
     selection: Selection
 
-    def picks(self, rng: np.random.Generator, keys: Callable[[int], jax.Array], island: np.ndarray,
-              num_parents: np.ndarray, children: int, max_parents: int, inspirations: int) -> select.Picks:
+    def picks(
+        self,
+        rng: np.random.Generator,
+        keys: Callable[[int], jax.Array],
+        island: np.ndarray,
+        num_parents: np.ndarray,
+        children: int,
+        max_parents: int,
+        inspirations: int,
+    ) -> select.Picks:
         """Parents and inspirations of a wave's proposals by the selection rules, as host arrays (i64).
 
         Uniform rules are drawn on the host from ``rng`` (``qd.search.select.wave_uniform``);
@@ -94,12 +103,35 @@ class ArchiveView:
         ``keys(n)`` (keys [n], from ``rng``).
         """
         s = self.selection
-        if s.parents == "uniform" and (not inspirations or s.inspirations == "uniform"
-                                       or (s.inspirations == "islands" and self.state.num_islands == 1)):
-            return select.wave_uniform(np.asarray(self.state.genome_id), rng, island, num_parents, children,
-                                       max_parents, inspirations)
-        picks = select.wave(self.state, keys(len(island)), keys(len(island)), island, num_parents, children,
-                            max_parents, s.parents, self.curiosity, s.temperature, s.k, inspirations, s.inspirations)
+        if s.parents == "uniform" and (
+            not inspirations
+            or s.inspirations == "uniform"
+            or (s.inspirations == "islands" and self.state.num_islands == 1)
+        ):
+            return select.wave_uniform(
+                np.asarray(self.state.genome_id),
+                rng,
+                island,
+                num_parents,
+                children,
+                max_parents,
+                inspirations,
+            )
+        picks = select.wave(
+            self.state,
+            keys(len(island)),
+            keys(len(island)),
+            island,
+            num_parents,
+            children,
+            max_parents,
+            s.parents,
+            self.curiosity,
+            s.temperature,
+            s.k,
+            inspirations,
+            s.inspirations,
+        )
         return select.Picks(*(np.asarray(x, np.int64) for x in jax.device_get(picks)))
 
     def genomes(self, island: Any, cells: Any) -> Any:

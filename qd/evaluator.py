@@ -70,10 +70,9 @@ class PoolEvaluator:
     async def __call__(self, genomes: Any) -> Evaluation:
         loop = asyncio.get_running_loop()
         chunks = [c for c in np.array_split(np.arange(len(genomes)), self.workers) if len(c)]
-        parts = await asyncio.gather(*(
-            loop.run_in_executor(self._pool, _evaluate_in_worker, _take(genomes, c))
-            for c in chunks
-        ))
+        parts = await asyncio.gather(
+            *(loop.run_in_executor(self._pool, _evaluate_in_worker, _take(genomes, c)) for c in chunks)
+        )
         return _concat(parts)
 
     def close(self) -> None:
@@ -134,7 +133,9 @@ class HostRunner:
             value = await asyncio.get_running_loop().run_in_executor(self._pool, call)
         except Exception as e:  # the genome is data: a failure is the task code's verdict on it
             error = " ".join(f"{type(e).__name__}: {e}".split())[:500]
-            return SandboxResult(False, None, error, "", traceback.format_exc()[-2000:], time.perf_counter() - start)
+            return SandboxResult(
+                False, None, error, "", traceback.format_exc()[-2000:], time.perf_counter() - start
+            )
         finally:  # (cancelled: the thread runs on, but its model calls now fail at once)
             if calls is not None:
                 calls.close()
@@ -188,7 +189,9 @@ class StagedEvaluator:
         self.runner.close()
 
     async def __call__(self, texts: list[str]) -> Evaluation:
-        scored = [await self._one(texts[0])] if len(texts) == 1 else await asyncio.gather(*map(self._one, texts))
+        scored = (
+            [await self._one(texts[0])] if len(texts) == 1 else await asyncio.gather(*map(self._one, texts))
+        )
         dim = self.task.descriptor_dim
         descriptor = np.asarray([_descriptor(s, dim) for s, _, _ in scored], np.float32)  # may invalidate
         return Evaluation(
@@ -218,10 +221,18 @@ class StagedEvaluator:
             tails = _tails(result)
             if not result.ok:
                 metrics = {"stages": i + 1, **({"model_calls": spent[0]} if gateway is not None else {})}
-                return Scored(np.nan, None, False, metrics, f"{stage.name}: {result.error}", tails), seconds, trace
+                return (
+                    Scored(np.nan, None, False, metrics, f"{stage.name}: {result.error}", tails),
+                    seconds,
+                    trace,
+                )
             outputs.append(result.value)
             try:
-                scored = self.task.score(text, outputs, trace) if gateway is not None else self.task.score(text, outputs)
+                scored = (
+                    self.task.score(text, outputs, trace)
+                    if gateway is not None
+                    else self.task.score(text, outputs)
+                )
             except Exception as e:  # a task bug must not stop the run
                 scored = Scored(np.nan, None, False, None, f"score: {type(e).__name__}: {e}")
             scored.metrics = {**(scored.metrics or {}), "stages": i + 1}
@@ -238,8 +249,9 @@ class StagedEvaluator:
             return None
         from qd.llm.gateway import ModelGateway, candidate_key
 
-        left = dataclasses.replace(self.budget, calls=max(0, self.budget.calls - calls),
-                                   tokens=max(0, self.budget.tokens - tokens))
+        left = dataclasses.replace(
+            self.budget, calls=max(0, self.budget.calls - calls), tokens=max(0, self.budget.tokens - tokens)
+        )
         return ModelGateway(self.client, left, candidate_key(text, stage))
 
 
@@ -250,7 +262,11 @@ def _tails(result: Any, keep: int = 400) -> dict[str, str]:
 
 def _descriptor(scored: Scored, dim: int) -> np.ndarray:
     """The D-vector, or NaNs (and the candidate marked invalid) if the task got it wrong."""
-    d = np.full(dim, np.nan, np.float32) if scored.descriptor is None else np.asarray(scored.descriptor, np.float32)
+    d = (
+        np.full(dim, np.nan, np.float32)
+        if scored.descriptor is None
+        else np.asarray(scored.descriptor, np.float32)
+    )
     if d.shape != (dim,):
         scored.valid, scored.error = False, f"score: descriptor has shape {d.shape}, expected ({dim},)"
         return np.full(dim, np.nan, np.float32)

@@ -52,8 +52,12 @@ class EventLog:
                 path.write_bytes(data[: data.rfind(b"\n") + 1])
         self._file = open(path, "a")
 
-    def write(self, kind: str, fields: dict[str, Any] | list[dict[str, Any]], shared: dict[str, Any] | None = None,
-              ) -> Any:
+    def write(
+        self,
+        kind: str,
+        fields: dict[str, Any] | list[dict[str, Any]],
+        shared: dict[str, Any] | None = None,
+    ) -> Any:
         """Writes an event of ``kind`` and returns it as written; given a list of ``fields``,
         one event per entry, each followed by the ``shared`` fields (encoded once), in one
         write, and returns the list."""

@@ -46,8 +46,10 @@ class HeldOut:
         out = outputs[-1]
         answers = out.get("answers") if isinstance(out, dict) else out  # a team's entry wraps its answers
         if scored.valid and isinstance(answers, list):
-            scored.metrics = {**(scored.metrics or {}),
-                              "answers": [a.get("answer") if isinstance(a, dict) else a for a in answers]}
+            scored.metrics = {
+                **(scored.metrics or {}),
+                "answers": [a.get("answer") if isinstance(a, dict) else a for a in answers],
+            }
         return scored
 
 
@@ -59,27 +61,38 @@ def bootstrap(correct: list[int], resamples: int = 2000, seed: int = 0) -> tuple
     return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
-async def held_out_scores(cfg: Any, task: Any, texts: list[str], client: Any, split: str = "held_out") -> list[Scored]:
+async def held_out_scores(
+    cfg: Any, task: Any, texts: list[str], client: Any, split: str = "held_out"
+) -> list[Scored]:
     """Each text's evaluation on the held-out (or ``split``) problems (per-problem call budget as in the run)."""
     view = HeldOut(task, split)
     scale = len(view.items) / task.search_items
     e = cfg.eval_llm
-    budget = CallBudget(calls=min(4096, math.ceil(e.calls * scale)), tokens=math.ceil(e.tokens * scale),
-                        max_tokens=e.max_tokens)
+    budget = CallBudget(
+        calls=min(4096, math.ceil(e.calls * scale)),
+        tokens=math.ceil(e.tokens * scale),
+        max_tokens=e.max_tokens,
+    )
     if getattr(task, "host_entry", None):
         runner = HostRunner(task.host_entry)
     else:
         from qd.sandbox import Limits, Sandbox
 
-        limits = Limits(wall_s=cfg.sandbox.wall_s * scale * len(texts), cpu_s=cfg.sandbox.cpu_s,
-                        memory_mb=cfg.sandbox.memory_mb)
+        limits = Limits(
+            wall_s=cfg.sandbox.wall_s * scale * len(texts),
+            cpu_s=cfg.sandbox.cpu_s,
+            memory_mb=cfg.sandbox.memory_mb,
+        )
         runner = Sandbox(task.sandbox_entry, workers=min(len(texts), 4), limits=limits)
     evaluator = StagedEvaluator(view, runner, client, budget)
     try:
         ev = await evaluator(texts)
     finally:
         evaluator.close()
-    return [Scored(float(ev.fitness[i]), None, bool(ev.valid[i]), ev.metrics[i], ev.error[i]) for i in range(len(texts))]
+    return [
+        Scored(float(ev.fitness[i]), None, bool(ev.valid[i]), ev.metrics[i], ev.error[i])
+        for i in range(len(texts))
+    ]
 
 
 @contextlib.contextmanager
@@ -95,8 +108,19 @@ def model_server(base_url: str | None, model: str | None, log_dir: Path) -> Iter
         yield server.base_url, server.model
 
 
-def scoring_client(cfg: Any, base_url: str, model: str, api_key_env: str | None, cache_dir: Path) -> LLMClient:
+def scoring_client(
+    cfg: Any, base_url: str, model: str, api_key_env: str | None, cache_dir: Path
+) -> LLMClient:
     """A client for scoring after a run: the run's settings (``cfg``), seed 0, and ``cache_dir``."""
-    return LLMClient(LLMSettings(base_url=base_url, models=(ModelSpec(model),), api_key_env=api_key_env,
-                                 concurrency=cfg.llm.concurrency, timeout_s=cfg.llm.timeout_s,
-                                 temperature=cfg.llm.temperature, seed=0, cache_dir=str(cache_dir)))
+    return LLMClient(
+        LLMSettings(
+            base_url=base_url,
+            models=(ModelSpec(model),),
+            api_key_env=api_key_env,
+            concurrency=cfg.llm.concurrency,
+            timeout_s=cfg.llm.timeout_s,
+            temperature=cfg.llm.temperature,
+            seed=0,
+            cache_dir=str(cache_dir),
+        )
+    )

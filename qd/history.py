@@ -40,11 +40,18 @@ def _curves(events: list[dict[str, Any]]) -> dict[str, Any]:
         if e.get("event") == "commit" and "global" in e:
             points[int(e["evaluations"])] = e  # the wave's last line wins: it holds the wave's numbers
     ordered = [points[k] for k in sorted(points)]
-    out: dict[str, Any] = {"evaluations": [int(e["evaluations"]) for e in ordered],
-                           "global": {s: [_num(e["global"].get(s)) for e in ordered] for s in CURVE_STATS}}
+    out: dict[str, Any] = {
+        "evaluations": [int(e["evaluations"]) for e in ordered],
+        "global": {s: [_num(e["global"].get(s)) for e in ordered] for s in CURVE_STATS},
+    }
     islands = max((len(e.get("islands", [])) for e in ordered), default=0)
-    out["islands"] = [{s: [_num(e["islands"][i].get(s)) if i < len(e.get("islands", [])) else None for e in ordered]
-                       for s in CURVE_STATS} for i in range(islands)]
+    out["islands"] = [
+        {
+            s: [_num(e["islands"][i].get(s)) if i < len(e.get("islands", [])) else None for e in ordered]
+            for s in CURVE_STATS
+        }
+        for i in range(islands)
+    ]
     if any("union" in e for e in ordered):
         out["union"] = {s: [_num(e.get("union", {}).get(s)) for e in ordered] for s in CURVE_STATS}
     return out
@@ -89,9 +96,16 @@ def pages(run: RunDir, names: tuple[str, ...] = (), page: int = PAGE) -> Iterato
         ids = np.asarray(col["id"], np.int64)
         if run.on_read is not None:
             run.on_read(int(ids[-1]) + 1, max(stored, int(ids[-1]) + 1))
-        yield {"id": ids, "island": island, "valid": valid, "fitness": fitness, "cell": cell, "entered": entered,
-               "parent": np.asarray([first_parent_id(p) for p in col["parent_ids"]], np.int64),
-               **{n: list(col[n]) for n in extra}}
+        yield {
+            "id": ids,
+            "island": island,
+            "valid": valid,
+            "fitness": fitness,
+            "cell": cell,
+            "entered": entered,
+            "parent": np.asarray([first_parent_id(p) for p in col["parent_ids"]], np.int64),
+            **{n: list(col[n]) for n in extra},
+        }
 
 
 def first_parent_id(parent_ids: str) -> int:
@@ -111,14 +125,19 @@ class Cells:
 
     def __call__(self, descriptors: tuple, usable: np.ndarray) -> np.ndarray:
         cell = np.full(len(descriptors), -1, np.int64)
-        rows = [k for k in np.flatnonzero(usable).tolist()
-                if descriptors[k] is not None and len(descriptors[k]) == 4 * self.dim]
+        rows = [
+            k
+            for k in np.flatnonzero(usable).tolist()
+            if descriptors[k] is not None and len(descriptors[k]) == 4 * self.dim
+        ]
         if self.index is None or not rows:
             return cell
         d = np.zeros((-(-len(rows) // self.page) * self.page, self.dim), np.float32)  # padded: one compile
-        d[:len(rows)] = np.frombuffer(b"".join(descriptors[k] for k in rows), np.float32).reshape(-1, self.dim)
-        finite = np.isfinite(d[:len(rows)]).all(1)
-        cell[np.asarray(rows)[finite]] = np.asarray(self.index(d), np.int64)[:len(rows)][finite]
+        d[: len(rows)] = np.frombuffer(b"".join(descriptors[k] for k in rows), np.float32).reshape(
+            -1, self.dim
+        )
+        finite = np.isfinite(d[: len(rows)]).all(1)
+        cell[np.asarray(rows)[finite]] = np.asarray(self.index(d), np.int64)[: len(rows)][finite]
         return cell
 
 
@@ -139,13 +158,29 @@ def _fates(run: RunDir) -> dict[str, np.ndarray]:
             parts[name].append(page[name])
         parts["operator"].append(np.asarray([o or "" for o in page["operator"]], object))
         parts["model"].append(np.asarray([m or "" for m in page["model"]], object))
-        parts["instruction"].append(np.asarray([-1 if i is None else i for i in page["instruction"]], np.int64))
-        parts["tokens"].append(np.asarray(page["tokens_in"], np.int64) + np.asarray(page["tokens_out"], np.int64))
+        parts["instruction"].append(
+            np.asarray([-1 if i is None else i for i in page["instruction"]], np.int64)
+        )
+        parts["tokens"].append(
+            np.asarray(page["tokens_in"], np.int64) + np.asarray(page["tokens_out"], np.int64)
+        )
         parts["cost"].append(np.asarray(page["cost"], np.float64))
         parts["error"].append(np.asarray([e is not None for e in page["error"]], bool))
-    kinds = {"id": np.int64, "island": np.int64, "valid": bool, "fitness": np.float64, "cell": np.int64,
-             "entered": bool, "parent": np.int64, "operator": object, "model": object, "instruction": np.int64,
-             "tokens": np.int64, "cost": np.float64, "error": bool}
+    kinds = {
+        "id": np.int64,
+        "island": np.int64,
+        "valid": bool,
+        "fitness": np.float64,
+        "cell": np.int64,
+        "entered": bool,
+        "parent": np.int64,
+        "operator": object,
+        "model": object,
+        "instruction": np.int64,
+        "tokens": np.int64,
+        "cost": np.float64,
+        "error": bool,
+    }
     f = {k: np.concatenate(parts[k]) if parts[k] else np.zeros(0, t) for k, t in kinds.items()}
     at = np.clip(np.searchsorted(f["id"], f["parent"]), 0, max(len(f["id"]) - 1, 0))
     held = (f["parent"] >= 0) & (f["id"][at] == f["parent"]) if len(f["id"]) else np.zeros(0, bool)
@@ -175,21 +210,32 @@ def operator_stats(run: RunDir, by: tuple[str, ...] = ("operator", "model")) -> 
         m = np.asarray(members)
         gains = f["improvement"][m]
         gains = gains[np.isfinite(gains)]
-        label = {b: (texts.get(v, f"#{v}") if v >= 0 else "-") if b == "instruction" else (v or "-")
-                 for b, v in zip(by, key)}
-        out.append({
-            **label, "candidates": len(m), "valid": int(f["valid"][m].sum()),
-            "valid_rate": float(f["valid"][m].mean()), "entered": int(f["entered"][m].sum()),
-            "entered_rate": float(f["entered"][m].mean()),
-            "mean_improvement": float(gains.mean()) if len(gains) else None,
-            "tokens": int(f["tokens"][m].sum()), "cost": float(f["cost"][m].sum()),
-        })
+        label = {
+            b: (texts.get(v, f"#{v}") if v >= 0 else "-") if b == "instruction" else (v or "-")
+            for b, v in zip(by, key)
+        }
+        out.append(
+            {
+                **label,
+                "candidates": len(m),
+                "valid": int(f["valid"][m].sum()),
+                "valid_rate": float(f["valid"][m].mean()),
+                "entered": int(f["entered"][m].sum()),
+                "entered_rate": float(f["entered"][m].mean()),
+                "mean_improvement": float(gains.mean()) if len(gains) else None,
+                "tokens": int(f["tokens"][m].sum()),
+                "cost": float(f["cost"][m].sum()),
+            }
+        )
     return sorted(out, key=lambda r: (-r["candidates"], [str(r[b]) for b in by]))
 
 
 def _instruction_texts(run: RunDir) -> dict[int, str]:
-    return {int(i): (t or "").strip() for page in run.store.columns(("id", "text"), kinds=("instruction",))
-            for i, t in page}
+    return {
+        int(i): (t or "").strip()
+        for page in run.store.columns(("id", "text"), kinds=("instruction",))
+        for i, t in page
+    }
 
 
 def lineage(run: RunDir, candidate_id: int) -> list[dict[str, Any]]:
@@ -220,14 +266,25 @@ def lineage(run: RunDir, candidate_id: int) -> list[dict[str, Any]]:
             steps.append(c)
             before = None
             continue
-        step = {"id": c.id, "operator": c.operator, "model": c.model,
-                "fitness": _num(c.fitness) if c.fitness is not None else None, "valid": c.valid,
-                "island": c.island, "parent_ids": list(c.parent_ids), "elite": where.get(c.id),
-                "error": c.error}
+        step = {
+            "id": c.id,
+            "operator": c.operator,
+            "model": c.model,
+            "fitness": _num(c.fitness) if c.fitness is not None else None,
+            "valid": c.valid,
+            "island": c.island,
+            "parent_ids": list(c.parent_ids),
+            "elite": where.get(c.id),
+            "error": c.error,
+        }
         if c.kind == "text":
             step["text"] = c.text or ""
-            step["diff"] = diff(before.text or "" if before is not None else "", step["text"],
-                                f"#{before.id}" if before is not None else "(none)", f"#{c.id}")
+            step["diff"] = diff(
+                before.text or "" if before is not None else "",
+                step["text"],
+                f"#{before.id}" if before is not None else "(none)",
+                f"#{c.id}",
+            )
         else:
             step["vector"] = [float(x) for x in c.vector]
         steps.append(step)
@@ -252,6 +309,7 @@ class FirstParents(NamedTuple):
 def first_parents(run: RunDir) -> FirstParents:
     """Every stored candidate's first parent, read once per run version in pages, so that a
     lineage walks it without a query per step."""
+
     def read() -> FirstParents:
         ids: list[np.ndarray] = []
         parents: list[np.ndarray] = []
@@ -278,8 +336,9 @@ def ancestors(parents: FirstParents, candidate_id: int) -> tuple[list[int], int]
 
 def diff(old: str, new: str, old_name: str = "parent", new_name: str = "child") -> str:
     """The unified diff from ``old`` to ``new`` ("" when equal)."""
-    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                        old_name, new_name))
+    return "".join(
+        difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), old_name, new_name)
+    )
 
 
 def parent_diff(run: RunDir, candidate: Any) -> str | None:

@@ -77,18 +77,41 @@ class Engine:
     """
 
     def __init__(
-        self, *, task: Any, spec: Any, operators: list[Any], evaluator: Any, run_dir: str | Path,
-        islands: int = 1, batch_size: int = 64, in_flight: int = 1, budget: Budget = Budget(),
-        checkpoint_every: int = 10, seed: int = 0, learning_rate: float = 1.0, threshold_min: float = -math.inf,
-        qd_offset: float = 0.0, progress: bool = True, llm: Any = None, initial_population: int = 8,
-        describer: Any = None, strategy: Strategy = Strategy(), on_commit: Callable[[dict], Any] | None = None,
+        self,
+        *,
+        task: Any,
+        spec: Any,
+        operators: list[Any],
+        evaluator: Any,
+        run_dir: str | Path,
+        islands: int = 1,
+        batch_size: int = 64,
+        in_flight: int = 1,
+        budget: Budget = Budget(),
+        checkpoint_every: int = 10,
+        seed: int = 0,
+        learning_rate: float = 1.0,
+        threshold_min: float = -math.inf,
+        qd_offset: float = 0.0,
+        progress: bool = True,
+        llm: Any = None,
+        initial_population: int = 8,
+        describer: Any = None,
+        strategy: Strategy = Strategy(),
+        on_commit: Callable[[dict], Any] | None = None,
         commit_group: int | None = None,
     ):
         arms = [a if isinstance(a, Arm) else Arm(a[0], None, float(a[1])) for a in operators]
         weights = np.asarray([a.weight for a in arms], np.float64)
         if len(weights) == 0 or np.any(weights < 0) or weights.sum() <= 0:
             raise ValueError("operators.mix: need at least one operator with a positive weight")
-        self.task, self.evaluator, self.llm, self.strategy, self.on_commit = task, evaluator, llm, strategy, on_commit
+        self.task, self.evaluator, self.llm, self.strategy, self.on_commit = (
+            task,
+            evaluator,
+            llm,
+            strategy,
+            on_commit,
+        )
         self.islands, self.batch_size, self.in_flight = islands, batch_size, in_flight
         self.group = max(1, commit_group or in_flight // 2)
         self.checkpoint_every, self.seed, self.learning_rate = checkpoint_every, seed, learning_rate
@@ -103,21 +126,47 @@ class Engine:
         if callable(getattr(describer, "attach", None)):
             describer.attach(self.store, llm)
         text, cells = task.kind != "vector", not isinstance(spec, archive.NoveltySpec)
-        self.placement = Placement(spec, describer, strategy.cycle, task.kind, islands, learning_rate, seed,
-                                   valid=self.store.count(valid=True, kind=task.kind))
+        self.placement = Placement(
+            spec,
+            describer,
+            strategy.cycle,
+            task.kind,
+            islands,
+            learning_rate,
+            seed,
+            valid=self.store.count(valid=True, kind=task.kind),
+        )
         bandits = strategy.scheduler or (make_bandit("fixed", len(arms), weights=weights),)
         self.search = SearchStep(strategy, arms, bandits, islands, learning_rate, qd_offset, self.meta)
-        self.state = self._load(run_state.init(self.placement.spec, islands, bandits, len(arms), seed, threshold_min))
+        self.state = self._load(
+            run_state.init(self.placement.spec, islands, bandits, len(arms), seed, threshold_min)
+        )
         spent = Ledger.from_rows(self.store.llm_calls())  # committed LLM calls: what budgets count
         if llm is not None:
             llm.ledger.merge(spent)
-        per_child = 1 + self.placement.calls_per_child + getattr(evaluator, "model_calls", 0) + getattr(
-            self.tiebreak, "calls_per_item", 0)
+        per_child = (
+            1
+            + self.placement.calls_per_child
+            + getattr(evaluator, "model_calls", 0)
+            + getattr(self.tiebreak, "calls_per_item", 0)
+        )
         self.spending = Spending(budget, self.store.count(kind=task.kind), spent, per_child if text else 0)
-        self.proposer = TextProposer(
-            task, arms, evaluator, placement=self.placement, spending=self.spending, store=self.store,
-            duplicates=DuplicateIndex(self.store), gate=self.gate, meta=self.meta, batch_size=batch_size,
-        ) if text else VectorProposer(task, arms, evaluator)
+        self.proposer = (
+            TextProposer(
+                task,
+                arms,
+                evaluator,
+                placement=self.placement,
+                spending=self.spending,
+                store=self.store,
+                duplicates=DuplicateIndex(self.store),
+                gate=self.gate,
+                meta=self.meta,
+                batch_size=batch_size,
+            )
+            if text
+            else VectorProposer(task, arms, evaluator)
+        )
         self._founder_proposals = max(1, -(-initial_population // batch_size))
         self._founding = np.zeros(islands, np.int64)  # founder proposals in flight per island
         self.events = EventLog(self.run_dir / "events.jsonl")
@@ -139,7 +188,8 @@ class Engine:
         if shape != want:
             raise CheckpointError(
                 f"checkpoint in {self.ckpt_dir} holds {shape[0]} islands x {shape[1]} cells but the config "
-                f"asks for {want[0]} x {want[1]}; resume with the run's own config.yaml")
+                f"asks for {want[0]} x {want[1]}; resume with the run's own config.yaml"
+            )
         return loaded
 
     def _replay_store(self) -> None:
@@ -148,10 +198,14 @@ class Engine:
         offers = self.store.placements(c.last_id, self.placement.spec.descriptor_dim)
         if len(offers["id"]) or len(offers["reset"]):
             # Islands reset after the checkpoint restart empty; then one batched insert.
-            a, isl, _ = island_ops.replay(self.placement.spec, self.state.archive, self.state.islands, offers,
-                                          self.learning_rate)
+            a, isl, _ = island_ops.replay(
+                self.placement.spec, self.state.archive, self.state.islands, offers, self.learning_rate
+            )
             self.state = self.state._replace(archive=a, islands=isl).count(
-                last_id=self.store.last_id(), batches=c.batches + 1, insertions=c.insertions + len(offers["id"]))
+                last_id=self.store.last_id(),
+                batches=c.batches + 1,
+                insertions=c.insertions + len(offers["id"]),
+            )
 
     # ----- the loop -------------------------------------------------------------
 
@@ -188,7 +242,9 @@ class Engine:
                 await asyncio.wait([f for f, _ in pending[0]])  # the whole oldest wave, in start order
                 wave = pending.popleft()
                 proposals = [f.result() for f, _ in wave]
-                if self.in_flight > 1:  # start the next while this one is written: they see the archive before it
+                if (
+                    self.in_flight > 1
+                ):  # start the next while this one is written: they see the archive before it
                     self._refill(pending)
                 for p in [p for p in proposals if p.fits is not None and p.fits != self.placement.fits]:
                     await self.placement.describe(p.candidates)  # described before a refit: redo
@@ -247,24 +303,41 @@ class Engine:
             return self.spending.commit(0, reserved, calls)
         offers = self.placement.offers(candidates, self.state)
         if self.tiebreak is not None:  # before storing: a win is part of the candidate's record
-            await self.spending.counted(self.tiebreak.settle(candidates, offers, self.placement.spec,
-                                                             self.state.archive.fitness, self.elites), self.store)
+            await self.spending.counted(
+                self.tiebreak.settle(
+                    candidates, offers, self.placement.spec, self.state.archive.fitness, self.elites
+                ),
+                self.store,
+            )
         # Stored before it counts; SQLite releases the GIL, so proposals in flight run meanwhile.
         ids = np.asarray(await asyncio.to_thread(self.store.add, candidates, calls.rows()))
         self.spending.commit(len(ids), reserved, calls)
-        a, result = archive.insert(self.placement.spec, self.state.archive, offers.island, offers.descriptor,
-                                   offers.fitness, ids, offers.valid, self.learning_rate)
+        a, result = archive.insert(
+            self.placement.spec,
+            self.state.archive,
+            offers.island,
+            offers.descriptor,
+            offers.fitness,
+            ids,
+            offers.valid,
+            self.learning_rate,
+        )
         self.elites.enter(offers.island, result, candidates)
         self.proposer.committed(candidates)
         c = self.state.counters
         self.state = self.state._replace(archive=a).count(
-            last_id=int(ids[-1]), batches=c.batches + len(proposals), insertions=c.insertions + len(ids))
+            last_id=int(ids[-1]), batches=c.batches + len(proposals), insertions=c.insertions + len(ids)
+        )
         self.state, credits, moves = self.search.after_insert(
-            self.state, self.placement.spec, proposals, offers.island, result, offers.fitness)
+            self.state, self.placement.spec, proposals, offers.island, result, offers.fitness
+        )
         self._record_moves(moves)
         self.report.inserted(self.state.archive, offers.island, offers.fitness, result, moved=bool(moves))
-        events = self.events.write("commit", commit_lines(proposals, result, credits, batches, self.evaluations),
-                                       {**self.summary(wave=True), "evals_per_s": round(self.report.rate(self.evaluations), 2)})
+        events = self.events.write(
+            "commit",
+            commit_lines(proposals, result, credits, batches, self.evaluations),
+            {**self.summary(wave=True), "evals_per_s": round(self.report.rate(self.evaluations), 2)},
+        )
         if self._progress_enabled:
             self._progress.update(self.evaluations, self.report.status_line(self.evaluations))
         await self._upkeep(batches)
@@ -278,12 +351,18 @@ class Engine:
             if m.reset is not None:
                 self.store.add_reset(last, np.flatnonzero(m.reset))
                 self.elites.clear(m.reset)
-            self.store.add_migrations(last, np.asarray(m.migrants.genome_id)[valid],
-                                      np.asarray(m.migrants.island)[valid])
+            self.store.add_migrations(
+                last, np.asarray(m.migrants.genome_id)[valid], np.asarray(m.migrants.island)[valid]
+            )
             self.elites.copy(m.migrants, m.result)
             if m.reset is not None:
-                self.events.write("reset", {"islands": np.flatnonzero(m.reset).tolist(),
-                                            "reseeded_from": np.asarray(m.migrants.source_island)[valid].tolist()})
+                self.events.write(
+                    "reset",
+                    {
+                        "islands": np.flatnonzero(m.reset).tolist(),
+                        "reseeded_from": np.asarray(m.migrants.source_island)[valid].tolist(),
+                    },
+                )
                 self._checkpoint()
 
     async def _upkeep(self, before: int) -> None:
@@ -292,15 +371,26 @@ class Engine:
         if self.placement.rotation_due(self.state):
             self._rebuilt(*self.placement.rotate(self.store, self.state))
         elif self.placement.refit_due():
-            self._rebuilt(*await self.spending.counted(self.placement.refit(self.store, self.state), self.store))
+            self._rebuilt(
+                *await self.spending.counted(self.placement.refit(self.store, self.state), self.store)
+            )
         elif self.state.counters.batches // self.checkpoint_every > before // self.checkpoint_every:
             self._checkpoint()
-        if self.meta is not None and self.meta.due() and not self._should_stop() and self.spending.calls_left() >= 2:
+        if (
+            self.meta is not None
+            and self.meta.due()
+            and not self._should_stop()
+            and self.spending.calls_left() >= 2
+        ):
             try:  # (2: a hyper-mutation turn makes two calls)
-                event = await self.spending.counted(self.search.evolve_instructions(
-                    self.llm, self.state.counters.batches, self.seed), self.store)
+                event = await self.spending.counted(
+                    self.search.evolve_instructions(self.llm, self.state.counters.batches, self.seed),
+                    self.store,
+                )
             finally:
-                self.state = self.state.count(last_id=self.store.last_id())  # the pool's rows are not placements
+                self.state = self.state.count(
+                    last_id=self.store.last_id()
+                )  # the pool's rows are not placements
             self.events.write("meta", event)
 
     def _rebuilt(self, state: run_state.RunState, event: dict[str, Any]) -> None:
@@ -326,14 +416,17 @@ class Engine:
         if not self._stop_requested and self.llm is not None and self.llm.down is not None:
             self.request_stop(self.llm.down)
         stop = self._stop_requested or self.spending.exhausted(
-            self._elapsed(), self.llm.ledger if self.llm is not None else None)
+            self._elapsed(), self.llm.ledger if self.llm is not None else None
+        )
         self.spending.stopping = stop
         return stop
 
     def summary(self, wave: bool = False) -> dict[str, Any]:
         """The run so far (``wave``: without the counts each commit line has its own of)."""
         c = self.state.counters
-        return self.report.summary(self.evaluations, c.batches, self._elapsed(), c.fits, self.stop_reason, not wave)
+        return self.report.summary(
+            self.evaluations, c.batches, self._elapsed(), c.fits, self.stop_reason, not wave
+        )
 
     def on_close(self, fn: Callable[[], Any]) -> None:
         """Registers ``fn()`` to run at ``close`` (e.g. stopping the embedded LLM server)."""

@@ -33,9 +33,12 @@ class Offers:
         self.island = np.asarray([c.island for c in candidates], np.int32)
         self.fitness = np.asarray([c.fitness for c in candidates], np.float32)
         self.valid = np.asarray([c.valid for c in candidates])
-        self.descriptor = np.stack([
-            c.descriptor if c.descriptor is not None else np.full(dim, np.nan, np.float32) for c in candidates
-        ])
+        self.descriptor = np.stack(
+            [
+                c.descriptor if c.descriptor is not None else np.full(dim, np.nan, np.float32)
+                for c in candidates
+            ]
+        )
 
 
 class Placement:
@@ -49,8 +52,17 @@ class Placement:
         valid: valid candidates already stored (a fitted describer's schedule counts them).
     """
 
-    def __init__(self, spec: Any, describer: Any, cycle: Any, kind: str, islands: int,
-                 learning_rate: float, seed: int, valid: int = 0):
+    def __init__(
+        self,
+        spec: Any,
+        describer: Any,
+        cycle: Any,
+        kind: str,
+        islands: int,
+        learning_rate: float,
+        seed: int,
+        valid: int = 0,
+    ):
         self.describer, self.cycle, self.kind = describer, cycle, kind
         self.islands, self.learning_rate, self.seed, self.valid = islands, learning_rate, seed, valid
         self.fitted = describer is not None and is_fitted_kind(describer)
@@ -98,7 +110,8 @@ class Placement:
         """The insert's arrays; under CycleQD, fitness and descriptors from the phase's metrics first."""
         if self.cycle is not None:
             fitness, descriptor, valid, errors = self.cycle.score(
-                self.phase(state), [c.metrics for c in candidates], [c.valid for c in candidates])
+                self.phase(state), [c.metrics for c in candidates], [c.valid for c in candidates]
+            )
             for c, f, d, ok, error in zip(candidates, fitness, descriptor, valid, errors):
                 c.fitness, c.descriptor = float(f), d
                 if error is not None:
@@ -119,22 +132,36 @@ class Placement:
         fitness = np.asarray([c.fitness for c in stored], np.float32)
         state = state.count(fits=fits)  # the fitted state is checkpointed with it (the driver's upkeep)
         state, placed = self.rebuild(store, state, [c.id for c in stored], fitness, out.values, out.valid)
-        return state, {"event": "refit", "fits": fits, "candidates": len(items), "placed": placed,
-                       "seconds": round(time.monotonic() - started, 3)}
+        return state, {
+            "event": "refit",
+            "fits": fits,
+            "candidates": len(items),
+            "placed": placed,
+            "seconds": round(time.monotonic() - started, 3),
+        }
 
     def rotate(self, store: Any, state: RunState) -> tuple[RunState, dict[str, Any]]:
         """CycleQD: the next metric becomes the quality; every stored candidate is re-scored."""
         started = time.monotonic()
         phase = self.phase(state)
         stored = [c for c in store.iter() if c.kind == self.kind]
-        fitness, descriptor, valid, _ = self.cycle.score(phase, [c.metrics for c in stored], [c.valid for c in stored])
+        fitness, descriptor, valid, _ = self.cycle.score(
+            phase, [c.metrics for c in stored], [c.valid for c in stored]
+        )
         self.spec, self.built_phase = self.cycle.spec(phase), phase
         state, placed = self.rebuild(store, state, [c.id for c in stored], fitness, descriptor, valid)
-        return state, {"event": "rotate", "phase": phase, "quality": self.cycle.quality(phase),
-                       "candidates": len(stored), "placed": placed, "seconds": round(time.monotonic() - started, 3)}
+        return state, {
+            "event": "rotate",
+            "phase": phase,
+            "quality": self.cycle.quality(phase),
+            "candidates": len(stored),
+            "placed": placed,
+            "seconds": round(time.monotonic() - started, 3),
+        }
 
-    def rebuild(self, store: Any, state: RunState, ids: list[int], fitness: Any, descriptor: Any,
-                valid: Any) -> tuple[RunState, int]:
+    def rebuild(
+        self, store: Any, state: RunState, ids: list[int], fitness: Any, descriptor: Any, valid: Any
+    ) -> tuple[RunState, int]:
         """A fresh archive from every placement in the store's history (candidates,
         migrations, resets) with these per-candidate values, in one batched insert.
         Returns the state and how many placements were valid."""
@@ -143,11 +170,22 @@ class Placement:
         dim, n = self.spec.descriptor_dim, len(ids)
         # Row n is a placeholder for offers of candidates not among ``ids``: never placed.
         take = np.asarray([row.get(int(i), n) for i in offers["id"]], np.int64)
-        offered = np.vstack([np.asarray(descriptor, np.float32).reshape(n, dim), np.full((1, dim), np.nan)])[take]
+        offered = np.vstack([np.asarray(descriptor, np.float32).reshape(n, dim), np.full((1, dim), np.nan)])[
+            take
+        ]
         score = np.append(np.asarray(fitness, np.float32).reshape(-1), np.nan)[take].astype(np.float32)
         ok = offers["valid"] & np.append(np.asarray(valid, bool).reshape(-1), False)[take]
-        rebuilt = archive.rebuild(self.spec, self.islands, offers["island"], offered, score, offers["id"],
-                                  ok, float(state.archive.threshold_min), self.learning_rate)
+        rebuilt = archive.rebuild(
+            self.spec,
+            self.islands,
+            offers["island"],
+            offered,
+            score,
+            offers["id"],
+            ok,
+            float(state.archive.threshold_min),
+            self.learning_rate,
+        )
         shape = (self.islands, self.spec.num_cells)
         state = state._replace(
             archive=rebuilt,

@@ -29,8 +29,8 @@ but a rule (the configured operator weights, never learning), so it has no
 from __future__ import annotations
 
 import copy
-import importlib.util
 import dataclasses
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -54,7 +54,14 @@ EVALUATORS = ("auto", "inprocess", "pool", "sandbox", "host")
 LOOPS = ("auto", "host", "device")
 STORES = ("auto", "all", "elites")
 _NUMERIC_PARAMS = ("sigma", "iso_sigma", "line_sigma")
-_LLM_PARAMS = ("temperature", "max_tokens", "num_inspirations", "fallback_to_rewrite", "templates", "debug_rounds")
+_LLM_PARAMS = (
+    "temperature",
+    "max_tokens",
+    "num_inspirations",
+    "fallback_to_rewrite",
+    "templates",
+    "debug_rounds",
+)
 
 
 def compose(overrides: list[str], config_dirs: list[str] | tuple[str, ...] = ()) -> DictConfig:
@@ -70,7 +77,9 @@ def compose(overrides: list[str], config_dirs: list[str] | tuple[str, ...] = ())
     for d in config_dirs:
         path = Path(d).expanduser().resolve()
         if not path.is_dir():
-            raise ConfigError("--config-dir", f"no folder {path}", "give a folder holding e.g. experiment/<name>.yaml")
+            raise ConfigError(
+                "--config-dir", f"no folder {path}", "give a folder holding e.g. experiment/<name>.yaml"
+            )
         dirs.append(f"'file://{path}'")  # quoted: a path may hold characters the override grammar reserves
     search = [f"hydra.searchpath=[{','.join(dirs)}]"] if dirs else []
     with initialize_config_dir(str(conf_dir()), version_base=None, job_name="qd"):
@@ -185,8 +194,11 @@ def plan(cfg: DictConfig) -> Plan:
     geometry = _geometry(cfg, task, describer, cycle)
     _check_archive(cfg, geometry)
     if cfg.islands.topology not in archive.TOPOLOGIES:
-        raise ConfigError("islands.topology", f"unknown topology {cfg.islands.topology!r}",
-                          f"use one of {list(archive.TOPOLOGIES)}")
+        raise ConfigError(
+            "islands.topology",
+            f"unknown topology {cfg.islands.topology!r}",
+            f"use one of {list(archive.TOPOLOGIES)}",
+        )
     genome = _genome(task)
     evaluator = _evaluator_kind(cfg, task, genome)
     _check_runner(cfg, evaluator)
@@ -196,11 +208,20 @@ def plan(cfg: DictConfig) -> Plan:
     r = cfg.runner
     loop = _loop(cfg, task)
     return Plan(
-        cfg=cfg, task=task, describer=describer, geometry=geometry, evaluator=evaluator,
-        operators=operators, strategy=strategy,
+        cfg=cfg,
+        task=task,
+        describer=describer,
+        geometry=geometry,
+        evaluator=evaluator,
+        operators=operators,
+        strategy=strategy,
         budget=Budget(r.max_evaluations, r.max_seconds, r.max_llm_calls, r.max_tokens, r.max_cost),
-        llm=llm, sandbox=_sandbox(cfg) if evaluator == "sandbox" else None,
-        loop=loop, store=_store(cfg, loop), genome=genome, eval_budget=_eval_budget(cfg, task),
+        llm=llm,
+        sandbox=_sandbox(cfg) if evaluator == "sandbox" else None,
+        loop=loop,
+        store=_store(cfg, loop),
+        genome=genome,
+        eval_budget=_eval_budget(cfg, task),
     )
 
 
@@ -227,9 +248,16 @@ def _genome(task: Any) -> Any:
     kind = genomes.of_task(task)
     entry = "sandbox_entry" if kind.code else "host_entry"
     if not getattr(task, entry, None):
-        runs = "LLM-written code runs in the sandbox" if kind.code else "data genomes are read by trusted host code"
-        raise ConfigError("experiment.task", f"{kind.name} genomes need the task's {entry} ({runs})",
-                          f"give the task a {entry} 'path/to/file.py:function'")
+        runs = (
+            "LLM-written code runs in the sandbox"
+            if kind.code
+            else "data genomes are read by trusted host code"
+        )
+        raise ConfigError(
+            "experiment.task",
+            f"{kind.name} genomes need the task's {entry} ({runs})",
+            f"give the task a {entry} 'path/to/file.py:function'",
+        )
     return kind
 
 
@@ -240,8 +268,12 @@ def _eval_budget(cfg: DictConfig, task: Any) -> Any:
     from qd.llm.gateway import CallBudget
 
     e = cfg.eval_llm
-    return CallBudget(calls=e.calls, tokens=e.tokens, max_tokens=e.max_tokens,
-                      seconds=e.seconds if e.seconds is not None else cfg.sandbox.wall_s)
+    return CallBudget(
+        calls=e.calls,
+        tokens=e.tokens,
+        max_tokens=e.max_tokens,
+        seconds=e.seconds if e.seconds is not None else cfg.sandbox.wall_s,
+    )
 
 
 def _loop(cfg: DictConfig, task: Any) -> str:
@@ -270,25 +302,56 @@ def device_blockers(cfg: DictConfig, task: Any) -> list[ConfigError]:
         if not ok:
             out.append(ConfigError(field, f"{problem} (runner.loop=device)", fix))
 
-    needs(has_device_evaluation(task), "runner.loop", f"experiment {c.experiment.task!r} has no JAX evaluation "
-          "(evaluate_jax)", "use runner.loop=host")
-    needs(c.runner.evaluator in ("auto", "inprocess"), "runner.evaluator",
-          "the device loop evaluates inside its jitted step", "use runner.evaluator=auto")
-    needs(c.archive.kind in ("grid", "cvt"), "archive.kind", "the device loop fills cell archives",
-          "use archive=grid or archive=cvt")
-    needs(c.select.parents == "uniform", "select.parents", "the device loop picks parents uniformly",
-          "use select=uniform")
-    needs(c.scheduler.rule == "fixed", "scheduler.rule", "the device loop mixes operators by their fixed weights",
-          "use scheduler=fixed")
-    needs(c.islands.reset_patience == 0, "islands.reset_patience", "the device loop does not reset islands",
-          "use islands.reset_patience=0")
-    needs(not c.islands.mix and not c.islands.models, "islands.mix", "the device loop uses one operator mix",
-          "leave islands.mix empty")
+    needs(
+        has_device_evaluation(task),
+        "runner.loop",
+        f"experiment {c.experiment.task!r} has no JAX evaluation (evaluate_jax)",
+        "use runner.loop=host",
+    )
+    needs(
+        c.runner.evaluator in ("auto", "inprocess"),
+        "runner.evaluator",
+        "the device loop evaluates inside its jitted step",
+        "use runner.evaluator=auto",
+    )
+    needs(
+        c.archive.kind in ("grid", "cvt"),
+        "archive.kind",
+        "the device loop fills cell archives",
+        "use archive=grid or archive=cvt",
+    )
+    needs(
+        c.select.parents == "uniform",
+        "select.parents",
+        "the device loop picks parents uniformly",
+        "use select=uniform",
+    )
+    needs(
+        c.scheduler.rule == "fixed",
+        "scheduler.rule",
+        "the device loop mixes operators by their fixed weights",
+        "use scheduler=fixed",
+    )
+    needs(
+        c.islands.reset_patience == 0,
+        "islands.reset_patience",
+        "the device loop does not reset islands",
+        "use islands.reset_patience=0",
+    )
+    needs(
+        not c.islands.mix and not c.islands.models,
+        "islands.mix",
+        "the device loop uses one operator mix",
+        "leave islands.mix empty",
+    )
     for group in ("meta", "gate", "cycle"):
         needs(not c[group].enabled, f"{group}.enabled", f"{group} runs on the host loop", f"use {group}=none")
-    needs(c.runner.batch_size % c.islands.count == 0, "runner.batch_size",
-          f"must be a multiple of islands.count={c.islands.count}: each island emits the same share",
-          f"use a multiple of {c.islands.count}")
+    needs(
+        c.runner.batch_size % c.islands.count == 0,
+        "runner.batch_size",
+        f"must be a multiple of islands.count={c.islands.count}: each island emits the same share",
+        f"use a multiple of {c.islands.count}",
+    )
     return out
 
 
@@ -300,8 +363,12 @@ def _store(cfg: DictConfig, loop: str) -> str:
     if store == "auto":
         return "elites" if loop == "device" else "all"
     if store == "elites" and loop == "host":
-        raise ConfigError("runner.store", "an elites-only store needs the device loop (the host loop stores "
-                          "every candidate before it counts)", "use runner.store=all, or runner.loop=device")
+        raise ConfigError(
+            "runner.store",
+            "an elites-only store needs the device loop (the host loop stores "
+            "every candidate before it counts)",
+            "use runner.store=all, or runner.loop=device",
+        )
     return store
 
 
@@ -312,11 +379,17 @@ def _describer(cfg: DictConfig, task: Any) -> Any:
         return None
     parts = OmegaConf.to_container(d.parts, resolve=True)
     if not parts:
-        raise ConfigError("descriptor.parts", "is empty",
-                          "name the parts (e.g. descriptor=embedding), or use descriptor=task")
+        raise ConfigError(
+            "descriptor.parts",
+            "is empty",
+            "name the parts (e.g. descriptor=embedding), or use descriptor=task",
+        )
     if task.kind == "vector":
-        raise ConfigError("descriptor.enabled", "describers place text candidates; numeric tasks report their own",
-                          "use descriptor=task")
+        raise ConfigError(
+            "descriptor.enabled",
+            "describers place text candidates; numeric tasks report their own",
+            "use descriptor=task",
+        )
     from descriptors import Combined, make_descriptor
 
     cvt_cells = cfg.archive.cells if cfg.archive.kind == "cvt" else 0
@@ -345,8 +418,14 @@ def _geometry(cfg: DictConfig, task: Any, describer: Any, cycle: Any) -> Geometr
         except ConfigError as e:
             raise e.under(f"descriptor.parts[{i}]") from None
     own = any(p.kind == "embedding" and p.projection == "none" for p in cfg.descriptor.parts)
-    return Geometry(describer.dim, bins, list(describer.lower), list(describer.upper),
-                    own_cells=own and a.kind == "cvt", source="descriptor.parts")
+    return Geometry(
+        describer.dim,
+        bins,
+        list(describer.lower),
+        list(describer.upper),
+        own_cells=own and a.kind == "cvt",
+        source="descriptor.parts",
+    )
 
 
 def _check_archive(cfg: DictConfig, g: Geometry) -> None:
@@ -354,26 +433,37 @@ def _check_archive(cfg: DictConfig, g: Geometry) -> None:
     if a.kind not in ARCHIVE_KINDS:
         raise ConfigError("archive.kind", f"unknown kind {a.kind!r}", f"use one of {list(ARCHIVE_KINDS)}")
     if a.kind == "grid" and g.dim > 8:
-        raise ConfigError("archive.kind", f"a grid over {g.dim} descriptor axes has too many cells",
-                          "use archive=cvt or archive=novelty for raw embeddings")
+        raise ConfigError(
+            "archive.kind",
+            f"a grid over {g.dim} descriptor axes has too many cells",
+            "use archive=cvt or archive=novelty for raw embeddings",
+        )
     for name in ("lower", "upper") + (("bins",) if a.kind == "grid" else ()):
         if len(getattr(g, name)) != g.dim:  # a describer's axes always match
             raise ConfigError(
-                f"archive.{name}", f"has {len(getattr(g, name))} entries but the task has "
-                f"{g.dim} descriptors", f"give {g.dim} values",
+                f"archive.{name}",
+                f"has {len(getattr(g, name))} entries but the task has {g.dim} descriptors",
+                f"give {g.dim} values",
             )
     if a.kind == "grid":
         try:
-            archive.GridSpec(tuple(g.bins), tuple(g.lower), tuple(g.upper))  # a value: its checks are the spec's own
+            archive.GridSpec(
+                tuple(g.bins), tuple(g.lower), tuple(g.upper)
+            )  # a value: its checks are the spec's own
         except ConfigError as e:
             raise e.under(g.source) from None
     if a.kind == "cvt" and not g.own_cells:  # centroids by k-means over uniform samples of the bounds
         if any(not lo < hi for lo, hi in zip(g.lower, g.upper)):
-            raise ConfigError(f"{g.source}.upper", f"must exceed lower in every dimension, got lower={g.lower} "
-                              f"upper={g.upper}")
+            raise ConfigError(
+                f"{g.source}.upper",
+                f"must exceed lower in every dimension, got lower={g.lower} upper={g.upper}",
+            )
         if a.cvt_samples < a.cells:
-            raise ConfigError("archive.cvt_samples", f"is {a.cvt_samples}, fewer than archive.cells={a.cells}",
-                              "sample at least one point per cell")
+            raise ConfigError(
+                "archive.cvt_samples",
+                f"is {a.cvt_samples}, fewer than archive.cells={a.cells}",
+                "sample at least one point per cell",
+            )
 
 
 def _evaluator_kind(cfg: DictConfig, task: Any, genome: Any) -> str:
@@ -384,13 +474,19 @@ def _evaluator_kind(cfg: DictConfig, task: Any, genome: Any) -> str:
         raise ConfigError("runner.evaluator", f"unknown evaluator {e!r}", f"use one of {list(EVALUATORS)}")
     if task.kind == "vector":
         if e in ("sandbox", "host"):
-            raise ConfigError("runner.evaluator", "numeric tasks are trusted and evaluated in process",
-                              "use auto, inprocess or pool")
+            raise ConfigError(
+                "runner.evaluator",
+                "numeric tasks are trusted and evaluated in process",
+                "use auto, inprocess or pool",
+            )
         return "inprocess" if e == "auto" else e
     own = "sandbox" if genome.code else "host"
     if e not in ("auto", own):
-        why = (f"{e!r} would run LLM-written code outside the sandbox" if genome.code
-               else f"{genome.name} genomes are data for the task's host code, not programs")
+        why = (
+            f"{e!r} would run LLM-written code outside the sandbox"
+            if genome.code
+            else f"{genome.name} genomes are data for the task's host code, not programs"
+        )
         raise ConfigError("runner.evaluator", why, f"use auto or {own}")
     return own
 
@@ -399,11 +495,16 @@ def _check_runner(cfg: DictConfig, evaluator: str) -> None:
     """``runner=ray`` moves sandboxed evaluations to a cluster; it needs Ray and a sandboxed task."""
     name = cfg.runner.name
     if name not in RUNNERS:
-        raise ConfigError("runner.name", f"unknown runner {name!r}", f"use runner={' or runner='.join(RUNNERS)}")
+        raise ConfigError(
+            "runner.name", f"unknown runner {name!r}", f"use runner={' or runner='.join(RUNNERS)}"
+        )
     if name == "ray":
         if evaluator != "sandbox":
-            raise ConfigError("runner", f"runner=ray runs sandboxed evaluations; this run's evaluator is {evaluator}",
-                              "use runner=local: its evaluations are cheap, or trusted host code")
+            raise ConfigError(
+                "runner",
+                f"runner=ray runs sandboxed evaluations; this run's evaluator is {evaluator}",
+                "use runner=local: its evaluations are cheap, or trusted host code",
+            )
         if importlib.util.find_spec("ray") is None:
             raise ConfigError("runner", "Ray is not installed", 'install the extra: pip install ".[ray]"')
 
@@ -422,8 +523,11 @@ def _operators(cfg: DictConfig, task: Any, genome: Any) -> tuple[OperatorEntry, 
     labels = [o.label or o.name for o in mix]
     for i, label in enumerate(labels):
         if labels.index(label) != i:
-            raise ConfigError(f"operators.mix[{i}].label", f"{label!r} names two entries",
-                              "give each entry of the same operator its own label")
+            raise ConfigError(
+                f"operators.mix[{i}].label",
+                f"{label!r} names two entries",
+                "give each entry of the same operator its own label",
+            )
     entries = []
     for i, (o, label) in enumerate(zip(mix, labels)):
         try:
@@ -431,7 +535,9 @@ def _operators(cfg: DictConfig, task: Any, genome: Any) -> tuple[OperatorEntry, 
         except ConfigError as e:
             raise e.under(f"operators.mix[{i}]") from None
     if sum(e.weight for e in entries) <= 0:  # each weight >= 0: the schema's range
-        raise ConfigError("operators.mix", "weights must have a positive sum", "give some operator a weight > 0")
+        raise ConfigError(
+            "operators.mix", "weights must have a positive sum", "give some operator a weight > 0"
+        )
     return tuple(entries)
 
 
@@ -451,7 +557,9 @@ def _llm(cfg: DictConfig) -> LLMPlan:
     """Everything about the model that can fail before the run starts, and the client's settings."""
     llm = cfg.llm
     if llm.provider not in PROVIDERS:
-        raise ConfigError("llm.provider", f"unknown provider {llm.provider!r}", f"use one of {list(PROVIDERS)}")
+        raise ConfigError(
+            "llm.provider", f"unknown provider {llm.provider!r}", f"use one of {list(PROVIDERS)}"
+        )
     if not llm.models:
         raise ConfigError("llm.models", "is empty", "name at least one model, e.g. llm=local")
     if sum(m.weight for m in llm.models) <= 0:  # each weight >= 0: the schema's range
@@ -459,22 +567,32 @@ def _llm(cfg: DictConfig) -> LLMPlan:
     local = None
     if llm.provider == "local":
         _check_local_server(llm)
-        local = LocalServer(llm.local.model_path, llm.local.n_ctx, llm.local.n_threads, llm.local.startup_timeout_s)
+        local = LocalServer(
+            llm.local.model_path, llm.local.n_ctx, llm.local.n_threads, llm.local.startup_timeout_s
+        )
     elif not llm.base_url:
         raise ConfigError("llm.base_url", f"is not set for provider {llm.provider}", "give the server's URL")
     if llm.api_key_env and not os.environ.get(llm.api_key_env):
         raise ConfigError(
-            "llm.api_key_env", f"environment variable {llm.api_key_env} is not set",
+            "llm.api_key_env",
+            f"environment variable {llm.api_key_env} is not set",
             f"export {llm.api_key_env}=... or set llm.api_key_env=null for a server without keys",
         )
     from qd.llm import LLMSettings, ModelSpec
 
     models = tuple(ModelSpec(m.name, m.weight, m.price_in, m.price_out) for m in llm.models)
     settings = LLMSettings(
-        base_url=None if local else llm.base_url, models=models, api_key_env=llm.api_key_env,
-        concurrency=llm.concurrency, timeout_s=llm.timeout_s, max_retries=llm.max_retries,
-        backoff_s=llm.backoff_s, backoff_max_s=llm.backoff_max_s, give_up_after_s=llm.give_up_after_s,
-        temperature=llm.temperature, max_tokens=llm.max_tokens,
+        base_url=None if local else llm.base_url,
+        models=models,
+        api_key_env=llm.api_key_env,
+        concurrency=llm.concurrency,
+        timeout_s=llm.timeout_s,
+        max_retries=llm.max_retries,
+        backoff_s=llm.backoff_s,
+        backoff_max_s=llm.backoff_max_s,
+        give_up_after_s=llm.give_up_after_s,
+        temperature=llm.temperature,
+        max_tokens=llm.max_tokens,
         seed=cfg.seed if llm.seed is None else llm.seed,
         cache_dir=str(Path(llm.cache_dir)) if llm.cache and llm.cache_dir else None,
     )
@@ -486,7 +604,8 @@ def _check_local_server(llm: DictConfig) -> None:
 
     if importlib.util.find_spec("llama_cpp") is None:
         raise ConfigError(
-            "llm.provider", "local needs llama-cpp-python, which is not installed",
+            "llm.provider",
+            "local needs llama-cpp-python, which is not installed",
             'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install "llama-cpp-python[server]", or use llm=openai/vllm/ollama',
         )
     if llm.local.model_path is not None:

@@ -114,9 +114,15 @@ class Wave:
         arms = self._draws[0]
         ops = [a.operator for a in self._search.arms]
         num_parents = np.asarray([op.num_parents for op in ops])
-        return self._view.picks(self._rng, lambda n: self._keys(self._key_data(n)), self.island, num_parents[arms],
-                                self._batch_size, int(num_parents.max()),
-                                max(getattr(op, "num_inspirations", 0) for op in ops))
+        return self._view.picks(
+            self._rng,
+            lambda n: self._keys(self._key_data(n)),
+            self.island,
+            num_parents[arms],
+            self._batch_size,
+            int(num_parents.max()),
+            max(getattr(op, "num_inspirations", 0) for op in ops),
+        )
 
     def ticket(self, row: int, seq: int, size: int, founding: bool) -> Ticket:
         arms, seeds, op_data = self._draws
@@ -125,8 +131,12 @@ class Wave:
         if not founding:
             op, p = self._search.arms[arm].operator, self._picks
             n, m = size * op.num_parents, getattr(op, "num_inspirations", 0)
-            picks = select.Picks(p.genome_id[row, :n], p.cell[row, :n], p.source[row, :size, :m], p.spot[row, :size, :m])
-        return Ticket(seq, int(self.island[row]), size, arm, founding, int(seeds[row]), picks, self._keys, op_data[row])
+            picks = select.Picks(
+                p.genome_id[row, :n], p.cell[row, :n], p.source[row, :size, :m], p.spot[row, :size, :m]
+            )
+        return Ticket(
+            seq, int(self.island[row]), size, arm, founding, int(seeds[row]), picks, self._keys, op_data[row]
+        )
 
 
 @dataclasses.dataclass
@@ -182,15 +192,24 @@ class VectorProposer:
     def committed(self, candidates: list[Candidate]) -> None:
         pass  # vector genomes are never deduplicated
 
-    async def _finish(self, t: Ticket, op: Any, genomes: np.ndarray, name: str, parent_ids: np.ndarray,
-                      parents: np.ndarray) -> Proposal:
+    async def _finish(
+        self, t: Ticket, op: Any, genomes: np.ndarray, name: str, parent_ids: np.ndarray, parents: np.ndarray
+    ) -> Proposal:
         genomes = await op(t.op_key, genomes, {"island": t.island})
         ev = await self.evaluator(genomes)
         candidates = [
             Candidate(
-                kind="vector", genome="vector", island=t.island, fitness=float(ev.fitness[j]),
-                descriptor=ev.descriptor[j], valid=bool(ev.valid[j]), vector=genomes[j], parent_ids=parent_ids[j], operator=name,
-                metrics=ev.metrics[j] if ev.metrics else None, error=ev.error[j] if ev.error else None,
+                kind="vector",
+                genome="vector",
+                island=t.island,
+                fitness=float(ev.fitness[j]),
+                descriptor=ev.descriptor[j],
+                valid=bool(ev.valid[j]),
+                vector=genomes[j],
+                parent_ids=parent_ids[j],
+                operator=name,
+                metrics=ev.metrics[j] if ev.metrics else None,
+                error=ev.error[j] if ev.error else None,
             )
             for j in range(len(ev.fitness))
         ]
@@ -240,7 +259,9 @@ def as_parent(candidate: Candidate) -> Parent:
     notes = [f"error: {candidate.error}"] if candidate.error else []
     for name, value in (candidate.artifacts or {}).items():
         notes.append(f"{name}:\n{value}")
-    return Parent(candidate.id, candidate.text, candidate.fitness, candidate.metrics, "\n".join(notes) or None)
+    return Parent(
+        candidate.id, candidate.text, candidate.fitness, candidate.metrics, "\n".join(notes) or None
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,8 +288,20 @@ class TextProposer:
         batch_size: fixes each child's place in the sample-index stream.
     """
 
-    def __init__(self, task: Any, arms: list[Any], evaluator: Any, *, placement: Any, spending: Any,
-                 duplicates: Any, store: Any, gate: Any = None, meta: Any = None, batch_size: int = 1):
+    def __init__(
+        self,
+        task: Any,
+        arms: list[Any],
+        evaluator: Any,
+        *,
+        placement: Any,
+        spending: Any,
+        duplicates: Any,
+        store: Any,
+        gate: Any = None,
+        meta: Any = None,
+        batch_size: int = 1,
+    ):
         self.task, self.arms, self.evaluator, self.placement = task, arms, evaluator, placement
         self.spending, self.duplicates, self.store = spending, duplicates, store
         self.gate, self.meta, self.batch_size = gate, meta, batch_size
@@ -283,10 +316,17 @@ class TextProposer:
     def _show(self, t: Ticket, view: ArchiveView) -> Shown:
         op = self.arms[t.arm].operator
         cells, source, spot = t.picks.cell.reshape(t.size, op.num_parents), t.picks.source, t.picks.spot
-        shown = [[as_parent(view.genomes(i, c)) for i, c in zip(source[j], spot[j]) if c >= 0] for j in range(t.size)]
+        shown = [
+            [as_parent(view.genomes(i, c)) for i, c in zip(source[j], spot[j]) if c >= 0]
+            for j in range(t.size)
+        ]
         gated = self.gate is not None and "elites" in self.gate.against
-        return Shown([[as_parent(view.genomes(t.island, c)) for c in row] for row in cells], shown,
-                     view.island_elites(t.island) if gated else [], cells[:, 0])
+        return Shown(
+            [[as_parent(view.genomes(t.island, c)) for c in row] for row in cells],
+            shown,
+            view.island_elites(t.island) if gated else [],
+            cells[:, 0],
+        )
 
     async def _finish(self, t: Ticket, shown: Shown | None) -> Proposal:
         with tally() as calls:
@@ -299,8 +339,15 @@ class TextProposer:
             fits = self.placement.fits if self.placement.fitted else None
             await self.placement.describe(candidates)
         reserved = t.size + sum(d.resample + d.extra_calls for d in drafts)
-        return Proposal(candidates, None if t.founding else t.arm, np.asarray(parents, np.int64).reshape(-1, 2),
-                        [d.instruction for d in drafts], reserved, fits, calls)
+        return Proposal(
+            candidates,
+            None if t.founding else t.arm,
+            np.asarray(parents, np.int64).reshape(-1, 2),
+            [d.instruction for d in drafts],
+            reserved,
+            fits,
+            calls,
+        )
 
     async def _evaluate(self, island: int, drafts: list[Draft]) -> list[Candidate]:
         """Candidates of the drafts: stored evaluations for duplicates, the sandbox for the rest."""
@@ -320,17 +367,35 @@ class TextProposer:
                 fields = reuse(out[dup.earlier[j]])
             elif k is not None:
                 fields = dict(
-                    fitness=float(ev.fitness[k]), descriptor=ev.descriptor[k], valid=bool(ev.valid[k]),
-                    metrics=ev.metrics[k], error=ev.error[k], artifacts=ev.artifacts[k], eval_seconds=ev.seconds[k],
+                    fitness=float(ev.fitness[k]),
+                    descriptor=ev.descriptor[k],
+                    valid=bool(ev.valid[k]),
+                    metrics=ev.metrics[k],
+                    error=ev.error[k],
+                    artifacts=ev.artifacts[k],
+                    eval_seconds=ev.seconds[k],
                     trace=ev.traces[k] if ev.traces else None,
                 )
             else:
                 fields = dict(fitness=math.nan, descriptor=None, valid=False, error=child.error)
-            out.append(Candidate(
-                kind="text", genome=self.genome.name, island=island, text=child.text, parent_ids=d.parent_ids,
-                operator=child.operator, model=child.model, prompt=child.prompt, response=child.response, tokens_in=child.tokens_in,
-                tokens_out=child.tokens_out, cost=child.cost, instruction=d.instruction, **fields,
-            ))
+            out.append(
+                Candidate(
+                    kind="text",
+                    genome=self.genome.name,
+                    island=island,
+                    text=child.text,
+                    parent_ids=d.parent_ids,
+                    operator=child.operator,
+                    model=child.model,
+                    prompt=child.prompt,
+                    response=child.response,
+                    tokens_in=child.tokens_in,
+                    tokens_out=child.tokens_out,
+                    cost=child.cost,
+                    instruction=d.instruction,
+                    **fields,
+                )
+            )
         return out
 
     async def _children(self, t: Ticket, shown: Shown) -> tuple[list[Draft], list[tuple[int, int]]]:
@@ -339,8 +404,13 @@ class TextProposer:
         Returns the drafts and (island, cell) of each one's first parent.
         """
         # Every child finishes before a bug in one is raised, so none is left running.
-        results = ([await self._child(t, shown, 0)] if t.size == 1  # (a task and a gather less per proposal)
-                   else await asyncio.gather(*(self._child(t, shown, j) for j in range(t.size)), return_exceptions=True))
+        results = (
+            [await self._child(t, shown, 0)]
+            if t.size == 1  # (a task and a gather less per proposal)
+            else await asyncio.gather(
+                *(self._child(t, shown, j) for j in range(t.size)), return_exceptions=True
+            )
+        )
         drafts, firsts = [], []
         for j, result in enumerate(results):
             if isinstance(result, BaseException):
@@ -365,18 +435,28 @@ class TextProposer:
 
         for attempt in range(1 + (self.gate.resample if self.gate is not None else 0)):
             context = PromptContext(
-                task=self.task.description, language=self.genome.language, island=t.island,
-                sample_index=sample_index(t.seq * self.batch_size + j, attempt), rng=rng, model=arm.model,
-                instruction=instruction.text if instruction else None, reserve_call=reserve_call,
+                task=self.task.description,
+                language=self.genome.language,
+                island=t.island,
+                sample_index=sample_index(t.seq * self.batch_size + j, attempt),
+                rng=rng,
+                model=arm.model,
+                instruction=instruction.text if instruction else None,
+                reserve_call=reserve_call,
             )
             failed = False
             try:
                 answers = await arm.operator(parents, shown.inspirations[j], context)
             except LLMError as err:  # this child fails; a client that is down stops the run
                 answers, failed = [Child.unanswered(arm.operator.name, str(err))], True
-            drafts += [Draft(c, ids, instruction.id if instruction else None, resample=attempt > 0) for c in answers]
-            if failed or not await self._gate(drafts[-len(answers):], parents, shown.elites) \
-                    or not self.spending.try_reserve_call():
+            drafts += [
+                Draft(c, ids, instruction.id if instruction else None, resample=attempt > 0) for c in answers
+            ]
+            if (
+                failed
+                or not await self._gate(drafts[-len(answers) :], parents, shown.elites)
+                or not self.spending.try_reserve_call()
+            ):
                 break
         drafts[-1].extra_calls += len(extra)
         return drafts
@@ -386,8 +466,11 @@ class TextProposer:
         usable = [d for d in drafts if d.usable]
         if self.gate is None or not usable:
             return False
-        verdicts = await self.gate.check([d.child.text for d in usable], [[p.text for p in parents]] * len(usable),
-                                         [e.text for e in elites])
+        verdicts = await self.gate.check(
+            [d.child.text for d in usable],
+            [[p.text for p in parents]] * len(usable),
+            [e.text for e in elites],
+        )
         for d, v in zip(usable, verdicts):
             if v.rejected:
                 d.rejection = rejected(v, [p.id for p in parents], [e.id for e in elites])

@@ -31,8 +31,15 @@ class Report:
             cell and moves no other; otherwise every insert reads the archive again.
     """
 
-    def __init__(self, islands: int, qd_offset: float, union: bool, llm: Any = None, describer: Any = None,
-                 cells: bool = False):
+    def __init__(
+        self,
+        islands: int,
+        qd_offset: float,
+        union: bool,
+        llm: Any = None,
+        describer: Any = None,
+        cells: bool = False,
+    ):
         self.islands, self.qd_offset, self.llm, self.describer = islands, qd_offset, llm, describer
         self.union, self.add_up = union, cells
         self.session_start, self.session_evals = time.monotonic(), 0
@@ -49,8 +56,14 @@ class Report:
             self._union_best = self._fitness.max(0)
         self._publish()
 
-    def inserted(self, state: archive.ArchiveState, island: np.ndarray, fitness: np.ndarray,
-                 result: archive.InsertResult, moved: bool = False) -> None:
+    def inserted(
+        self,
+        state: archive.ArchiveState,
+        island: np.ndarray,
+        fitness: np.ndarray,
+        result: archive.InsertResult,
+        moved: bool = False,
+    ) -> None:
         """Adds an insert's winners: ``island`` and ``fitness`` are its offers, ``result`` its
         outcome. Reads ``state`` (the archive after it) instead when elites also ``moved``
         between islands since, or when inserts do not add up."""
@@ -82,9 +95,13 @@ class Report:
         self.stats = _stats(num, total, best, size, self.qd_offset)
         if self.union:
             filled = np.isfinite(self._union_best)
-            self.union_stats = _stats(filled.sum()[None].astype(np.float64),
-                                      np.where(filled, self._union_best, 0.0).sum()[None],
-                                      self._union_best.max()[None], np.asarray([cells]), self.qd_offset)
+            self.union_stats = _stats(
+                filled.sum()[None].astype(np.float64),
+                np.where(filled, self._union_best, 0.0).sum()[None],
+                self._union_best.max()[None],
+                np.asarray([cells]),
+                self.qd_offset,
+            )
 
     def start_session(self, evaluations: int) -> None:
         self.session_start, self.session_evals = time.monotonic(), evaluations
@@ -93,8 +110,15 @@ class Report:
         spent = time.monotonic() - self.session_start
         return (evaluations - self.session_evals) / spent if spent > 0 else 0.0
 
-    def summary(self, evaluations: int, batches: int, elapsed: float, fits: int,
-                stop_reason: str | None, counts: bool = True) -> dict[str, Any]:
+    def summary(
+        self,
+        evaluations: int,
+        batches: int,
+        elapsed: float,
+        fits: int,
+        stop_reason: str | None,
+        counts: bool = True,
+    ) -> dict[str, Any]:
         """The run so far (without ``evaluations`` and ``batches`` unless ``counts``)."""
         s, fields = self.stats, archive.ArchiveStats._fields
         out = {
@@ -133,23 +157,44 @@ class Report:
         )
 
 
-def _stats(num: np.ndarray, total: np.ndarray, best: np.ndarray, cells: np.ndarray, offset: float) -> archive.ArchiveStats:
+def _stats(
+    num: np.ndarray, total: np.ndarray, best: np.ndarray, cells: np.ndarray, offset: float
+) -> archive.ArchiveStats:
     qd_score = total - num * offset
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = total / num  # NaN when empty, as qd.archive.stats
-    return archive.ArchiveStats(num_elites=num, coverage=num / cells, qd_score=qd_score,
-                                norm_qd_score=qd_score / cells, max_fitness=best, mean_fitness=mean)
+    return archive.ArchiveStats(
+        num_elites=num,
+        coverage=num / cells,
+        qd_score=qd_score,
+        norm_qd_score=qd_score / cells,
+        max_fitness=best,
+        mean_fitness=mean,
+    )
 
 
-def commit_lines(proposals: list[Any], result: archive.InsertResult, credits: list[dict | None], batches: int,
-                 evaluations: int) -> list[dict[str, Any]]:
+def commit_lines(
+    proposals: list[Any],
+    result: archive.InsertResult,
+    credits: list[dict | None],
+    batches: int,
+    evaluations: int,
+) -> list[dict[str, Any]]:
     """Each proposal's own fields of its ``commit`` event (``qd.events``), for proposals
     committed together after ``batches`` before them, ``evaluations`` stored with them."""
     added, lines, end = np.asarray(result.status) > 0, [], 0
     before = evaluations - len(added)
     for k, (p, credit) in enumerate(zip(proposals, credits)):
         start, end = end, end + len(p.candidates)
-        lines.append({"step": batches + k + 1, "batches": batches + k + 1, "evaluations": before + end,
-                      "batch": end - start, "added": int(added[start:end].sum()), "wave": len(proposals),
-                      **(credit or {})})
+        lines.append(
+            {
+                "step": batches + k + 1,
+                "batches": batches + k + 1,
+                "evaluations": before + end,
+                "batch": end - start,
+                "added": int(added[start:end].sum()),
+                "wave": len(proposals),
+                **(credit or {}),
+            }
+        )
     return lines

@@ -85,13 +85,18 @@ def build_llm(p: Plan, run_dir: Path, stack: contextlib.ExitStack) -> Any:
 
         local, first = llm.local, settings.models[0]
         server = EmbeddedServer(
-            local.model_path, log_path=run_dir / "llm_server.log", alias=first.name,
-            n_ctx=local.n_ctx, n_threads=local.n_threads, startup_timeout_s=local.startup_timeout_s,
+            local.model_path,
+            log_path=run_dir / "llm_server.log",
+            alias=first.name,
+            n_ctx=local.n_ctx,
+            n_threads=local.n_threads,
+            startup_timeout_s=local.startup_timeout_s,
         )
         stack.callback(server.stop)
         server.start()
-        settings = dataclasses.replace(settings, base_url=server.base_url,
-                                       models=(dataclasses.replace(first, name=server.model),))
+        settings = dataclasses.replace(
+            settings, base_url=server.base_url, models=(dataclasses.replace(first, name=server.model),)
+        )
     if llm.cache and settings.cache_dir is None:
         settings = dataclasses.replace(settings, cache_dir=str(run_dir / "llm_cache"))
     return LLMClient(settings)
@@ -147,15 +152,26 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
         stack.callback(getattr(evaluator, "close", lambda: None))
         arms = build_arms(p.strategy, [op for op, _ in build_operators(p, client)])
         engine = Engine(
-            task=p.task, spec=spec, operators=arms,
-            evaluator=evaluator, run_dir=run_dir, islands=cfg.islands.count,
-            batch_size=r.batch_size, in_flight=r.in_flight,
+            task=p.task,
+            spec=spec,
+            operators=arms,
+            evaluator=evaluator,
+            run_dir=run_dir,
+            islands=cfg.islands.count,
+            batch_size=r.batch_size,
+            in_flight=r.in_flight,
             budget=p.budget,
-            checkpoint_every=r.checkpoint_every, seed=cfg.seed,
-            learning_rate=cfg.archive.learning_rate, threshold_min=cfg.archive.threshold_min,
+            checkpoint_every=r.checkpoint_every,
+            seed=cfg.seed,
+            learning_rate=cfg.archive.learning_rate,
+            threshold_min=cfg.archive.threshold_min,
             qd_offset=cfg.archive.qd_offset,
-            progress=r.progress, llm=client, initial_population=r.initial_population,
-            describer=p.describer, strategy=build_strategy(p.strategy), on_commit=on_commit,
+            progress=r.progress,
+            llm=client,
+            initial_population=r.initial_population,
+            describer=p.describer,
+            strategy=build_strategy(p.strategy),
+            on_commit=on_commit,
         )
         engine.on_close(stack.pop_all().close)
     engine.on_close(lambda: write_results(run_dir))  # every run ends with its elites.jsonl and best.<ext>
@@ -178,8 +194,10 @@ def run_in(p: Plan, run_dir: Path) -> dict[str, Any]:
     if "descriptor" in summary:
         d, cells = summary["descriptor"], int(summary["global"]["num_elites"])
         per_100 = 100.0 * cells / max(summary["evaluations"], 1)
-        print(f"descriptor={d['name']} dim={d['dim']} fits={d['fits']} "
-              f"cells={cells} evaluations={summary['evaluations']} cells_per_100_evals={per_100:.1f}")
+        print(
+            f"descriptor={d['name']} dim={d['dim']} fits={d['fits']} "
+            f"cells={cells} evaluations={summary['evaluations']} cells_per_100_evals={per_100:.1f}"
+        )
     if "llm" in summary:
         print("llm=" + json.dumps({k: v for k, v in summary["llm"].items() if k != "per_model"}))
     if summary.get("stop_reason"):
@@ -195,15 +213,19 @@ def print_best(best: dict[str, Any] | None, run_dir: Path) -> None:
         print("best: none (the archive is empty: no valid candidate was found)")
         return
     made = f"{best['operator']}" + (f" by {best['model']}" if best.get("model") else "")
-    print(f"best: fitness={best['fitness']:.6g} island={best['island']} cell={best['cell']} id={best['id']} "
-          f"({best['genome']}, {made})")
+    print(
+        f"best: fitness={best['fitness']:.6g} island={best['island']} cell={best['cell']} id={best['id']} "
+        f"({best['genome']}, {made})"
+    )
     print("  descriptor=" + json.dumps([round(x, 4) for x in best["descriptor"]]))
     if "text" in best:
         print(f"----- {best['path']} -----\n{best['text'].rstrip()}\n-----")
     else:
         print(f"  saved to {best['path']}")
-    print(f"look further: qd show {run_dir} | qd lineage {run_dir} {best['id']} | qd stats {run_dir} | "
-          f"qd plot {run_dir} | qd explore {run_dir}")
+    print(
+        f"look further: qd show {run_dir} | qd lineage {run_dir} {best['id']} | qd stats {run_dir} | "
+        f"qd plot {run_dir} | qd explore {run_dir}"
+    )
 
 
 _validated: tuple[DictConfig, Plan] | None = None  # main()'s plan of the first job, until that job takes it
@@ -220,8 +242,10 @@ def _hydra_task(cfg: DictConfig) -> None:
     global _validated
     checked, _validated = _validated, None
     # main() planned the first job's config already: that job reuses the plan (each config is validated once)
-    run_in(checked[1] if checked is not None and checked[0] == cfg else plan(cfg),
-           Path(HydraConfig.get().runtime.output_dir))
+    run_in(
+        checked[1] if checked is not None and checked[0] == cfg else plan(cfg),
+        Path(HydraConfig.get().runtime.output_dir),
+    )
 
 
 def one_line(error: BaseException) -> str:
@@ -238,7 +262,9 @@ def one_line(error: BaseException) -> str:
                 return f"{e.full_key}: unknown config key ({_known_keys(e.full_key)})"
             return f"{e.full_key}: {msg}"
     text = " ".join(str(error).split())
-    missing = re.search(r"Could not find '([\w/]+)/([^']+)' Available options in '[^']+': (.*?) Config search", text)
+    missing = re.search(
+        r"Could not find '([\w/]+)/([^']+)' Available options in '[^']+': (.*?) Config search", text
+    )
     if missing:
         group, name, options = missing.groups()
         return f"{group}: no config {name!r} (available: {', '.join(options.split())})"
@@ -287,8 +313,19 @@ def _resume(run_dir: Path, overrides: list[str]) -> None:
     run_in(plan(cfg), run_dir)
 
 
-_VALUED_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
-                 "--cfg", "-c", "--package", "-p", "--experimental-rerun")  # hydra's flags that take a value
+_VALUED_FLAGS = (
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--config-dir",
+    "-cd",
+    "--cfg",
+    "-c",
+    "--package",
+    "-p",
+    "--experimental-rerun",
+)  # hydra's flags that take a value
 
 
 def _overrides_and_config_dirs(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -311,7 +348,10 @@ def main(argv: list[str] | None = None) -> None:
     global _validated
     argv = list(sys.argv[1:] if argv is None else argv)
     plain, config_dirs = _overrides_and_config_dirs(argv)
-    info_only = any(a in ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i") or a.startswith("--cfg") for a in argv)
+    info_only = any(
+        a in ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i") or a.startswith("--cfg")
+        for a in argv
+    )
     try:
         resume = [a.split("=", 1)[1] for a in plain if a.startswith("resume=")]
         if resume and resume[0] not in ("", "null"):

@@ -68,13 +68,31 @@ class Geometry:
     def of_plan(cls, p: Any, spec: Any) -> Geometry:
         """The geometry of a planned run (``qd.plan.Plan``) whose tessellation is ``spec``."""
         a, g = p.cfg.archive, p.geometry
-        novelty = ({"k": int(a.k), "threshold": float(a.novelty_threshold),
-                    "local_competition": bool(a.local_competition)} if a.kind == "novelty" else None)
-        return cls(kind=a.kind, islands=int(p.cfg.islands.count), cells=int(spec.num_cells), dim=int(g.dim),
-                   bins=tuple(int(b) for b in g.bins) if g.bins else (), lower=tuple(map(float, g.lower)),
-                   upper=tuple(map(float, g.upper)), axes=axis_names(p), own_cells=bool(g.own_cells),
-                   learning_rate=float(a.learning_rate), threshold_min=float(a.threshold_min), novelty=novelty,
-                   genome=p.genome.name if p.genome is not None else None, loop=p.loop)
+        novelty = (
+            {
+                "k": int(a.k),
+                "threshold": float(a.novelty_threshold),
+                "local_competition": bool(a.local_competition),
+            }
+            if a.kind == "novelty"
+            else None
+        )
+        return cls(
+            kind=a.kind,
+            islands=int(p.cfg.islands.count),
+            cells=int(spec.num_cells),
+            dim=int(g.dim),
+            bins=tuple(int(b) for b in g.bins) if g.bins else (),
+            lower=tuple(map(float, g.lower)),
+            upper=tuple(map(float, g.upper)),
+            axes=axis_names(p),
+            own_cells=bool(g.own_cells),
+            learning_rate=float(a.learning_rate),
+            threshold_min=float(a.threshold_min),
+            novelty=novelty,
+            genome=p.genome.name if p.genome is not None else None,
+            loop=p.loop,
+        )
 
     def save(self, run_dir: Path) -> None:
         (run_dir / GEOMETRY).write_text(json.dumps(dataclasses.asdict(self), indent=1) + "\n")
@@ -93,8 +111,11 @@ def axis_names(p: Any) -> tuple[str, ...]:
         for part in getattr(p.describer, "parts", [p.describer]):
             axes = getattr(part, "axes", None)
             label = getattr(part, "name", type(part).__name__)
-            names += ([getattr(a, "name", str(a)) for a in axes] if axes
-                      else [f"{label}{j}" for j in range(part.dim)])
+            names += (
+                [getattr(a, "name", str(a)) for a in axes]
+                if axes
+                else [f"{label}{j}" for j in range(part.dim)]
+            )
     names = list(names or [])
     return tuple(names) if len(names) == p.geometry.dim else tuple(f"d{j}" for j in range(p.geometry.dim))
 
@@ -140,8 +161,10 @@ class RunDir:
         self.path = Path(path)
         for name in ("config.yaml", "store.sqlite"):
             if not (self.path / name).is_file():
-                raise RunDirError(f"{self.path}: no {name}; pass a run directory made by qd-run "
-                                  "(its path is printed as run_dir=... at the end of a run)")
+                raise RunDirError(
+                    f"{self.path}: no {name}; pass a run directory made by qd-run "
+                    "(its path is printed as run_dir=... at the end of a run)"
+                )
         self.store = Store(self.path / "store.sqlite", readonly=True)
         self._geometry: Geometry | None = None
         self._spec: Any = None
@@ -210,8 +233,11 @@ class RunDir:
         if g.own_cells:
             from qd import checkpoint
 
-            fitted = [v for k, v in checkpoint.load_arrays(self.path / "checkpoints").items()
-                      if k.startswith("describer.") and k.endswith("centroids")]
+            fitted = [
+                v
+                for k, v in checkpoint.load_arrays(self.path / "checkpoints").items()
+                if k.startswith("describer.") and k.endswith("centroids")
+            ]
             return np.asarray(fitted[0], np.float32) if fitted else None
         path = self.path / "centroids.npy"
         return np.load(path) if path.is_file() else None
@@ -226,7 +252,9 @@ class RunDir:
                 self._spec = archive.GridSpec(g.bins, g.lower, g.upper)
             elif g.kind == "novelty":
                 n = g.novelty
-                self._spec = archive.NoveltySpec(g.cells, g.dim, n["k"], n["threshold"], n["local_competition"])
+                self._spec = archive.NoveltySpec(
+                    g.cells, g.dim, n["k"], n["threshold"], n["local_competition"]
+                )
             elif (c := self.centroids()) is not None:
                 from qd.archive.cvt import CVTSpec
 
@@ -274,14 +302,26 @@ class RunDir:
                 state, _, _ = island_ops.replay(spec, state, istate, offers, g.learning_rate)
                 last_id = self.store.last_id()
         if state is None:  # nothing placed yet
-            return Snapshot(np.full((g.islands, g.cells), np.nan, np.float32),
-                            np.zeros((g.islands, g.cells, g.dim), np.float32),
-                            np.full((g.islands, g.cells), -1, np.int64), -1, -1, evaluations)
-        fitness, descriptor, ids = (np.asarray(x) for x in jax.device_get(
-            (state.fitness, state.descriptor, state.genome_id)))
+            return Snapshot(
+                np.full((g.islands, g.cells), np.nan, np.float32),
+                np.zeros((g.islands, g.cells, g.dim), np.float32),
+                np.full((g.islands, g.cells), -1, np.int64),
+                -1,
+                -1,
+                evaluations,
+            )
+        fitness, descriptor, ids = (
+            np.asarray(x) for x in jax.device_get((state.fitness, state.descriptor, state.genome_id))
+        )
         ids = ids.astype(np.int64)
-        return Snapshot(np.where(ids >= 0, fitness, np.nan).astype(np.float32), descriptor.astype(np.float32),
-                        ids, last_id, checkpoint_id, evaluations)
+        return Snapshot(
+            np.where(ids >= 0, fitness, np.nan).astype(np.float32),
+            descriptor.astype(np.float32),
+            ids,
+            last_id,
+            checkpoint_id,
+            evaluations,
+        )
 
     # ----- elites -------------------------------------------------------------------
 
@@ -316,12 +356,17 @@ def elite_row(c: Any, island: int, cell: int, snap: Snapshot) -> dict[str, Any]:
     """One elite as ``elites.jsonl`` writes it: where it sits, its archive fitness and
     descriptor, and the stored candidate (genome, lineage, how it was made, its metrics)."""
     row = {
-        "island": island, "cell": cell, "id": c.id,
+        "island": island,
+        "cell": cell,
+        "id": c.id,
         "fitness": float(snap.fitness[island, cell]),
         "descriptor": [float(x) for x in snap.descriptor[island, cell]],
         "genome": c.genome if c.kind == "text" else "vector",
-        "parent_ids": list(c.parent_ids), "operator": c.operator, "model": c.model,
-        "born_island": c.island, "metrics": c.metrics or {},
+        "parent_ids": list(c.parent_ids),
+        "operator": c.operator,
+        "model": c.model,
+        "born_island": c.island,
+        "metrics": c.metrics or {},
     }
     if c.kind == "text":
         row["text"] = c.text
@@ -361,8 +406,12 @@ def write_results(run_dir: Path) -> None:
     if "text" in best:
         path.write_text(best["text"] if best["text"].endswith("\n") else best["text"] + "\n")
     else:
-        path.write_text(json.dumps({k: best[k] for k in ("id", "fitness", "descriptor", "vector", "island", "cell")},
-                                   indent=1) + "\n")
+        path.write_text(
+            json.dumps(
+                {k: best[k] for k in ("id", "fitness", "descriptor", "vector", "island", "cell")}, indent=1
+            )
+            + "\n"
+        )
 
 
 def written_best(run_dir: Path) -> dict[str, Any] | None:
@@ -386,11 +435,16 @@ def runs_in(path: str | Path) -> list[Path]:
     path = Path(path)
     if _is_run(path):
         return [path]
-    runs = sorted((p for p in path.iterdir() if p.name.isdigit() and _is_run(p)),
-                  key=lambda p: int(p.name)) if path.is_dir() else []
+    runs = (
+        sorted((p for p in path.iterdir() if p.name.isdigit() and _is_run(p)), key=lambda p: int(p.name))
+        if path.is_dir()
+        else []
+    )
     if not runs:
-        raise RunDirError(f"{path}: neither a run directory (no config.yaml and store.sqlite) nor a multirun "
-                          "folder (no numbered run folders 0/, 1/, ...); pass a run directory made by qd-run")
+        raise RunDirError(
+            f"{path}: neither a run directory (no config.yaml and store.sqlite) nor a multirun "
+            "folder (no numbered run folders 0/, 1/, ...); pass a run directory made by qd-run"
+        )
     return runs
 
 

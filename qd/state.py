@@ -64,8 +64,9 @@ class RunState(NamedTuple):
         return self._replace(key=key), sub
 
 
-def init(spec: Any, num_islands: int, bandits: tuple[Any, ...], num_arms: int, seed: int,
-         threshold_min: float) -> RunState:
+def init(
+    spec: Any, num_islands: int, bandits: tuple[Any, ...], num_arms: int, seed: int, threshold_min: float
+) -> RunState:
     """A new run's state: empty archive, fresh bookkeeping, the key of ``seed``."""
     shape = (num_islands, spec.num_cells)
     return RunState(
@@ -99,7 +100,9 @@ def load(directory: Path, fresh: RunState) -> RunState | None:
         return None
     state, key, saved_counters = loaded
     if saved_counters.get("loop") == "device":
-        raise CheckpointError(f"{directory} holds a device-loop checkpoint; resume it with runner.loop=device")
+        raise CheckpointError(
+            f"{directory} holds a device-loop checkpoint; resume it with runner.loop=device"
+        )
     saved = checkpoint.load_arrays(directory)
     counters = Counters(**{k: saved_counters[k] for k in Counters._fields if k in saved_counters})
     shape = state.fitness.shape
@@ -107,10 +110,16 @@ def load(directory: Path, fresh: RunState) -> RunState | None:
     num_arms = fresh.bandits[0].num_arms
     return RunState(
         archive=state,
-        islands=island_ops.IslandState(**isl) if isl and isl["migrant"].shape == shape else island_ops.init(*shape),
-        curiosity=select.Curiosity(**cur) if cur and cur["score"].shape == shape else select.curiosity_init(*shape),
+        islands=island_ops.IslandState(**isl)
+        if isl and isl["migrant"].shape == shape
+        else island_ops.init(*shape),
+        curiosity=select.Curiosity(**cur)
+        if cur and cur["score"].shape == shape
+        else select.curiosity_init(*shape),
         bandits=tuple(
-            scheduler.load_state_dict(part, num_arms) if (part := checkpoint.part(saved, f"bandit.{j}.")) else b
+            scheduler.load_state_dict(part, num_arms)
+            if (part := checkpoint.part(saved, f"bandit.{j}."))
+            else b
             for j, b in enumerate(fresh.bandits)
         ),
         key=key,

@@ -91,9 +91,28 @@ CREATE TABLE IF NOT EXISTS judgments (
 """
 
 _COLUMNS = (
-    "created", "kind", "text", "vector", "parent_ids", "island", "operator", "model",
-    "prompt", "response", "tokens_in", "tokens_out", "cost", "fitness", "descriptor",
-    "valid", "metrics", "error", "eval_seconds", "artifacts", "genome", "instruction",
+    "created",
+    "kind",
+    "text",
+    "vector",
+    "parent_ids",
+    "island",
+    "operator",
+    "model",
+    "prompt",
+    "response",
+    "tokens_in",
+    "tokens_out",
+    "cost",
+    "fitness",
+    "descriptor",
+    "valid",
+    "metrics",
+    "error",
+    "eval_seconds",
+    "artifacts",
+    "genome",
+    "instruction",
 )
 # Stores written before genome kinds have no ``genome`` column: their text rows are programs.
 _LEGACY_GENOME = {"text": "program"}
@@ -128,7 +147,10 @@ class Store:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
-            for column, sql_type in (("genome", "TEXT"), ("instruction", "INTEGER")):  # stores from before them
+            for column, sql_type in (
+                ("genome", "TEXT"),
+                ("instruction", "INTEGER"),
+            ):  # stores from before them
                 if column not in self._columns():
                     self._db.execute(f"ALTER TABLE candidates ADD COLUMN {column} {sql_type}")
             self._db.commit()
@@ -158,8 +180,9 @@ class Store:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def add(self, candidates: Sequence[Candidate], calls: Sequence[tuple] = (),
-            ids: Sequence[int] | None = None) -> list[int]:
+    def add(
+        self, candidates: Sequence[Candidate], calls: Sequence[tuple] = (), ids: Sequence[int] | None = None
+    ) -> list[int]:
         """Commits a batch in one transaction; sets and returns their ids (ascending).
 
         ``calls`` are the LLM calls that made them (``qd.llm.Ledger.rows()``): paid
@@ -171,13 +194,28 @@ class Store:
         now = time.time()
         rows = [
             (
-                c.created if c.created is not None else now, c.kind, c.text, _blob(c.vector),
-                _ids_json(c.parent_ids), int(c.island), c.operator, c.model, c.prompt,
-                c.response, c.tokens_in, c.tokens_out, c.cost,
-                None if c.fitness is None else float(c.fitness), _blob(c.descriptor),
-                bool(c.valid), None if c.metrics is None else json.dumps(c.metrics),
-                c.error, c.eval_seconds,
-                None if c.artifacts is None else json.dumps(c.artifacts), c.genome, c.instruction,
+                c.created if c.created is not None else now,
+                c.kind,
+                c.text,
+                _blob(c.vector),
+                _ids_json(c.parent_ids),
+                int(c.island),
+                c.operator,
+                c.model,
+                c.prompt,
+                c.response,
+                c.tokens_in,
+                c.tokens_out,
+                c.cost,
+                None if c.fitness is None else float(c.fitness),
+                _blob(c.descriptor),
+                bool(c.valid),
+                None if c.metrics is None else json.dumps(c.metrics),
+                c.error,
+                c.eval_seconds,
+                None if c.artifacts is None else json.dumps(c.artifacts),
+                c.genome,
+                c.instruction,
             )
             for c in candidates
         ]
@@ -195,8 +233,10 @@ class Store:
             )
             if traces:
                 at = {id(c): i for c, i in zip(candidates, ids)}
-                db.executemany("INSERT INTO trace (candidate, n, call) VALUES (?, ?, ?)",
-                               [(at[id(c)], n, json.dumps(call)) for c, n, call in traces])
+                db.executemany(
+                    "INSERT INTO trace (candidate, n, call) VALUES (?, ?, ?)",
+                    [(at[id(c)], n, json.dumps(call)) for c, n, call in traces],
+                )
             self._insert_calls(db, ids[-1] if ids else self._next_id() - 1, calls)
         ids = [int(i) for i in ids]
         for c, i, row in zip(candidates, ids, rows):
@@ -219,8 +259,10 @@ class Store:
     def add_migrations(self, after_id: int, genome_id: Iterable[int], island: Iterable[int]) -> None:
         """Records elites copied between islands, so ``rebuild`` can replay them."""
         with self._transaction() as db:
-            db.executemany("INSERT INTO migrations (after_id, genome_id, island) VALUES (?, ?, ?)",
-                           [(int(after_id), int(g), int(i)) for g, i in zip(genome_id, island)])
+            db.executemany(
+                "INSERT INTO migrations (after_id, genome_id, island) VALUES (?, ?, ?)",
+                [(int(after_id), int(g), int(i)) for g, i in zip(genome_id, island)],
+            )
 
     def add_reset(self, after_id: int, islands: Iterable[int]) -> None:
         """Records that ``islands`` were emptied after candidate ``after_id`` (rows of the
@@ -247,10 +289,12 @@ class Store:
         keys = list(dict.fromkeys(keys))
         for start in range(0, len(keys), 900):
             chunk = keys[start : start + 900]
-            found.update(self._rows(
-                f"SELECT key, value FROM cache WHERE kind = ? AND key IN ({', '.join('?' * len(chunk))})",
-                (kind, *chunk),
-            ))
+            found.update(
+                self._rows(
+                    f"SELECT key, value FROM cache WHERE kind = ? AND key IN ({', '.join('?' * len(chunk))})",
+                    (kind, *chunk),
+                )
+            )
         return found
 
     def cache_put(self, kind: str, values: dict[str, bytes]) -> None:
@@ -303,7 +347,9 @@ class Store:
     def count(self, valid: bool = False, kind: str | None = None) -> int:
         """Stored candidates (only the valid ones if ``valid``; only this ``kind`` if given)."""
         where = " AND valid = 1" if valid else ""
-        return self._rows(f"SELECT COUNT(*) FROM candidates WHERE kind = COALESCE(?, kind){where}", (kind,))[0][0]
+        return self._rows(f"SELECT COUNT(*) FROM candidates WHERE kind = COALESCE(?, kind){where}", (kind,))[
+            0
+        ][0]
 
     def last_id(self) -> int:
         return self._next_id() - 1
@@ -316,8 +362,10 @@ class Store:
         found: dict[int, Candidate] = {}
         for start in range(0, len(ids), 900):
             chunk = ids[start : start + 900]
-            rows = self._rows(f"SELECT id, {self._select} FROM candidates WHERE id IN ({', '.join('?' * len(chunk))})",
-                              chunk)
+            rows = self._rows(
+                f"SELECT id, {self._select} FROM candidates WHERE id IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            )
             found.update((row[0], _candidate(row)) for row in rows)
         missing = [i for i in ids if i not in found]
         if missing and not missing_ok:
@@ -328,8 +376,13 @@ class Store:
         """The newest candidate id and migration seq: they change whenever the store does."""
         return self._rows("SELECT (SELECT MAX(id) FROM candidates), (SELECT MAX(seq) FROM migrations)")[0]
 
-    def columns(self, names: Sequence[str], kinds: Sequence[str] = ("text", "vector"), page: int = 10_000,
-                by_parent: bool = False) -> Iterator[list[tuple]]:
+    def columns(
+        self,
+        names: Sequence[str],
+        kinds: Sequence[str] = ("text", "vector"),
+        page: int = 10_000,
+        by_parent: bool = False,
+    ) -> Iterator[list[tuple]]:
         """Some columns of every candidate of ``kinds``, ``page`` rows at a time, in id order (or
         by first parent, then id): scans of a large store in bounded memory (no genomes, prompts
         or answers unless asked for; SQLite sorts on disk past its cache)."""
@@ -340,8 +393,11 @@ class Store:
         select = ", ".join(c if c in have else "NULL" for c in names)
         order = "json_extract(parent_ids, '$[0]'), id" if by_parent else "id"
         with self._lock:
-            cursor = self._db.execute(f"SELECT {select} FROM candidates WHERE kind IN "
-                                      f"({', '.join('?' * len(kinds))}) ORDER BY {order}", list(kinds))
+            cursor = self._db.execute(
+                f"SELECT {select} FROM candidates WHERE kind IN "
+                f"({', '.join('?' * len(kinds))}) ORDER BY {order}",
+                list(kinds),
+            )
         while True:
             with self._lock:
                 rows = cursor.fetchmany(page)
@@ -374,8 +430,10 @@ class Store:
         ``reset`` islands first (``qd.archive.reset``), then insert the offers
         (``qd.search.islands.replay`` does both).
         """
-        rows = self._rows("SELECT id, island, fitness, descriptor, valid FROM candidates WHERE id > ? ORDER BY id",
-                          (after_id,))
+        rows = self._rows(
+            "SELECT id, island, fitness, descriptor, valid FROM candidates WHERE id > ? ORDER BY id",
+            (after_id,),
+        )
         migrants = self._rows(
             "SELECT m.seq, m.after_id, m.genome_id, m.island, c.fitness, c.descriptor, c.valid "
             "FROM migrations m JOIN candidates c ON c.id = m.genome_id "
@@ -395,9 +453,18 @@ class Store:
         order = [r for r in order if r[0] > last_reset.get(r[2], (-1, -1))]
         order.sort(key=lambda r: r[0])
         blobs = [None if r[4] is None else np.frombuffer(r[4], np.float32) for r in order]
-        dim = descriptor_dim if descriptor_dim is not None else next((d.size for d in blobs if d is not None), 0)
-        desc = np.stack([d if d is not None and d.size == dim else np.full(dim, np.nan, np.float32)
-                         for d in blobs]) if order else np.zeros((0, dim), np.float32)
+        dim = (
+            descriptor_dim
+            if descriptor_dim is not None
+            else next((d.size for d in blobs if d is not None), 0)
+        )
+        desc = (
+            np.stack(
+                [d if d is not None and d.size == dim else np.full(dim, np.nan, np.float32) for d in blobs]
+            )
+            if order
+            else np.zeros((0, dim), np.float32)
+        )
         return {
             "id": np.array([r[1] for r in order], np.int64),
             "island": np.array([r[2] for r in order], np.int32),
@@ -410,18 +477,53 @@ class Store:
 
 
 def _candidate(row: tuple) -> Candidate:
-    (id_, created, kind, text, vector, parent_ids, island, operator, model, prompt, response,
-     tokens_in, tokens_out, cost, fitness, descriptor, valid, metrics, error, eval_seconds,
-     artifacts, genome, instruction) = row
+    (
+        id_,
+        created,
+        kind,
+        text,
+        vector,
+        parent_ids,
+        island,
+        operator,
+        model,
+        prompt,
+        response,
+        tokens_in,
+        tokens_out,
+        cost,
+        fitness,
+        descriptor,
+        valid,
+        metrics,
+        error,
+        eval_seconds,
+        artifacts,
+        genome,
+        instruction,
+    ) = row
     return Candidate(
-        id=id_, created=created, kind=kind, text=text,
+        id=id_,
+        created=created,
+        kind=kind,
+        text=text,
         vector=None if vector is None else np.frombuffer(vector, np.float32).copy(),
-        parent_ids=json.loads(parent_ids), island=island, operator=operator, model=model,
-        prompt=prompt, response=response, tokens_in=tokens_in, tokens_out=tokens_out,
-        cost=cost, fitness=fitness,
+        parent_ids=json.loads(parent_ids),
+        island=island,
+        operator=operator,
+        model=model,
+        prompt=prompt,
+        response=response,
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        cost=cost,
+        fitness=fitness,
         descriptor=None if descriptor is None else np.frombuffer(descriptor, np.float32).copy(),
-        valid=bool(valid), metrics=None if metrics is None else json.loads(metrics),
-        error=error, eval_seconds=eval_seconds,
+        valid=bool(valid),
+        metrics=None if metrics is None else json.loads(metrics),
+        error=error,
+        eval_seconds=eval_seconds,
         artifacts=None if artifacts is None else json.loads(artifacts),
-        genome=genome or _LEGACY_GENOME.get(kind, kind), instruction=instruction,
+        genome=genome or _LEGACY_GENOME.get(kind, kind),
+        instruction=instruction,
     )

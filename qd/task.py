@@ -112,8 +112,7 @@ class TextTask(Protocol):
     sandbox_entry: str  # "path/to/file.py:function"
     stages: list[Stage]
 
-    def initial(self, rng: np.random.Generator, n: int) -> list[str]:
-        ...
+    def initial(self, rng: np.random.Generator, n: int) -> list[str]: ...
 
     def score(self, text: str, outputs: list[Any]) -> Scored:
         """Judges the outputs of the stages run so far; must not raise."""
@@ -141,24 +140,33 @@ def load_task(name: str, params: dict[str, Any]) -> Task:
     if is_task_file(name):
         path = Path(task_ref(name))
         if not path.is_file() or path.suffix != ".py":
-            raise ConfigError("experiment.task", f"no task file {path}",
-                              "give the path of a .py file that defines make_task(**params): "
-                              "relative to the current directory, absolute, or ~/...")
+            raise ConfigError(
+                "experiment.task",
+                f"no task file {path}",
+                "give the path of a .py file that defines make_task(**params): "
+                "relative to the current directory, absolute, or ~/...",
+            )
         digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
         module = load_module(path, f"qd_task_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}_{digest}")
     else:
         path = experiments_dir() / name / "task.py"
         if not path.is_file():
             known = sorted(p.name for p in experiments_dir().iterdir() if (p / "task.py").is_file())
-            raise ConfigError("experiment.task", f"no experiment {name!r}",
-                              f"use one of {known}, or the path of your own task.py")
+            raise ConfigError(
+                "experiment.task",
+                f"no experiment {name!r}",
+                f"use one of {known}, or the path of your own task.py",
+            )
         module = load_module(path, f"qd_experiment_{name}")
     try:
         task = module.make_task(**params)
     except TypeError as e:
-        fix = (f"a task file gets the params (and archive) of the experiment it runs under: pick one that fits "
-               f"with experiment=NAME, or give {path.name} its own experiment yaml with --config-dir (docs/tasks.md)"
-               if is_task_file(name) else f"see {path}")
+        fix = (
+            f"a task file gets the params (and archive) of the experiment it runs under: pick one that fits "
+            f"with experiment=NAME, or give {path.name} its own experiment yaml with --config-dir (docs/tasks.md)"
+            if is_task_file(name)
+            else f"see {path}"
+        )
         raise ConfigError("experiment.params", str(e), fix) from None
     _check_entries(task, path)
     return task
@@ -171,8 +179,11 @@ def _check_entries(task: Any, path: Path) -> None:
         entry = getattr(task, attr, None)
         target = entry.rpartition(":")[0] if isinstance(entry, str) else ""
         if target.endswith(".py") and not Path(target).expanduser().is_absolute():
-            raise ConfigError("experiment.task", f"{path}: {attr} {entry!r} is a relative path",
-                              "build it from the task's own file, e.g. f\"{Path(__file__).parent / 'entry.py'}:run\"")
+            raise ConfigError(
+                "experiment.task",
+                f"{path}: {attr} {entry!r} is a relative path",
+                "build it from the task's own file, e.g. f\"{Path(__file__).parent / 'entry.py'}:run\"",
+            )
 
 
 def load_module(path: str | Path, module_name: str) -> Any:
@@ -182,7 +193,9 @@ def load_module(path: str | Path, module_name: str) -> Any:
     if module is None:
         spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module  # before running it: picklable by process pools, and dataclasses need it
+        sys.modules[module_name] = (
+            module  # before running it: picklable by process pools, and dataclasses need it
+        )
         try:
             spec.loader.exec_module(module)
         except BaseException:

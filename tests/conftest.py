@@ -43,7 +43,9 @@ def scripted_llm():
 def llama_server(tmp_path_factory):
     """The real embedded llama.cpp server (SmolLM2), started once per session for slow tests."""
     if importlib.util.find_spec("llama_cpp") is None:
-        pytest.fail("llama_cpp is not importable: pip install 'llama-cpp-python[server]' (slow tests need it)")
+        pytest.fail(
+            "llama_cpp is not importable: pip install 'llama-cpp-python[server]' (slow tests need it)"
+        )
     from qd.llm.server import EmbeddedServer
 
     log_path = tmp_path_factory.mktemp("llama_server") / "server.log"

@@ -13,12 +13,21 @@ from qd.plan import compose
 def small_config(*overrides: str) -> DictConfig:
     """The sphere experiment shrunk to run in about a second, on the host loop
     (whose parts the tests drive; ``tests/qd/test_device.py`` covers the device loop)."""
-    return compose([
-        "experiment=sphere", "experiment.params.dim=10", "archive.bins=[20,20]",
-        "archive.lower=[-26,-26]", "archive.upper=[26,26]", "runner.batch_size=32",
-        "runner.max_evaluations=640", "runner.progress=false", "runner.checkpoint_every=3",
-        "runner.loop=host", *overrides,
-    ])
+    return compose(
+        [
+            "experiment=sphere",
+            "experiment.params.dim=10",
+            "archive.bins=[20,20]",
+            "archive.lower=[-26,-26]",
+            "archive.upper=[26,26]",
+            "runner.batch_size=32",
+            "runner.max_evaluations=640",
+            "runner.progress=false",
+            "runner.checkpoint_every=3",
+            "runner.loop=host",
+            *overrides,
+        ]
+    )
 
 
 class FakeClient:
@@ -32,14 +41,31 @@ class FakeClient:
     def pick_model(self, rng):
         return ["model-a", "model-b"][int(rng.integers(2))]
 
-    async def complete(self, messages, *, model=None, temperature=None, max_tokens=None, sample_index=0, stop=None):
-        self.calls.append(dict(messages=messages, model=model, temperature=temperature, max_tokens=max_tokens,
-                               sample_index=sample_index))
+    async def complete(
+        self, messages, *, model=None, temperature=None, max_tokens=None, sample_index=0, stop=None
+    ):
+        self.calls.append(
+            dict(
+                messages=messages,
+                model=model,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                sample_index=sample_index,
+            )
+        )
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
-        return Completion(text=answer, model=model or "default-model", tokens_in=100 + len(self.calls),
-                          tokens_out=20, cost=0.25, cached=False, finish_reason=self.finish_reason, seconds=0.1)
+        return Completion(
+            text=answer,
+            model=model or "default-model",
+            tokens_in=100 + len(self.calls),
+            tokens_out=20,
+            cost=0.25,
+            cached=False,
+            finish_reason=self.finish_reason,
+            seconds=0.1,
+        )
 
 
 def evaluate_on_host(task, base_url: str, texts: list[str], budget, models: tuple[str, ...] = ("scripted",)):
@@ -49,8 +75,9 @@ def evaluate_on_host(task, base_url: str, texts: list[str], budget, models: tupl
     from qd.evaluator import HostRunner, StagedEvaluator
     from qd.llm import LLMClient, LLMSettings, ModelSpec
 
-    client = LLMClient(LLMSettings(base_url=base_url, models=tuple(map(ModelSpec, models)), timeout_s=10,
-                                   max_retries=0))
+    client = LLMClient(
+        LLMSettings(base_url=base_url, models=tuple(map(ModelSpec, models)), timeout_s=10, max_retries=0)
+    )
     evaluator = StagedEvaluator(task, HostRunner(task.host_entry), client, budget)
 
     async def go():
@@ -99,10 +126,18 @@ def text_engine(cfg: DictConfig, path: Path, describer, stack, spec=None):
     client = build_llm(p, path, stack)
     d = describer.dim
     return Engine(
-        task=p.task, spec=spec or archive.GridSpec((8,) * d, (0.0,) * d, (1.0,) * d),
-        operators=build_operators(p, client), evaluator=_build_evaluator(p, client),
-        run_dir=path, batch_size=1, in_flight=4, budget=Budget(max_llm_calls=cfg.runner.max_llm_calls),
-        checkpoint_every=5, progress=False, llm=client, initial_population=cfg.runner.initial_population,
+        task=p.task,
+        spec=spec or archive.GridSpec((8,) * d, (0.0,) * d, (1.0,) * d),
+        operators=build_operators(p, client),
+        evaluator=_build_evaluator(p, client),
+        run_dir=path,
+        batch_size=1,
+        in_flight=4,
+        budget=Budget(max_llm_calls=cfg.runner.max_llm_calls),
+        checkpoint_every=5,
+        progress=False,
+        llm=client,
+        initial_population=cfg.runner.initial_population,
         describer=describer,
     )
 
@@ -145,19 +180,37 @@ def text_run(path: Path, base_url: str, *overrides: str) -> Path:
     """A finished function_fit run in ``path``: 2 islands, 24 scripted model calls."""
     from qd.plan import compose
 
-    run_config(compose([
-        "experiment=function_fit", "llm.provider=server", f"llm.base_url={base_url}",
-        "llm.models=[{name: scripted, price_in: 1.0, price_out: 2.0}]", "llm.api_key_env=null",
-        "llm.timeout_s=5", "runner.progress=false", "runner.max_llm_calls=24", "runner.in_flight=4",
-        "runner.workers=2", "islands.count=2", "operators.mix=[{name: rewrite}]", *overrides,
-    ]), path)
+    run_config(
+        compose(
+            [
+                "experiment=function_fit",
+                "llm.provider=server",
+                f"llm.base_url={base_url}",
+                "llm.models=[{name: scripted, price_in: 1.0, price_out: 2.0}]",
+                "llm.api_key_env=null",
+                "llm.timeout_s=5",
+                "runner.progress=false",
+                "runner.max_llm_calls=24",
+                "runner.in_flight=4",
+                "runner.workers=2",
+                "islands.count=2",
+                "operators.mix=[{name: rewrite}]",
+                *overrides,
+            ]
+        ),
+        path,
+    )
     return path
 
 
 def cvt_run(path: Path, *overrides: str) -> Path:
     """A finished sphere run in ``path``: 3 islands on a 500-cell CVT archive, 1,500 evaluations."""
-    run_config(small_config("archive=cvt", "archive.cells=500", "islands.count=3", "runner.max_evaluations=1500",
-                            *overrides), path)
+    run_config(
+        small_config(
+            "archive=cvt", "archive.cells=500", "islands.count=3", "runner.max_evaluations=1500", *overrides
+        ),
+        path,
+    )
     return path
 
 
@@ -168,8 +221,14 @@ def qd_run(*args: str, cwd: Path, check: bool = True, timeout: float = 300):
     import sys
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.run([sys.executable, "-m", "qd.run", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "qd.run", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return proc

@@ -31,11 +31,27 @@ from collections.abc import Callable
 from typing import Any
 
 FAULTS = (
-    "429", "500", "hang", "truncate", "malformed_content", "empty_choices",
-    "bad_json", "wrong_shape", "close_connection", "no_usage",
+    "429",
+    "500",
+    "hang",
+    "truncate",
+    "malformed_content",
+    "empty_choices",
+    "bad_json",
+    "wrong_shape",
+    "close_connection",
+    "no_usage",
 )  # any other three-digit string is answered as that HTTP status with an error body
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-            429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 @dataclasses.dataclass
@@ -75,7 +91,10 @@ def _logprobs(positions: list[dict[str, float]] | None, top: Any) -> dict | None
     content = []
     for alternatives in positions:
         ranked = sorted(alternatives.items(), key=lambda kv: -kv[1])
-        listed = [{"token": t, "logprob": lp, "bytes": None} for t, lp in ranked[: top if isinstance(top, int) else 0]]
+        listed = [
+            {"token": t, "logprob": lp, "bytes": None}
+            for t, lp in ranked[: top if isinstance(top, int) else 0]
+        ]
         token, lp = ranked[0]
         content.append({"token": token, "logprob": lp, "bytes": None, "top_logprobs": listed})
     return {"content": content, "refusal": None}
@@ -120,7 +139,10 @@ class _Server:
                     return
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
-                headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
+                headers = {
+                    k.strip().lower(): v.strip()
+                    for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)
+                }
                 raw = await reader.readexactly(int(headers.get("content-length", 0)))
                 keep = headers.get("connection", "").lower() != "close"
                 if not await self.route(method, path.split("?", 1)[0], raw, reader, writer):
@@ -134,11 +156,14 @@ class _Server:
             self.tasks.discard(task)
             writer.close()
 
-    async def route(self, method: str, path: str, raw: bytes, reader: asyncio.StreamReader,
-                    writer: asyncio.StreamWriter) -> bool:
+    async def route(
+        self, method: str, path: str, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
         """Answer one request; False closes the connection."""
         if method == "GET" and path == "/v1/models":
-            return await self.send(writer, 200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+            return await self.send(
+                writer, 200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]}
+            )
         if method == "GET" and path == "/_stats":
             return await self.send(writer, 200, self.stats())
         if method == "GET" and path == "/_requests":
@@ -168,7 +193,9 @@ class _Server:
         if fault == "bad_json":
             return await self.send(writer, 200, b'{"choices": [{"message": ')
         if fault is not None and fault.isdigit():
-            return await self.send(writer, int(fault), {"error": {"message": f"scripted {fault}", "code": fault}})
+            return await self.send(
+                writer, int(fault), {"error": {"message": f"scripted {fault}", "code": fault}}
+            )
         if fault == "wrong_shape":
             return await self.send(writer, 200, {"result": {"text": "not a chat completion"}})
 
@@ -184,9 +211,11 @@ class _Server:
             text, finish = text[: 4 * limit], "length"  # as a real server cuts at max_tokens
         if fault == "malformed_content":
             text = "\x00<<garbled>> ]]} ```"
-        choices = [] if fault == "empty_choices" else [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
-        ]
+        choices = (
+            []
+            if fault == "empty_choices"
+            else [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}]
+        )
         if choices and body.get("logprobs"):
             choices[0]["logprobs"] = _logprobs(rule.logprobs if rule else None, body.get("top_logprobs"))
         prompt = "".join(str(m.get("content", "")) for m in body.get("messages", []) if isinstance(m, dict))
@@ -198,8 +227,11 @@ class _Server:
             "choices": choices,
         }
         if fault != "no_usage":
-            reply["usage"] = {"prompt_tokens": _tokens(prompt), "completion_tokens": _tokens(text),
-                              "total_tokens": _tokens(prompt) + _tokens(text)}
+            reply["usage"] = {
+                "prompt_tokens": _tokens(prompt),
+                "completion_tokens": _tokens(text),
+                "total_tokens": _tokens(prompt) + _tokens(text),
+            }
         return await self.send(writer, 200, reply)
 
     @staticmethod
@@ -207,14 +239,16 @@ class _Server:
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         writer.write(
             f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\n\r\n".encode() + data
+            f"Content-Length: {len(data)}\r\n\r\n".encode()
+            + data
         )
         await writer.drain()
         return True
 
 
-async def _serve(server: _Server, host: str, port: int, started: Callable[[int], None],
-                 stop: asyncio.Event) -> None:
+async def _serve(
+    server: _Server, host: str, port: int, started: Callable[[int], None], stop: asyncio.Event
+) -> None:
     srv = await asyncio.start_server(server.handle, host, port, backlog=1024)
     started(srv.sockets[0].getsockname()[1])
     async with srv:
@@ -251,9 +285,21 @@ def _process_main() -> None:
 class ScriptedLLM:
     """An OpenAI-compatible server whose answers follow ``rules``; a context manager."""
 
-    def __init__(self, rules: list[Rule] | tuple[Rule, ...] = (), *, latency_s: float = 0.0,
-                 default_reply: str = "...", host: str = "127.0.0.1", record: bool = True):
-        self.rules, self.latency_s, self.default_reply, self.host = list(rules), latency_s, default_reply, host
+    def __init__(
+        self,
+        rules: list[Rule] | tuple[Rule, ...] = (),
+        *,
+        latency_s: float = 0.0,
+        default_reply: str = "...",
+        host: str = "127.0.0.1",
+        record: bool = True,
+    ):
+        self.rules, self.latency_s, self.default_reply, self.host = (
+            list(rules),
+            latency_s,
+            default_reply,
+            host,
+        )
         self.record = record  # False: ``requests`` stays empty, ``stats()`` still counts (hour-long runs)
         self.base_url = ""
         self._server: _Server | None = None
@@ -267,12 +313,19 @@ class ScriptedLLM:
         if in_process:
             # A plain subprocess rather than multiprocessing: the caller needs no __main__ guard.
             try:
-                config = pickle.dumps((self.rules, self.latency_s, self.default_reply, self.host, self.record))
+                config = pickle.dumps(
+                    (self.rules, self.latency_s, self.default_reply, self.host, self.record)
+                )
             except (pickle.PicklingError, AttributeError, TypeError) as err:
-                raise TypeError(f"in_process=True needs picklable rules (module-level reply functions): {err}") from None
+                raise TypeError(
+                    f"in_process=True needs picklable rules (module-level reply functions): {err}"
+                ) from None
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
             self._proc = subprocess.Popen(
-                [sys.executable, __file__, "--from-stdin"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+                [sys.executable, __file__, "--from-stdin"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
             )
             assert self._proc.stdin is not None and self._proc.stdout is not None
             self._proc.stdin.write(config)
@@ -354,4 +407,6 @@ elif __name__ == "__main__":
     ap.add_argument("--reply", default="...", help="the content of every answer")
     args = ap.parse_args()
     print(f"scripted LLM on http://{args.host}:{args.port}/v1", flush=True)
-    asyncio.run(_serve(_Server([], args.latency, args.reply), args.host, args.port, lambda p: None, asyncio.Event()))
+    asyncio.run(
+        _serve(_Server([], args.latency, args.reply), args.host, args.port, lambda p: None, asyncio.Event())
+    )

@@ -15,7 +15,9 @@ def test_readme_python_example_runs(capsys, monkeypatch, tmp_path):
     namespace = {"__name__": "readme"}
     exec(compile(block.group(1), str(README), "exec"), namespace)
     out = capsys.readouterr().out.splitlines()
-    evaluations, commits = re.match(r"(\d+) evaluations, (\d+) commits, qd_score ([\d.e+-]+)", out[0]).groups()[:2]
+    evaluations, commits = re.match(
+        r"(\d+) evaluations, (\d+) commits, qd_score ([\d.e+-]+)", out[0]
+    ).groups()[:2]
     written = (Path(namespace["run_dir"]) / "events.jsonl").read_text().count('"event": "commit"')
     assert int(evaluations) == 2048 and int(commits) == written >= 1  # one event per commit, each seen
     assert out[1].startswith("best elite: island 0, cell ")
@@ -40,13 +42,19 @@ def bad_links(doc: Path, text: str) -> list[str]:
 
 
 def test_every_relative_link_in_the_docs_names_a_file_in_the_repository():
-    docs = [README, *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "experiments").rglob("README.md"))]
+    docs = [
+        README,
+        *sorted((ROOT / "docs").rglob("*.md")),
+        *sorted((ROOT / "experiments").rglob("README.md")),
+    ]
     assert len(docs) > 5
     assert [bad for doc in docs for bad in bad_links(doc, doc.read_text())] == []
 
 
 def test_the_link_check_refuses_links_that_leave_the_repository_or_name_nothing():
     doc = ROOT / "docs" / "page.md"
-    text = ("[design](design.md#the-device-loop) [web](https://example.com) [up](../README.md)\n"
-            "[outside](../../elsewhere/NOTES.md) [missing](nothing.md \"title\")\n```\n[code](not/a/link.md)\n```\n")
+    text = (
+        "[design](design.md#the-device-loop) [web](https://example.com) [up](../README.md)\n"
+        '[outside](../../elsewhere/NOTES.md) [missing](nothing.md "title")\n```\n[code](not/a/link.md)\n```\n'
+    )
     assert bad_links(doc, text) == ["docs/page.md: ../../elsewhere/NOTES.md", "docs/page.md: nothing.md"]

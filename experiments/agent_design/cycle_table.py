@@ -51,9 +51,16 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
     if not rows:
         return {"best": None, "skills": {f: math.nan for f in FAMILIES}, "evaluated": 0}
     best = max(rows, key=lambda c: (c.metrics["accuracy"], -c.metrics.get("calls_per_problem", 0.0), -c.id))
-    return {"best": {"id": best.id, "text": best.text, "operator": best.operator,
-                     "search_accuracy": best.metrics["accuracy"]},
-            "skills": {f: max(c.metrics.get(f, 0.0) for c in rows) for f in FAMILIES}, "evaluated": len(rows)}
+    return {
+        "best": {
+            "id": best.id,
+            "text": best.text,
+            "operator": best.operator,
+            "search_accuracy": best.metrics["accuracy"],
+        },
+        "skills": {f: max(c.metrics.get(f, 0.0) for c in rows) for f in FAMILIES},
+        "evaluated": len(rows),
+    }
 
 
 def family_scores(task: Any, scored: Any) -> dict[str, list[int]]:
@@ -65,8 +72,13 @@ def family_scores(task: Any, scored: Any) -> dict[str, list[int]]:
     return out
 
 
-def row(arm: str, label: str, results: list[dict[str, list[int]]], calls: list[float],
-        skills: list[dict[str, float]]) -> dict[str, Any]:
+def row(
+    arm: str,
+    label: str,
+    results: list[dict[str, list[int]]],
+    calls: list[float],
+    skills: list[dict[str, float]],
+) -> dict[str, Any]:
     """One table row: pooled held-out accuracy (overall, per family) with bootstrap intervals."""
     out: dict[str, Any] = {"arm": arm, "runs": label}
     for part in ("all", *FAMILIES):
@@ -74,17 +86,24 @@ def row(arm: str, label: str, results: list[dict[str, list[int]]], calls: list[f
         out[part] = float(np.mean(pooled)) if pooled else math.nan
         out[f"{part}_ci95"] = list(bootstrap(pooled)) if pooled else [math.nan, math.nan]
     out["calls_per_problem"] = float(np.mean(calls)) if calls else math.nan
-    out["search_best"] = {f: float(np.nanmax([s[f] for s in skills])) if skills else math.nan for f in FAMILIES}
+    out["search_best"] = {
+        f: float(np.nanmax([s[f] for s in skills])) if skills else math.nan for f in FAMILIES
+    }
     return out
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| arm | runs | held-out accuracy | arithmetic | knights | model calls / problem | "
-             "best search accuracy (arithmetic / knights) |", "|---|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| arm | runs | held-out accuracy | arithmetic | knights | model calls / problem | "
+        "best search accuracy (arithmetic / knights) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         cells = [f"{r[p]:.3f} [{r[p + '_ci95'][0]:.2f}, {r[p + '_ci95'][1]:.2f}]" for p in ("all", *FAMILIES)]
-        lines.append(f"| {r['arm']} | {r['runs']} | {' | '.join(cells)} | {r['calls_per_problem']:.2f} | "
-                     f"{r['search_best']['arithmetic']:.2f} / {r['search_best']['knights']:.2f} |")
+        lines.append(
+            f"| {r['arm']} | {r['runs']} | {' | '.join(cells)} | {r['calls_per_problem']:.2f} | "
+            f"{r['search_best']['arithmetic']:.2f} / {r['search_best']['knights']:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -92,8 +111,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     a = runs_of.arguments("agent_design", argv, __doc__, Path("outputs") / "agent_design" / "cycle_table", 16)
     with runs_of.model_server(a) as (base_url, model):
         shared = runs_of.shared_overrides("agent_design", a, base_url, model)
-        runs = {arm: runs_of.run_seeds([*shared, *extra], a.seeds, a.out / arm) for arm, extra in ARMS.items()}
-        summaries = {arm: [run_summary(a.out / arm / f"seed{r['seed']}") for r in rs] for arm, rs in runs.items()}
+        runs = {
+            arm: runs_of.run_seeds([*shared, *extra], a.seeds, a.out / arm) for arm, extra in ARMS.items()
+        }
+        summaries = {
+            arm: [run_summary(a.out / arm / f"seed{r['seed']}") for r in rs] for arm, rs in runs.items()
+        }
         cfg = compose(shared)
         task = load_task("agent_design", {**cfg.experiment.params, "held_out_items": a.held_out})
         found = [(arm, i, s) for arm, ss in summaries.items() for i, s in enumerate(ss) if s["best"]]
@@ -101,19 +124,41 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         scores = asyncio.run(held_out_scores(cfg, task, [s["best"]["text"] for _, _, s in found], client))
         by_arm: dict[str, list] = {arm: [] for arm in ARMS}
         for (arm, i, s), scored in zip(found, scores):
-            by_arm[arm].append((runs[arm][i]["seed"], family_scores(task, scored),
-                                (scored.metrics or {}).get("calls_per_problem", math.nan), s))
+            by_arm[arm].append(
+                (
+                    runs[arm][i]["seed"],
+                    family_scores(task, scored),
+                    (scored.metrics or {}).get("calls_per_problem", math.nan),
+                    s,
+                )
+            )
         rows = []
         for arm, entries in by_arm.items():
             for seed, result, calls, s in entries:
                 rows.append(row(arm, f"seed {seed}", [result], [calls], [s["skills"]]))
-            rows.append(row(arm, f"{len(entries)} seeds pooled", [e[1] for e in entries], [e[2] for e in entries],
-                            [e[3]["skills"] for e in entries]))
-        result = {"experiment": "agent_design", "variant": "cycleqd vs fixed", "model": model,
-                  "seeds": a.seeds, "max_llm_calls": cfg.runner.max_llm_calls, "held_out_items": a.held_out,
-                  "runs": {arm: rs for arm, rs in runs.items()},
-                  "best": {arm: [{k: v for k, v in (s["best"] or {}).items() if k != "text"} for s in ss]
-                           for arm, ss in summaries.items()}, "rows": rows}
+            rows.append(
+                row(
+                    arm,
+                    f"{len(entries)} seeds pooled",
+                    [e[1] for e in entries],
+                    [e[2] for e in entries],
+                    [e[3]["skills"] for e in entries],
+                )
+            )
+        result = {
+            "experiment": "agent_design",
+            "variant": "cycleqd vs fixed",
+            "model": model,
+            "seeds": a.seeds,
+            "max_llm_calls": cfg.runner.max_llm_calls,
+            "held_out_items": a.held_out,
+            "runs": {arm: rs for arm, rs in runs.items()},
+            "best": {
+                arm: [{k: v for k, v in (s["best"] or {}).items() if k != "text"} for s in ss]
+                for arm, ss in summaries.items()
+            },
+            "rows": rows,
+        }
         (a.out / "table.json").write_text(json.dumps(result, indent=2))
         print(markdown(rows))
         return result

@@ -14,8 +14,15 @@ often follow the agent with top-level test code (``print(forward(...))``,
 import ast
 import signal
 
-_KEEP = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom, ast.Assign,
-         ast.AnnAssign)
+_KEEP = (
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.Import,
+    ast.ImportFrom,
+    ast.Assign,
+    ast.AnnAssign,
+)
 
 
 class _ItemTimeout(Exception):

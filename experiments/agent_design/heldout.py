@@ -47,22 +47,34 @@ def _row(name: str, source: str, scored: Scored, search_accuracy: float | None) 
     m = scored.metrics or {}
     correct = m.get("correct") or []
     lo, hi = bootstrap(correct) if correct else (math.nan, math.nan)
-    return {"name": name, "source": source, "held_out_accuracy": scored.fitness if scored.valid else 0.0,
-            "ci95": [lo, hi], "calls_per_problem": m.get("calls_per_problem", math.nan),
-            "search_accuracy": search_accuracy, "error": scored.error}
+    return {
+        "name": name,
+        "source": source,
+        "held_out_accuracy": scored.fitness if scored.valid else 0.0,
+        "ci95": [lo, hi],
+        "calls_per_problem": m.get("calls_per_problem", math.nan),
+        "search_accuracy": search_accuracy,
+        "error": scored.error,
+    }
 
 
 def markdown(result: dict) -> str:
-    lines = ["| design | source | held-out accuracy | 95% interval | model calls / problem | search accuracy |",
-             "|---|---|---:|---:|---:|---:|"]
+    lines = [
+        "| design | source | held-out accuracy | 95% interval | model calls / problem | search accuracy |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for r in result["rows"]:
         search = "" if r["search_accuracy"] is None else f"{r['search_accuracy']:.2f}"
-        lines.append(f"| {r['name']} | {r['source']} | {r['held_out_accuracy']:.3f} | "
-                     f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] | {r['calls_per_problem']:.2f} | {search} |")
+        lines.append(
+            f"| {r['name']} | {r['source']} | {r['held_out_accuracy']:.3f} | "
+            f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] | {r['calls_per_problem']:.2f} | {search} |"
+        )
     return "\n".join(lines)
 
 
-def main(experiment: str, argv: list[str] | None = None, baselines: Any = None, doc: str | None = None) -> dict:
+def main(
+    experiment: str, argv: list[str] | None = None, baselines: Any = None, doc: str | None = None
+) -> dict:
     """Runs the seeds, scores held out, writes ``table.json`` and prints the table.
 
     ``await baselines(cfg, task, client, held_out) -> (rows, info)``: more designs to score beside the task's own
@@ -94,14 +106,26 @@ def main(experiment: str, argv: list[str] | None = None, baselines: Any = None, 
         hand_names = {text: name for name, text in hand}
         rows = [_row(name, "hand-designed", s, None) for (name, _), s in zip(hand, scores)]
         rows += [_row(*r) for r in extra]
-        for (r, best), s in zip(found, scores[len(hand):]):
-            source = f"seed {r['seed']}: " + (f"= {hand_names[best['text']]}" if best["text"] in hand_names
-                                              else f"found ({best['operator']})")
+        for (r, best), s in zip(found, scores[len(hand) :]):
+            source = f"seed {r['seed']}: " + (
+                f"= {hand_names[best['text']]}"
+                if best["text"] in hand_names
+                else f"found ({best['operator']})"
+            )
             rows.append(_row(f"best of run seed {r['seed']}", source, s, best["search_accuracy"]))
-        result = {"experiment": experiment, "model": model, "base_url": base_url if a.base_url else "embedded",
-                  "seeds": a.seeds, "max_llm_calls": cfg.runner.max_llm_calls, "search_items": task.search_items,
-                  "held_out_items": a.held_out, "held_out_seconds": round(time.monotonic() - started, 1),
-                  "runs": runs, "rows": rows, **({"baselines": info} if baselines else {})}
+        result = {
+            "experiment": experiment,
+            "model": model,
+            "base_url": base_url if a.base_url else "embedded",
+            "seeds": a.seeds,
+            "max_llm_calls": cfg.runner.max_llm_calls,
+            "search_items": task.search_items,
+            "held_out_items": a.held_out,
+            "held_out_seconds": round(time.monotonic() - started, 1),
+            "runs": runs,
+            "rows": rows,
+            **({"baselines": info} if baselines else {}),
+        }
         (a.out / "table.json").write_text(json.dumps(result, indent=2))
         print(markdown(result))
         return result

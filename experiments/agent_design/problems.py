@@ -35,18 +35,26 @@ _SPLIT_CODE = {"search": "s", "held_out": "h"}
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-    id: str        # stable per (split, seed, position): "arith-s-0007" (seed 0), "arith-s-0007-r3" (seed 3)
-    family: str    # "arithmetic" | "knights"
-    split: str     # "search" | "held_out"
+    id: str  # stable per (split, seed, position): "arith-s-0007" (seed 0), "arith-s-0007-r3" (seed 3)
+    family: str  # "arithmetic" | "knights"
+    split: str  # "search" | "held_out"
     template: str  # template name, one of TEMPLATES[family][split]
     question: str  # what the solver sees (never the answer)
-    answer: str    # canonical answer: "17" or "A: knight, B: knave"
+    answer: str  # canonical answer: "17" or "A: knight, B: knave"
 
 
 # --------------------------------------------------------------------------- arithmetic
 
-_PEOPLE = [("Mia", "she"), ("Tom", "he"), ("Ana", "she"), ("Leo", "he"), ("Zoe", "she"), ("Sam", "he"),
-           ("Ivy", "she"), ("Max", "he")]
+_PEOPLE = [
+    ("Mia", "she"),
+    ("Tom", "he"),
+    ("Ana", "she"),
+    ("Leo", "he"),
+    ("Zoe", "she"),
+    ("Sam", "he"),
+    ("Ivy", "she"),
+    ("Max", "he"),
+]
 _ITEMS = ["apples", "marbles", "stickers", "pencils", "cookies", "shells", "cards", "beads"]
 
 
@@ -60,16 +68,20 @@ def _arith_buy_groups(rng):  # a + b*c - d
     item = rng.choice(_ITEMS)
     a, b, c = rng.randint(3, 20), rng.randint(2, 5), rng.randint(2, 6)
     d = rng.randint(1, a + b * c - 1)
-    return (f"{name} has {a} {item}. {Pron} buys {b} bags of {c} {item} each, then gives away {d}. "
-            f"How many {item} does {pron} have now?"), a + b * c - d
+    return (
+        f"{name} has {a} {item}. {Pron} buys {b} bags of {c} {item} each, then gives away {d}. "
+        f"How many {item} does {pron} have now?"
+    ), a + b * c - d
 
 
 def _arith_shelves(rng):  # a*b - c + d
     a, b = rng.randint(2, 6), rng.randint(4, 12)
     c, d = rng.randint(1, a * b - 1), rng.randint(1, 15)
     place = rng.choice(["library", "classroom", "shop", "school"])
-    return (f"A {place} has {a} shelves with {b} books on each shelf. Then readers borrow {c} books "
-            f"and {d} new books arrive. How many books are on the shelves now?"), a * b - c + d
+    return (
+        f"A {place} has {a} shelves with {b} books on each shelf. Then readers borrow {c} books "
+        f"and {d} new books arrive. How many books are on the shelves now?"
+    ), a * b - c + d
 
 
 def _arith_savings(rng):  # a*b - c
@@ -77,8 +89,10 @@ def _arith_savings(rng):  # a*b - c
     a, b = rng.randint(2, 12), rng.randint(2, 8)
     c = rng.randint(2, a * b - 1)
     thing = rng.choice(["game", "book", "ball", "kite", "puzzle"])
-    return (f"{name} saves {a} dollars a week for {b} weeks, then spends {c} dollars on a {thing}. "
-            f"How many dollars does {pron} have left?"), a * b - c
+    return (
+        f"{name} saves {a} dollars a week for {b} weeks, then spends {c} dollars on a {thing}. "
+        f"How many dollars does {pron} have left?"
+    ), a * b - c
 
 
 def _arith_sharing(rng):  # a*b / c
@@ -88,26 +102,40 @@ def _arith_sharing(rng):  # a*b / c
     a, b = rng.randint(2, 8), rng.randint(2, 10)
     while (a * b) % c:
         a, b = rng.randint(2, 8), rng.randint(2, 10)
-    return (f"{name} buys {a} packs of {b} {item} and shares them equally among {c} friends. "
-            f"How many {item} does each friend get?"), a * b // c
+    return (
+        f"{name} buys {a} packs of {b} {item} and shares them equally among {c} friends. "
+        f"How many {item} does each friend get?"
+    ), a * b // c
 
 
 def _arith_bus(rng):  # (a - b + c) * 2
     a = rng.randint(5, 25)
     b, c = rng.randint(1, a - 1), rng.randint(1, 12)
     vehicle = rng.choice(["bus", "train", "tram", "boat"])
-    return ((f"A {vehicle} leaves with {a} passengers. At the first stop, {b} people get off and {c} get on. "
-            f"At the second stop, the number of passengers doubles. How many passengers are there now?"),
-            (a - b + c) * 2)
+    return (
+        (
+            f"A {vehicle} leaves with {a} passengers. At the first stop, {b} people get off and {c} get on. "
+            f"At the second stop, the number of passengers doubles. How many passengers are there now?"
+        ),
+        (a - b + c) * 2,
+    )
 
 
 def _arith_baking(rng):  # a * (b + c)
     name, pron, Pron = _name(rng)
     a, b, c = rng.randint(2, 6), rng.randint(2, 7), rng.randint(2, 7)
-    food, foods, unit = rng.choice([("cake", "cakes", "eggs"), ("pie", "pies", "apples"),
-                                    ("loaf", "loaves", "cups of flour"), ("pizza", "pizzas", "tomatoes")])
-    return (f"One {food} needs {a} {unit}. {name} makes {b} {foods} in the morning and {c} more in the afternoon. "
-            f"How many {unit} does {pron} use in total?"), a * (b + c)
+    food, foods, unit = rng.choice(
+        [
+            ("cake", "cakes", "eggs"),
+            ("pie", "pies", "apples"),
+            ("loaf", "loaves", "cups of flour"),
+            ("pizza", "pizzas", "tomatoes"),
+        ]
+    )
+    return (
+        f"One {food} needs {a} {unit}. {name} makes {b} {foods} in the morning and {c} more in the afternoon. "
+        f"How many {unit} does {pron} use in total?"
+    ), a * (b + c)
 
 
 def _arith_change(rng):  # a - b*c
@@ -115,13 +143,19 @@ def _arith_change(rng):  # a - b*c
     b, c = rng.randint(2, 6), rng.randint(2, 9)
     a = rng.choice([x for x in (10, 20, 50, 100) if x > b * c])
     item = rng.choice(["pens", "notebooks", "tickets", "sandwiches", "flowers"])
-    return (f"{name} buys {b} {item} that cost {c} dollars each and pays with a {a}-dollar bill. "
-            f"How many dollars of change does {pron} get?"), a - b * c
+    return (
+        f"{name} buys {b} {item} that cost {c} dollars each and pays with a {a}-dollar bill. "
+        f"How many dollars of change does {pron} get?"
+    ), a - b * c
 
 
 _ARITH = {
-    "search": {"buy_groups": _arith_buy_groups, "shelves": _arith_shelves, "savings": _arith_savings,
-               "sharing": _arith_sharing},
+    "search": {
+        "buy_groups": _arith_buy_groups,
+        "shelves": _arith_shelves,
+        "savings": _arith_savings,
+        "sharing": _arith_sharing,
+    },
     "held_out": {"bus": _arith_bus, "baking": _arith_baking, "change": _arith_change},
 }
 
@@ -130,13 +164,16 @@ _ARITH = {
 # A statement kind maps (speaker, other islander, all names) to its variants: (text, truth(v) -> bool),
 # where v maps a name to True (knight) or False (knave). The puzzle space is small, so it is enumerated.
 
+
 def _st_claim(s, x, names):
     return [(f"{x} is a {r}.", lambda v, r=r: v[x] == (r == "knight")) for r in ("knight", "knave")]
 
 
 def _st_both(s, x, names):
-    return [(f"{x} and I are both {r}s.", lambda v, w=(r == "knight"): v[x] == w and v[s] == w)
-            for r in ("knight", "knave")]
+    return [
+        (f"{x} and I are both {r}s.", lambda v, w=(r == "knight"): v[x] == w and v[s] == w)
+        for r in ("knight", "knave")
+    ]
 
 
 def _st_exactly_one(s, x, names):
@@ -162,8 +199,12 @@ def _st_if_then(s, x, names):
 
 _KNIGHTS = {
     "search": {"claim": _st_claim, "both": _st_both, "exactly_one": _st_exactly_one},
-    "held_out": {"iff": _st_iff, "same_kind": _st_same_kind, "at_least_one": _st_at_least_one,
-                 "if_then": _st_if_then},
+    "held_out": {
+        "iff": _st_iff,
+        "same_kind": _st_same_kind,
+        "at_least_one": _st_at_least_one,
+        "if_then": _st_if_then,
+    },
 }
 
 _KNIGHTS_INTRO = "Knights always tell the truth and knaves always lie. "
@@ -226,13 +267,16 @@ TEMPLATES: dict[str, dict[str, list[str]]] = {
 
 # --------------------------------------------------------------------------- generation
 
+
 def _numbers_in(text: str) -> set[str]:
     return set(re.findall(r"\d+", text))
 
 
 def _generate(family: str, split: str, rng: random.Random, k: int) -> tuple[str, str, str]:
     names = TEMPLATES[family][split]
-    template = names[k % len(names)]  # cycle templates so every one appears in any list of len(names)+ problems
+    template = names[
+        k % len(names)
+    ]  # cycle templates so every one appears in any list of len(names)+ problems
     for _ in range(1_000):
         if family == "arithmetic":
             question, value = _ARITH[split][template](rng)
@@ -285,10 +329,14 @@ def problems(split: str, n: int, seed: int = 0, families=("arithmetic", "knights
 
 _NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 _ROLE = r"((?i:knight|knave))s?\b(?!\s*(?:/|or\s+kn))"
-_SINGLE = re.compile(r"\b([A-Z])\b\s*(?:[:=\-]|\b(?:is|was|must be|would be|is actually)\b)\s*"
-                     r"(?:(?i:an?|the)\s+)?" + _ROLE)
+_SINGLE = re.compile(
+    r"\b([A-Z])\b\s*(?:[:=\-]|\b(?:is|was|must be|would be|is actually)\b)\s*"
+    r"(?:(?i:an?|the)\s+)?" + _ROLE
+)
 _LOWER = re.compile(r"\b([a-z])\s*[:=]\s*" + _ROLE)  # "a: knight" (an article is never followed by ':')
-_PAIR = re.compile(r"\b(?:(?i:both)\s+)?([A-Z])\s+(?i:and)\s+([A-Z])\s+(?i:are)\s+(?:(?i:both|all)\s+)?" + _ROLE)
+_PAIR = re.compile(
+    r"\b(?:(?i:both)\s+)?([A-Z])\s+(?i:and)\s+([A-Z])\s+(?i:are)\s+(?:(?i:both|all)\s+)?" + _ROLE
+)
 
 
 def _text(answer: object) -> str | None:

@@ -31,7 +31,9 @@ class ReasoningTask:
 
     def __post_init__(self) -> None:
         if self.search_items < 1 or self.held_out_items < 1:
-            raise ConfigError("experiment.params.search_items", "need at least one search and one held-out problem")
+            raise ConfigError(
+                "experiment.params.search_items", "need at least one search and one held-out problem"
+            )
         self.search = problems.problems("search", self.search_items, self.problem_seed)
         self.description = self.describe(self.search[0].question)
         self.stages = [self.stage(self.search, "search")]
@@ -81,6 +83,10 @@ class ReasoningTask:
     @staticmethod
     def answers_of(items: list[Any], answers: Any) -> list[bool] | None:
         """Which answers are right (checked on the host), or None if the entry's output is malformed."""
-        if not isinstance(answers, list) or len(answers) != len(items) or not all(isinstance(a, dict) for a in answers):
+        if (
+            not isinstance(answers, list)
+            or len(answers) != len(items)
+            or not all(isinstance(a, dict) for a in answers)
+        ):
             return None
         return [bool(problems.check(p, a.get("answer"))) for p, a in zip(items, answers)]

@@ -25,14 +25,21 @@ from qd.plan import compose, plan
 from qd.run import run_in
 
 
-def arguments(experiment: str, argv: Sequence[str] | None, doc: str | None = None,
-              default_out: Path | None = None, held_out: int = 24) -> argparse.Namespace:
+def arguments(
+    experiment: str,
+    argv: Sequence[str] | None,
+    doc: str | None = None,
+    default_out: Path | None = None,
+    held_out: int = 24,
+) -> argparse.Namespace:
     """The options every table takes (seeds, budget, held-out size, server, output, overrides)."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--max-llm-calls", type=int, default=None, help="per run (default: the experiment's)")
     ap.add_argument("--held-out", type=int, default=held_out, help="held-out problems")
-    ap.add_argument("--base-url", default=None, help="an OpenAI-compatible server (default: the embedded one)")
+    ap.add_argument(
+        "--base-url", default=None, help="an OpenAI-compatible server (default: the embedded one)"
+    )
     ap.add_argument("--model", default=None, help="the model name on --base-url")
     ap.add_argument("--api-key-env", default=None)
     ap.add_argument("--out", type=Path, default=default_out or Path("outputs") / experiment / "table")
@@ -49,9 +56,16 @@ def model_server(a: argparse.Namespace) -> contextlib.AbstractContextManager[tup
 
 def shared_overrides(experiment: str, a: argparse.Namespace, base_url: str, model: str) -> list[str]:
     """The overrides of every run of a table: the experiment, the server, the shared cache, the budget."""
-    shared = [f"experiment={experiment}", "llm.provider=server", f"llm.base_url={base_url}",
-              f"llm.models=[{{name: '{model}'}}]", f"llm.api_key_env={a.api_key_env or 'null'}",
-              "runner.progress=false", f"llm.cache_dir={a.out / 'llm_cache'}", *a.overrides]
+    shared = [
+        f"experiment={experiment}",
+        "llm.provider=server",
+        f"llm.base_url={base_url}",
+        f"llm.models=[{{name: '{model}'}}]",
+        f"llm.api_key_env={a.api_key_env or 'null'}",
+        "runner.progress=false",
+        f"llm.cache_dir={a.out / 'llm_cache'}",
+        *a.overrides,
+    ]
     if a.max_llm_calls is not None:
         shared.append(f"runner.max_llm_calls={a.max_llm_calls}")
     return shared
@@ -66,8 +80,14 @@ def run_seeds(overrides: Sequence[str], seeds: Sequence[int], out: Path) -> list
             summary = run_in(plan(compose([*overrides, f"seed={seed}"])), out / f"seed{seed}")
         except SystemExit:  # stopped early (printed); the store holds what it evaluated
             summary = {}
-        runs.append({"seed": seed, "seconds": round(time.monotonic() - started, 1),
-                     "llm_calls": summary.get("llm", {}).get("calls"), "evaluations": summary.get("evaluations")})
+        runs.append(
+            {
+                "seed": seed,
+                "seconds": round(time.monotonic() - started, 1),
+                "llm_calls": summary.get("llm", {}).get("calls"),
+                "evaluations": summary.get("evaluations"),
+            }
+        )
         print(f"{out.name} seed {seed}: {runs[-1]}", flush=True)
     return runs
 
@@ -81,8 +101,9 @@ def measurement(measure: Callable[[LLMClient], Awaitable[Any]], doc: str | None,
     args = ap.parse_args()
 
     def client(base_url: str, model: str) -> LLMClient:
-        return LLMClient(LLMSettings(base_url=base_url, models=(ModelSpec(model),), concurrency=concurrency,
-                                     timeout_s=120))
+        return LLMClient(
+            LLMSettings(base_url=base_url, models=(ModelSpec(model),), concurrency=concurrency, timeout_s=120)
+        )
 
     if args.base_url:
         result = asyncio.run(measure(client(args.base_url, args.model)))

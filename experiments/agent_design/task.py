@@ -46,10 +46,12 @@ class AgentDesignTask(reasoning.ReasoningTask):
         super().__post_init__()
 
     def describe(self, example: str) -> str:
-        return ("Design an agent that answers short reasoning problems: multi-step arithmetic word problems "
-                "(answer: a number) and Knights-and-Knaves puzzles (answer like 'A: knight, B: knave'). "
-                f"Example problem: {example} "
-                "The score is the fraction answered correctly; fewer model calls per problem is better.")
+        return (
+            "Design an agent that answers short reasoning problems: multi-step arithmetic word problems "
+            "(answer: a number) and Knights-and-Knaves puzzles (answer like 'A: knight, B: knave'). "
+            f"Example problem: {example} "
+            "The score is the fraction answered correctly; fewer model calls per problem is better."
+        )
 
     def stage(self, items: list[Any], name: str) -> Stage:
         return Stage({"questions": [p.question for p in items], "item_seconds": self.item_seconds}, name=name)
@@ -68,14 +70,21 @@ class AgentDesignTask(reasoning.ReasoningTask):
         failures = [a["error"] for a in answers if isinstance(a.get("error"), str)]
         accuracy = float(np.mean(correct))
         per_problem = sum("text" in call for call in trace) / len(items)
-        metrics = {"accuracy": accuracy, "calls_per_problem": per_problem, "nodes": size["nodes"],
-                   "failed_problems": len(failures), "correct": [int(c) for c in correct],
-                   **self.family_accuracy(items, correct)}
+        metrics = {
+            "accuracy": accuracy,
+            "calls_per_problem": per_problem,
+            "nodes": size["nodes"],
+            "failed_problems": len(failures),
+            "correct": [int(c) for c in correct],
+            **self.family_accuracy(items, correct),
+        }
         artifacts = {}
         wrong = next(((p, a) for p, a, ok in zip(items, answers, correct) if not ok), None)
         if wrong is not None:  # search problems only: what the meta agent can learn from
             p, a = wrong
-            artifacts["wrong"] = f"Q: {p.question[:200]} -> agent said {str(a.get('answer'))[:80]!r}, expected {p.answer}"
+            artifacts["wrong"] = (
+                f"Q: {p.question[:200]} -> agent said {str(a.get('answer'))[:80]!r}, expected {p.answer}"
+            )
         if failures:
             artifacts["agent_error"] = failures[0]
         return Scored(accuracy, [per_problem, size["nodes"]], True, metrics, artifacts=artifacts)

@@ -42,8 +42,9 @@ def duplicate(t, llm) -> str | None:
     for j, later in enumerate(t.roles):
         for earlier in t.roles[:j]:
             same = team.normalised(later) == team.normalised(earlier)
-            if same or team.says_yes(str(llm(team.duplicate_prompt(earlier, later), temperature=0.0,
-                                              max_tokens=team.CHECK_TOKENS))):
+            if same or team.says_yes(
+                str(llm(team.duplicate_prompt(earlier, later), temperature=0.0, max_tokens=team.CHECK_TOKENS))
+            ):
                 how = "has the same instructions as" if same else "duplicates"
                 return f"role {later.name!r} {how} role {earlier.name!r}"
     return None
@@ -61,9 +62,14 @@ def vote_key(question: str, answer: str) -> str | None:
 def sequential(t, question: str, llm, max_tokens: int) -> str | None:
     answer = None
     for role in t.roles:
-        content = question if answer is None else (
-            f"{question}\n\nA teammate answered:\n{answer[-_PREVIOUS_CHARS:]}\n\n"
-            "Check that answer and give your own final answer.")
+        content = (
+            question
+            if answer is None
+            else (
+                f"{question}\n\nA teammate answered:\n{answer[-_PREVIOUS_CHARS:]}\n\n"
+                "Check that answer and give your own final answer."
+            )
+        )
         try:
             answer = _ask(llm, role, content, max_tokens)
         except Exception:
@@ -87,7 +93,9 @@ def vote(t, question: str, llm, max_tokens: int) -> str | None:
     if not counts:
         return answers[0]
     top = max(counts.values())
-    return next(a for a, k in zip(answers, keys) if k is not None and counts[k] == top)  # ties: the earlier role
+    return next(
+        a for a, k in zip(answers, keys) if k is not None and counts[k] == top
+    )  # ties: the earlier role
 
 
 MERGE = {"sequential": sequential, "vote": vote}

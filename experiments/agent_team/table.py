@@ -32,8 +32,10 @@ heldout = load_module(_HERE.parent / "agent_design" / "heldout.py", "experiments
 async def best_hand_designed_agent(cfg: Any, task: Any, client: Any, held_out: int) -> tuple[list, dict]:
     """agent_design's hand-designed agents chosen on the search problems, the best one scored held out,
     all with this run's per-problem call budget (the same search and held-out problems as the teams')."""
-    agents = load_task("agent_design", {"search_items": task.search_items, "held_out_items": held_out,
-                                        "problem_seed": task.problem_seed})
+    agents = load_task(
+        "agent_design",
+        {"search_items": task.search_items, "held_out_items": held_out, "problem_seed": task.problem_seed},
+    )
     hand = agents.hand_designed()
     search = await held_out_scores(cfg, agents, [text for _, text in hand], client, split="search")
 
@@ -43,8 +45,13 @@ async def best_hand_designed_agent(cfg: Any, task: Any, client: Any, held_out: i
     ranked = [(s.fitness if s.valid else 0.0, -calls(s), -i) for i, s in enumerate(search)]
     best = max(range(len(hand)), key=ranked.__getitem__)
     scored = (await held_out_scores(cfg, agents, [hand[best][1]], client))[0]
-    info = {"search": {name: {"accuracy": r[0], "calls_per_problem": -r[1]} for (name, _), r in zip(hand, ranked)},
-            "chosen": hand[best][0], "search_calls": round(sum(calls(s) for s in search) * task.search_items)}
+    info = {
+        "search": {
+            name: {"accuracy": r[0], "calls_per_problem": -r[1]} for (name, _), r in zip(hand, ranked)
+        },
+        "chosen": hand[best][0],
+        "search_calls": round(sum(calls(s) for s in search) * task.search_items),
+    }
     row = (f"best hand-designed agent: {hand[best][0]}", "agent_design/seeds.py", scored, ranked[best][0])
     return [row], info
 

@@ -32,11 +32,23 @@ _HERE = Path(__file__).resolve().parent
 reasoning = load_module(_HERE.parent / "agent_design" / "reasoning.py", "experiments_agent_design_reasoning")
 team = load_module(_HERE / "team.py", "experiments_agent_team_team")
 
-FOUNDER = json.dumps({"merge": "sequential", "roles": [{
-    "name": "expert",
-    "instructions": "You are an expert at arithmetic and logic puzzles. Think step by step, check each step, "
+FOUNDER = (
+    json.dumps(
+        {
+            "merge": "sequential",
+            "roles": [
+                {
+                    "name": "expert",
+                    "instructions": "You are an expert at arithmetic and logic puzzles. Think step by step, check each step, "
                     "then end with a last line 'Answer: <final answer>'.",
-    "model": None}]}, indent=1) + "\n"
+                    "model": None,
+                }
+            ],
+        },
+        indent=1,
+    )
+    + "\n"
+)
 
 
 @dataclasses.dataclass
@@ -51,17 +63,25 @@ class AgentTeamTask(reasoning.ReasoningTask):
         super().__post_init__()
 
     def describe(self, example: str) -> str:
-        return ("Design a team of LLM agents that answers short reasoning problems: arithmetic word problems "
-                "(answer: a number) and Knights-and-Knaves puzzles (answer like 'A: knight, B: knave'). "
-                f"Example problem: {example} "
-                'A team is a JSON object: "merge" is "sequential" (each role sees the previous role\'s answer and '
-                'improves it) or "vote" (the majority answer of the roles wins); "roles" is a list of 1 to 4 '
-                '{"name": ..., "instructions": ..., "model": null}, each role with a different job. '
-                "The score is the fraction answered correctly; each role costs one model call per problem.")
+        return (
+            "Design a team of LLM agents that answers short reasoning problems: arithmetic word problems "
+            "(answer: a number) and Knights-and-Knaves puzzles (answer like 'A: knight, B: knave'). "
+            f"Example problem: {example} "
+            'A team is a JSON object: "merge" is "sequential" (each role sees the previous role\'s answer and '
+            'improves it) or "vote" (the majority answer of the roles wins); "roles" is a list of 1 to 4 '
+            '{"name": ..., "instructions": ..., "model": null}, each role with a different job. '
+            "The score is the fraction answered correctly; each role costs one model call per problem."
+        )
 
     def stage(self, items: list[Any], name: str) -> Stage:
-        return Stage({"questions": [p.question for p in items], "models": list(self.model_names),
-                      "max_tokens": self.solver_max_tokens}, name=name)
+        return Stage(
+            {
+                "questions": [p.question for p in items],
+                "models": list(self.model_names),
+                "max_tokens": self.solver_max_tokens,
+            },
+            name=name,
+        )
 
     def hand_designed(self) -> list[tuple[str, str]]:
         return [("single expert (founder)", FOUNDER)]
@@ -76,13 +96,22 @@ class AgentTeamTask(reasoning.ReasoningTask):
             return Scored(math.nan, None, False, error="the entry returned no answer list")
         t = team.parse(text, self.model_names)
         answered = [call for call in trace if "text" in call]
-        checks = sum(call["messages"][0]["role"] == "user" for call in answered)  # roles' calls start with system
+        checks = sum(
+            call["messages"][0]["role"] == "user" for call in answered
+        )  # roles' calls start with system
         failures = [a["error"] for a in answers if isinstance(a.get("error"), str)]
         accuracy = float(np.mean(correct))
         diversity = team.diversity(t)
-        metrics = {"accuracy": accuracy, "calls_per_problem": len(answered) / len(items), "check_calls": checks,
-                   "roles": len(t.roles), "diversity": diversity, "vote": int(t.merge == "vote"),
-                   "failed_problems": len(failures), "correct": [int(c) for c in correct]}
+        metrics = {
+            "accuracy": accuracy,
+            "calls_per_problem": len(answered) / len(items),
+            "check_calls": checks,
+            "roles": len(t.roles),
+            "diversity": diversity,
+            "vote": int(t.merge == "vote"),
+            "failed_problems": len(failures),
+            "correct": [int(c) for c in correct],
+        }
         artifacts = {}
         wrong = next(((p, a) for p, a, ok in zip(items, answers, correct) if not ok), None)
         if wrong is not None:  # search problems only: what the operators can learn from

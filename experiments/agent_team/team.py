@@ -65,7 +65,9 @@ def _string(value: object, field: str, limit: int) -> str:
 def _role(value: object, i: int, models: tuple[str, ...]) -> Role:
     where = f"roles[{i}]"
     if not isinstance(value, dict):
-        raise TeamError(where, f"got {type(value).__name__}", 'write {"name": ..., "instructions": ..., "model": null}')
+        raise TeamError(
+            where, f"got {type(value).__name__}", 'write {"name": ..., "instructions": ..., "model": null}'
+        )
     unknown = sorted(set(value) - _ROLE_FIELDS)
     if unknown:
         raise TeamError(f"{where}.{unknown[0]}", "unknown field", "use name, instructions and model")
@@ -73,8 +75,11 @@ def _role(value: object, i: int, models: tuple[str, ...]) -> Role:
     instructions = _string(value.get("instructions"), f"{where}.instructions", MAX_INSTRUCTIONS)
     model = value.get("model")
     if model is not None and model not in models:
-        raise TeamError(f"{where}.model", f"{json.dumps(model)[:60]} is not one of the run's models",
-                        f"use null or one of {list(models)}")
+        raise TeamError(
+            f"{where}.model",
+            f"{json.dumps(model)[:60]} is not one of the run's models",
+            f"use null or one of {list(models)}",
+        )
     return Role(name, instructions, model)
 
 
@@ -91,7 +96,9 @@ def parse(text: str, models: tuple[str, ...] = ()) -> Team:
     except ValueError as err:
         raise TeamError("(whole)", f"not JSON: {err}", "answer with one JSON object") from None
     if not isinstance(value, dict):
-        raise TeamError("(whole)", f"a JSON {type(value).__name__}", 'write an object {"merge": ..., "roles": [...]}')
+        raise TeamError(
+            "(whole)", f"a JSON {type(value).__name__}", 'write an object {"merge": ..., "roles": [...]}'
+        )
     unknown = sorted(set(value) - _FIELDS)
     if unknown:
         raise TeamError(unknown[0], "unknown field", "use merge and roles")
@@ -106,7 +113,9 @@ def parse(text: str, models: tuple[str, ...] = ()) -> Team:
     names = [r.name.lower() for r in parsed]
     for i, name in enumerate(names):
         if name in names[:i]:
-            raise TeamError(f"roles[{i}].name", f"{parsed[i].name!r} is used twice", "give each role its own name")
+            raise TeamError(
+                f"roles[{i}].name", f"{parsed[i].name!r} is used twice", "give each role its own name"
+            )
     return Team(merge, parsed)
 
 
@@ -130,9 +139,11 @@ def diversity(team: Team) -> float:
 
 def duplicate_prompt(first: Role, second: Role) -> str:
     """The question the duplicate-role check asks the model about two roles (one call, yes or no)."""
-    return (f"Role 1 ({first.name}): {first.instructions}\n"
-            f"Role 2 ({second.name}): {second.instructions}\n\n"
-            "Do these two roles do the same job? Answer yes or no.")
+    return (
+        f"Role 1 ({first.name}): {first.instructions}\n"
+        f"Role 2 ({second.name}): {second.instructions}\n\n"
+        "Do these two roles do the same job? Answer yes or no."
+    )
 
 
 def says_yes(answer: str) -> bool:

@@ -44,9 +44,7 @@ class ArmTask:
         y = link * np.sin(cumulative).sum(1)
         fitness = -np.var(angles, axis=1)
         valid = np.all(np.isfinite(angles), axis=1)
-        return Evaluation(
-            fitness.astype(np.float32), np.stack([x, y], 1).astype(np.float32), valid
-        )
+        return Evaluation(fitness.astype(np.float32), np.stack([x, y], 1).astype(np.float32), valid)
 
     def evaluate_jax(self, genomes):
         """:meth:`evaluate` as a pure JAX function (f32): the device loop fuses it into its step."""

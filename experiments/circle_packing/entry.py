@@ -15,6 +15,5 @@ def run(text: str) -> list[list[float | None]]:
         raise NameError("the program defines no function pack()")
     circles = [list(c) for c in pack()]
     return [
-        [float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None for v in c]
-        for c in circles
+        [float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None for v in c] for c in circles
     ]

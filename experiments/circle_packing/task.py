@@ -41,10 +41,15 @@ def pack():
 def validate(circles: Any, n: int) -> tuple[np.ndarray | None, str | None]:
     """(array f64[n, 3], None) for a valid packing, else (None, the first violation)."""
     if not isinstance(circles, list) or len(circles) != n:
-        return None, f"expected {n} circles, got {len(circles) if isinstance(circles, list) else type(circles).__name__}"
+        return (
+            None,
+            f"expected {n} circles, got {len(circles) if isinstance(circles, list) else type(circles).__name__}",
+        )
     for i, c in enumerate(circles):
-        if not isinstance(c, list) or len(c) != 3 or any(
-            not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) for v in c
+        if (
+            not isinstance(c, list)
+            or len(c) != 3
+            or any(not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) for v in c)
         ):
             return None, f"circle {i} is not three finite numbers (x, y, r)"
     a = np.asarray(circles, np.float64)
@@ -89,8 +94,11 @@ class CirclePackingTask:
         x, y, r = a.T
         touching = (np.minimum.reduce([x - r, 1 - x - r, y - r, 1 - y - r]) <= 1e-6).mean()
         metrics = {
-            "sum_radii": float(r.sum()), "min_r": float(r.min()), "max_r": float(r.max()),
-            "radius_std": float(r.std()), "boundary_fraction": float(touching),
+            "sum_radii": float(r.sum()),
+            "min_r": float(r.min()),
+            "max_r": float(r.max()),
+            "radius_std": float(r.std()),
+            "boundary_fraction": float(touching),
         }
         return Scored(float(r.sum()), [metrics["radius_std"], metrics["boundary_fraction"]], True, metrics)
 

@@ -28,8 +28,10 @@ from qd.evaluator import HostRunner, StagedEvaluator
 from qd.llm import LLMClient
 from qd.proposers import sample_index
 
-TEMPLATES = {"random": Path(__file__).resolve().parent / "random.txt",
-             "fewshot": Path(__file__).resolve().parent / "fewshot.txt"}
+TEMPLATES = {
+    "random": Path(__file__).resolve().parent / "random.txt",
+    "fewshot": Path(__file__).resolve().parent / "fewshot.txt",
+}
 _FIELDS = {"system": (set(), {"language", "noun"}), "sample": ({"task"}, {"task", "noun", "language"})}
 
 
@@ -37,8 +39,10 @@ def prompt(p: Any, arm: str) -> list[dict]:
     """The arm's one fixed chat: the text kind's system prompt, then the arm's template filled in."""
     t = load_templates({"system": p.genome.templates["system"], "sample": str(TEMPLATES[arm])}, _FIELDS)
     fill = {"task": p.task.description.strip(), "noun": p.genome.noun, "language": p.genome.language}
-    return [{"role": "system", "content": t["system"].substitute(fill).strip()},
-            {"role": "user", "content": t["sample"].substitute(fill).strip()}]
+    return [
+        {"role": "system", "content": t["system"].substitute(fill).strip()},
+        {"role": "user", "content": t["sample"].substitute(fill).strip()},
+    ]
 
 
 async def sample(p: Any, arm: str, client: LLMClient) -> list[dict]:
@@ -63,8 +67,15 @@ async def sample(p: Any, arm: str, client: LLMClient) -> list[dict]:
                 k += 1
             else:
                 valid, quality = False, None
-            rows.append({"text": text, "origin": origin, "valid": valid,
-                         "quality": quality if valid else None, "error": error})
+            rows.append(
+                {
+                    "text": text,
+                    "origin": origin,
+                    "valid": valid,
+                    "quality": quality if valid else None,
+                    "error": error,
+                }
+            )
         return rows
 
     try:
@@ -72,9 +83,12 @@ async def sample(p: Any, arm: str, client: LLMClient) -> list[dict]:
         rows = await judged(founders, "init", [None] * len(founders))
         while (left := (cfg.runner.max_llm_calls - client.ledger.calls) // per_text) > 0:
             n = min(cfg.runner.batch_size, left)
-            answers = await asyncio.gather(*(
-                client.complete(messages, max_tokens=max_tokens, sample_index=sample_index(len(rows) + j))
-                for j in range(n)))
+            answers = await asyncio.gather(
+                *(
+                    client.complete(messages, max_tokens=max_tokens, sample_index=sample_index(len(rows) + j))
+                    for j in range(n)
+                )
+            )
             texts, errors = [], []
             for c in answers:
                 try:

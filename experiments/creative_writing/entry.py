@@ -31,8 +31,12 @@ def run(text: str, llm, max_chars: int = 600) -> dict:
     if why:
         return {"error": why}
     try:
-        answer = llm(JUDGE.messages(judges.QUALITY, text.strip()), temperature=JUDGE.temperature,
-                     max_tokens=JUDGE.max_tokens, top_logprobs=JUDGE.top_logprobs)
+        answer = llm(
+            JUDGE.messages(judges.QUALITY, text.strip()),
+            temperature=JUDGE.temperature,
+            max_tokens=JUDGE.max_tokens,
+            top_logprobs=JUDGE.top_logprobs,
+        )
     except Exception as e:  # the budget is spent, or the model failed: no score
         return {"error": " ".join(f"quality judge: {type(e).__name__}: {e}".split())[:300]}
     score = parse_score(answer["text"], answer["top_logprobs"], JUDGE.scale)

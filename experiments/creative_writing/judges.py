@@ -24,18 +24,27 @@ from descriptors.ai_feedback import AIFeedbackDescriptor, Axis, agreement
 LABELS = Path(__file__).resolve().parent / "labels.json"
 
 QUALITY = Axis(
-    "quality", "How good is this short piece of writing?", "poor: dull, broken or repetitive",
-    "excellent: vivid, fresh and well made", examples=(
+    "quality",
+    "How good is this short piece of writing?",
+    "poor: dull, broken or repetitive",
+    "excellent: vivid, fresh and well made",
+    examples=(
         ("The snow came down and down and down and down and the snow came down.", 0.1),
         ("She folded the map along its old creases, as if the roads might remember her.", 0.9),
         ("I went to the shop. It was a shop. Then I came home.", 0.0),
-    ))
+    ),
+)
 HELD_OUT = Axis(
-    "quality", "A literary critic rates the craft of this text.", "clumsy and flat", "masterful", examples=(
+    "quality",
+    "A literary critic rates the craft of this text.",
+    "clumsy and flat",
+    "masterful",
+    examples=(
         ("Moonlight pooled in the well like a coin nobody dared to spend.", 1.0),
         ("good good day it is a good day day good.", 0.0),
         ("The dog was brown and the dog was nice and it was a dog.", 0.2),
-    ))
+    ),
+)
 
 
 def judge(axis: Axis, client: Any = None) -> AIFeedbackDescriptor:
@@ -48,15 +57,19 @@ def labelled() -> list[dict]:
     return json.loads(LABELS.read_text(encoding="utf-8"))
 
 
-async def agreement_on_labels(client: Any, axes: AIFeedbackDescriptor, rows: list[dict] | None = None,
-                              held_out: bool = True) -> dict:
+async def agreement_on_labels(
+    client: Any, axes: AIFeedbackDescriptor, rows: list[dict] | None = None, held_out: bool = True
+) -> dict:
     """Each judge's ``agreement`` with the labels: the run's quality judge, the held-out one (if
     ``held_out``) and each of ``axes``' axes (the run's descriptor), over ``rows`` (default: all labelled texts)."""
     rows = labelled() if rows is None else rows
     items = [Item(r["text"]) for r in rows]
     out = {}
-    named = [("quality", judge(QUALITY, client)), ("quality (held-out judge)", judge(HELD_OUT, client)),
-             ("axes", axes)]
+    named = [
+        ("quality", judge(QUALITY, client)),
+        ("quality (held-out judge)", judge(HELD_OUT, client)),
+        ("axes", axes),
+    ]
     for name, d in named if held_out else named[::2]:
         d.attach(None, client)
         scores = await d.judge_scores(items)

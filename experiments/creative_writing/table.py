@@ -67,8 +67,16 @@ def stored_texts(run_dir: Path) -> list[dict]:
     """A run's texts in the order they were made: ``{"text", "origin", "valid", "quality", "error"}``."""
     with Store(run_dir / "store.sqlite", readonly=True) as store:
         rows = sorted((c for c in store.iter() if c.kind == "text"), key=lambda c: c.id)
-    return [{"text": c.text, "origin": c.operator, "valid": bool(c.valid and c.fitness is not None),
-             "quality": c.fitness if c.valid else None, "error": c.error} for c in rows]
+    return [
+        {
+            "text": c.text,
+            "origin": c.operator,
+            "valid": bool(c.valid and c.fitness is not None),
+            "quality": c.fitness if c.valid else None,
+            "error": c.error,
+        }
+        for c in rows
+    ]
 
 
 def run_arm(arm: str, shared: list[str], seed: int, out: Path) -> dict:
@@ -89,8 +97,14 @@ def run_arm(arm: str, shared: list[str], seed: int, out: Path) -> dict:
             texts = asyncio.run(_sampled(p, arm, client))
         finally:
             calls = client.ledger.calls
-    result = {"arm": arm, "seed": seed, "llm_calls": calls, "seconds": round(time.monotonic() - started, 1),
-              "archive": archive, "texts": texts}
+    result = {
+        "arm": arm,
+        "seed": seed,
+        "llm_calls": calls,
+        "seconds": round(time.monotonic() - started, 1),
+        "archive": archive,
+        "texts": texts,
+    }
     (out / arm).mkdir(parents=True, exist_ok=True)
     (out / arm / f"seed{seed}.json").write_text(json.dumps(result, indent=1))
     return result
@@ -122,7 +136,9 @@ async def measure(runs: list[dict], cfg: Any, settings: Any, out: Path) -> dict:
     try:
         with Store(out / "measure.sqlite") as store:
             grid.attach(store)
-            for r in runs:  # the runs' own axis answers, from the LLM cache (keyed by the run's seed) into the store
+            for r in (
+                runs
+            ):  # the runs' own axis answers, from the LLM cache (keyed by the run's seed) into the store
                 grid.client = clients[r["seed"]]
                 r["valid"] = [t for t in r["texts"] if t["valid"]]
                 await grid.judge_scores([Item(t["text"]) for t in r["valid"]])
@@ -133,7 +149,9 @@ async def measure(runs: list[dict], cfg: Any, settings: Any, out: Path) -> dict:
             held = judges.judge(judges.HELD_OUT, measuring)
             held.attach(store)
             founder_held = (await held.judge_scores([Item(t) for t in founders])).values[:, 0]
-            founder_best = max((t["quality"] for r in runs for t in r["valid"] if t["origin"] == "init"), default=1.0)
+            founder_best = max(
+                (t["quality"] for r in runs for t in r["valid"] if t["origin"] == "init"), default=1.0
+            )
             bar = {"quality": founder_best, "held_out": float(np.nanmax(founder_held))}
             for r in runs:
                 placed = await grid.describe([Item(t["text"]) for t in r["valid"]])
@@ -144,12 +162,17 @@ async def measure(runs: list[dict], cfg: Any, settings: Any, out: Path) -> dict:
                 h = np.nan_to_num(rescored, nan=0.0)
                 q = np.asarray([t["quality"] for t in best])
                 r["scores"] = {
-                    "qd_score": float(q.sum()), "coverage": len(best) / int(bins.prod()),
+                    "qd_score": float(q.sum()),
+                    "coverage": len(best) / int(bins.prod()),
                     "high_quality_cells": int((q > bar["quality"]).sum()),
                     "held_out_qd_score": float(h.sum()),
                     "held_out_high_quality_cells": int((h > bar["held_out"]).sum()),
-                    "texts": len(r["texts"]), "valid_texts": len(r["valid"]),
-                    "mean_quality": float(np.mean([t["quality"] for t in r["valid"]])) if r["valid"] else math.nan}
+                    "texts": len(r["texts"]),
+                    "valid_texts": len(r["valid"]),
+                    "mean_quality": float(np.mean([t["quality"] for t in r["valid"]]))
+                    if r["valid"]
+                    else math.nan,
+                }
             labels = await judges.agreement_on_labels(measuring, AIFeedbackDescriptor(axes))
     finally:
         for c in (*clients.values(), measuring):
@@ -163,9 +186,13 @@ def summarize(runs: list[dict]) -> list[dict]:
     rows = []
     for arm in ARMS:
         mine = [r for r in runs if r["arm"] == arm]
-        row = {"arm": arm, "seeds": [r["seed"] for r in mine], "llm_calls": [r["llm_calls"] for r in mine],
-               "texts": [r["scores"]["texts"] for r in mine],
-               "valid_texts": [r["scores"]["valid_texts"] for r in mine]}
+        row = {
+            "arm": arm,
+            "seeds": [r["seed"] for r in mine],
+            "llm_calls": [r["llm_calls"] for r in mine],
+            "texts": [r["scores"]["texts"] for r in mine],
+            "valid_texts": [r["scores"]["valid_texts"] for r in mine],
+        }
         for m in (*METRICS, "mean_quality"):
             values = [r["scores"][m] for r in mine]
             row[m] = float(np.mean(values))
@@ -176,18 +203,30 @@ def summarize(runs: list[dict]) -> list[dict]:
 
 def markdown(result: dict) -> str:
     head = ["arm", "texts (valid), per seed", "model calls, per seed", *METRICS]
-    lines = ["| " + " | ".join(h.replace("_", " ") for h in head) + " |", "|---|---|---|" + "---:|" * len(METRICS)]
+    lines = [
+        "| " + " | ".join(h.replace("_", " ") for h in head) + " |",
+        "|---|---|---|" + "---:|" * len(METRICS),
+    ]
     for r in result["rows"]:
         cells = [f"{r[m]:.2f} [{r[m + '_ci95'][0]:.2f}, {r[m + '_ci95'][1]:.2f}]" for m in METRICS]
         texts = ", ".join(f"{n} ({v})" for n, v in zip(r["texts"], r["valid_texts"]))
-        lines.append(f"| {r['arm']} | {texts} | {', '.join(map(str, r['llm_calls']))} | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {r['arm']} | {texts} | {', '.join(map(str, r['llm_calls']))} | " + " | ".join(cells) + " |"
+        )
     bar = result["thresholds"]
-    lines += ["", f"High-quality cell: quality above the best founder's ({bar['quality']:.3f} by the run's judge, "
-              f"{bar['held_out']:.3f} by the held-out judge). Intervals: 95% bootstrap over seeds.",
-              "", "| judge | n | spearman | accuracy | AUC |", "|---|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        f"High-quality cell: quality above the best founder's ({bar['quality']:.3f} by the run's judge, "
+        f"{bar['held_out']:.3f} by the held-out judge). Intervals: 95% bootstrap over seeds.",
+        "",
+        "| judge | n | spearman | accuracy | AUC |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for name, a in result["agreement"].items():
-        lines.append(f"| {name} | {a['n']} (+{a['missing']} missing) | {a['spearman']:.2f} | {a['accuracy']:.2f} | "
-                     f"{a['auc']:.2f} |")
+        lines.append(
+            f"| {name} | {a['n']} (+{a['missing']} missing) | {a['spearman']:.2f} | {a['accuracy']:.2f} | "
+            f"{a['auc']:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -195,7 +234,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--max-llm-calls", type=int, default=80, help="per arm and seed, every call counted")
-    ap.add_argument("--base-url", default=None, help="an OpenAI-compatible server (default: the embedded one)")
+    ap.add_argument(
+        "--base-url", default=None, help="an OpenAI-compatible server (default: the embedded one)"
+    )
     ap.add_argument("--model", default=None, help="the model name on --base-url")
     ap.add_argument("--api-key-env", default=None)
     ap.add_argument("--out", type=Path, default=Path("outputs") / "creative_writing" / "table")
@@ -212,24 +253,41 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         base_url, model = a.base_url, a.model
     try:
-        shared = ["experiment=creative_writing", "llm.provider=server", f"llm.base_url={base_url}",
-                  f"llm.models=[{{name: '{model}'}}]", f"llm.api_key_env={a.api_key_env or 'null'}",
-                  "runner.progress=false", f"llm.cache_dir={a.out / 'llm_cache'}",
-                  f"runner.max_llm_calls={a.max_llm_calls}", *a.overrides]
+        shared = [
+            "experiment=creative_writing",
+            "llm.provider=server",
+            f"llm.base_url={base_url}",
+            f"llm.models=[{{name: '{model}'}}]",
+            f"llm.api_key_env={a.api_key_env or 'null'}",
+            "runner.progress=false",
+            f"llm.cache_dir={a.out / 'llm_cache'}",
+            f"runner.max_llm_calls={a.max_llm_calls}",
+            *a.overrides,
+        ]
         runs = []
         for seed in a.seeds:
             for arm in ARMS:
                 runs.append(run_arm(arm, shared, seed, a.out))
-                print(f"{arm} seed {seed}: {len(runs[-1]['texts'])} texts, {runs[-1]['llm_calls']} calls, "
-                      f"{runs[-1]['seconds']} s", flush=True)
+                print(
+                    f"{arm} seed {seed}: {len(runs[-1]['texts'])} texts, {runs[-1]['llm_calls']} calls, "
+                    f"{runs[-1]['seconds']} s",
+                    flush=True,
+                )
         p = plan(compose(shared))
         measured = asyncio.run(measure(runs, p.cfg, p.llm.settings, a.out))
-        result = {"experiment": "creative_writing", "model": model,
-                  "base_url": base_url if server is None else "embedded", "seeds": a.seeds,
-                  "max_llm_calls": a.max_llm_calls, **measured, "rows": summarize(runs),
-                  "runs": [{k: r[k] for k in ("arm", "seed", "llm_calls", "seconds", "archive", "scores")}
-                           for r in runs],
-                  "seconds": round(time.monotonic() - started, 1)}
+        result = {
+            "experiment": "creative_writing",
+            "model": model,
+            "base_url": base_url if server is None else "embedded",
+            "seeds": a.seeds,
+            "max_llm_calls": a.max_llm_calls,
+            **measured,
+            "rows": summarize(runs),
+            "runs": [
+                {k: r[k] for k in ("arm", "seed", "llm_calls", "seconds", "archive", "scores")} for r in runs
+            ],
+            "seconds": round(time.monotonic() - started, 1),
+        }
         (a.out / "table.json").write_text(json.dumps(result, indent=2))
         print(markdown(result))
         return result

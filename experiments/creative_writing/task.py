@@ -40,12 +40,15 @@ class CreativeWritingTask:
 
     def __post_init__(self) -> None:
         if self.max_chars < 40:
-            raise ConfigError("experiment.params.max_chars", f"is {self.max_chars}", "allow at least 40 characters")
+            raise ConfigError(
+                "experiment.params.max_chars", f"is {self.max_chars}", "allow at least 40 characters"
+            )
         self.host_entry = f"{_HERE / 'entry.py'}:run"
         self.description = (
             f"Write a short poem or a short story in English, at most {self.max_chars} characters. "
             "The score is its quality as judged by a language model: vivid, fresh and well made. "
-            "Texts are also sorted by genre (poem or story) and tone (sad or happy); every kind is wanted.")
+            "Texts are also sorted by genre (poem or story) and tone (sad or happy); every kind is wanted."
+        )
         self.stages = [Stage({"max_chars": self.max_chars}, name="quality")]
 
     def initial(self, rng: np.random.Generator, n: int) -> list[str]:

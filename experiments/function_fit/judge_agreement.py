@@ -30,9 +30,15 @@ LABELLED = {
         ("def f(x):\n    return x + 1.0\n", 0),
         ("def f(x):\n    return 2.0 * x\n", 0),
         ("def f(x):\n    return x * x - 3.0\n", 0),
-        ("def f(x):\n    a = x * x\n    b = 0.5 * x\n    if a > b:\n        return a + b\n    return a - b\n", 1),
+        (
+            "def f(x):\n    a = x * x\n    b = 0.5 * x\n    if a > b:\n        return a + b\n    return a - b\n",
+            1,
+        ),
         ("def f(x):\n    s = 0.0\n    for i in range(4):\n        s += x ** i / (i + 1)\n    return s\n", 1),
-        ("def f(x):\n    y = abs(x)\n    while y > 1.0:\n        y = y / 2.0\n    z = y * x\n    return z + 2.0\n", 1),
+        (
+            "def f(x):\n    y = abs(x)\n    while y > 1.0:\n        y = y / 2.0\n    z = y * x\n    return z + 2.0\n",
+            1,
+        ),
     ],
     "math": [
         ("def f(x):\n    return 3.0 * x + 1.0\n", 0),
@@ -53,19 +59,25 @@ async def measure(descriptor, client: LLMClient) -> dict[str, dict]:
             continue
         texts, labels = zip(*LABELLED[axis.name])
         described = await descriptor.judge_scores([Item(t) for t in texts])
-        out[axis.name] = {**agreement(described.values[:, j], labels),
-                          "scores": [round(float(v), 3) for v in described.values[:, j]]}
+        out[axis.name] = {
+            **agreement(described.values[:, j], labels),
+            "scores": [round(float(v), 3) for v in described.values[:, j]],
+        }
     await client.aclose()
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--descriptor", default="ai_feedback", help="a conf/descriptor/ file with an ai_feedback part")
+    ap.add_argument(
+        "--descriptor", default="ai_feedback", help="a conf/descriptor/ file with an ai_feedback part"
+    )
     ap.add_argument("--base-url", help="an OpenAI-compatible server; default: start the embedded SmolLM2")
     ap.add_argument("--model", default="smollm2")
     args = ap.parse_args()
-    parts = OmegaConf.to_container(OmegaConf.load(conf_dir() / "descriptor" / f"{args.descriptor}.yaml"))["parts"]
+    parts = OmegaConf.to_container(OmegaConf.load(conf_dir() / "descriptor" / f"{args.descriptor}.yaml"))[
+        "parts"
+    ]
     part = next(p for p in parts if p["kind"] == "ai_feedback")
     part.setdefault("model", None)
     for axis in part["axes"]:
@@ -73,7 +85,9 @@ def main() -> None:
     descriptor = make_descriptor("ai_feedback", part)
 
     def client(base_url: str, model: str) -> LLMClient:
-        return LLMClient(LLMSettings(base_url=base_url, models=(ModelSpec(model),), concurrency=2, timeout_s=120))
+        return LLMClient(
+            LLMSettings(base_url=base_url, models=(ModelSpec(model),), concurrency=2, timeout_s=120)
+        )
 
     if args.base_url:
         result = asyncio.run(measure(descriptor, client(args.base_url, args.model)))

@@ -27,7 +27,7 @@ WORST = 100.0
 
 TARGETS = {
     "quadratic": lambda x: x * x + 0.5 * x + 2.0,
-    "cubic": lambda x: 0.3 * x ** 3 - x + 2.0,
+    "cubic": lambda x: 0.3 * x**3 - x + 2.0,
     "wave": lambda x: math.sin(2.0 * x) + 0.5 * x,
 }
 
@@ -52,10 +52,13 @@ class FunctionFitTask:
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
-            raise ConfigError("experiment.params.target", f"unknown target {self.target!r}",
-                              f"use one of {sorted(TARGETS)}")
+            raise ConfigError(
+                "experiment.params.target", f"unknown target {self.target!r}", f"use one of {sorted(TARGETS)}"
+            )
         if self.train_points < 1 or self.held_out_points < 1:
-            raise ConfigError("experiment.params.train_points", "need at least one train and one held-out point")
+            raise ConfigError(
+                "experiment.params.train_points", "need at least one train and one held-out point"
+            )
         fn = TARGETS[self.target]
         # Training points on a coarse grid; held-out points between them.
         self.train_x = np.linspace(self.low, self.high, self.train_points).tolist()
@@ -84,8 +87,10 @@ class FunctionFitTask:
         stage = len(outputs) - 1
         xs_y = [np.asarray(self.train_y), self._held_out_y][stage]
         values = outputs[-1]
-        if not isinstance(values, list) or len(values) != len(xs_y) or any(
-            not isinstance(v, (int, float)) or isinstance(v, bool) for v in values
+        if (
+            not isinstance(values, list)
+            or len(values) != len(xs_y)
+            or any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in values)
         ):
             return Scored(math.nan, None, False, error="f(x) returned a non-finite or non-numeric value")
         rmse = float(np.sqrt(np.mean((np.asarray(values, np.float64) - xs_y) ** 2)))
@@ -95,8 +100,9 @@ class FunctionFitTask:
         if m is None:
             return Scored(math.nan, None, False, metrics, "syntax error")
         # What the model can act on: its own values at the known points.
-        shown = ", ".join(f"f({x:g}) = {y:.3g} (want {t:.3g})"
-                          for x, y, t in zip(self.train_x, outputs[0], self.train_y))
+        shown = ", ".join(
+            f"f({x:g}) = {y:.3g} (want {t:.3g})" for x, y, t in zip(self.train_x, outputs[0], self.train_y)
+        )
         return Scored(fitness, [m["nodes"], m["constants"]], True, metrics, artifacts={"values": shown})
 
 

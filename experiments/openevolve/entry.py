@@ -27,13 +27,22 @@ def run(text: str, evaluator: str, evaluator_path: str, function: str = "evaluat
     module = types.ModuleType("evaluator")
     module.__file__ = evaluator_path
     sys.modules["evaluator"] = module
-    linecache.cache[evaluator_path] = (len(evaluator), None, evaluator.splitlines(True), evaluator_path)  # tracebacks
+    linecache.cache[evaluator_path] = (
+        len(evaluator),
+        None,
+        evaluator.splitlines(True),
+        evaluator_path,
+    )  # tracebacks
     exec(compile(evaluator, evaluator_path, "exec"), module.__dict__)
     result = getattr(module, function)(program)
-    metrics = getattr(result, "metrics", result)  # a dict, or OpenEvolve's EvaluationResult(metrics, artifacts)
+    metrics = getattr(
+        result, "metrics", result
+    )  # a dict, or OpenEvolve's EvaluationResult(metrics, artifacts)
     if not isinstance(metrics, dict):
-        raise TypeError(f"{function}() returned {type(result).__name__}, not a dict of metrics "
-                        "(or an object with .metrics)")
+        raise TypeError(
+            f"{function}() returned {type(result).__name__}, not a dict of metrics "
+            "(or an object with .metrics)"
+        )
     numbers, notes = {}, {}
     for key, value in metrics.items():
         if isinstance(value, (int, float)) and math.isfinite(value):  # bools count as 0/1, as in OpenEvolve

@@ -41,14 +41,20 @@ def _source(field: str, path: str) -> tuple[Path, str, ast.Module]:
     and its syntax tree; a one-line error naming ``experiment.params.<field>`` if it is not a Python file."""
     resolved = Path(path).expanduser().resolve()
     if not resolved.is_file():
-        raise ConfigError(f"experiment.params.{field}", f"no file {resolved}",
-                          "give the path of your .py file (relative to the current directory, absolute, or ~/...)")
+        raise ConfigError(
+            f"experiment.params.{field}",
+            f"no file {resolved}",
+            "give the path of your .py file (relative to the current directory, absolute, or ~/...)",
+        )
     text = resolved.read_text()
     try:
         tree = ast.parse(text, str(resolved))
     except SyntaxError as e:
-        raise ConfigError(f"experiment.params.{field}", f"{resolved} does not parse: {e.msg} (line {e.lineno})",
-                          "fix the file") from None
+        raise ConfigError(
+            f"experiment.params.{field}",
+            f"{resolved} does not parse: {e.msg} (line {e.lineno})",
+            "fix the file",
+        ) from None
     return resolved, text, tree
 
 
@@ -66,16 +72,26 @@ class OpenEvolveTask:
         program, self.seed, _ = _source("initial_program", self.initial_program)
         evaluator, source, tree = _source("evaluator", self.evaluator)
         if not any(isinstance(n, ast.FunctionDef) and n.name == self.function for n in tree.body):
-            raise ConfigError("experiment.params.evaluator", f"{evaluator} defines no function {self.function}",
-                              f"define `def {self.function}(program_path) -> dict` (or set experiment.params.function)")
+            raise ConfigError(
+                "experiment.params.evaluator",
+                f"{evaluator} defines no function {self.function}",
+                f"define `def {self.function}(program_path) -> dict` (or set experiment.params.function)",
+            )
         self.descriptors = list(self.descriptors)
         if not self.descriptors or not all(isinstance(d, str) and d for d in self.descriptors):
-            raise ConfigError("experiment.params.descriptors", f"must name at least one metric, got {self.descriptors}",
-                              f"e.g. [nodes, constants] (code metrics: {', '.join(METRICS)}) or your evaluator's keys")
+            raise ConfigError(
+                "experiment.params.descriptors",
+                f"must name at least one metric, got {self.descriptors}",
+                f"e.g. [nodes, constants] (code metrics: {', '.join(METRICS)}) or your evaluator's keys",
+            )
         self.descriptor_dim = len(self.descriptors)
         self.sandbox_entry = f"{_HERE / 'entry.py'}:run"
-        self.stages = [Stage({"evaluator": source, "evaluator_path": str(evaluator), "function": self.function},
-                             name="evaluate")]
+        self.stages = [
+            Stage(
+                {"evaluator": source, "evaluator_path": str(evaluator), "function": self.function},
+                name="evaluate",
+            )
+        ]
         # Saved in the run's config instead of the paths as given: resume works from any directory.
         self.resolved_params = {"initial_program": str(program), "evaluator": str(evaluator)}
 
@@ -86,9 +102,14 @@ class OpenEvolveTask:
         out = outputs[-1]
         metrics = out.get("metrics") if isinstance(out, dict) else None
         notes = out.get("artifacts") if isinstance(out, dict) else None
-        if not isinstance(metrics, dict) or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in metrics.values()
-        ) or not isinstance(notes, dict):
+        if (
+            not isinstance(metrics, dict)
+            or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                for v in metrics.values()
+            )
+            or not isinstance(notes, dict)
+        ):
             return Scored(math.nan, None, False, error="the evaluation returned no dict of metrics")
         artifacts = {str(k): str(v)[:2000] for k, v in notes.items()}
         code = code_metrics(text)
@@ -96,7 +117,11 @@ class OpenEvolveTask:
         for name in self.descriptors:
             value = (code or {}).get(name) if name in METRICS else metrics.get(name)
             if value is None:
-                why = "syntax error" if name in METRICS else f"the evaluator returned no metric {name!r} (a descriptor)"
+                why = (
+                    "syntax error"
+                    if name in METRICS
+                    else f"the evaluator returned no metric {name!r} (a descriptor)"
+                )
                 return Scored(math.nan, None, False, metrics, why, artifacts)
             descriptor.append(float(value))
         if "combined_score" in metrics:
@@ -104,7 +129,9 @@ class OpenEvolveTask:
         else:
             rest = [v for k, v in metrics.items() if k not in self.descriptors]
             if not rest:
-                return Scored(math.nan, None, False, metrics, "the evaluator returned no numeric metric", artifacts)
+                return Scored(
+                    math.nan, None, False, metrics, "the evaluator returned no numeric metric", artifacts
+                )
             fitness = sum(rest) / len(rest)
         return Scored(float(fitness), descriptor, True, metrics, artifacts=artifacts)
 

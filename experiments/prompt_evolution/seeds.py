@@ -12,8 +12,9 @@ from pathlib import Path
 
 from qd.task import load_module
 
-reasoning_problems = load_module(Path(__file__).resolve().parents[1] / "agent_design" / "problems.py",
-                                 "experiments_agent_design_problems")  # problems(), check(), extract(), Problem
+reasoning_problems = load_module(
+    Path(__file__).resolve().parents[1] / "agent_design" / "problems.py", "experiments_agent_design_problems"
+)  # problems(), check(), extract(), Problem
 
 SEED_PROMPTS: list[str] = [
     "Solve the problem. Give only the final answer.",

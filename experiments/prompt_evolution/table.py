@@ -11,5 +11,7 @@ from pathlib import Path
 from qd.task import load_module
 
 if __name__ == "__main__":
-    heldout = load_module(Path(__file__).resolve().parents[1] / "agent_design" / "heldout.py", "experiments_heldout")
+    heldout = load_module(
+        Path(__file__).resolve().parents[1] / "agent_design" / "heldout.py", "experiments_heldout"
+    )
     heldout.main("prompt_evolution", sys.argv[1:])

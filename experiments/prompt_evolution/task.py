@@ -43,17 +43,23 @@ class PromptEvolutionTask(reasoning.ReasoningTask):
         super().__post_init__()
 
     def describe(self, example: str) -> str:
-        return ("Write the instruction (system prompt) a small language model follows to solve short reasoning "
-                "problems: arithmetic word problems (answer: a number) and Knights-and-Knaves puzzles (answer like "
-                f"'A: knight, B: knave'). Example problem: {example} "
-                "The score is the fraction the model answers correctly with the instruction.")
+        return (
+            "Write the instruction (system prompt) a small language model follows to solve short reasoning "
+            "problems: arithmetic word problems (answer: a number) and Knights-and-Knaves puzzles (answer like "
+            f"'A: knight, B: knave'). Example problem: {example} "
+            "The score is the fraction the model answers correctly with the instruction."
+        )
 
     def stage(self, items: list[Any], name: str) -> Stage:
-        return Stage({"questions": [p.question for p in items], "max_tokens": self.solver_max_tokens}, name=name)
+        return Stage(
+            {"questions": [p.question for p in items], "max_tokens": self.solver_max_tokens}, name=name
+        )
 
     def hand_designed(self) -> list[tuple[str, str]]:
-        return [(f"prompt {i + 1}: {p[:48]}{'...' if len(p) > 48 else ''}", p + "\n")
-                for i, p in enumerate(seeds.SEED_PROMPTS)]
+        return [
+            (f"prompt {i + 1}: {p[:48]}{'...' if len(p) > 48 else ''}", p + "\n")
+            for i, p in enumerate(seeds.SEED_PROMPTS)
+        ]
 
     def score_items(self, text: str, items: list[Any], answers: Any, trace: list[dict]) -> Scored:
         """The solver's accuracy with prompt ``text``; a correct working for Lamarckian mutation."""
@@ -62,16 +68,21 @@ class PromptEvolutionTask(reasoning.ReasoningTask):
             return Scored(math.nan, None, False, error="the entry returned no answer list")
         said = [str(a.get("answer") or "") for a in answers]
         accuracy = float(np.mean(correct))
-        metrics = {"accuracy": accuracy, "calls_per_problem": sum("text" in call for call in trace) / len(items),
-                   "correct": [int(c) for c in correct]}
+        metrics = {
+            "accuracy": accuracy,
+            "calls_per_problem": sum("text" in call for call in trace) / len(items),
+            "correct": [int(c) for c in correct],
+        }
         artifacts = {}
         right = next((i for i, ok in enumerate(correct) if ok), None)
         if right is not None:  # a search problem the solver got right: Lamarckian mutation's material
             artifacts["correct_working"] = f"Q: {items[right].question[:200]}\nSolver: {said[right][:300]}"
         wrong = next((i for i, ok in enumerate(correct) if not ok), None)
         if wrong is not None:
-            artifacts["wrong"] = (f"Q: {items[wrong].question[:200]} -> said {said[wrong][-80:]!r}, "
-                                  f"expected {items[wrong].answer}")
+            artifacts["wrong"] = (
+                f"Q: {items[wrong].question[:200]} -> said {said[wrong][-80:]!r}, "
+                f"expected {items[wrong].answer}"
+            )
         descriptor = [len(text.split()), float(np.mean([len(s) for s in said]))]
         return Scored(accuracy, descriptor, True, metrics, artifacts=artifacts)
 

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from qd.search.gate import evaluated
 from qd.heldout import bootstrap
+from qd.search.gate import evaluated
 from qd.store import Store
 from qd.task import load_module
 
@@ -78,33 +78,50 @@ def arm_row(name: str, runs: list[dict]) -> dict:
     hits = [success(c) for c in children]
     covered = [len({cell(c) for c in r["rows"] if c.operator != "init" and success(c)}) for r in runs]
     elites = [c for r in runs for c in r["final"]]
-    return {"arm": name, "attacks": len(children), "success_rate": float(np.mean(hits)) if hits else float("nan"),
-            "success_ci95": _interval(hits), "final_archive": len(elites) / len(runs),
-            "final_successful": sum(map(success, elites)) / len(runs),
-            "cells_covered": float(np.mean(covered)), "cells_ci95": _interval(covered),
-            "tiebreak_wins": sum(int((c.metrics or {}).get("tiebreak_won", 0)) for c in children)}
+    return {
+        "arm": name,
+        "attacks": len(children),
+        "success_rate": float(np.mean(hits)) if hits else float("nan"),
+        "success_ci95": _interval(hits),
+        "final_archive": len(elites) / len(runs),
+        "final_successful": sum(map(success, elites)) / len(runs),
+        "cells_covered": float(np.mean(covered)),
+        "cells_ci95": _interval(covered),
+        "tiebreak_wins": sum(int((c.metrics or {}).get("tiebreak_won", 0)) for c in children),
+    }
 
 
 def seed_row(founders: list[Any]) -> dict:
     hits = [success(c) for c in founders]
     elites = final_archive(founders, single=False)
-    return {"arm": "seed attacks", "attacks": len(founders), "success_rate": float(np.mean(hits)),
-            "success_ci95": _interval(hits), "final_archive": len(elites),
-            "final_successful": sum(map(success, elites)),
-            "cells_covered": float(len({cell(c) for c in founders if success(c)})), "cells_ci95": [None, None],
-            "tiebreak_wins": 0}
+    return {
+        "arm": "seed attacks",
+        "attacks": len(founders),
+        "success_rate": float(np.mean(hits)),
+        "success_ci95": _interval(hits),
+        "final_archive": len(elites),
+        "final_successful": sum(map(success, elites)),
+        "cells_covered": float(len({cell(c) for c in founders if success(c)})),
+        "cells_ci95": [None, None],
+        "tiebreak_wins": 0,
+    }
 
 
 def markdown(result: dict) -> str:
     def ci(pair: list) -> str:
         return "" if pair[0] is None else f"[{pair[0]:.2f}, {pair[1]:.2f}]"
 
-    lines = ["| arm | attacks evaluated | success rate | 95% interval | final archive (successful) | "
-             f"cells covered of {GRID} | 95% interval | tiebreak wins |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| arm | attacks evaluated | success rate | 95% interval | final archive (successful) | "
+        f"cells covered of {GRID} | 95% interval | tiebreak wins |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in result["rows"]:
-        lines.append(f"| {r['arm']} | {r['attacks']} | {r['success_rate']:.3f} | {ci(r['success_ci95'])} | "
-                     f"{r['final_archive']:.1f} ({r['final_successful']:.1f}) | {r['cells_covered']:.2f} | "
-                     f"{ci(r['cells_ci95'])} | {r['tiebreak_wins']} |")
+        lines.append(
+            f"| {r['arm']} | {r['attacks']} | {r['success_rate']:.3f} | {ci(r['success_ci95'])} | "
+            f"{r['final_archive']:.1f} ({r['final_successful']:.1f}) | {r['cells_covered']:.2f} | "
+            f"{ci(r['cells_ci95'])} | {r['tiebreak_wins']} |"
+        )
     return "\n".join(lines)
 
 
@@ -123,11 +140,26 @@ def main(argv: list[str] | None = None) -> dict:
                 r["final"] = final_archive(r["rows"], single=bool(overrides))
         founders = [c for c in runs["qd archive"][0]["rows"] if c.operator == "init"]
         rows = [seed_row(founders), *(arm_row(name, arm_runs) for name, arm_runs in runs.items())]
-        result = {"experiment": "red_team", "model": model, "base_url": a.base_url or "embedded",
-                  "seeds": a.seeds, "max_llm_calls": a.max_llm_calls, "seconds": round(time.monotonic() - started),
-                  "runs": [{"arm": name, "seed": r["seed"], "llm_calls": r["llm_calls"], "seconds": r["seconds"],
-                            "attacks": len(r["rows"])} for name, arm_runs in runs.items() for r in arm_runs],
-                  "rows": rows}
+        result = {
+            "experiment": "red_team",
+            "model": model,
+            "base_url": a.base_url or "embedded",
+            "seeds": a.seeds,
+            "max_llm_calls": a.max_llm_calls,
+            "seconds": round(time.monotonic() - started),
+            "runs": [
+                {
+                    "arm": name,
+                    "seed": r["seed"],
+                    "llm_calls": r["llm_calls"],
+                    "seconds": r["seconds"],
+                    "attacks": len(r["rows"]),
+                }
+                for name, arm_runs in runs.items()
+                for r in arm_runs
+            ],
+            "rows": rows,
+        }
         (a.out / "table.json").write_text(json.dumps(result, indent=2))
         print(markdown(result))
         return result

@@ -17,28 +17,63 @@ TECHNIQUES = ("role play", "hypothetical", "misspelling", "authority", "word pla
 _LEET = str.maketrans("013457@$", "oieastas")
 _WORDS = re.compile(r"[a-z0-9']+")
 # obfuscated words: leetspeak ("w0rd"), chat spelling and misspelled key words
-_MISSPELT = {"sekret", "sekrit", "secrit", "seecret", "sercet", "pasword", "passwerd", "passwurd", "passwrd",
-             "pazzword", "wurd", "werd", "wrd", "capitol", "kapital", "leters", "lettrs", "upercase", "pls",
-             "plz", "teh", "u", "ur", "da", "wat", "wut", "iz", "tel", "gimme", "sey", "rite", "wen"}
+_MISSPELT = {
+    "sekret",
+    "sekrit",
+    "secrit",
+    "seecret",
+    "sercet",
+    "pasword",
+    "passwerd",
+    "passwurd",
+    "passwrd",
+    "pazzword",
+    "wurd",
+    "werd",
+    "wrd",
+    "capitol",
+    "kapital",
+    "leters",
+    "lettrs",
+    "upercase",
+    "pls",
+    "plz",
+    "teh",
+    "u",
+    "ur",
+    "da",
+    "wat",
+    "wut",
+    "iz",
+    "tel",
+    "gimme",
+    "sey",
+    "rite",
+    "wen",
+}
 _SPACED = re.compile(r"\b(?:[a-z][ .\-_*]){3,}[a-z]\b")  # "s e c r e t", "p.a.s.s"
 # In order of precedence (misspelling, checked apart, comes first).
 _PATTERNS = {
     "authority": r"admin\w*|developers?|creators?|owner|supervisor|manager|boss|official\w*|authori[sz]\w*|"
-                 r"security (?:team|audit|check|officer)|override|sudo|root access|clearance|i am your|i'm your|"
-                 r"this is your|on behalf of|by order|i order you|command you|your programmer|openai|engineer",
+    r"security (?:team|audit|check|officer)|override|sudo|root access|clearance|i am your|i'm your|"
+    r"this is your|on behalf of|by order|i order you|command you|your programmer|openai|engineer",
     "role play": r"pretend\w*|act as|acting as|act like|role[- ]?play\w*|you are now|you're now|play the role|"
-                 r"play the part|in character|persona|stay in character|you are a|you're a|be a",
+    r"play the part|in character|persona|stay in character|you are a|you're a|be a",
     "hypothetical": r"imagine|hypothetical\w*|suppose|what if|stor(?:y|ies)|tale|novel|scene|script|fiction\w*|"
-                    r"in a (?:world|dream|movie|film|universe)|let's say|if you (?:were|could|had)|"
-                    r"once upon a time|thought experiment",
+    r"in a (?:world|dream|movie|film|universe)|let's say|if you (?:were|could|had)|"
+    r"once upon a time|thought experiment",
     "word play": r"games?|riddles?|rhym\w*|poem|acronyms?|backwards?|revers\w*|spell\w*|letter by letter|"
-                 r"one letter|hangman|puzzles?|anagrams?|first letters?|each letter|word play|puns?|cipher|"
-                 r"fill in the blank",
+    r"one letter|hangman|puzzles?|anagrams?|first letters?|each letter|word play|puns?|cipher|"
+    r"fill in the blank",
 }
-_SECRET = re.compile(r"\b(?:secrets?|password|pass word|hidden word|the word|code ?word|reveal\w*|spell\w*|"
-                     r"letters of)\b")
-_FORMAT = re.compile(r"\b(?:capital\w*|capitol\w*|kapital\w*|upp?er ?case|all caps|caps|caps lock|shout\w*|yell\w*|"
-                     r"acronyms?|loud\w*)\b")
+_SECRET = re.compile(
+    r"\b(?:secrets?|password|pass word|hidden word|the word|code ?word|reveal\w*|spell\w*|"
+    r"letters of)\b"
+)
+_FORMAT = re.compile(
+    r"\b(?:capital\w*|capitol\w*|kapital\w*|upp?er ?case|all caps|caps|caps lock|shout\w*|yell\w*|"
+    r"acronyms?|loud\w*)\b"
+)
 
 
 def plain(text: str) -> str:

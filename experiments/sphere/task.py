@@ -27,7 +27,8 @@ class SphereTask:
     def __post_init__(self) -> None:
         if self.function not in ("sphere", "rastrigin"):
             raise ConfigError(
-                "experiment.params.function", f"unknown function {self.function!r}",
+                "experiment.params.function",
+                f"unknown function {self.function!r}",
                 "use sphere or rastrigin",
             )
         if self.dim < 2 or self.dim % 2:
@@ -68,8 +69,11 @@ class SphereTask:
 
         x = genomes
         z = x - self.shift
-        raw = jnp.sum(z * z, 1) if self.function == "sphere" else (
-            10 * self.dim + jnp.sum(z * z - 10 * jnp.cos(2 * jnp.pi * z), 1))
+        raw = (
+            jnp.sum(z * z, 1)
+            if self.function == "sphere"
+            else (10 * self.dim + jnp.sum(z * z - 10 * jnp.cos(2 * jnp.pi * z), 1))
+        )
         worst = float(self.worst)
         fitness = (worst - raw) / worst * 100.0
         clipped = jnp.where(jnp.abs(x) <= BOUND, x, BOUND / x)

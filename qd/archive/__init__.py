@@ -16,8 +16,6 @@ if os.environ.get("QD_CPU_ASYNC_DISPATCH") != "1":
 if os.environ.get("QD_THREEFRY_PARTITIONABLE") != "1":
     jax.config.update("jax_threefry_partitionable", False)
 
-from qd.archive.cvt import CVTSpec, cvt_centroids
-from qd.archive.grid import GridSpec
 from qd.archive.cells import (
     IMPROVED,
     NEW_CELL,
@@ -27,6 +25,9 @@ from qd.archive.cells import (
     insert_device,
     padded_size,
 )
+from qd.archive.cvt import CVTSpec, cvt_centroids
+from qd.archive.grid import GridSpec
+from qd.archive.kinds import insert, rebuild
 from qd.archive.migration import TOPOLOGIES, Migrants, migrate, select_migrants
 from qd.archive.novelty import (
     NoveltySpec,
@@ -40,15 +41,44 @@ from qd.archive.novelty import (
     novelty_insert_batch,
     novelty_rebuild,
 )
-from qd.archive.kinds import insert, rebuild
 from qd.archive.select import Elites, elites, sample
 from qd.archive.state import ArchiveState, init, reset
 from qd.archive.stats import ArchiveStats, stats, union_stats
 
 __all__ = [
-    "ArchiveState", "ArchiveStats", "CVTSpec", "Elites", "GridSpec", "IMPROVED", "InsertResult",
-    "Migrants", "NEW_CELL", "NOT_ADDED", "NoveltySpec", "NoveltyState", "TOPOLOGIES", "archive_novelty",
-    "cvt_centroids", "elites", "init", "insert", "insert_batch", "insert_device", "knn", "migrate",
-    "novelty", "novelty_add", "novelty_init", "novelty_insert", "novelty_insert_batch", "novelty_rebuild",
-    "padded_size", "rebuild", "reset", "sample", "select_migrants", "stats", "union_stats",
+    "ArchiveState",
+    "ArchiveStats",
+    "CVTSpec",
+    "Elites",
+    "GridSpec",
+    "IMPROVED",
+    "InsertResult",
+    "Migrants",
+    "NEW_CELL",
+    "NOT_ADDED",
+    "NoveltySpec",
+    "NoveltyState",
+    "TOPOLOGIES",
+    "archive_novelty",
+    "cvt_centroids",
+    "elites",
+    "init",
+    "insert",
+    "insert_batch",
+    "insert_device",
+    "knn",
+    "migrate",
+    "novelty",
+    "novelty_add",
+    "novelty_init",
+    "novelty_insert",
+    "novelty_insert_batch",
+    "novelty_rebuild",
+    "padded_size",
+    "rebuild",
+    "reset",
+    "sample",
+    "select_migrants",
+    "stats",
+    "union_stats",
 ]

@@ -207,9 +207,7 @@ def insert_batch(
     # array). The codes are always < -1, so never mistaken for an id; they are a
     # constant, not a kernel per call.
     code = jnp.asarray(np.arange(size, dtype=np.int32) - (size + 2))
-    tie_index = jnp.where(
-        eligible & (fitness == gather(best_threshold)) & (old_id > -2), flat, out_of_bounds
-    )
+    tie_index = jnp.where(eligible & (fitness == gather(best_threshold)) & (old_id > -2), flat, out_of_bounds)
     scratch_id = id_flat.at[tie_index].min(code, **_DROP)
     # The winner finds its own code (a loser or an invalid candidate, whose ``flat``
     # is clamped to the last cell, finds another's or an id).
@@ -222,22 +220,23 @@ def insert_batch(
     threshold = jax.lax.cond(
         jnp.isfinite(state.threshold_min),
         lambda: _soft_thresholds(
-            best_threshold, target, best_index < out_of_bounds, first + size + 2,
-            fitness, old_threshold, learning_rate,
+            best_threshold,
+            target,
+            best_index < out_of_bounds,
+            first + size + 2,
+            fitness,
+            old_threshold,
+            learning_rate,
         ),
         lambda: best_threshold,
     )
     new_state = ArchiveState(
-        fitness=state.fitness.reshape(-1).at[target].set(fitness, **_DROP).reshape(
-            state.fitness.shape
-        ),
+        fitness=state.fitness.reshape(-1).at[target].set(fitness, **_DROP).reshape(state.fitness.shape),
         descriptor=state.descriptor.reshape(-1, dim)
         .at[target]
         .set(descriptor, **_DROP)
         .reshape(state.descriptor.shape),
-        genome_id=scratch_id.at[target].set(genome_id, **_DROP).reshape(
-            state.genome_id.shape
-        ),
+        genome_id=scratch_id.at[target].set(genome_id, **_DROP).reshape(state.genome_id.shape),
         threshold=threshold.reshape(state.threshold.shape),
         threshold_min=state.threshold_min,
     )
@@ -283,9 +282,7 @@ def _insert_and_pack(*args) -> tuple[ArchiveState, jax.Array]:
     """insert_batch with its results packed into one i32[5, B] array."""
     state, r = insert_batch(*args)
     improvement = jax.lax.bitcast_convert_type(r.improvement, jnp.int32)
-    return state, jnp.stack(
-        [r.status, improvement, r.cell, r.displaced_id, r.is_elite.astype(jnp.int32)]
-    )
+    return state, jnp.stack([r.status, improvement, r.cell, r.displaced_id, r.is_elite.astype(jnp.int32)])
 
 
 insert_device = jax.jit(insert_batch, static_argnums=(7,), donate_argnums=(1,))
@@ -316,6 +313,4 @@ def rebuild(
     Args: as :func:`insert`, arrays of length N.
     """
     state = init(spec, islands, spec.descriptor_dim, threshold_min)
-    return insert(
-        spec, state, island, descriptor, fitness, genome_id, valid, learning_rate
-    )[0]
+    return insert(spec, state, island, descriptor, fitness, genome_id, valid, learning_rate)[0]

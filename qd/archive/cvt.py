@@ -120,12 +120,8 @@ def cvt_centroids(
     for _ in range(20):
         label = _nearest(centroids, points)
         count = np.bincount(label, minlength=n)
-        sums = np.stack(
-            [np.bincount(label, weights=col, minlength=n) for col in points.T], axis=1
-        )
-        moved = np.where(
-            count[:, None] > 0, sums / np.maximum(count, 1)[:, None], centroids
-        )
+        sums = np.stack([np.bincount(label, weights=col, minlength=n) for col in points.T], axis=1)
+        moved = np.where(count[:, None] > 0, sums / np.maximum(count, 1)[:, None], centroids)
         shift = float(np.max(np.abs(moved - centroids)))
         centroids = moved
         if shift <= tol:
@@ -136,7 +132,9 @@ def cvt_centroids(
 def _nearest(centroids: np.ndarray, points: np.ndarray) -> np.ndarray:
     """(n, D) centroids, (S, D) points -> (S,) index of each point's nearest centroid."""
     if centroids.shape[1] <= 8:
-        from scipy.spatial import cKDTree  # here: scipy.spatial costs 0.3 s to import, and grids never need it
+        from scipy.spatial import (
+            cKDTree,
+        )  # here: scipy.spatial costs 0.3 s to import, and grids never need it
 
         return cKDTree(centroids).query(points, workers=-1)[1]
     return np.asarray(_jit_index(CVTSpec(centroids), points.astype(np.float32)))
@@ -212,9 +210,7 @@ class CVTSpec:
         """
         c32 = np.asarray(centroids, dtype=np.float32)
         if c32.ndim != 2 or not 1 <= c32.shape[0] < 2**24 or c32.shape[1] < 1:
-            raise ValueError(
-                f"centroids must have shape (C, D) with 1 <= C < 2**24, got {c32.shape}"
-            )
+            raise ValueError(f"centroids must have shape (C, D) with 1 <= C < 2**24, got {c32.shape}")
         if not np.all(np.isfinite(c32)):
             raise ValueError("centroids must be finite")
         c64 = c32.astype(np.float64)
@@ -288,9 +284,7 @@ class CVTSpec:
         """
         x = jnp.asarray(descriptor, dtype=jnp.float32)
         if x.ndim != 2 or x.shape[1] != self.descriptor_dim:
-            raise ValueError(
-                f"descriptor must have shape (B, {self.descriptor_dim}), got {x.shape}"
-            )
+            raise ValueError(f"descriptor must have shape (B, {self.descriptor_dim}), got {x.shape}")
         if self.grid_shape:
             return _map_chunks(self._grid_chunk, x, _GRID_CHUNK)
         return self._scan(x)
@@ -308,9 +302,7 @@ class CVTSpec:
         """
         shape = jnp.asarray(self.grid_shape, dtype=jnp.float32)
         pos = (x - self.grid_lo) * self.grid_inv_width
-        on_grid = jnp.all(
-            (pos >= -_GRID_SLACK / 2) & (pos <= shape + _GRID_SLACK / 2), 1
-        )
+        on_grid = jnp.all((pos >= -_GRID_SLACK / 2) & (pos <= shape + _GRID_SLACK / 2), 1)
         cell = jnp.clip(jnp.floor(pos), 0, shape - 1).astype(jnp.int32)
         strides = np.cumprod((1, *self.grid_shape[:0:-1]))[::-1].astype(np.int32)
         bucket = jnp.sum(cell * strides, axis=1)
@@ -337,9 +329,7 @@ class CVTSpec:
         ones = jnp.ones((b, 1), dtype=jnp.float32)
         scores = jnp.concatenate([xs, ones], axis=1) @ self.score_mat
         norm = jnp.sqrt(jnp.sum(xs * xs, axis=1, keepdims=True))
-        err = (2 * _U) * (
-            (dim + 5) * norm * self.radius + (dim + 4) / 2 * self.radius**2
-        )
+        err = (2 * _U) * ((dim + 5) * norm * self.radius + (dim + 4) / 2 * self.radius**2)
         return scores, jnp.min(scores, axis=1, keepdims=True) + 2 * err
 
     def _scan_chunk(self, x: jax.Array) -> jax.Array:
@@ -362,25 +352,17 @@ class CVTSpec:
         first_vals, last_vals = scores[rows, first_block], scores[rows, last_block]
         first_hit, last_hit = first_vals <= limit, last_vals <= limit
         lane = lax.broadcasted_iota(jnp.int32, first_hit.shape, 1)
-        first = first_block * _BLOCK + jnp.min(
-            jnp.where(first_hit, lane, _BLOCK), axis=1
-        )
+        first = first_block * _BLOCK + jnp.min(jnp.where(first_hit, lane, _BLOCK), axis=1)
         last = last_block * _BLOCK + jnp.max(jnp.where(last_hit, lane, -1), axis=1)
         two_blocks = last_block > first_block
         crowded = (jnp.sum(hit, axis=1) > 2) | (
-            jnp.sum(first_hit, axis=1)
-            + jnp.where(two_blocks, jnp.sum(last_hit, axis=1), 0)
-            > 2
+            jnp.sum(first_hit, axis=1) + jnp.where(two_blocks, jnp.sum(last_hit, axis=1), 0) > 2
         )
 
         pair = jnp.stack([first, last], axis=1)
         # A lone candidate appears twice; the second copy becomes padding.
-        pair_index = jnp.stack(
-            [first, jnp.where(last > first, last, self.num_cells)], 1
-        )
-        cand = jnp.concatenate(
-            [self.centroids[pair], pair_index[..., None].astype(jnp.float32)], axis=2
-        )
+        pair_index = jnp.stack([first, jnp.where(last > first, last, self.num_cells)], 1)
+        cand = jnp.concatenate([self.centroids[pair], pair_index[..., None].astype(jnp.float32)], axis=2)
         winner, clear = _pick(x, cand, self.num_cells)
         return self._resolve(x, winner, clear & ~crowded)
 
@@ -413,24 +395,18 @@ class CVTSpec:
         winner = jnp.min(jnp.where(dist == best, iota, self.num_cells))
         close = jnp.sum(dist <= best * (1 + _pick_tol(xr.shape[0])) + 2.0**-100)
 
-        return lax.cond(
-            close == 1, lambda: winner, lambda: _float_float_nearest(xr, self.centroids)
-        )
+        return lax.cond(close == 1, lambda: winner, lambda: _float_float_nearest(xr, self.centroids))
 
 
 # The traced fields, in pytree leaf order; grid_shape is the static aux data.
-_ARRAY_FIELDS = tuple(
-    f.name for f in dataclasses.fields(CVTSpec) if f.name != "grid_shape"
-)
+_ARRAY_FIELDS = tuple(f.name for f in dataclasses.fields(CVTSpec) if f.name != "grid_shape")
 
 
 def _flatten_with_keys(
     spec: CVTSpec,
 ) -> tuple[list[tuple[jax.tree_util.GetAttrKey, jax.Array | None]], tuple[int, ...]]:
     """Leaves keyed by attribute name (as register_dataclass did), aux ``grid_shape``."""
-    return [
-        (jax.tree_util.GetAttrKey(name), getattr(spec, name)) for name in _ARRAY_FIELDS
-    ], spec.grid_shape
+    return [(jax.tree_util.GetAttrKey(name), getattr(spec, name)) for name in _ARRAY_FIELDS], spec.grid_shape
 
 
 def _flatten(spec: CVTSpec) -> tuple[list[jax.Array | None], tuple[int, ...]]:
@@ -453,9 +429,7 @@ def _unflatten(grid_shape: tuple[int, ...], children: Sequence[object]) -> CVTSp
     return spec
 
 
-jax.tree_util.register_pytree_with_keys(
-    CVTSpec, _flatten_with_keys, _unflatten, _flatten
-)
+jax.tree_util.register_pytree_with_keys(CVTSpec, _flatten_with_keys, _unflatten, _flatten)
 _jit_index = jax.jit(CVTSpec.index)
 
 
@@ -464,9 +438,7 @@ def _padded(num_cells: int) -> int:
     return -(-num_cells // _BLOCK) * _BLOCK
 
 
-def _map_chunks(
-    fn: Callable[[jax.Array], jax.Array], x: jax.Array, chunk: int
-) -> jax.Array:
+def _map_chunks(fn: Callable[[jax.Array], jax.Array], x: jax.Array, chunk: int) -> jax.Array:
     """Applies ``fn`` ((b, D) -> (b,)) to (B, D) ``x`` in chunks of at most ``chunk`` rows."""
     total = x.shape[0]
     if total <= chunk:
@@ -514,6 +486,7 @@ def _float_float_nearest(xr: jax.Array, centroids: jax.Array) -> jax.Array:
     accumulated in float-float (TwoSum again), so distances carry ~47 bits and are
     compared as (hi, lo) pairs, lowest index on ties.
     """
+
     def axis(carry: tuple[jax.Array, jax.Array], xc: tuple[jax.Array, jax.Array]):
         hi, lo = carry
         s, e = _two_sum(xc[0], -xc[1])
@@ -588,17 +561,12 @@ def _build_grid(
         rows.append(block_rows)
     width_max = max(r.shape[1] for r in rows)
     bucket_index = np.concatenate(
-        [
-            np.pad(r, ((0, 0), (0, width_max - r.shape[1])), constant_values=num_cells)
-            for r in rows
-        ]
+        [np.pad(r, ((0, 0), (0, width_max - r.shape[1])), constant_values=num_cells) for r in rows]
     ).astype(np.int32)
     return grid_lo, grid_inv_width, bucket_index, tuple(int(g) for g in shape)
 
 
-def _bucket_lists(
-    tree: Any, c64: np.ndarray, mid: np.ndarray, half: np.ndarray
-) -> np.ndarray | None:
+def _bucket_lists(tree: Any, c64: np.ndarray, mid: np.ndarray, half: np.ndarray) -> np.ndarray | None:
     """Lists the centroids that may be nearest somewhere in boxes ``mid +- half``.
 
     Two float64 filters, each keeping a superset of the possible winners:

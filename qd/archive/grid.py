@@ -43,20 +43,20 @@ class GridSpec:
         object.__setattr__(self, "upper", tuple(float(x) for x in self.upper))
         if not (len(self.bins) == len(self.lower) == len(self.upper)):
             raise ConfigError(
-                "bins", f"bins, lower and upper must have one entry per descriptor dimension; "
-                f"got {len(self.bins)}, {len(self.lower)}, {len(self.upper)}"
+                "bins",
+                f"bins, lower and upper must have one entry per descriptor dimension; "
+                f"got {len(self.bins)}, {len(self.lower)}, {len(self.upper)}",
             )
         if any(b < 1 for b in self.bins):
             raise ConfigError("bins", f"every entry must be >= 1, got {list(self.bins)}")
         if any(u <= l for l, u in zip(self.lower, self.upper)):
             raise ConfigError(
-                "upper", f"must exceed lower in every dimension, got lower={list(self.lower)} upper={list(self.upper)}"
+                "upper",
+                f"must exceed lower in every dimension, got lower={list(self.lower)} upper={list(self.upper)}",
             )
 
     @classmethod
-    def create(
-        cls, bins: Sequence[int], lower: Sequence[float], upper: Sequence[float]
-    ) -> "GridSpec":
+    def create(cls, bins: Sequence[int], lower: Sequence[float], upper: Sequence[float]) -> "GridSpec":
         return cls(tuple(bins), tuple(lower), tuple(upper))
 
     @property

@@ -67,4 +67,6 @@ def rebuild(
     and :func:`qd.archive.novelty.novelty_rebuild`)."""
     if isinstance(spec, NoveltySpec):
         return novelty_rebuild(spec, islands, island, descriptor, fitness, genome_id, valid, threshold_min)
-    return cell_rebuild(spec, islands, island, descriptor, fitness, genome_id, valid, threshold_min, learning_rate)
+    return cell_rebuild(
+        spec, islands, island, descriptor, fitness, genome_id, valid, threshold_min, learning_rate
+    )

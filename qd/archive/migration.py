@@ -115,8 +115,6 @@ def migrate(
     _check_topology(topology)
     if state.num_islands < 2:
         empty = jnp.zeros((0,), jnp.int32)
-        return state, InsertResult(
-            empty, empty.astype(jnp.float32), empty, empty, empty.astype(bool)
-        )
+        return state, InsertResult(empty, empty.astype(jnp.float32), empty, empty, empty.astype(bool))
     m = select_migrants(state, key, topology, k)
     return insert_batch(spec, state, m.island, m.descriptor, m.fitness, m.genome_id, m.valid)

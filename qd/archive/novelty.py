@@ -77,8 +77,12 @@ def _block_nearest(
 
 
 def _query_block_knn(
-    query: jax.Array, q_group: jax.Array, stored: jax.Array, s_group: jax.Array,
-    k: int, chunk: int,
+    query: jax.Array,
+    q_group: jax.Array,
+    stored: jax.Array,
+    s_group: jax.Array,
+    k: int,
+    chunk: int,
 ) -> tuple[jax.Array, jax.Array]:
     """k nearest of b queries f32[b, D] among stored f32[N, D], over stored chunks.
 
@@ -100,8 +104,12 @@ def _query_block_knn(
     parts = []
     if full:
         d2, index = lax.scan(one_chunk, None, jnp.arange(full))[1]  # [full, b, k']
-        parts.append((jnp.moveaxis(d2, 0, 1).reshape(q.shape[0], -1),
-                      jnp.moveaxis(index, 0, 1).reshape(q.shape[0], -1)))
+        parts.append(
+            (
+                jnp.moveaxis(d2, 0, 1).reshape(q.shape[0], -1),
+                jnp.moveaxis(index, 0, 1).reshape(q.shape[0], -1),
+            )
+        )
     if num > full * chunk:
         start = full * chunk
         d2, index = _block_nearest(q, q_group, stored[start:] - centre, s_group[start:], k)
@@ -366,13 +374,18 @@ def novelty_insert_batch(
         eligible = jnp.zeros_like(eligible)
     target = jnp.where(eligible, nearest, out_of_bounds)
     best = jnp.full(out_of_bounds, -jnp.inf).at[target].max(fitness, mode="drop")
-    first = jnp.full(out_of_bounds, size).at[
-        jnp.where(eligible & (fitness == best[nearest]), nearest, out_of_bounds)
-    ].min(position, mode="drop")
+    first = (
+        jnp.full(out_of_bounds, size)
+        .at[jnp.where(eligible & (fitness == best[nearest]), nearest, out_of_bounds)]
+        .min(position, mode="drop")
+    )
     winner = eligible & (first[nearest] == position)
-    replaced = jnp.zeros(out_of_bounds, bool).at[jnp.where(winner, nearest, out_of_bounds)].set(
-        True, mode="drop"
-    ).reshape(num_islands, capacity)
+    replaced = (
+        jnp.zeros(out_of_bounds, bool)
+        .at[jnp.where(winner, nearest, out_of_bounds)]
+        .set(True, mode="drop")
+        .reshape(num_islands, capacity)
+    )
 
     # Novel candidates take, per island, the empty slots (id -1) and then the oldest
     # (lowest id), never a slot just won by local competition.
@@ -414,10 +427,16 @@ def _insert_and_pack(*args) -> tuple[ArchiveState, jax.Array]:
     """novelty_insert_batch with its results packed into one i32[6, B] array."""
     state, r, score = novelty_insert_batch(*args)
     as_int = functools.partial(lax.bitcast_convert_type, new_dtype=jnp.int32)
-    return state, jnp.stack([
-        r.status, as_int(r.improvement), r.cell, r.displaced_id,
-        r.is_elite.astype(jnp.int32), as_int(score),
-    ])
+    return state, jnp.stack(
+        [
+            r.status,
+            as_int(r.improvement),
+            r.cell,
+            r.displaced_id,
+            r.is_elite.astype(jnp.int32),
+            as_int(score),
+        ]
+    )
 
 
 _insert_packed = jax.jit(_insert_and_pack, static_argnums=(0,), donate_argnums=(1,))
@@ -471,6 +490,7 @@ def novelty_rebuild(
     state = init(spec, islands, spec.descriptor_dim, threshold_min)
     for s in range(0, n, batch_size):
         part = slice(s, s + batch_size)
-        state = novelty_insert(spec, state, island[part], descriptor[part], fitness[part],
-                               genome_id[part], valid[part])[0]
+        state = novelty_insert(
+            spec, state, island[part], descriptor[part], fitness[part], genome_id[part], valid[part]
+        )[0]
     return state

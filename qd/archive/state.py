@@ -64,7 +64,8 @@ def init(
     dim = spec.descriptor_dim if descriptor_dim is None else descriptor_dim
     if dim != spec.descriptor_dim:
         raise ConfigError(
-            "descriptor_dim", f"is {dim} but the spec has {spec.descriptor_dim} dimensions",
+            "descriptor_dim",
+            f"is {dim} but the spec has {spec.descriptor_dim} dimensions",
             "pass the spec's dimension, or none",
         )
     if islands < 1:

@@ -48,9 +48,7 @@ def stats(state: ArchiveState, offset: float | jax.Array = 0.0) -> ArchiveStats:
     num = with_global(num, jnp.sum)
     fitness_sum = with_global(fitness_sum, jnp.sum)
     best = with_global(best, jnp.max)
-    cells = jnp.concatenate(
-        [jnp.full((state.num_islands,), cells), cells[None] * state.num_islands]
-    )
+    cells = jnp.concatenate([jnp.full((state.num_islands,), cells), cells[None] * state.num_islands])
     qd_score = fitness_sum - num * offset
     return ArchiveStats(
         num_elites=num,

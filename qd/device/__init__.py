@@ -7,4 +7,3 @@ numpy: ``bench/device.py`` uses it on any backend, so this package imports
 nothing on its own); ``driver`` runs them with a checkpoint after each call,
 and its ``build`` makes a run of a plan.
 """
-

@@ -41,7 +41,13 @@ from qd.store import Store
 
 LOOP = "device"
 NO_LIMIT = 2**31 - 1  # evaluation numbers are int32
-STATE_ARRAYS = ("genomes", "parents", "migrant", "occupied", "num_occupied")  # checkpointed beside the archive
+STATE_ARRAYS = (
+    "genomes",
+    "parents",
+    "migrant",
+    "occupied",
+    "num_occupied",
+)  # checkpointed beside the archive
 
 
 class Snapshot(NamedTuple):
@@ -64,9 +70,20 @@ class DeviceEngine:
     """
 
     def __init__(
-        self, *, loop: DeviceLoop, founders: int, run_dir: Path, islands: int, batch_size: int,
-        generations_per_call: int, budget: Any, seed: int, qd_offset: float = 0.0,
-        store: str = "elites", operator: str | None = None, progress: bool = True,
+        self,
+        *,
+        loop: DeviceLoop,
+        founders: int,
+        run_dir: Path,
+        islands: int,
+        batch_size: int,
+        generations_per_call: int,
+        budget: Any,
+        seed: int,
+        qd_offset: float = 0.0,
+        store: str = "elites",
+        operator: str | None = None,
+        progress: bool = True,
         on_commit: Callable[[dict], Any] | None = None,
     ):
         self.loop, self.founders, self.run_dir = loop, founders, Path(run_dir)
@@ -137,9 +154,16 @@ class DeviceEngine:
                     k = self._next_call()
                     if k == 0:
                         break
-                    self.state, counts, candidates = self.loop.run(self.state, k, limit, self.per_call, self.keep_all)
-                    written = writer.submit(self._write, self._snapshot(), k, int(counts.added),
-                                            None if candidates is None else jax.device_get(candidates))
+                    self.state, counts, candidates = self.loop.run(
+                        self.state, k, limit, self.per_call, self.keep_all
+                    )
+                    written = writer.submit(
+                        self._write,
+                        self._snapshot(),
+                        k,
+                        int(counts.added),
+                        None if candidates is None else jax.device_get(candidates),
+                    )
                     if writing is not None:
                         self._written(writing.result(), progress)
                     writing = written
@@ -163,19 +187,25 @@ class DeviceEngine:
         s = self.state
         return Snapshot(jax.device_get(s._replace(key=jax.random.key_data(s.key))), self._elapsed())
 
-    def _write(self, snap: Snapshot, generations: int, added: int,
-               candidates: Candidates | None) -> tuple[dict, str]:
+    def _write(
+        self, snap: Snapshot, generations: int, added: int, candidates: Candidates | None
+    ) -> tuple[dict, str]:
         """Store rows, then the checkpoint, then the event (the module doc says why in this
         order); returns the event and the progress line (the report is the writer's)."""
         self._store_rows(snap.state, candidates)
         self._checkpoint(snap)
         self.report.refresh(snap.state.archive)
         evaluations, done = int(snap.state.evaluations), int(snap.state.generations)
-        event = self.events.write("commit", {
-            "step": done, **self._summary(snap.state, snap.elapsed),
-            "batch": generations * self.batch_size, "added": added,
-            "evals_per_s": round(self.report.rate(evaluations), 3),
-        })
+        event = self.events.write(
+            "commit",
+            {
+                "step": done,
+                **self._summary(snap.state, snap.elapsed),
+                "batch": generations * self.batch_size,
+                "added": added,
+                "evals_per_s": round(self.report.rate(evaluations), 3),
+            },
+        )
         return event, self.report.status_line(evaluations)
 
     def _written(self, written: tuple[dict, str], progress: RunProgress) -> None:
@@ -189,7 +219,9 @@ class DeviceEngine:
 
     def _summary(self, state: DeviceState, elapsed: float) -> dict[str, Any]:
         """The report's summary of ``state`` (batches are generations), marked as this loop's."""
-        out = self.report.summary(int(state.evaluations), int(state.generations), elapsed, 0, self.stop_reason)
+        out = self.report.summary(
+            int(state.evaluations), int(state.generations), elapsed, 0, self.stop_reason
+        )
         return {**out, "loop": LOOP}
 
     # ----- durability -----------------------------------------------------------
@@ -207,7 +239,9 @@ class DeviceEngine:
         arrays = checkpoint.load_arrays(self.ckpt_dir)
         self._elapsed0 = float(counters.get("elapsed", 0.0))
         self.state = DeviceState(
-            archive=archive, key=key, **{k: jax.numpy.asarray(arrays[k]) for k in STATE_ARRAYS},
+            archive=archive,
+            key=key,
+            **{k: jax.numpy.asarray(arrays[k]) for k in STATE_ARRAYS},
             evaluations=jax.numpy.int32(counters["evaluations"]),
             generations=jax.numpy.int32(counters["generations"]),
         )
@@ -216,10 +250,19 @@ class DeviceEngine:
 
     def _checkpoint(self, snap: Snapshot) -> None:
         s = snap.state
-        counters = {"loop": LOOP, "evaluations": int(s.evaluations), "generations": int(s.generations),
-                    "elapsed": snap.elapsed}
-        checkpoint.save(self.ckpt_dir, s.archive, jax.random.wrap_key_data(s.key), counters,
-                        {k: getattr(s, k) for k in STATE_ARRAYS})
+        counters = {
+            "loop": LOOP,
+            "evaluations": int(s.evaluations),
+            "generations": int(s.generations),
+            "elapsed": snap.elapsed,
+        }
+        checkpoint.save(
+            self.ckpt_dir,
+            s.archive,
+            jax.random.wrap_key_data(s.key),
+            counters,
+            {k: getattr(s, k) for k in STATE_ARRAYS},
+        )
 
     def _store_rows(self, snap: DeviceState, candidates: Candidates | None) -> None:
         """Writes what the store keeps and lacks: rows with ids above its last one.
@@ -234,22 +277,41 @@ class DeviceEngine:
                 return
             c = {k: v.reshape(-1, *v.shape[2:]) for k, v in candidates._asdict().items()}
             pick = np.nonzero(c["id"] > last)[0]  # masked generations' candidates have id -1
-            rows = {k: c[k][pick] for k in ("id", "island", "genome", "fitness", "descriptor", "valid", "parents")}
+            rows = {
+                k: c[k][pick] for k in ("id", "island", "genome", "fitness", "descriptor", "valid", "parents")
+            }
         else:
             ids = snap.archive.genome_id
             island, cell = np.nonzero(ids > last)
             _, first = np.unique(ids[island, cell], return_index=True)  # ascending ids, each once
             island, cell = island[first], cell[first]
-            rows = {"id": ids[island, cell], "island": island, "genome": snap.genomes[island, cell],
-                    "fitness": snap.archive.fitness[island, cell], "descriptor": snap.archive.descriptor[island, cell],
-                    "valid": np.ones(len(island), bool), "parents": snap.parents[island, cell]}
+            rows = {
+                "id": ids[island, cell],
+                "island": island,
+                "genome": snap.genomes[island, cell],
+                "fitness": snap.archive.fitness[island, cell],
+                "descriptor": snap.archive.descriptor[island, cell],
+                "valid": np.ones(len(island), bool),
+                "parents": snap.parents[island, cell],
+            }
         if len(rows["id"]):
-            self.store.add([
-                Candidate(kind="vector", genome="vector", island=int(rows["island"][j]), fitness=float(rows["fitness"][j]),
-                          descriptor=rows["descriptor"][j], valid=bool(rows["valid"][j]), vector=rows["genome"][j],
-                          parent_ids=[int(p) for p in rows["parents"][j] if p >= 0], operator=self.operator)
-                for j in range(len(rows["id"]))
-            ], ids=rows["id"].tolist())
+            self.store.add(
+                [
+                    Candidate(
+                        kind="vector",
+                        genome="vector",
+                        island=int(rows["island"][j]),
+                        fitness=float(rows["fitness"][j]),
+                        descriptor=rows["descriptor"][j],
+                        valid=bool(rows["valid"][j]),
+                        vector=rows["genome"][j],
+                        parent_ids=[int(p) for p in rows["parents"][j] if p >= 0],
+                        operator=self.operator,
+                    )
+                    for j in range(len(rows["id"]))
+                ],
+                ids=rows["id"].tolist(),
+            )
 
     # ----- closing --------------------------------------------------------------
 
@@ -269,8 +331,13 @@ def migration_every(migrate_every: int, per_island: int) -> int:
     return 0 if migrate_every == 0 else max(1, math.ceil(migrate_every / per_island))
 
 
-def build(p: Any, spec: Any, operators: list[tuple[Any, float]], run_dir: Path,
-          on_commit: Callable[[dict], Any] | None = None) -> DeviceEngine:
+def build(
+    p: Any,
+    spec: Any,
+    operators: list[tuple[Any, float]],
+    run_dir: Path,
+    on_commit: Callable[[dict], Any] | None = None,
+) -> DeviceEngine:
     """The device run of plan ``p`` (``qd.plan.Plan`` with ``loop == "device"``).
 
     ``operators``: (numeric operator, weight) per ``operators.mix`` entry, built
@@ -282,15 +349,29 @@ def build(p: Any, spec: Any, operators: list[tuple[Any, float]], run_dir: Path,
     migrate = migration_every(cfg.islands.migrate_every, per_island)
     initial = np.asarray(p.task.initial(np.random.default_rng(cfg.seed), r.initial_population), np.float32)
     loop = device_loop(
-        spec, p.task.evaluate_jax,
+        spec,
+        p.task.evaluate_jax,
         [Operator(op.draw, op.apply, op.num_parents, op.params, float(w)) for op, w in operators],
-        islands, per_island, p.task.genome_dim, initial, cfg.archive.learning_rate, cfg.archive.threshold_min,
+        islands,
+        per_island,
+        p.task.genome_dim,
+        initial,
+        cfg.archive.learning_rate,
+        cfg.archive.threshold_min,
         Migration(migrate, cfg.islands.topology, cfg.islands.migrants) if migrate and islands > 1 else None,
     )
     return DeviceEngine(
-        loop=loop, founders=min(len(initial), per_island), run_dir=run_dir, islands=islands,
-        batch_size=r.batch_size, generations_per_call=r.generations_per_call, budget=p.budget, seed=cfg.seed,
-        qd_offset=cfg.archive.qd_offset, store=p.store,
+        loop=loop,
+        founders=min(len(initial), per_island),
+        run_dir=run_dir,
+        islands=islands,
+        batch_size=r.batch_size,
+        generations_per_call=r.generations_per_call,
+        budget=p.budget,
+        seed=cfg.seed,
+        qd_offset=cfg.archive.qd_offset,
+        store=p.store,
         operator=operators[0][0].name if len(operators) == 1 else None,
-        progress=r.progress, on_commit=on_commit,
+        progress=r.progress,
+        on_commit=on_commit,
     )

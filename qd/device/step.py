@@ -31,9 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from qd.archive import NEW_CELL, ArchiveState, insert_batch
-from qd.archive.state import EMPTY_ID
-from qd.archive.state import CellSpec
 from qd.archive.migration import select_migrants
+from qd.archive.state import EMPTY_ID, CellSpec
 
 Evaluate = Callable[[jax.Array], tuple[jax.Array, jax.Array, jax.Array]]
 
@@ -220,7 +219,9 @@ def device_loop(
 
     def draw(key: jax.Array) -> list[Any]:
         """One generation's noise, for every operator of the mix (each for all B children)."""
-        return [op.draw(k, batch, genome_dim) for k, op in zip(jax.random.split(key, len(operators)), operators)]
+        return [
+            op.draw(k, batch, genome_dim) for k, op in zip(jax.random.split(key, len(operators)), operators)
+        ]
 
     def vary(key: jax.Array, parents: jax.Array, noise: list[Any]) -> jax.Array:
         """Children of f32[B, P, G] parents, each by an operator drawn by weight."""
@@ -231,10 +232,14 @@ def device_loop(
         return jnp.take_along_axis(jnp.stack(children), choice[None, :, None], axis=0)[0]
 
     def migrate(state: DeviceState, key: jax.Array) -> DeviceState:
-        m = select_migrants(state.archive, key, migration.topology, migration.migrants, eligible=~state.migrant)
+        m = select_migrants(
+            state.archive, key, migration.topology, migration.migrants, eligible=~state.migrant
+        )
         genome = state.genomes[m.source_island, m.source_cell]
         parents = state.parents[m.source_island, m.source_cell]
-        moved, _ = place(state, m.island, genome, m.fitness, m.descriptor, m.valid, m.genome_id, parents, True)
+        moved, _ = place(
+            state, m.island, genome, m.fitness, m.descriptor, m.valid, m.genome_id, parents, True
+        )
         return moved
 
     founders = _founder_slots(initial, islands, per_island, genome_dim)
@@ -253,7 +258,9 @@ def device_loop(
         genome = jnp.where(first, founders.genome, vary(k_vary, parents, noise))
         parent_ids = jnp.where(first, -1, parent_ids)
         counted = active & jnp.where(first, founders.used, jnp.repeat(has_elites, per_island))
-        number = state.evaluations + jnp.cumsum(counted, dtype=jnp.int32)  # 1-based evaluation number if counted
+        number = state.evaluations + jnp.cumsum(
+            counted, dtype=jnp.int32
+        )  # 1-based evaluation number if counted
         counted = counted & (number <= limit)  # the budget, exactly: the last generation may be partial
         fitness, descriptor, valid = evaluate(genome)
         valid = valid & counted
@@ -261,7 +268,9 @@ def device_loop(
         # An inactive generation places nothing (every candidate is invalid) and counts nothing.
         state, result = place(state, island_of, genome, fitness, descriptor, valid, ids, parent_ids)
         state = state._replace(
-            key=jax.random.wrap_key_data(jnp.where(active, jax.random.key_data(key), jax.random.key_data(state.key))),
+            key=jax.random.wrap_key_data(
+                jnp.where(active, jax.random.key_data(key), jax.random.key_data(state.key))
+            ),
             evaluations=state.evaluations + jnp.sum(counted, dtype=jnp.int32),
             generations=state.generations + active.astype(jnp.int32),
         )
@@ -285,7 +294,9 @@ def device_loop(
             i, n = x
             return generation(s, i < count, limit, n if predraw else draw(n), keep)
 
-        state, (counts, candidates) = jax.lax.scan(step, state._replace(key=key), (jnp.arange(generations), noise))
+        state, (counts, candidates) = jax.lax.scan(
+            step, state._replace(key=key), (jnp.arange(generations), noise)
+        )
         return state, CallStats(*(jnp.sum(c) for c in counts)), candidates
 
     def init(seed: int) -> DeviceState:
@@ -295,8 +306,10 @@ def device_loop(
         dim = spec.descriptor_dim
         host = DeviceState(
             archive=ArchiveState(
-                fitness=np.full(shape, -np.inf, np.float32), descriptor=np.zeros((*shape, dim), np.float32),
-                genome_id=np.full(shape, EMPTY_ID, np.int32), threshold=np.full(shape, threshold_min, np.float32),
+                fitness=np.full(shape, -np.inf, np.float32),
+                descriptor=np.zeros((*shape, dim), np.float32),
+                genome_id=np.full(shape, EMPTY_ID, np.int32),
+                threshold=np.full(shape, threshold_min, np.float32),
                 threshold_min=np.float32(threshold_min),
             ),
             genomes=np.zeros((*shape, genome_dim), np.float32),

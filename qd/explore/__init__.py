@@ -21,12 +21,15 @@ __all__ = ["main", "make_app", "serve", "Server"]
 def main(argv: list[str] | None = None) -> None:
     from qd.explore.app import bind, url_of, uvicorn_server
     from qd.rundir import RunDirError
-
     from qd.views.render import parser
 
     ap = parser("qd explore", "Explore one run, or two side by side, in a browser.")
-    ap.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="one or two run directories made by qd-run")
-    ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    ap.add_argument(
+        "run_dirs", nargs="+", metavar="RUN_DIR", help="one or two run directories made by qd-run"
+    )
+    ap.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
+    )
     ap.add_argument("--port", type=int, default=0, help="port (default 0: a free one)")
     ap.add_argument("--no-browser", action="store_true", help="do not open a browser; only print the URL")
     args = ap.parse_args(argv)
@@ -40,13 +43,17 @@ def main(argv: list[str] | None = None) -> None:
     try:
         sock = bind(args.host, args.port)
     except OSError as e:
-        print(f"qd explore: cannot listen on {args.host}:{args.port} ({e.strerror or e}); "
-              "pass another --port, or --port 0 for a free one", file=sys.stderr)
+        print(
+            f"qd explore: cannot listen on {args.host}:{args.port} ({e.strerror or e}); "
+            "pass another --port, or --port 0 for a free one",
+            file=sys.stderr,
+        )
         raise SystemExit(2) from None
     url = url_of(sock)
     print(f"explore: {url}", flush=True)
-    if not args.no_browser and (sys.platform in ("darwin", "win32") or os.environ.get("DISPLAY")
-                                or os.environ.get("WAYLAND_DISPLAY")):
+    if not args.no_browser and (
+        sys.platform in ("darwin", "win32") or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    ):
         import webbrowser  # only with a screen: on a server a text browser would take over the terminal
 
         webbrowser.open(url)

@@ -92,8 +92,9 @@ def make_app(run_dirs: list[str | Path], watch_s: float | None = WATCH_S) -> Fas
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         stop = threading.Event()
-        watcher = threading.Thread(target=_watch, args=(explorer, stop, watch_s), daemon=True,
-                                   name="qd-explore-watch")
+        watcher = threading.Thread(
+            target=_watch, args=(explorer, stop, watch_s), daemon=True, name="qd-explore-watch"
+        )
         if watch_s is not None:
             watcher.start()
         try:
@@ -164,9 +165,13 @@ def make_app(run_dirs: list[str | Path], watch_s: float | None = WATCH_S) -> Fas
             raster = data.raster(r, explorer.rasters[k], *data.axes(r, x, y))
             values, cells = data.heatmap(r, raster, island)
             low, high = data.fitness_range(r)
-        headers = {"X-QD-Width": str(raster.width), "X-QD-Height": str(raster.height),
-                   "X-QD-Min": "" if low is None else repr(low), "X-QD-Max": "" if high is None else repr(high),
-                   "Cache-Control": "no-store"}
+        headers = {
+            "X-QD-Width": str(raster.width),
+            "X-QD-Height": str(raster.height),
+            "X-QD-Min": "" if low is None else repr(low),
+            "X-QD-Max": "" if high is None else repr(high),
+            "Cache-Control": "no-store",
+        }
         body = values.astype("<f4").tobytes() + cells.astype("<i4").tobytes()
         return Response(body, media_type="application/octet-stream", headers=headers)
 
@@ -183,11 +188,21 @@ def make_app(run_dirs: list[str | Path], watch_s: float | None = WATCH_S) -> Fas
         return explorer.read(run, data.lineage, candidate_id)
 
     @app.get("/api/run/{run}/search")
-    def search(run: str, q: str = "", operator: str | None = None, valid: bool | None = None,
-               error: bool | None = None, island: int | None = None, sort: str = "fitness",
-               limit: int = 50, offset: int = 0) -> dict:
+    def search(
+        run: str,
+        q: str = "",
+        operator: str | None = None,
+        valid: bool | None = None,
+        error: bool | None = None,
+        island: int | None = None,
+        sort: str = "fitness",
+        limit: int = 50,
+        offset: int = 0,
+    ) -> dict:
         k = explorer.index(run)
-        return data.jsonable(explorer.searches[k](q, operator or None, valid, error, island, sort, limit, offset))
+        return data.jsonable(
+            explorer.searches[k](q, operator or None, valid, error, island, sort, limit, offset)
+        )
 
     return app
 
@@ -252,8 +267,9 @@ def uvicorn_server(app: FastAPI) -> Any:
     return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
 
 
-def serve(run_dirs: list[str | Path], host: str = "127.0.0.1", port: int = 0,
-          watch_s: float | None = WATCH_S) -> Server:
+def serve(
+    run_dirs: list[str | Path], host: str = "127.0.0.1", port: int = 0, watch_s: float | None = WATCH_S
+) -> Server:
     """Starts the explorer on ``run_dirs`` in a background thread and returns once it answers
     (for tests and benchmarks; ``qd explore`` serves in the foreground)."""
     sock = bind(host, port)

@@ -180,6 +180,7 @@ def _pixels(run: RunDir, r: Raster, cells: np.ndarray, descriptor: np.ndarray) -
 
 def fitness_range(run: RunDir) -> tuple[float | None, float | None]:
     """The lowest and highest elite fitness over every island: one colour scale for all."""
+
     def compute() -> tuple[float | None, float | None]:
         f = run.snapshot().fitness
         f = f[np.isfinite(f)]
@@ -201,9 +202,15 @@ def cell(run: RunDir, island: int, cell_id: int) -> dict[str, Any]:
     genome_id = int(snap.genome_id[island, cell_id])
     if genome_id < 0:
         raise NotFound(f"island {island} cell {cell_id} is empty")
-    return {**candidate(run, genome_id), "cell": {"island": island, "cell": cell_id,
-                                                   "fitness": snap.fitness[island, cell_id],
-                                                   "descriptor": snap.descriptor[island, cell_id]}}
+    return {
+        **candidate(run, genome_id),
+        "cell": {
+            "island": island,
+            "cell": cell_id,
+            "fitness": snap.fitness[island, cell_id],
+            "descriptor": snap.descriptor[island, cell_id],
+        },
+    }
 
 
 def candidate(run: RunDir, candidate_id: int) -> dict[str, Any]:
@@ -216,12 +223,38 @@ def candidate(run: RunDir, candidate_id: int) -> dict[str, Any]:
     snap = run.snapshot()
     isl, cells = np.nonzero(snap.genome_id == c.id)
     diff = history.parent_diff(run, c)
-    out = {k: getattr(c, k) for k in ("id", "kind", "genome", "island", "operator", "model", "instruction",
-                                      "valid", "fitness", "metrics", "artifacts", "error", "eval_seconds",
-                                      "tokens_in", "tokens_out", "cost", "created", "response")}
-    out.update(parent_ids=list(c.parent_ids), descriptor=c.descriptor, prompt=_messages(c.prompt),
-               elite=[[int(i), int(k)] for i, k in zip(isl, cells)], trace=run.store.trace(c.id),
-               diff=diff, diff_html=highlight(diff, "diff") if diff else None)
+    out = {
+        k: getattr(c, k)
+        for k in (
+            "id",
+            "kind",
+            "genome",
+            "island",
+            "operator",
+            "model",
+            "instruction",
+            "valid",
+            "fitness",
+            "metrics",
+            "artifacts",
+            "error",
+            "eval_seconds",
+            "tokens_in",
+            "tokens_out",
+            "cost",
+            "created",
+            "response",
+        )
+    }
+    out.update(
+        parent_ids=list(c.parent_ids),
+        descriptor=c.descriptor,
+        prompt=_messages(c.prompt),
+        elite=[[int(i), int(k)] for i, k in zip(isl, cells)],
+        trace=run.store.trace(c.id),
+        diff=diff,
+        diff_html=highlight(diff, "diff") if diff else None,
+    )
     if c.kind == "text":
         out.update(text=c.text or "", html=highlight(c.text or "", language(c.genome)))
     else:
@@ -288,22 +321,37 @@ def lineage(run: RunDir, candidate_id: int) -> list[dict[str, Any]]:
 def summary(run: RunDir) -> dict[str, Any]:
     """The run at a glance: geometry, evaluations, elites and best per island, the best
     elite, the spend, and the operators seen (the search page's filter)."""
+
     def compute() -> dict[str, Any]:
         snap, g = run.snapshot(), run.geometry
         filled = snap.genome_id >= 0
         best = None
         if filled.any():
             i, k = np.unravel_index(np.nanargmax(snap.fitness), snap.fitness.shape)
-            best = {"id": int(snap.genome_id[i, k]), "island": int(i), "cell": int(k),
-                    "fitness": snap.fitness[i, k]}
+            best = {
+                "id": int(snap.genome_id[i, k]),
+                "island": int(i),
+                "cell": int(k),
+                "fitness": snap.fitness[i, k],
+            }
         with np.errstate(all="ignore"):
-            island_best = np.where(filled.any(1), np.nanmax(np.where(filled, snap.fitness, -np.inf), 1), np.nan)
+            island_best = np.where(
+                filled.any(1), np.nanmax(np.where(filled, snap.fitness, -np.inf), 1), np.nan
+            )
         ledger = run.store.llm_calls()
         return {
-            "name": run.name, "path": str(run.path), **dataclasses.asdict(g),
-            "evaluations": snap.evaluations, "last_id": snap.last_id, "checkpoint_id": snap.checkpoint_id,
-            "elites": filled.sum(1), "coverage": filled.mean(1), "island_best": island_best, "best": best,
-            "llm_calls": sum(r[2] for r in ledger), "cost": sum(r[8] for r in ledger),
+            "name": run.name,
+            "path": str(run.path),
+            **dataclasses.asdict(g),
+            "evaluations": snap.evaluations,
+            "last_id": snap.last_id,
+            "checkpoint_id": snap.checkpoint_id,
+            "elites": filled.sum(1),
+            "coverage": filled.mean(1),
+            "island_best": island_best,
+            "best": best,
+            "llm_calls": sum(r[2] for r in ledger),
+            "cost": sum(r[8] for r in ledger),
             "operators": sorted({o for page in run.store.columns(("operator",)) for (o,) in page if o}),
         }
 
@@ -330,9 +378,16 @@ def ledger(run: RunDir) -> dict[str, Any]:
     def total(members: list[dict]) -> dict[str, Any]:
         return {f: sum(m[f] for m in members) for f in sums}
 
-    return {"rows": rows, "total": total(rows),
-            "per_role": {k: total([r for r in rows if r["role"] == k]) for k in sorted({r["role"] for r in rows})},
-            "per_model": {k: total([r for r in rows if r["model"] == k]) for k in sorted({r["model"] for r in rows})}}
+    return {
+        "rows": rows,
+        "total": total(rows),
+        "per_role": {
+            k: total([r for r in rows if r["role"] == k]) for k in sorted({r["role"] for r in rows})
+        },
+        "per_model": {
+            k: total([r for r in rows if r["model"] == k]) for k in sorted({r["model"] for r in rows})
+        },
+    }
 
 
 class Search:
@@ -351,9 +406,17 @@ class Search:
     def close(self) -> None:
         self._db.close()
 
-    def __call__(self, q: str = "", operator: str | None = None, valid: bool | None = None,
-                 error: bool | None = None, island: int | None = None, sort: str = "fitness",
-                 limit: int = 50, offset: int = 0) -> dict[str, Any]:
+    def __call__(
+        self,
+        q: str = "",
+        operator: str | None = None,
+        valid: bool | None = None,
+        error: bool | None = None,
+        island: int | None = None,
+        sort: str = "fitness",
+        limit: int = 50,
+        offset: int = 0,
+    ) -> dict[str, Any]:
         """``{"total", "offset", "rows"}``: the candidates whose text holds ``q`` (case-blind
         for ASCII, as SQL LIKE), made by ``operator``, valid or not, with an error or not,
         born on ``island``; each row with a snippet: the first line holding ``q``."""
@@ -382,11 +445,17 @@ class Search:
             total = self._totals[1][key]
             rows = self._db.execute(
                 "SELECT id, island, operator, model, fitness, valid, error, text FROM candidates"
-                f"{sql} ORDER BY {self.SORTS[sort]} LIMIT ? OFFSET ?", [*params, limit, offset]).fetchall()
+                f"{sql} ORDER BY {self.SORTS[sort]} LIMIT ? OFFSET ?",
+                [*params, limit, offset],
+            ).fetchall()
         keys = ("id", "island", "operator", "model", "fitness", "valid", "error")
-        return {"total": total, "offset": offset,
-                "rows": [{**dict(zip(keys, r[:7])), "valid": bool(r[5]), "snippet": _snippet(r[7], q)}
-                         for r in rows]}
+        return {
+            "total": total,
+            "offset": offset,
+            "rows": [
+                {**dict(zip(keys, r[:7])), "valid": bool(r[5]), "snippet": _snippet(r[7], q)} for r in rows
+            ],
+        }
 
 
 def _snippet(text: str | None, q: str) -> str:

@@ -60,8 +60,14 @@ def default_out(run_dir: str | Path, kind: str, fmt: str) -> Path:
     return Path("qd-export") / f"{Path(run_dir).resolve().name}.{kind}{EXTENSIONS[fmt]}"
 
 
-def write(run_dir: str | Path, kind: str, fmt: str = "jsonl", out: str | Path | None = None,
-          options: dict[str, Any] | None = None, progress: Any = None) -> tuple[Path, int]:
+def write(
+    run_dir: str | Path,
+    kind: str,
+    fmt: str = "jsonl",
+    out: str | Path | None = None,
+    options: dict[str, Any] | None = None,
+    progress: Any = None,
+) -> tuple[Path, int]:
     """What :func:`export` does, also returning the row count. ``progress`` (the command
     line's bar) is told ``rows(n)`` as rows are written and ``read(candidates read,
     candidates stored)`` as the store is scanned."""
@@ -75,8 +81,10 @@ def write(run_dir: str | Path, kind: str, fmt: str = "jsonl", out: str | Path | 
     out = Path(out) if out is not None else default_out(run_dir, kind, fmt)
     run_path = Path(run_dir).resolve()
     if out.resolve() == run_path or run_path in out.resolve().parents:
-        raise ValueError(f"out {out}: inside the run directory {run_dir}, which export never writes to; "
-                         "pass a path outside it")
+        raise ValueError(
+            f"out {out}: inside the run directory {run_dir}, which export never writes to; "
+            "pass a path outside it"
+        )
     with RunDir(run_dir) as run:
         rows = module.rows(run, opts)
         if progress is not None:
@@ -88,8 +96,9 @@ def write(run_dir: str | Path, kind: str, fmt: str = "jsonl", out: str | Path | 
     return out, count
 
 
-def export(run_dir: str | Path, kind: str, fmt: str = "jsonl", out: str | Path | None = None,
-           **options: Any) -> Path:
+def export(
+    run_dir: str | Path, kind: str, fmt: str = "jsonl", out: str | Path | None = None, **options: Any
+) -> Path:
     """Writes the rows of ``kind`` (one of ``KINDS``) for the run in ``run_dir`` to ``out``
     as ``fmt`` (``jsonl``, ``parquet`` or ``hf``), with its dataset card, and returns ``out``.
 
@@ -112,6 +121,7 @@ def _counted(rows: Iterable[dict], progress: Callable[[int], None]) -> Iterator[
 
 
 # ----- helpers the kinds share -------------------------------------------------------
+
 
 def batched(items: Iterable[Any], size: int = BATCH) -> Iterator[list[Any]]:
     """``items`` in lists of at most ``size`` (itertools.batched is Python 3.12)."""
@@ -137,8 +147,15 @@ def messages(prompt: str | None) -> list[dict[str, str]] | None:
         sent = None
     if not (isinstance(sent, list) and all(isinstance(m, dict) and "role" in m for m in sent)):
         return [{"role": "user", "content": prompt}]
-    return [{"role": str(m["role"]), "content": m.get("content") if isinstance(m.get("content"), str)
-             else json.dumps(m.get("content"), ensure_ascii=False)} for m in sent]
+    return [
+        {
+            "role": str(m["role"]),
+            "content": m.get("content")
+            if isinstance(m.get("content"), str)
+            else json.dumps(m.get("content"), ensure_ascii=False),
+        }
+        for m in sent
+    ]
 
 
 def fitness(value: float | None, valid: bool = True) -> float | None:
@@ -159,8 +176,8 @@ class PerCell:
         row = self.score[cell]
         if score > row[-1]:
             at = int(np.argmax(row < score))  # the first kept score below it: earlier ties stay ahead
-            row[at + 1:] = row[at:-1].copy()
-            self.id[cell, at + 1:] = self.id[cell, at:-1].copy()
+            row[at + 1 :] = row[at:-1].copy()
+            self.id[cell, at + 1 :] = self.id[cell, at:-1].copy()
             row[at], self.id[cell, at] = score, candidate_id
 
     def kept(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -18,18 +18,24 @@ def path(out: Path, fmt: str) -> Path:
     return out / "README.md" if fmt == "hf" else out.with_name(out.name + ".card.md")
 
 
-def write(where: Path, run: Any, kind: str, fmt: str, options: dict[str, Any], columns: dict[str, str],
-          count: int) -> None:
+def write(
+    where: Path, run: Any, kind: str, fmt: str, options: dict[str, Any], columns: dict[str, str], count: int
+) -> None:
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.to_container(run.config(), resolve=False)
     experiment = cfg.get("experiment") or {}
-    models = [m.get("name") if isinstance(m, dict) else str(m) for m in (cfg.get("llm") or {}).get("models") or []]
+    models = [
+        m.get("name") if isinstance(m, dict) else str(m) for m in (cfg.get("llm") or {}).get("models") or []
+    ]
     used = sorted({m for page in run.store.columns(("model",)) for (m,) in page if m})
     lines = [
-        f"# {run.name}: {kind}", "",
-        f"Exported by `qd export --kind {kind} --format {fmt}` (see docs/export.md in qd).", "",
-        "| | |", "|---|---|",
+        f"# {run.name}: {kind}",
+        "",
+        f"Exported by `qd export --kind {kind} --format {fmt}` (see docs/export.md in qd).",
+        "",
+        "| | |",
+        "|---|---|",
         f"| run directory | `{run.path.resolve()}` |",
         f"| experiment | {experiment.get('name', '-')} (task `{experiment.get('task', '-')}`) |",
         f"| seed | {cfg.get('seed', '-')} |",
@@ -39,8 +45,13 @@ def write(where: Path, run: Any, kind: str, fmt: str, options: dict[str, Any], c
         f"| candidates in the store | {run.store.count()} |",
         f"| kind | {kind} |",
         f"| options | `{json.dumps(options, sort_keys=True)}` |",
-        f"| rows | {count} |", "",
-        "## Columns", "", "| column | type |", "|---|---|",
-        *(f"| {name} | {t} |" for name, t in columns.items()), "",
+        f"| rows | {count} |",
+        "",
+        "## Columns",
+        "",
+        "| column | type |",
+        "|---|---|",
+        *(f"| {name} | {t} |" for name, t in columns.items()),
+        "",
     ]
     where.write_text("\n".join(lines))

@@ -26,8 +26,13 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--kind", required=True, help=f"what each row is: {', '.join(export.KINDS)}")
     ap.add_argument("--format", default="jsonl", dest="fmt", help=f"{', '.join(FORMATS)} (default jsonl)")
     ap.add_argument("--out", type=Path, help="where to write (default ./qd-export/<run>.<kind>.<ext>)")
-    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                    help="a kind's option (repeatable); the value is read as JSON when it parses, else as text")
+    ap.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a kind's option (repeatable); the value is read as JSON when it parses, else as text",
+    )
     args = ap.parse_args(argv)
     options = dict(_option(text) for text in args.option)
     render.open_run(PROG, args.run_dir).close()  # the one-line error for a path that is not a run
@@ -77,8 +82,10 @@ class Bar:
             return f"{PROG}: {self.written:,} rows, {elapsed}"
         part = min(self.done_read / self.stored, 1.0)
         full = int(part * self.WIDTH)
-        return (f"{PROG}: [{'#' * full}{'.' * (self.WIDTH - full)}] {part:4.0%} of {self.stored:,} candidates read, "
-                f"{self.written:,} rows, {elapsed}")
+        return (
+            f"{PROG}: [{'#' * full}{'.' * (self.WIDTH - full)}] {part:4.0%} of {self.stored:,} candidates read, "
+            f"{self.written:,} rows, {elapsed}"
+        )
 
     def _draw(self, force: bool = False) -> None:
         now = self.clock()

@@ -30,8 +30,14 @@ from qd.export import batched, candidates
 from qd.rundir import RunDir
 
 COLUMNS = {
-    "rank": "int64", "id": "int64", "island": "int64", "cell": "int64", "fitness": "float64", "text": "string",
-    "min_distance": "float64", "space": "string",
+    "rank": "int64",
+    "id": "int64",
+    "island": "int64",
+    "cell": "int64",
+    "fitness": "float64",
+    "text": "string",
+    "min_distance": "float64",
+    "space": "string",
 }
 OPTIONS: dict[str, Any] = {"k": 16, "embed": False, "min_fitness": None, "max_chars": None, "seed": 0}
 
@@ -53,9 +59,16 @@ def rows(run: RunDir, options: dict) -> Iterator[dict]:
     """The picks in the order chosen."""
     pool, picks, gaps = _select(run, {**OPTIONS, **options})
     for rank, (k, c) in enumerate(zip(picks, candidates(run, pool.id[picks].tolist()))):
-        yield {"rank": rank, "id": int(pool.id[k]), "island": int(pool.island[k]), "cell": int(pool.cell[k]),
-               "fitness": float(pool.fitness[k]), "text": _text(c), "min_distance": gaps[rank],
-               "space": pool.space}
+        yield {
+            "rank": rank,
+            "id": int(pool.id[k]),
+            "island": int(pool.island[k]),
+            "cell": int(pool.cell[k]),
+            "fitness": float(pool.fitness[k]),
+            "text": _text(c),
+            "min_distance": gaps[rank],
+            "space": pool.space,
+        }
 
 
 def report(run: RunDir, options: dict) -> dict[str, Any]:
@@ -66,16 +79,24 @@ def report(run: RunDir, options: dict) -> dict[str, Any]:
     pool, picks, _ = _select(run, opts)
     rng = np.random.default_rng(int(opts["seed"]))
     random = np.sort(rng.choice(len(pool.id), size=len(picks), replace=False))
-    return {"space": pool.space, "k": len(picks), "pool": len(pool.id), "below_floor": pool.below_floor,
-            "too_long": pool.too_long, "selected": _summary(pool, np.asarray(picks, np.int64)),
-            "random": _summary(pool, random)}
+    return {
+        "space": pool.space,
+        "k": len(picks),
+        "pool": len(pool.id),
+        "below_floor": pool.below_floor,
+        "too_long": pool.too_long,
+        "selected": _summary(pool, np.asarray(picks, np.int64)),
+        "random": _summary(pool, random),
+    }
 
 
 def _summary(pool: _Pool, rows: np.ndarray) -> dict[str, float | None]:
     p = pool.points[rows]
     pairwise = np.linalg.norm(p[:, None] - p[None], axis=-1)[np.triu_indices(len(rows), 1)]
-    return {"diversity": float(pairwise.mean()) if len(pairwise) else None,
-            "quality": float(pool.fitness[rows].mean()) if len(rows) else None}
+    return {
+        "diversity": float(pairwise.mean()) if len(pairwise) else None,
+        "quality": float(pool.fitness[rows].mean()) if len(rows) else None,
+    }
 
 
 def _select(run: RunDir, opts: dict) -> tuple[_Pool, list[int], list[float | None]]:
@@ -121,8 +142,16 @@ def _pool(run: RunDir, opts: dict) -> _Pool:
         lower, upper = np.asarray(g.lower, np.float64), np.asarray(g.upper, np.float64)
         points = (snap.descriptor[island[order], cell[order]].astype(np.float64) - lower) / (upper - lower)
         space = "descriptor"
-    return _Pool(ids[order].astype(np.int64), island[order].astype(np.int64), cell[order].astype(np.int64),
-                 fitness[order], points, space, below_floor, int((~fits).sum()))
+    return _Pool(
+        ids[order].astype(np.int64),
+        island[order].astype(np.int64),
+        cell[order].astype(np.int64),
+        fitness[order],
+        points,
+        space,
+        below_floor,
+        int((~fits).sum()),
+    )
 
 
 def _read(run: RunDir, ids: list[int], opts: dict) -> tuple[np.ndarray, np.ndarray | None]:
@@ -153,7 +182,9 @@ def _read(run: RunDir, ids: list[int], opts: dict) -> tuple[np.ndarray, np.ndarr
         if missing:
             found.update(zip(missing, Encoder().encode(list(missing.values()))))
         vectors += [found[k] for k in keys]
-    return np.asarray(fits, bool), None if vectors is None else np.asarray(vectors, np.float32).reshape(-1, DIM)
+    return np.asarray(fits, bool), None if vectors is None else np.asarray(vectors, np.float32).reshape(
+        -1, DIM
+    )
 
 
 def _text(c: Any) -> str:

@@ -35,8 +35,16 @@ from qd.export import BATCH, PerCell, batched, messages
 from qd.rundir import RunDir
 
 COLUMNS = {
-    "prompt": "messages", "chosen": "messages", "rejected": "messages", "margin": "float64", "source": "string",
-    "chosen_id": "int64", "rejected_id": "int64", "island": "int64", "cell": "int64", "operator": "string",
+    "prompt": "messages",
+    "chosen": "messages",
+    "rejected": "messages",
+    "margin": "float64",
+    "source": "string",
+    "chosen_id": "int64",
+    "rejected_id": "int64",
+    "island": "int64",
+    "cell": "int64",
+    "operator": "string",
     "model": "string",
 }
 OPTIONS: dict[str, Any] = {"min_margin": 0.0, "max_pairs_per_prompt": 4, "task_pairs": True}
@@ -61,8 +69,10 @@ def rows(run: RunDir, options: dict) -> Iterator[dict]:
     for chunk in batched(_sibling_pairs(run, opts)):
         held = {c.id: c for c in run.store.get([i for pair in chunk for i in (pair[0].id, pair[1].id)])}
         chosen = [held[hi.id] for hi, _ in chunk]
-        where = cells(tuple(None if c.descriptor is None else c.descriptor.tobytes() for c in chosen),
-                      np.ones(len(chosen), bool))
+        where = cells(
+            tuple(None if c.descriptor is None else c.descriptor.tobytes() for c in chosen),
+            np.ones(len(chosen), bool),
+        )
         for (hi, lo), c, cell in zip(chunk, chosen, where.tolist()):
             yield _row(messages(c.prompt), c.response, held[lo.id].response, hi, lo, "siblings", c, cell)
     if opts["task_pairs"]:
@@ -74,8 +84,9 @@ def _sibling_pairs(run: RunDir, opts: dict) -> Iterator[tuple[_Seen, _Seen]]:
     first parent) at a time, as the by-parent scan brings them."""
     family: list[int] = []
     parent = -1
-    for rows in run.store.columns(("id", "parent_ids", "valid", "fitness"), kinds=("text",), page=BATCH,
-                                  by_parent=True):
+    for rows in run.store.columns(
+        ("id", "parent_ids", "valid", "fitness"), kinds=("text",), page=BATCH, by_parent=True
+    ):
         for i, parents, valid, f in rows:
             if parents == "[]" or not valid or f is None or not math.isfinite(f):
                 continue
@@ -93,7 +104,8 @@ def _family_pairs(run: RunDir, family: list[int], opts: dict) -> Iterator[tuple[
         for c in run.store.get(chunk):
             if c.prompt is not None and c.response is not None:
                 groups[(c.operator or "", _digest(c.prompt))].append(
-                    _Seen(c.id, float(c.fitness), _digest(c.response)))
+                    _Seen(c.id, float(c.fitness), _digest(c.response))
+                )
     for group in sorted(groups.values(), key=lambda g: g[0].id):
         yield from _keep([_order(a, b) for a, b in itertools.combinations(group, 2)], opts)
 
@@ -120,14 +132,20 @@ def _cell_rows(run: RunDir, opts: dict) -> Iterator[dict]:
         for k in np.flatnonzero(page["valid"] & np.isfinite(page["fitness"]) & (page["cell"] >= 0)).tolist():
             at = int(page["island"][k]) * g.cells + int(page["cell"][k])
             margin = elite_fitness[at] - page["fitness"][k]
-            if margin > 0 and margin >= opts["min_margin"] and page["text"][k] is not None \
-                    and _digest(page["text"][k]) != elite_text[at]:
+            if (
+                margin > 0
+                and margin >= opts["min_margin"]
+                and page["text"][k] is not None
+                and _digest(page["text"][k]) != elite_text[at]
+            ):
                 beaten.offer(at, margin, int(page["id"][k]))
     at, margin, rejected = beaten.kept()
-    order = np.lexsort((rejected, -margin, at))  # by slot (island, then cell), widest margin first, ties by id
+    order = np.lexsort(
+        (rejected, -margin, at)
+    )  # by slot (island, then cell), widest margin first, ties by id
     task = None  # loaded only when some cell has a pair
     for start in range(0, len(order), BATCH):
-        chunk = order[start:start + BATCH].tolist()
+        chunk = order[start : start + BATCH].tolist()
         if task is None:
             cfg = run.config()
             task = load_task(cfg.experiment.task, OmegaConf.to_container(cfg.experiment.params, resolve=True))
@@ -136,9 +154,17 @@ def _cell_rows(run: RunDir, opts: dict) -> Iterator[dict]:
         held = {c.id: c for c in run.store.get(sorted(ids))}
         for k in chunk:
             hi, lo = held[int(elite[at[k]])], held[int(rejected[k])]
-            yield _row(prompt, hi.text, lo.text, _Seen(hi.id, float(hi.fitness), 0),
-                       _Seen(lo.id, float(lo.fitness), 0), "cell", hi, int(at[k] % g.cells),
-                       island=int(at[k] // g.cells))
+            yield _row(
+                prompt,
+                hi.text,
+                lo.text,
+                _Seen(hi.id, float(hi.fitness), 0),
+                _Seen(lo.id, float(lo.fitness), 0),
+                "cell",
+                hi,
+                int(at[k] % g.cells),
+                island=int(at[k] // g.cells),
+            )
 
 
 def _order(a: _Seen, b: _Seen) -> tuple[_Seen, _Seen]:
@@ -150,19 +176,39 @@ def _keep(pairs: list[tuple[_Seen, _Seen]], opts: dict) -> list[tuple[_Seen, _Se
     """The sibling pairs worth a lesson (a positive margin of at least ``min_margin``, two
     different answers), widest margin first, ties by (chosen id, rejected id), at most
     ``max_pairs_per_prompt``."""
-    kept = [(hi, lo) for hi, lo in pairs
-            if hi.fitness - lo.fitness > 0 and hi.fitness - lo.fitness >= opts["min_margin"] and hi.answer != lo.answer]
+    kept = [
+        (hi, lo)
+        for hi, lo in pairs
+        if hi.fitness - lo.fitness > 0
+        and hi.fitness - lo.fitness >= opts["min_margin"]
+        and hi.answer != lo.answer
+    ]
     kept.sort(key=lambda p: (p[1].fitness - p[0].fitness, p[0].id, p[1].id))
-    return kept[:int(opts["max_pairs_per_prompt"])]
+    return kept[: int(opts["max_pairs_per_prompt"])]
 
 
-def _row(prompt: list[dict], chosen: str, rejected: str, hi: _Seen, lo: _Seen, source: str, made: Any,
-         cell: int, island: int | None = None) -> dict:
+def _row(
+    prompt: list[dict],
+    chosen: str,
+    rejected: str,
+    hi: _Seen,
+    lo: _Seen,
+    source: str,
+    made: Any,
+    cell: int,
+    island: int | None = None,
+) -> dict:
     return {
-        "prompt": prompt, "chosen": [{"role": "assistant", "content": chosen}],
-        "rejected": [{"role": "assistant", "content": rejected}], "margin": hi.fitness - lo.fitness,
-        "source": source, "chosen_id": hi.id, "rejected_id": lo.id,
-        "island": made.island if island is None else island, "cell": cell, "operator": made.operator or "",
+        "prompt": prompt,
+        "chosen": [{"role": "assistant", "content": chosen}],
+        "rejected": [{"role": "assistant", "content": rejected}],
+        "margin": hi.fitness - lo.fitness,
+        "source": source,
+        "chosen_id": hi.id,
+        "rejected_id": lo.id,
+        "island": made.island if island is None else island,
+        "cell": cell,
+        "operator": made.operator or "",
         "model": made.model or "",
     }
 
@@ -170,4 +216,6 @@ def _row(prompt: list[dict], chosen: str, rejected: str, hi: _Seen, lo: _Seen, s
 def _digest(text: str) -> int:
     """64 bits of the text's hash: equal texts always match (so a pair never repeats a text);
     two different texts that collide only cost a pair."""
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+    return int.from_bytes(
+        hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little"
+    )

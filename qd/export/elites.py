@@ -41,22 +41,32 @@ def rows(run: RunDir, options: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
     snap = run.snapshot()
     isl, cell = snap.filled()
-    keep = np.ones(len(isl), bool) if options["min_fitness"] is None else \
-        snap.fitness[isl, cell] >= float(options["min_fitness"])
+    keep = (
+        np.ones(len(isl), bool)
+        if options["min_fitness"] is None
+        else snap.fitness[isl, cell] >= float(options["min_fitness"])
+    )
     isl, cell = isl[keep], cell[keep]
     order = np.lexsort((cell, isl, -snap.fitness[isl, cell]))  # the last key sorts first
     isl, cell = isl[order].tolist(), cell[order].tolist()
     parents = first_parents(run)
     for i, k, c in zip(isl, cell, candidates(run, snap.genome_id[isl, cell].tolist())):
         yield {
-            "island": i, "cell": k, "id": c.id, "fitness": fitness(c.fitness, c.valid),
-            "descriptor": None if c.descriptor is None else c.descriptor.tolist(), "genome": c.genome,
+            "island": i,
+            "cell": k,
+            "id": c.id,
+            "fitness": fitness(c.fitness, c.valid),
+            "descriptor": None if c.descriptor is None else c.descriptor.tolist(),
+            "genome": c.genome,
             "text": c.text if c.kind == "text" else None,
             "vector": c.vector.tolist() if c.kind == "vector" else None,
-            "metrics": c.metrics, "operator": c.operator, "model": c.model, "parent_ids": list(c.parent_ids),
-            "born_island": c.island, "lineage": _lineage(parents, c.id),
+            "metrics": c.metrics,
+            "operator": c.operator,
+            "model": c.model,
+            "parent_ids": list(c.parent_ids),
+            "born_island": c.island,
+            "lineage": _lineage(parents, c.id),
         }
-
 
 
 def _lineage(parents: Any, candidate_id: int) -> list[int]:

@@ -28,7 +28,17 @@ from typing import Any
 
 FORMATS = ("jsonl", "parquet", "hf")
 EXTENSIONS = {"jsonl": ".jsonl", "parquet": ".parquet", "hf": ""}
-TYPES = ("string", "int64", "float64", "bool", "list<int64>", "list<float64>", "list<string>", "json", "messages")
+TYPES = (
+    "string",
+    "int64",
+    "float64",
+    "bool",
+    "list<int64>",
+    "list<float64>",
+    "list<string>",
+    "json",
+    "messages",
+)
 ROW_GROUP = 1000  # parquet rows per row group: what the writer holds in memory
 
 
@@ -36,9 +46,13 @@ def write(fmt: str, columns: dict[str, str], rows: Iterable[dict[str, Any]], out
     """Writes ``rows`` to ``out`` as ``fmt``; returns the row count."""
     bad = {name: t for name, t in columns.items() if t not in TYPES}
     if bad:
-        raise ValueError(f"column {next(iter(bad))!r}: type {next(iter(bad.values()))!r} is not one of {TYPES}")
+        raise ValueError(
+            f"column {next(iter(bad))!r}: type {next(iter(bad.values()))!r} is not one of {TYPES}"
+        )
     if out.is_dir() and not (fmt == "hf" and (out / "state.json").is_file()):  # never replace a user's folder
-        raise ValueError(f"out {out}: is a folder that is not a dataset written by qd export; pass a new path")
+        raise ValueError(
+            f"out {out}: is a folder that is not a dataset written by qd export; pass a new path"
+        )
     typed = (typed_row(columns, row) for row in rows)
     tmp = out.with_name(out.name + ".tmp")
     _remove(tmp)
@@ -85,7 +99,7 @@ def convert(t: str, value: Any) -> Any:
         return json.dumps(plain(value), sort_keys=True, ensure_ascii=False)
     if t == "messages":
         return [{"role": str(m["role"]), "content": str(m["content"])} for m in value]
-    item = t[len("list<"):-1]
+    item = t[len("list<") : -1]
     return [convert(item, v) for v in value]
 
 
@@ -105,11 +119,20 @@ def _jsonl(columns: dict[str, str], rows: Iterable[dict], path: Path) -> int:
 def arrow_schema(columns: dict[str, str]) -> Any:
     import pyarrow as pa
 
-    scalar = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_(),
-              "json": pa.string(),
-              "messages": pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))}
-    return pa.schema([(name, scalar[t] if t in scalar else pa.list_(scalar[t[len("list<"):-1]]))
-                      for name, t in columns.items()])
+    scalar = {
+        "string": pa.string(),
+        "int64": pa.int64(),
+        "float64": pa.float64(),
+        "bool": pa.bool_(),
+        "json": pa.string(),
+        "messages": pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])),
+    }
+    return pa.schema(
+        [
+            (name, scalar[t] if t in scalar else pa.list_(scalar[t[len("list<") : -1]]))
+            for name, t in columns.items()
+        ]
+    )
 
 
 def _tables(columns: dict[str, str], rows: Iterable[dict]) -> Iterator[Any]:
@@ -128,8 +151,15 @@ def _parquet(columns: dict[str, str], rows: Iterable[dict], path: Path) -> int:
 
     count = 0
     # Fixed settings (codec, level, format version, page sizes by default): the same rows give the same bytes.
-    with pq.ParquetWriter(path, arrow_schema(columns), compression="zstd", compression_level=3, version="2.6",
-                          write_statistics=True, use_dictionary=True) as writer:
+    with pq.ParquetWriter(
+        path,
+        arrow_schema(columns),
+        compression="zstd",
+        compression_level=3,
+        version="2.6",
+        write_statistics=True,
+        use_dictionary=True,
+    ) as writer:
         for table in _tables(columns, rows):
             writer.write_table(table, row_group_size=ROW_GROUP)
             count += table.num_rows
@@ -140,11 +170,20 @@ def features(columns: dict[str, str]) -> Any:
     """The ``datasets`` features of ``columns`` (the same types as :func:`arrow_schema`)."""
     from datasets import Features, List, Value
 
-    scalar = {"string": Value("string"), "int64": Value("int64"), "float64": Value("float64"),
-              "bool": Value("bool"), "json": Value("string"),
-              "messages": List({"role": Value("string"), "content": Value("string")})}
-    return Features({name: scalar[t] if t in scalar else List(scalar[t[len("list<"):-1]])
-                     for name, t in columns.items()})
+    scalar = {
+        "string": Value("string"),
+        "int64": Value("int64"),
+        "float64": Value("float64"),
+        "bool": Value("bool"),
+        "json": Value("string"),
+        "messages": List({"role": Value("string"), "content": Value("string")}),
+    }
+    return Features(
+        {
+            name: scalar[t] if t in scalar else List(scalar[t[len("list<") : -1]])
+            for name, t in columns.items()
+        }
+    )
 
 
 def _hf(columns: dict[str, str], rows: Iterable[dict], path: Path) -> int:

@@ -49,11 +49,15 @@ def rows(run: RunDir, options: dict[str, Any]) -> Iterator[dict[str, Any]]:
     if per_cell is not None and (not isinstance(per_cell, int) or per_cell < 1):
         raise ValueError(f"sft: per_cell {per_cell!r}: pass a positive integer, or null for no cap")
     if run.geometry.genome is None:
-        raise ValueError("sft: this run evolves vectors, which have no text to train on; export kind elites instead")
+        raise ValueError(
+            "sft: this run evolves vectors, which have no text to train on; export kind elites instead"
+        )
     task = _task(run)
     held = held_out_strings(task)
     if any(h in task.description for h in held):
-        raise ValueError("sft: the task's description contains a held-out item; refusing to export it as a prompt")
+        raise ValueError(
+            "sft: the task's description contains a held-out item; refusing to export it as a prompt"
+        )
     floor = -np.inf if options["min_fitness"] is None else float(options["min_fitness"])
     cap = per_cell if per_cell is not None else (1 if variant == "task" else None)
     task_prompt = [{"role": "user", "content": task.description}]
@@ -64,9 +68,16 @@ def rows(run: RunDir, options: dict[str, Any]) -> Iterator[dict[str, Any]]:
             answer = c.text if variant == "task" else c.response
             if prompt is None or answer is None or leaks(held, prompt, answer):
                 continue
-            yield {"id": c.id, "island": c.island, "cell": where[c.id], "fitness": fitness(c.fitness, c.valid),
-                   "operator": c.operator, "model": c.model, "prompt": prompt,
-                   "completion": [{"role": "assistant", "content": answer}]}
+            yield {
+                "id": c.id,
+                "island": c.island,
+                "cell": where[c.id],
+                "fitness": fitness(c.fitness, c.valid),
+                "operator": c.operator,
+                "model": c.model,
+                "prompt": prompt,
+                "completion": [{"role": "assistant", "content": answer}],
+            }
 
 
 def _picked(run: RunDir, variant: str, floor: float, cap: int | None) -> Iterator[tuple[int, int]]:
@@ -78,15 +89,20 @@ def _picked(run: RunDir, variant: str, floor: float, cap: int | None) -> Iterato
     g = run.geometry
     kept = None if cap is None else PerCell(g.islands * g.cells, cap)
     for page in pages(run, page=BATCH):
-        usable = page["valid"] & np.isfinite(page["fitness"]) & (page["cell"] >= 0) & (page["fitness"] >= floor)
+        usable = (
+            page["valid"] & np.isfinite(page["fitness"]) & (page["cell"] >= 0) & (page["fitness"] >= floor)
+        )
         if variant == "operator":
             usable &= page["entered"] & (page["parent"] >= 0)
         for k in np.flatnonzero(usable).tolist():
             if kept is None:
                 yield int(page["id"][k]), int(page["cell"][k])
             else:
-                kept.offer(int(page["island"][k]) * g.cells + int(page["cell"][k]), page["fitness"][k],
-                           int(page["id"][k]))
+                kept.offer(
+                    int(page["island"][k]) * g.cells + int(page["cell"][k]),
+                    page["fitness"][k],
+                    int(page["id"][k]),
+                )
     if kept is not None:
         slot, _, ids = kept.kept()
         order = np.argsort(ids, kind="stable") if variant == "operator" else np.arange(len(ids))

@@ -47,19 +47,34 @@ def rows(run: RunDir, options: dict[str, Any]) -> Iterator[dict[str, Any]]:
         kids = np.flatnonzero(page["parent"] >= 0)
         entered = dict(zip(page["id"][kids].tolist(), page["entered"][kids].tolist()))
         # An elites-only store lacks evicted parents: their records have no parent fields.
-        parents = {p.id: p for p in run.store.get(sorted(set(page["parent"][kids].tolist())), missing_ok=True)}
+        parents = {
+            p.id: p for p in run.store.get(sorted(set(page["parent"][kids].tolist())), missing_ok=True)
+        }
         for c in run.store.get(page["id"][kids].tolist()):
             p = parents.get(int(c.parent_ids[0]))
             child_fitness = fitness(c.fitness, c.valid)
             parent_fitness = fitness(p.fitness, p.valid) if p is not None else None
             text = c.kind == "text" and c.text is not None  # (an answer with no program has no text)
             yield {
-                "child_id": c.id, "parent_id": int(c.parent_ids[0]), "island": c.island, "operator": c.operator,
-                "model": c.model, "valid": c.valid, "error": c.error, "entered": entered[c.id],
-                "parent_fitness": parent_fitness, "child_fitness": child_fitness,
-                "improvement": None if None in (child_fitness, parent_fitness) else child_fitness - parent_fitness,
-                "parent_metrics": p.metrics if p is not None else None, "child_metrics": c.metrics,
+                "child_id": c.id,
+                "parent_id": int(c.parent_ids[0]),
+                "island": c.island,
+                "operator": c.operator,
+                "model": c.model,
+                "valid": c.valid,
+                "error": c.error,
+                "entered": entered[c.id],
+                "parent_fitness": parent_fitness,
+                "child_fitness": child_fitness,
+                "improvement": None
+                if None in (child_fitness, parent_fitness)
+                else child_fitness - parent_fitness,
+                "parent_metrics": p.metrics if p is not None else None,
+                "child_metrics": c.metrics,
                 "child_text": c.text if text else None,
-                "diff": diff(p.text or "", c.text, f"#{p.id}", f"#{c.id}") if text and p is not None else None,
-                "prompt": messages(c.prompt), "response": c.response,
+                "diff": diff(p.text or "", c.text, f"#{p.id}", f"#{c.id}")
+                if text and p is not None
+                else None,
+                "prompt": messages(c.prompt),
+                "response": c.response,
             }

@@ -34,7 +34,11 @@ OPTIONS: dict[str, Any] = {}
 GENOMES = ("agent", "team")  # genomes whose evaluation has agents call the model
 SCHEMA = Path(__file__).resolve().parent / "schemas" / "trajectory.schema.json"
 
-_STEP = {"system": ("observation", "environment"), "user": ("message", "user"), "assistant": ("message", "agent")}
+_STEP = {
+    "system": ("observation", "environment"),
+    "user": ("message", "user"),
+    "assistant": ("message", "agent"),
+}
 
 
 def rows(run: RunDir, options: dict) -> Iterator[dict]:
@@ -53,8 +57,10 @@ def rows(run: RunDir, options: dict) -> Iterator[dict]:
             for item in sorted(items, key=lambda i: (i is None, str(type(i)), i if i is not None else 0)):
                 yield _row(run, c, item, [call for call in calls if call.get("item") == item])
     if not agents:
-        raise ValueError(f"trajectory: {run.path} has no agent genomes (only runs with genome=agent or team, "
-                         "e.g. experiment=agent_design, record agents' model calls)")
+        raise ValueError(
+            f"trajectory: {run.path} has no agent genomes (only runs with genome=agent or team, "
+            "e.g. experiment=agent_design, record agents' model calls)"
+        )
 
 
 def _row(run: RunDir, c: Any, item: int | str | None, calls: list[dict]) -> dict:
@@ -62,12 +68,16 @@ def _row(run: RunDir, c: Any, item: int | str | None, calls: list[dict]) -> dict
         "id": f"{run.name}/{c.id}" + ("" if item is None else f"/{item}"),
         "content": steps(calls),
         "details": {
-            "run": run.name, "candidate": c.id, "item": item,
+            "run": run.name,
+            "candidate": c.id,
+            "item": item,
             "models": sorted({call["model"] for call in calls if call.get("model")}),
-            "calls": sum("text" in call for call in calls), "failed": sum("error" in call for call in calls),
+            "calls": sum("text" in call for call in calls),
+            "failed": sum("error" in call for call in calls),
             "tokens_in": sum(call.get("tokens_in", 0) for call in calls),
             "tokens_out": sum(call.get("tokens_out", 0) for call in calls),
-            "fitness": c.fitness, "valid": c.valid,
+            "fitness": c.fitness,
+            "valid": c.valid,
         },
     }
 
@@ -77,8 +87,10 @@ def steps(calls: list[dict]) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     said: list[dict] = []  # the conversation so far: the last call's messages and answer
     for call in calls:
-        sent = call["messages"] or []  # None: a refused call whose messages were malformed or too long to keep
-        new = sent[len(said):] if said and sent[:len(said)] == said else sent
+        sent = (
+            call["messages"] or []
+        )  # None: a refused call whose messages were malformed or too long to keep
+        new = sent[len(said) :] if said and sent[: len(said)] == said else sent
         out += [_step(*_STEP[m["role"]], m["content"]) for m in new]
         if "text" in call:
             out.append(_step("message", "agent", call["text"]))

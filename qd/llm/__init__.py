@@ -11,8 +11,17 @@ from qd.contract import CallFailed, Completion, LLMDown, LLMError
 from qd.llm.ledger import ROLES, Ledger, Usage, tally
 
 __all__ = [
-    "CallFailed", "Completion", "LLMDown", "LLMError", "ROLES", "Ledger", "LLMClient", "LLMSettings",
-    "ModelSpec", "Usage", "tally",
+    "CallFailed",
+    "Completion",
+    "LLMDown",
+    "LLMError",
+    "ROLES",
+    "Ledger",
+    "LLMClient",
+    "LLMSettings",
+    "ModelSpec",
+    "Usage",
+    "tally",
 ]
 _CLIENT = ("LLMClient", "LLMSettings", "ModelSpec")
 

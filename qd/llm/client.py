@@ -196,19 +196,32 @@ class _LoopbackOpenAI(openai.AsyncOpenAI):
         return super().user_agent.replace(type(self).__name__, openai.AsyncOpenAI.__name__, 1)
 
     def _build_request(self, options: Any, *, retries_taken: int = 0) -> httpx2.Request:
-        if (options.headers or options.params or options.files is not None or options.content is not None
-                or options.extra_json or not isinstance(options.json_data, dict)
-                or not isinstance(options.timeout, openai.NotGiven)):
+        if (
+            options.headers
+            or options.params
+            or options.files is not None
+            or options.content is not None
+            or options.extra_json
+            or not isinstance(options.json_data, dict)
+            or not isinstance(options.timeout, openai.NotGiven)
+        ):
             return super()._build_request(options, retries_taken=retries_taken)
         key = (options.method, options.url, retries_taken)
         if key not in self._kept:
             first = super()._build_request(options, retries_taken=retries_taken)
             self._kept[key] = first, [(k, v) for k, v in first.headers.raw if k.lower() != b"content-length"]
         kept, headers = self._kept[key]
-        body = json.dumps(options.json_data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        body = json.dumps(
+            options.json_data, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+        ).encode()
         # (A stream, not content=: httpx would then re-derive the content headers, which is most of its cost.)
-        return httpx2.Request(kept.method, kept.url, headers=[*headers, (b"Content-Length", b"%d" % len(body))],
-                              stream=httpx2.ByteStream(body), extensions=kept.extensions)
+        return httpx2.Request(
+            kept.method,
+            kept.url,
+            headers=[*headers, (b"Content-Length", b"%d" % len(body))],
+            stream=httpx2.ByteStream(body),
+            extensions=kept.extensions,
+        )
 
 
 class _Retryable(Exception):
@@ -251,8 +264,11 @@ def _top_logprobs(logprobs: Any) -> list[dict[str, float]] | None:
             return None
         top: dict[str, float] = {}
         for alt in alternatives:
-            if not (isinstance(alt, dict) and isinstance(alt.get("token"), str)
-                    and isinstance(alt.get("logprob"), (int, float))):
+            if not (
+                isinstance(alt, dict)
+                and isinstance(alt.get("token"), str)
+                and isinstance(alt.get("logprob"), (int, float))
+            ):
                 return None
             token, lp = alt["token"], float(alt["logprob"])
             top[token] = float(np.logaddexp(top[token], lp)) if token in top else lp
@@ -295,13 +311,16 @@ class LLMClient:
         # (it also catches a server that trickles bytes and never trips a read timeout).
         # Remote endpoints keep openai's own HTTP client (TLS, HTTP/2, proxy env vars).
         url = urlsplit(settings.base_url)
-        options = dict(base_url=settings.base_url, api_key=key, max_retries=0, timeout=settings.timeout_s + 1.0)
+        options = dict(
+            base_url=settings.base_url, api_key=key, max_retries=0, timeout=settings.timeout_s + 1.0
+        )
         if url.hostname in _LOOPBACK and url.scheme == "http":
             self._client: openai.AsyncOpenAI = _LoopbackOpenAI(**options, http_client=_LoopbackHTTP())
         else:
             self._client = openai.AsyncOpenAI(**options)
-        self._chat = FinalRequestOptions.construct(method="post", url="/chat/completions", json_data=None,
-                                                   content=None, files=None)
+        self._chat = FinalRequestOptions.construct(
+            method="post", url="/chat/completions", json_data=None, content=None, files=None
+        )
         self._cache = Path(settings.cache_dir) if settings.cache_dir else None
 
     def __repr__(self) -> str:
@@ -351,8 +370,11 @@ class LLMClient:
             model = self._model_for_sample(sample_index)
         spec = self._models.get(model)
         if spec is None:
-            raise self._fall(LLMDown(
-                f"llm: model {model!r} is not in llm.models (add it there or pick one of {list(self._models)})"))
+            raise self._fall(
+                LLMDown(
+                    f"llm: model {model!r} is not in llm.models (add it there or pick one of {list(self._models)})"
+                )
+            )
         request: dict[str, Any] = {
             "model": model,
             "messages": messages,
@@ -367,9 +389,13 @@ class LLMClient:
                 request["top_logprobs"] = top_logprobs
         if s.seed is not None:
             request["seed"] = _derived_seed(s.seed, sample_index)
-        key = None if self._cache is None else hashlib.sha256(
-            _canonical({**request, "stop": stop, "seed": s.seed, "sample_index": sample_index}).encode()
-        ).hexdigest()
+        key = (
+            None
+            if self._cache is None
+            else hashlib.sha256(
+                _canonical({**request, "stop": stop, "seed": s.seed, "sample_index": sample_index}).encode()
+            ).hexdigest()
+        )
 
         ledgers = [self.ledger] + [t for t in (current_tally(),) if t is not None]
         hit = self._cache_get(key)
@@ -432,9 +458,12 @@ class LLMClient:
                     raise LLMDown(self.down) from None
                 quiet = time.monotonic() - self._answered_at
                 if quiet >= s.give_up_after_s:
-                    raise self._fall(LLMDown(
-                        f"llm: {s.base_url} answered no call for {quiet:.0f}s (last: {err.cause}) "
-                        "(is the server running? raise llm.give_up_after_s to wait longer)")) from None
+                    raise self._fall(
+                        LLMDown(
+                            f"llm: {s.base_url} answered no call for {quiet:.0f}s (last: {err.cause}) "
+                            "(is the server running? raise llm.give_up_after_s to wait longer)"
+                        )
+                    ) from None
                 if attempt >= s.max_retries:
                     raise CallFailed(self._give_up_message(err, attempt)) from None
                 attempt += 1
@@ -455,7 +484,9 @@ class LLMClient:
                 # The raw endpoint (openai's documented way to skip its typed-params transform,
                 # which costs more CPU than the rest of the call): we parse and check the body.
                 # ``post()`` with the options copied from a kept one (``post`` builds them anew: ~70 us).
-                raw = await self._client.request(httpx2.Response, self._chat.model_copy(update={"json_data": request}))
+                raw = await self._client.request(
+                    httpx2.Response, self._chat.model_copy(update={"json_data": request})
+                )
                 body = raw.content
         except (TimeoutError, openai.APITimeoutError):
             raise _Retryable("timeout", f"no answer within {s.timeout_s:g}s") from None

@@ -50,7 +50,9 @@ class CallBudget:
     # prompt + completion tokens at most (prompt estimated as chars/4 before the call, then counted exactly)
     tokens: int = 32_000
     max_tokens: int = 256  # per call: a larger max_tokens asked for is clamped to this
-    seconds: float | None = None  # no call starts after this many seconds from the gateway's start (None: no limit)
+    seconds: float | None = (
+        None  # no call starts after this many seconds from the gateway's start (None: no limit)
+    )
 
     def __post_init__(self) -> None:
         def whole(name: str, value: Any, low: int, top: int | None = None) -> None:
@@ -61,9 +63,14 @@ class CallBudget:
         whole("calls", self.calls, 0, MAX_CALLS)  # 0 (or tokens 0): what a spent budget leaves a later stage
         whole("tokens", self.tokens, 0)
         whole("max_tokens", self.max_tokens, 1)
-        if self.seconds is not None and (isinstance(self.seconds, bool) or not isinstance(self.seconds, (int, float))
-                                         or not self.seconds > 0):
-            raise ValueError(f"budget.seconds: {self.seconds!r} is not allowed (use a number > 0, or None: no limit)")
+        if self.seconds is not None and (
+            isinstance(self.seconds, bool)
+            or not isinstance(self.seconds, (int, float))
+            or not self.seconds > 0
+        ):
+            raise ValueError(
+                f"budget.seconds: {self.seconds!r} is not allowed (use a number > 0, or None: no limit)"
+            )
 
 
 def call_index(key: int, n: int) -> int:
@@ -82,7 +89,7 @@ def candidate_key(text: str, stage: str = "") -> int:
     """48 bits of sha256(text, stage): the same agent text gets the same keys in a rerun
     (so its calls hit the cache), a different one different keys."""
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass") + b"\0" + stage.encode()).digest()
-    return int.from_bytes(digest[:KEY_BITS // 8], "big")
+    return int.from_bytes(digest[: KEY_BITS // 8], "big")
 
 
 class _Refused(Exception):
@@ -94,16 +101,22 @@ def _messages(value: Any) -> list[dict]:
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if not isinstance(value, list) or not value:
-        raise _Refused(f"llm: messages: got {type(value).__name__}{' (empty)' if value == [] else ''} "
-                       "(pass a str, or a non-empty list of {'role', 'content'} dicts)")
+        raise _Refused(
+            f"llm: messages: got {type(value).__name__}{' (empty)' if value == [] else ''} "
+            "(pass a str, or a non-empty list of {'role', 'content'} dicts)"
+        )
     out = []
     for i, m in enumerate(value):
         if not isinstance(m, dict) or set(m) != {"role", "content"}:
-            raise _Refused(f"llm: messages[{i}]: not a dict of exactly 'role' and 'content' "
-                           "(write {'role': 'user', 'content': '...'})")
+            raise _Refused(
+                f"llm: messages[{i}]: not a dict of exactly 'role' and 'content' "
+                "(write {'role': 'user', 'content': '...'})"
+            )
         if m["role"] not in _ROLES:
-            raise _Refused(f"llm: messages[{i}].role: {str(m['role'])[:40]!r} is not a role "
-                           "(use system, user or assistant)")
+            raise _Refused(
+                f"llm: messages[{i}].role: {str(m['role'])[:40]!r} is not a role "
+                "(use system, user or assistant)"
+            )
         if not isinstance(m["content"], str):
             raise _Refused(f"llm: messages[{i}].content: got {type(m['content']).__name__} (pass a str)")
         out.append({"role": m["role"], "content": m["content"]})
@@ -118,8 +131,13 @@ def _sampling(value: Any, budget: CallBudget, models: Sequence[str]) -> dict:
     for name in value:
         if name not in _SAMPLING:
             raise _Refused(f"llm: {str(name)[:40]}: not a sampling option (use {', '.join(_SAMPLING)})")
-    out: dict[str, Any] = {"temperature": None, "max_tokens": budget.max_tokens, "stop": None, "model": None,
-                           "top_logprobs": None}
+    out: dict[str, Any] = {
+        "temperature": None,
+        "max_tokens": budget.max_tokens,
+        "stop": None,
+        "model": None,
+        "top_logprobs": None,
+    }
     t = value.get("temperature")
     if t is not None:
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t <= 2:
@@ -128,7 +146,9 @@ def _sampling(value: Any, budget: CallBudget, models: Sequence[str]) -> dict:
     m = value.get("max_tokens")
     if m is not None:
         if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-            raise _Refused(f"llm: max_tokens: {str(m)[:40]} is not a whole number >= 1 (pass e.g. max_tokens=128)")
+            raise _Refused(
+                f"llm: max_tokens: {str(m)[:40]} is not a whole number >= 1 (pass e.g. max_tokens=128)"
+            )
         out["max_tokens"] = min(m, budget.max_tokens)
     stop = value.get("stop")
     if stop is not None:
@@ -138,8 +158,10 @@ def _sampling(value: Any, budget: CallBudget, models: Sequence[str]) -> dict:
     model = value.get("model")
     if model is not None:
         if not isinstance(model, str) or model not in models:
-            raise _Refused(f"llm: model: {str(model)[:60]!r} is not one of the run's models {list(models)} "
-                           "(pass one of them, or leave model out for the run's choice)")
+            raise _Refused(
+                f"llm: model: {str(model)[:60]!r} is not one of the run's models {list(models)} "
+                "(pass one of them, or leave model out for the run's choice)"
+            )
         out["model"] = model
     k = value.get("top_logprobs")
     if k is not None:
@@ -169,9 +191,17 @@ class ModelGateway:
     ``close()``: the evaluation is over; later calls are refused.
     """
 
-    def __init__(self, client: ChatClient, budget: CallBudget, key: int, *, role: str = "agent",
-                 model: str | None = None, temperature: float | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        client: ChatClient,
+        budget: CallBudget,
+        key: int,
+        *,
+        role: str = "agent",
+        model: str | None = None,
+        temperature: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         call_index(key, 0)  # ValueError for a bad key
         self.client, self.budget, self.key, self.role = client, budget, key, role
         self.model, self.temperature, self.clock = model, temperature, clock
@@ -187,8 +217,10 @@ class ModelGateway:
 
     def __repr__(self) -> str:
         b = self.budget
-        return (f"ModelGateway(role={self.role!r}, calls={self.calls}/{b.calls}, "
-                f"tokens={self.tokens}/{b.tokens}, refused={self.refused})")
+        return (
+            f"ModelGateway(role={self.role!r}, calls={self.calls}/{b.calls}, "
+            f"tokens={self.tokens}/{b.tokens}, refused={self.refused})"
+        )
 
     def _deadline_passed(self) -> bool:
         return self.budget.seconds is not None and self.clock() - self.started >= self.budget.seconds
@@ -211,9 +243,11 @@ class ModelGateway:
             return why
         left = b.tokens - self.tokens - self._reserved
         if prompt + max_tokens > left:
-            return (f"llm: token budget: this call may take ~{prompt + max_tokens} tokens (prompt ~{prompt} "
-                    f"+ max_tokens {max_tokens}), {max(left, 0)} of {b.tokens} per evaluation are left "
-                    "(shorten the prompt or lower max_tokens)")
+            return (
+                f"llm: token budget: this call may take ~{prompt + max_tokens} tokens (prompt ~{prompt} "
+                f"+ max_tokens {max_tokens}), {max(left, 0)} of {b.tokens} per evaluation are left "
+                "(shorten the prompt or lower max_tokens)"
+            )
         return None
 
     def _note(self, entry: dict, model_call: bool) -> None:
@@ -227,8 +261,16 @@ class ModelGateway:
     async def __call__(self, request: dict) -> dict:
         """Answer one call: ``{"n", "messages", "sampling"}`` -> ``{"n", "text"}`` or ``{"n", "error"}``."""
         n = request.get("n") if isinstance(request, dict) else None
-        entry: dict[str, Any] = {"n": n, "messages": None, "sampling": None, "model": None, "tokens_in": 0,
-                                 "tokens_out": 0, "cached": False, "seconds": 0.0}
+        entry: dict[str, Any] = {
+            "n": n,
+            "messages": None,
+            "sampling": None,
+            "model": None,
+            "tokens_in": 0,
+            "tokens_out": 0,
+            "cached": False,
+            "seconds": 0.0,
+        }
         item = request.get("item") if isinstance(request, dict) else None
         if isinstance(item, int) and not isinstance(item, bool) or isinstance(item, str):
             entry["item"] = item if isinstance(item, int) else item[:200]  # which task item (the entry says)
@@ -269,7 +311,9 @@ class ModelGateway:
             if self.budget.seconds is None:  # not ours (the client times out as CallFailed)
                 entry["error"] = f"llm: TimeoutError: {e}"
                 raise
-            entry["error"] = f"llm: time is up (the call ran past {self.budget.seconds:g} s of the evaluation)"
+            entry["error"] = (
+                f"llm: time is up (the call ran past {self.budget.seconds:g} s of the evaluation)"
+            )
         except LLMError as e:
             entry["error"] = " ".join(str(e).split())
         except asyncio.CancelledError:
@@ -280,8 +324,9 @@ class ModelGateway:
             raise
         else:
             self.tokens += c.tokens_in + c.tokens_out
-            entry.update(text=c.text, model=c.model, tokens_in=c.tokens_in, tokens_out=c.tokens_out,
-                         cached=c.cached)
+            entry.update(
+                text=c.text, model=c.model, tokens_in=c.tokens_in, tokens_out=c.tokens_out, cached=c.cached
+            )
             if sampling["top_logprobs"] is not None:
                 entry["top_logprobs"] = c.top_logprobs or []
         finally:
@@ -302,9 +347,16 @@ class ModelGateway:
     async def _complete(self, messages: list[dict], temperature: float | None, sampling: dict, index: int):
         k = sampling["top_logprobs"]
         return await self.client.complete(
-            messages, model=sampling["model"] or self.model, temperature=temperature,
-            max_tokens=sampling["max_tokens"], stop=sampling["stop"], sample_index=call_index(self.key, index),
-            logprobs=k is not None, top_logprobs=k, role=self.role)
+            messages,
+            model=sampling["model"] or self.model,
+            temperature=temperature,
+            max_tokens=sampling["max_tokens"],
+            stop=sampling["stop"],
+            sample_index=call_index(self.key, index),
+            logprobs=k is not None,
+            top_logprobs=k,
+            role=self.role,
+        )
 
     def close(self) -> None:
         """The evaluation is over: every later call is refused, and blocking calls still under
@@ -325,8 +377,10 @@ class ModelGateway:
             except RuntimeError:
                 running = None
             if running is loop:
-                raise RuntimeError("llm: blocking() called on its own event loop's thread (it would wait "
-                                   "forever; run the caller in a thread, e.g. asyncio.to_thread)")
+                raise RuntimeError(
+                    "llm: blocking() called on its own event loop's thread (it would wait "
+                    "forever; run the caller in a thread, e.g. asyncio.to_thread)"
+                )
             if self.closed:  # (a thread left behind; the loop may be gone)
                 raise ModelCallError(self._final())
             request = {"n": next(numbers), "messages": messages, "sampling": sampling}
@@ -337,15 +391,19 @@ class ModelGateway:
             except concurrent.futures.CancelledError:
                 raise ModelCallError("llm: cancelled (the evaluation ended)") from None
             except Exception as e:  # a bug on the host: the same answer the sandbox's callers get
-                raise ModelCallError(" ".join(f"llm: the host failed: {type(e).__name__}: {e}".split())[:500]) from e
+                raise ModelCallError(
+                    " ".join(f"llm: the host failed: {type(e).__name__}: {e}".split())[:500]
+                ) from e
             finally:
                 self._waiting.discard(fut)
             if "error" in answer:
                 raise ModelCallError(answer["error"])
             return answer_of(answer)
 
-        llm.__doc__ = ("llm(messages, temperature=, max_tokens=, stop=, model=, top_logprobs=) -> str (a dict "
-                       "{'text', 'top_logprobs'} with top_logprobs=): the run's model, within "
-                       f"this evaluation's budget ({self.budget.calls} calls, {self.budget.tokens} tokens); "
-                       "raises ModelCallError when refused or failed")
+        llm.__doc__ = (
+            "llm(messages, temperature=, max_tokens=, stop=, model=, top_logprobs=) -> str (a dict "
+            "{'text', 'top_logprobs'} with top_logprobs=): the run's model, within "
+            f"this evaluation's budget ({self.budget.calls} calls, {self.budget.tokens} tokens); "
+            "raises ModelCallError when refused or failed"
+        )
         return llm

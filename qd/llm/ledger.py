@@ -152,8 +152,14 @@ class Ledger:
         """Totals, then ``per_role`` and ``per_model`` splits (the summary and events.jsonl)."""
         t = self.total()
         return {
-            "calls": t.calls, "cached_calls": t.cached, "failed_calls": t.failed, "retries": t.retries,
-            "tokens_in": t.tokens_in, "tokens_out": t.tokens_out, "cost": t.cost, "in_flight": self.in_flight,
+            "calls": t.calls,
+            "cached_calls": t.cached,
+            "failed_calls": t.failed,
+            "retries": t.retries,
+            "tokens_in": t.tokens_in,
+            "tokens_out": t.tokens_out,
+            "cost": t.cost,
+            "in_flight": self.in_flight,
             "per_role": {k: u.as_dict() for k, u in self.split("role").items()},
             "per_model": {k: u.as_dict() for k, u in self.split("model").items()},
         }

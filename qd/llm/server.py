@@ -76,7 +76,7 @@ def _proc_stat(pid: int) -> tuple[str, int, int] | None:
             stat = f.read()
     except OSError:
         return None
-    fields = stat[stat.rindex(b")") + 2:].split()  # after "pid (comm) "; comm may hold spaces
+    fields = stat[stat.rindex(b")") + 2 :].split()  # after "pid (comm) "; comm may hold spaces
     return fields[0].decode(), int(fields[2]), int(fields[19])
 
 
@@ -92,8 +92,12 @@ def _proc_cmdline(pid: int) -> list[str] | None:
 def _is_recorded(record: dict) -> bool:
     """Whether the process ``record`` describes still runs: same pid, start time and command line."""
     stat = _proc_stat(record["pid"])
-    return (stat is not None and stat[0] not in ("Z", "X") and stat[2] == record["start"]
-            and _proc_cmdline(record["pid"]) == record["cmdline"])
+    return (
+        stat is not None
+        and stat[0] not in ("Z", "X")
+        and stat[2] == record["start"]
+        and _proc_cmdline(record["pid"]) == record["cmdline"]
+    )
 
 
 def stop_recorded(record_path: str | Path, grace_s: float = 5.0) -> int | None:
@@ -106,7 +110,11 @@ def stop_recorded(record_path: str | Path, grace_s: float = 5.0) -> int | None:
     record_path = Path(record_path)
     try:
         record = json.loads(record_path.read_text())
-        record = {"pid": int(record["pid"]), "start": int(record["start"]), "cmdline": list(record["cmdline"])}
+        record = {
+            "pid": int(record["pid"]),
+            "start": int(record["start"]),
+            "cmdline": list(record["cmdline"]),
+        }
     except (OSError, ValueError, KeyError, TypeError):
         return None
     pid, pidfd, stopped = record["pid"], None, None
@@ -196,7 +204,9 @@ class EmbeddedServer:
         if self._proc is not None:
             return self
         if importlib.util.find_spec("llama_cpp") is None:
-            raise LLMError(f"llm: llama_cpp is not installed, the embedded server needs it ({_INSTALL_SERVER})")
+            raise LLMError(
+                f"llm: llama_cpp is not installed, the embedded server needs it ({_INSTALL_SERVER})"
+            )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         stale = stop_recorded(self.record_path)
         if stale is not None:
@@ -207,8 +217,16 @@ class EmbeddedServer:
             raise LLMError(f"llm: model file {model} does not exist (check llm.local.model_path)")
         port = _free_port(self.host)
         args = [
-            "--model", str(model), "--model_alias", self.model,
-            "--host", self.host, "--port", str(port), "--n_ctx", str(self.n_ctx),
+            "--model",
+            str(model),
+            "--model_alias",
+            self.model,
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+            "--n_ctx",
+            str(self.n_ctx),
         ]
         if self.n_threads is not None:
             args += ["--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads)]
@@ -218,8 +236,12 @@ class EmbeddedServer:
         t0 = time.monotonic()
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
         atexit.register(self.stop)
         self._record(cmd)
@@ -249,8 +271,9 @@ class EmbeddedServer:
         if stat is None:  # already gone: start() reports why
             return
         tmp = self.record_path.with_name(self.record_path.name + ".tmp")
-        tmp.write_text(json.dumps({"pid": self._proc.pid, "start": stat[2], "cmdline": cmd,
-                                   "owner": os.getpid()}))
+        tmp.write_text(
+            json.dumps({"pid": self._proc.pid, "start": stat[2], "cmdline": cmd, "owner": os.getpid()})
+        )
         os.replace(tmp, self.record_path)
 
     def _forget(self, pid: int) -> None:

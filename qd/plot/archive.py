@@ -88,8 +88,10 @@ def check_axes(axes: tuple[int, ...], dim: int) -> tuple[int, int | None]:
         ValueError: not two distinct axes in ``0 .. dim - 1``.
     """
     if len(axes) != 2 or len(set(axes)) != 2 or not all(0 <= a < dim for a in axes):
-        raise ValueError(f"the run has {dim} descriptor axes (0..{dim - 1}); give two different ones, "
-                         f"e.g. --axes 0,{min(1, dim - 1)}")
+        raise ValueError(
+            f"the run has {dim} descriptor axes (0..{dim - 1}); give two different ones, "
+            f"e.g. --axes 0,{min(1, dim - 1)}"
+        )
     return axes[0], axes[1]
 
 
@@ -97,8 +99,9 @@ def _default_axes(g: Geometry) -> tuple[int, int | None]:
     return (0, 1) if g.dim >= 2 else (0, None)
 
 
-def archive_figure(run: RunDir, axes: tuple[int, int | None] | None = None, islands: list[int] | None = None,
-                   dpi: int = 100) -> tuple[Figure, ArchivePanels]:
+def archive_figure(
+    run: RunDir, axes: tuple[int, int | None] | None = None, islands: list[int] | None = None, dpi: int = 100
+) -> tuple[Figure, ArchivePanels]:
     """The archive of ``run`` now (its snapshot), one panel per island of ``islands`` (default all).
 
     ``axes``: the two descriptor axes to show (default the first two; check them with
@@ -109,7 +112,9 @@ def archive_figure(run: RunDir, axes: tuple[int, int | None] | None = None, isla
     islands = list(range(g.islands)) if islands is None else list(islands)
     centroids = run.centroids() if g.kind == "cvt" and g.dim == 2 else None
     if g.kind == "grid":
-        panels = ArchivePanels("image", islands, axes, [grid_image(snap.fitness[i], g, axes) for i in islands])
+        panels = ArchivePanels(
+            "image", islands, axes, [grid_image(snap.fitness[i], g, axes) for i in islands]
+        )
     elif centroids is not None:
         box = [[g.lower[a] for a in axes], [g.upper[a] for a in axes]]
         cells = run.memo(f"voronoi{axes}", lambda: voronoi_cells(centroids[:, list(axes)], *box))
@@ -121,8 +126,16 @@ def archive_figure(run: RunDir, axes: tuple[int, int | None] | None = None, isla
             cell = cell[np.argsort(snap.fitness[i, cell], kind="stable")]
             values.append(snap.fitness[i, cell])
             shown = snap.descriptor[i, cell][:, [axes[0]]]
-            points.append(np.hstack([shown, snap.descriptor[i, cell][:, [axes[1]]] if axes[1] is not None
-                                     else np.zeros_like(shown)]))  # a one-axis archive: on a line
+            points.append(
+                np.hstack(
+                    [
+                        shown,
+                        snap.descriptor[i, cell][:, [axes[1]]]
+                        if axes[1] is not None
+                        else np.zeros_like(shown),
+                    ]
+                )
+            )  # a one-axis archive: on a line
         panels = ArchivePanels("points", islands, axes, values, points=points)
     panels.limits = _limits(panels.values)
     fig, axs = _panel_grid(len(islands), dpi)
@@ -183,7 +196,9 @@ def voronoi_cells(centroids: np.ndarray, lower: Any = None, upper: Any = None) -
     return cells
 
 
-def parallel_figure(run: RunDir, islands: list[int] | None = None, dpi: int = 100) -> tuple[Figure, ParallelLines]:
+def parallel_figure(
+    run: RunDir, islands: list[int] | None = None, dpi: int = 100
+) -> tuple[Figure, ParallelLines]:
     """Every elite's descriptor as a line across the descriptor axes, coloured by fitness,
     one panel per island (default all)."""
     g, snap = run.geometry, run.snapshot()
@@ -207,12 +222,16 @@ def parallel_figure(run: RunDir, islands: list[int] | None = None, dpi: int = 10
     at = np.arange(g.dim)
     for ax, island, y, f in zip(axs, islands, lines, fitness):
         segments = np.stack([np.broadcast_to(at, y.shape), y], axis=-1)
-        ax.add_collection(LineCollection(segments, array=f, cmap=_cmap(), norm=norm, linewidths=0.6, alpha=0.7))
+        ax.add_collection(
+            LineCollection(segments, array=f, cmap=_cmap(), norm=norm, linewidths=0.6, alpha=0.7)
+        )
         ax.vlines(at, 0, 1, colors="0.6", linewidths=0.5)
         ax.set_xlim(-0.2, g.dim - 0.8)
         ax.set_ylim(-0.05, 1.05)
         if g.dim <= 20:
-            ax.set_xticks(at, [f"{n}\n[{lo:.3g}, {hi:.3g}]" for n, lo, hi in zip(g.axes, lower, upper)], fontsize=7)
+            ax.set_xticks(
+                at, [f"{n}\n[{lo:.3g}, {hi:.3g}]" for n, lo, hi in zip(g.axes, lower, upper)], fontsize=7
+            )
         ax.set_yticks([0, 1], ["lower", "upper"], fontsize=7)
         ax.set_title(f"island {island}", fontsize=9)
     fig.colorbar(ScalarMappable(norm, _cmap()), ax=axs, label="fitness", shrink=0.9)
@@ -224,8 +243,15 @@ def _draw_panel(ax: Any, p: ArchivePanels, k: int, g: Geometry, norm: Normalize)
     x, y = p.axes
     if p.mode == "image":
         extent = (g.lower[x], g.upper[x], *((g.lower[y], g.upper[y]) if y is not None else (0, 1)))
-        ax.imshow(p.values[k], origin="lower", extent=extent, aspect="auto", cmap=_cmap(), norm=norm,
-                  interpolation="nearest")
+        ax.imshow(
+            p.values[k],
+            origin="lower",
+            extent=extent,
+            aspect="auto",
+            cmap=_cmap(),
+            norm=norm,
+            interpolation="nearest",
+        )
         _label_bins(ax, "x", g, x)
         if y is None:
             ax.set_yticks([])
@@ -233,15 +259,31 @@ def _draw_panel(ax: Any, p: ArchivePanels, k: int, g: Geometry, norm: Normalize)
             _label_bins(ax, "y", g, y)
     elif p.mode == "voronoi":
         outlined = len(p.cells) <= OUTLINED_CELLS
-        ax.add_collection(PolyCollection(p.cells, array=np.ma.masked_invalid(p.values[k]), cmap=_cmap(), norm=norm,
-                                         edgecolors="0.85" if outlined else "face", linewidths=0.2 if outlined else 0.3,
-                                         rasterized=not outlined))
+        ax.add_collection(
+            PolyCollection(
+                p.cells,
+                array=np.ma.masked_invalid(p.values[k]),
+                cmap=_cmap(),
+                norm=norm,
+                edgecolors="0.85" if outlined else "face",
+                linewidths=0.2 if outlined else 0.3,
+                rasterized=not outlined,
+            )
+        )
         corners = np.concatenate(p.cells)
         ax.set_xlim(corners[:, 0].min(), corners[:, 0].max())
         ax.set_ylim(corners[:, 1].min(), corners[:, 1].max())
     else:
-        ax.scatter(p.points[k][:, 0], p.points[k][:, 1], c=p.values[k], cmap=_cmap(), norm=norm, s=6,
-                   linewidths=0, rasterized=len(p.values[k]) > OUTLINED_CELLS)
+        ax.scatter(
+            p.points[k][:, 0],
+            p.points[k][:, 1],
+            c=p.values[k],
+            cmap=_cmap(),
+            norm=norm,
+            s=6,
+            linewidths=0,
+            rasterized=len(p.values[k]) > OUTLINED_CELLS,
+        )
         if g.kind != "novelty" and y is not None:
             ax.set_xlim(g.lower[x], g.upper[x])
             ax.set_ylim(g.lower[y], g.upper[y])

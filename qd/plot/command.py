@@ -36,15 +36,38 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="qd plot", description="Write a run's archive heatmaps and curves as PNG and SVG; "
-                 "several runs (or a multirun folder) also get their curves compared, grouped by setting.")
-    ap.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories or multirun folders")
-    ap.add_argument("--out", type=Path, metavar="DIR", help="folder for the figures (default ./qd-plots/<name>/)")
-    ap.add_argument("--axes", metavar="i,j", help="two descriptor axes for the heatmap, e.g. 0,2 (default 0,1); "
-                    "over more axes each pixel shows the best elite over the others")
-    ap.add_argument("--parallel", action="store_true", help="also draw the elites' descriptors on parallel axes")
-    ap.add_argument("--islands", default="all", metavar="all|0,2", help="islands to draw: all (default) or a list, e.g. 0,2")
-    ap.add_argument("--format", default="png,svg", metavar="png,svg", help=f"file formats, some of {','.join(FORMATS)} (default png,svg)")
+    ap = _Parser(
+        prog="qd plot",
+        description="Write a run's archive heatmaps and curves as PNG and SVG; "
+        "several runs (or a multirun folder) also get their curves compared, grouped by setting.",
+    )
+    ap.add_argument(
+        "runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories or multirun folders"
+    )
+    ap.add_argument(
+        "--out", type=Path, metavar="DIR", help="folder for the figures (default ./qd-plots/<name>/)"
+    )
+    ap.add_argument(
+        "--axes",
+        metavar="i,j",
+        help="two descriptor axes for the heatmap, e.g. 0,2 (default 0,1); "
+        "over more axes each pixel shows the best elite over the others",
+    )
+    ap.add_argument(
+        "--parallel", action="store_true", help="also draw the elites' descriptors on parallel axes"
+    )
+    ap.add_argument(
+        "--islands",
+        default="all",
+        metavar="all|0,2",
+        help="islands to draw: all (default) or a list, e.g. 0,2",
+    )
+    ap.add_argument(
+        "--format",
+        default="png,svg",
+        metavar="png,svg",
+        help=f"file formats, some of {','.join(FORMATS)} (default png,svg)",
+    )
     ap.add_argument("--dpi", type=int, default=150, metavar="N", help="PNG resolution (default 150)")
     return ap
 
@@ -65,18 +88,24 @@ def plot(args: argparse.Namespace, report: Any) -> list[Path]:
     """
     formats = _formats(args.format)
     axes = _numbers("--axes", args.axes, "two axis numbers, e.g. --axes 0,2") if args.axes else None
-    islands = None if args.islands == "all" else _numbers("--islands", args.islands, "all, or numbers, e.g. 0,2")
+    islands = (
+        None if args.islands == "all" else _numbers("--islands", args.islands, "all, or numbers, e.g. 0,2")
+    )
     if args.dpi <= 0:
         raise UsageError(f"--dpi {args.dpi}: give a positive resolution, e.g. --dpi 150")
     try:
         named = named_runs(args.runs)
     except RunDirError as e:
         raise UsageError(f"RUN_DIR {e}") from None
-    out = args.out or Path.cwd() / "qd-plots" / (args.runs[0].resolve().name if len(args.runs) == 1 else "compare")
+    out = args.out or Path.cwd() / "qd-plots" / (
+        args.runs[0].resolve().name if len(args.runs) == 1 else "compare"
+    )
     for path in named.values():
         if out.resolve().is_relative_to(path.resolve()):
-            raise UsageError(f"--out {out} is inside the run directory {path}; qd plot never writes into a run: "
-                             "pass --out DIR elsewhere")
+            raise UsageError(
+                f"--out {out} is inside the run directory {path}; qd plot never writes into a run: "
+                "pass --out DIR elsewhere"
+            )
     runs = {name: RunDir(path) for name, path in named.items()}
     written: list[Path] = []
 
@@ -89,7 +118,9 @@ def plot(args: argparse.Namespace, report: Any) -> list[Path]:
             report(path)
 
     try:
-        chosen = {name: _choices(run, axes, islands) for name, run in runs.items()}  # every run's, before any file
+        chosen = {
+            name: _choices(run, axes, islands) for name, run in runs.items()
+        }  # every run's, before any file
         for name, run in runs.items():
             picked, shown = chosen[name]
             folder = out / name
@@ -144,8 +175,10 @@ def _choices(run: RunDir, axes: list[int] | None, islands: list[int] | None) -> 
     """``--axes`` and ``--islands`` checked against ``run``'s archive: (axes or None, islands or None)."""
     g = run.geometry
     if islands is not None and not all(0 <= i < g.islands for i in islands):
-        raise UsageError(f"--islands {','.join(map(str, islands))}: {run.path} has {g.islands} islands "
-                         f"(0..{g.islands - 1}); pick among them, or pass --islands all")
+        raise UsageError(
+            f"--islands {','.join(map(str, islands))}: {run.path} has {g.islands} islands "
+            f"(0..{g.islands - 1}); pick among them, or pass --islands all"
+        )
     if axes is None:
         return None, islands
     try:

@@ -75,8 +75,15 @@ def curves_figure(run: RunDir, islands: list[int] | None = None, dpi: int = 100)
     for ax, stat in zip(axs, STATS):
         for label, ys in data.lines.items():
             wide = label in ("global", "union")
-            ax.plot(data.evaluations, ys[stat], label=label, marker=_marker(data.evaluations), linewidth=1.6 if wide else 0.9,
-                    color={"global": "black", "union": "0.45"}.get(label), linestyle="--" if label == "union" else "-")
+            ax.plot(
+                data.evaluations,
+                ys[stat],
+                label=label,
+                marker=_marker(data.evaluations),
+                linewidth=1.6 if wide else 0.9,
+                color={"global": "black", "union": "0.45"}.get(label),
+                linestyle="--" if label == "union" else "-",
+            )
     fig.legend(*axs[0].get_legend_handles_labels(), loc="outside right upper", fontsize=7)
     fig.suptitle(f"{run.name}: {len(data.evaluations)} waves", fontsize=10)
     return fig, data
@@ -115,20 +122,40 @@ def compare_figure(runs: dict[str, RunDir], dpi: int = 100) -> tuple[Figure, lis
         xs = [np.asarray(curves[n]["evaluations"], np.float64) for n in names]
         grid = np.unique(np.concatenate(xs))
         grid = grid[grid >= max(x[0] for x in xs)]
-        values = {s: np.stack([held(x, _arrays(curves[n]["global"])[s], grid) for x, n in zip(xs, names)])
-                  for s in STATS}
-        groups.append(Group(label, names, grid, values, {s: np.median(v, 0) for s, v in values.items()},
-                            {s: v.min(0) for s, v in values.items()}, {s: v.max(0) for s, v in values.items()}))
+        values = {
+            s: np.stack([held(x, _arrays(curves[n]["global"])[s], grid) for x, n in zip(xs, names)])
+            for s in STATS
+        }
+        groups.append(
+            Group(
+                label,
+                names,
+                grid,
+                values,
+                {s: np.median(v, 0) for s, v in values.items()},
+                {s: v.min(0) for s, v in values.items()},
+                {s: v.max(0) for s, v in values.items()},
+            )
+        )
     fig, axs = _panels(dpi)
     for k, g in enumerate(groups):
         color = f"C{k % 10}"
         for ax, stat in zip(axs, STATS):
             ax.fill_between(g.evaluations, g.low[stat], g.high[stat], color=color, alpha=0.2, linewidth=0)
-            ax.plot(g.evaluations, g.median[stat], color=color, marker=_marker(g.evaluations),
-                    label=f"{textwrap.shorten(g.label, LABEL_CHARS)} (n={len(g.runs)})")
+            ax.plot(
+                g.evaluations,
+                g.median[stat],
+                color=color,
+                marker=_marker(g.evaluations),
+                label=f"{textwrap.shorten(g.label, LABEL_CHARS)} (n={len(g.runs)})",
+            )
     if groups:
-        fig.legend(*axs[0].get_legend_handles_labels(), loc="outside lower center", fontsize=7,
-                   ncols=max(1, min(len(groups), 3)))
+        fig.legend(
+            *axs[0].get_legend_handles_labels(),
+            loc="outside lower center",
+            fontsize=7,
+            ncols=max(1, min(len(groups), 3)),
+        )
     fig.suptitle(f"{len(runs)} runs, {len(groups)} settings: median and min–max over seeds", fontsize=10)
     return fig, groups
 

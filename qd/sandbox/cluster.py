@@ -38,8 +38,10 @@ from typing import Any
 from qd.sandbox.pool import Calls, Limits, SandboxResult, _check_entry, _failed
 
 RETRIES = 1  # a run whose node is lost is tried once more elsewhere
-_ENV = {"RAY_USAGE_STATS_ENABLED": "0",  # no reports home (nothing here reaches the internet anyway)
-        "RAY_AUTH_MODE": "disabled"}  # a token made by one local cluster would lock later nodes out
+_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",  # no reports home (nothing here reaches the internet anyway)
+    "RAY_AUTH_MODE": "disabled",
+}  # a token made by one local cluster would lock later nodes out
 _START_S = 120.0  # a head node's start, on a loaded 2-core machine
 _FORGET_S = 60.0  # a finished run's call queue is dropped this long after, if the driver never drained it
 
@@ -49,7 +51,9 @@ def need_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise ImportError('runner=ray: Ray is not installed; install the extra: pip install ".[ray]"') from None
+        raise ImportError(
+            'runner=ray: Ray is not installed; install the extra: pip install ".[ray]"'
+        ) from None
     return ray
 
 
@@ -69,18 +73,34 @@ class LocalCluster:
         self.address = f"127.0.0.1:{port}"
         temp_dir.mkdir(parents=True, exist_ok=True)
         self.log = temp_dir / "head.log"
-        args = ["start", "--head", "--block", f"--port={port}", f"--num-cpus={cpus}", "--include-dashboard=false",
-                "--disable-usage-stats", "--object-store-memory=100000000", f"--temp-dir={temp_dir}"]
+        args = [
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            f"--num-cpus={cpus}",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            "--object-store-memory=100000000",
+            f"--temp-dir={temp_dir}",
+        ]
         with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(module_command("ray.scripts.scripts", args, tag="qd-ray"), stdout=log,
-                                         stderr=subprocess.STDOUT, env={**os.environ, **_ENV}, process_group=0)
+            self.proc = subprocess.Popen(
+                module_command("ray.scripts.scripts", args, tag="qd-ray"),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **_ENV},
+                process_group=0,
+            )
         deadline = time.monotonic() + _START_S
         while "Ray runtime started" not in self.log.read_text():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 tail = self.log.read_text()[-600:].strip().splitlines()
                 self.close()
-                raise RuntimeError(f"runner=ray: the local Ray head did not start ({tail[-1] if tail else 'no log'}; "
-                                   f"see {self.log})")
+                raise RuntimeError(
+                    f"runner=ray: the local Ray head did not start ({tail[-1] if tail else 'no log'}; "
+                    f"see {self.log})"
+                )
             time.sleep(0.2)
 
     def close(self) -> None:
@@ -107,8 +127,12 @@ def connect(address: str | None, cpus: int, entry: str) -> LocalCluster | None:
     # (under /tmp: Ray's socket paths inside it must stay under 108 bytes)
     cluster = None if address else LocalCluster(cpus, Path(tempfile.mkdtemp(prefix="qd-ray-", dir="/tmp")))
     try:
-        ray.init(address=address or cluster.address, log_to_driver=False, configure_logging=False,
-                 runtime_env={"py_modules": modules, "env_vars": _ENV})
+        ray.init(
+            address=address or cluster.address,
+            log_to_driver=False,
+            configure_logging=False,
+            runtime_env={"py_modules": modules, "env_vars": _ENV},
+        )
     except BaseException:
         if cluster is not None:
             cluster.close()
@@ -145,7 +169,9 @@ class _NodeSandbox:
             return dataclasses.asdict(await self.sandbox.run(text, args, calls=relay))
         finally:
             queue.put_nowait(None)
-            asyncio.get_running_loop().call_later(_FORGET_S, self.calls.pop, run_id, None)  # if no one asks again
+            asyncio.get_running_loop().call_later(
+                _FORGET_S, self.calls.pop, run_id, None
+            )  # if no one asks again
 
     async def next_call(self, run_id: int) -> dict | None:
         """The run's next model call, or None once the run has ended."""
@@ -191,13 +217,20 @@ class RaySandbox:
         self._cluster = connect(address, cpus, self.entry)
         actor = ray.remote(_NodeSandbox)
         self._actors: list[tuple[Any, int]] = []  # (actor, workers) per node
-        for node in sorted((n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) >= 1),
-                           key=lambda n: n["NodeID"]):
+        for node in sorted(
+            (n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) >= 1),
+            key=lambda n: n["NodeID"],
+        ):
             cpus = int(node["Resources"]["CPU"])
             pinned = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-            self._actors.append((actor.options(num_cpus=0, scheduling_strategy=pinned, max_restarts=0,
-                                               max_concurrency=1000).remote(self.entry, cpus,
-                                                                            dataclasses.asdict(limits)), cpus))
+            self._actors.append(
+                (
+                    actor.options(
+                        num_cpus=0, scheduling_strategy=pinned, max_restarts=0, max_concurrency=1000
+                    ).remote(self.entry, cpus, dataclasses.asdict(limits)),
+                    cpus,
+                )
+            )
         if not self._actors:
             raise RuntimeError("runner=ray: the cluster has no node with a CPU to run evaluations on")
         self.workers = sum(cpus for _, cpus in self._actors)
@@ -220,8 +253,12 @@ class RaySandbox:
             except self._ray.exceptions.RayActorError as e:  # the node (or its actor) died
                 if node not in self._lost:
                     self._lost.add(node)
-                    print(f"qd: ray: lost node {node} of {len(self._actors)} ({type(e).__name__}); its evaluations "
-                          "are retried once on the others", file=sys.stderr, flush=True)
+                    print(
+                        f"qd: ray: lost node {node} of {len(self._actors)} ({type(e).__name__}); its evaluations "
+                        "are retried once on the others",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 lost.append(f"node {node}: {type(e).__name__}")
             finally:
                 self._busy[node] -= 1
@@ -229,9 +266,12 @@ class RaySandbox:
                 async with freed:  # a CPU is free, or a node is gone: the waiters look again
                     freed.notify_all()
         if not lost:  # every node is gone: a run cannot go on without evaluations
-            raise RuntimeError("runner=ray: every node of the cluster was lost; resume= the run once it is back")
-        return _failed(f"ray: lost the worker running this evaluation ({'; '.join(lost)}); "
-                       f"tried {len(lost)} time(s)")
+            raise RuntimeError(
+                "runner=ray: every node of the cluster was lost; resume= the run once it is back"
+            )
+        return _failed(
+            f"ray: lost the worker running this evaluation ({'; '.join(lost)}); tried {len(lost)} time(s)"
+        )
 
     async def _slot(self) -> int | None:
         """A live node with a free CPU, marked busy (waits while every CPU of the cluster is busy:

@@ -53,14 +53,14 @@ _START_TIMEOUT_S = 120.0  # importing the entry (e.g. jax) may take a while
 class Limits:
     """Per-run limits; see docs/sandbox.md for how each is enforced."""
 
-    wall_s: float = 10.0      # wall-clock timeout: kill the whole process tree
-    cpu_s: int = 10           # RLIMIT_CPU
-    memory_mb: int = 1024     # RLIMIT_AS
-    file_mb: int = 16         # RLIMIT_FSIZE (the private /tmp holds 4x this)
-    nproc: int = 32           # process-count limit
-    output_kb: int = 64       # stdout/stderr kept per stream (head + tail)
-    output_cap_mb: int = 8    # printing (or returning) more than this kills the run
-    network: bool = False     # False: no network (own empty network namespace where possible)
+    wall_s: float = 10.0  # wall-clock timeout: kill the whole process tree
+    cpu_s: int = 10  # RLIMIT_CPU
+    memory_mb: int = 1024  # RLIMIT_AS
+    file_mb: int = 16  # RLIMIT_FSIZE (the private /tmp holds 4x this)
+    nproc: int = 32  # process-count limit
+    output_kb: int = 64  # stdout/stderr kept per stream (head + tail)
+    output_cap_mb: int = 8  # printing (or returning) more than this kills the run
+    network: bool = False  # False: no network (own empty network namespace where possible)
 
 
 @dataclasses.dataclass
@@ -146,8 +146,11 @@ class _Worker:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", str(_WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            start_new_session=True)
+            [sys.executable, "-I", str(_WORKER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
         self.rfd, self.wfd = self.proc.stdout.fileno(), self.proc.stdin.fileno()
         self.buf, self.hello, self.ended = bytearray(), None, False
         self.out = bytearray()  # written to the worker's stdin when it has room, in order
@@ -283,7 +286,7 @@ class _Worker:
             end = _HEADER.size + size
             if len(self.buf) < end:
                 break
-            body = bytes(self.buf[_HEADER.size:end])
+            body = bytes(self.buf[_HEADER.size : end])
             del self.buf[:end]
             if kind == _CALL:
                 self._call(run_id, body)
@@ -352,8 +355,9 @@ class _Worker:
     def no_hello(self, e: Exception) -> ValueError:
         """Why there is no hello. Not kept: the next run starts a fresh worker."""
         what = f"did not start within {_START_TIMEOUT_S:.0f} s" if isinstance(e, TimeoutError) else "exited"
-        return ValueError(f"entry: the sandbox worker {what} while importing {self.init['entry']} "
-                          "(see its stderr)")
+        return ValueError(
+            f"entry: the sandbox worker {what} while importing {self.init['entry']} (see its stderr)"
+        )
 
     async def ready(self) -> None:
         """Wait for the worker's hello (its report, or why the entry cannot be used)."""
@@ -371,8 +375,10 @@ class _Worker:
         deadline = time.monotonic() + _START_TIMEOUT_S
         try:
             while self.hello is None:
-                if not self._read() and not select.select(
-                        [self.rfd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                if (
+                    not self._read()
+                    and not select.select([self.rfd], [], [], max(0.0, deadline - time.monotonic()))[0]
+                ):
                     raise TimeoutError
         except (_WorkerDied, TimeoutError) as e:
             self.stop()
@@ -393,10 +399,13 @@ class Sandbox:
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers: {workers!r} is not a positive integer (use workers >= 1)")
         self.entry, self.limits = _check_entry(entry), limits
-        init = {"entry": self.entry, "sys_path": sys.path, "cwd": os.getcwd(),
-                "limits": dataclasses.asdict(limits)}
-        self._workers = [_Worker(dict(init, uid=_UID_BASE + next(_UIDS) % _UID_SPAN))
-                         for _ in range(workers)]
+        init = {
+            "entry": self.entry,
+            "sys_path": sys.path,
+            "cwd": os.getcwd(),
+            "limits": dataclasses.asdict(limits),
+        }
+        self._workers = [_Worker(dict(init, uid=_UID_BASE + next(_UIDS) % _UID_SPAN)) for _ in range(workers)]
         self._idle = list(self._workers)
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
         self._closed = False

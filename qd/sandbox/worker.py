@@ -72,8 +72,12 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
 
 
 class _CapHeader(ctypes.Structure):
@@ -81,8 +85,11 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
 
 
 def _check(ret: int, what: str) -> None:
@@ -96,15 +103,17 @@ def _unshare(flags: int) -> None:
 
 
 def _prctl(option: int, value: int) -> None:
-    _check(_libc.prctl(option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                       ctypes.c_ulong(0)), "prctl")
+    _check(
+        _libc.prctl(option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)),
+        "prctl",
+    )
 
 
 def _mount(source, target: str, fstype, flags: int, data=None) -> None:
     def c(text):
         return None if text is None else text.encode()
-    _check(_libc.mount(c(source), c(target), c(fstype), ctypes.c_ulong(flags), c(data)),
-           f"mount {target}")
+
+    _check(_libc.mount(c(source), c(target), c(fstype), ctypes.c_ulong(flags), c(data)), f"mount {target}")
 
 
 def _syscall(number: int, *args) -> int:
@@ -117,10 +126,18 @@ def _syscall(number: int, *args) -> int:
 
 def _read_only_except(writable: list[str]) -> None:
     """Make every mount of this (private) mount namespace read-only, except ``writable``."""
-    for path, attr, flags in [("/", _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0), AT_RECURSIVE),
-                              *((w, _MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0), 0) for w in writable)]:
-        _syscall(SYS_MOUNT_SETATTR, ctypes.c_int(AT_FDCWD), path.encode(), ctypes.c_uint(flags),
-                 ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+    for path, attr, flags in [
+        ("/", _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0), AT_RECURSIVE),
+        *((w, _MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0), 0) for w in writable),
+    ]:
+        _syscall(
+            SYS_MOUNT_SETATTR,
+            ctypes.c_int(AT_FDCWD),
+            path.encode(),
+            ctypes.c_uint(flags),
+            ctypes.byref(attr),
+            ctypes.c_size_t(ctypes.sizeof(attr)),
+        )
 
 
 def _needed_paths() -> list[str]:
@@ -128,7 +145,11 @@ def _needed_paths() -> list[str]:
     paths = set()
     for path in [*sys.path, sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable)]:
         for candidate in (os.path.abspath(path or "."), os.path.realpath(path or ".")):
-            if candidate != "/" and os.path.isdir(candidate) and not candidate.startswith(("/tmp/", "/dev/shm/")):
+            if (
+                candidate != "/"
+                and os.path.isdir(candidate)
+                and not candidate.startswith(("/tmp/", "/dev/shm/"))
+            ):
                 paths.add(candidate)
     return sorted(paths)
 
@@ -150,15 +171,28 @@ def _hidden_directories(paths: list[str]) -> list[tuple[str, list[str]]]:
 def _reveal(plan: list[tuple[str, list[str]]]) -> None:
     """Cover each hidden directory with an empty tmpfs and mount back only the entries
     that lead to Python, so the sandbox uid can import but sees nothing else there."""
-    trees = {keep: _syscall(SYS_OPEN_TREE, ctypes.c_int(AT_FDCWD), keep.encode(),
-                            ctypes.c_uint(OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC))
-             for _, keeps in plan for keep in keeps}
+    trees = {
+        keep: _syscall(
+            SYS_OPEN_TREE,
+            ctypes.c_int(AT_FDCWD),
+            keep.encode(),
+            ctypes.c_uint(OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC),
+        )
+        for _, keeps in plan
+        for keep in keeps
+    }
     for hidden, keeps in plan:
         _mount("tmpfs", hidden, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
         for keep in keeps:
             os.mkdir(keep, 0o755)
-            _syscall(SYS_MOVE_MOUNT, ctypes.c_int(trees[keep]), b"", ctypes.c_int(AT_FDCWD), keep.encode(),
-                     ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH))
+            _syscall(
+                SYS_MOVE_MOUNT,
+                ctypes.c_int(trees[keep]),
+                b"",
+                ctypes.c_int(AT_FDCWD),
+                keep.encode(),
+                ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH),
+            )
             os.close(trees[keep])
 
 
@@ -191,7 +225,7 @@ def _read_exact(fd: int, n: int):
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _write_frame(fd: int, kind: bytes, run_id: int, obj) -> None:
@@ -221,8 +255,11 @@ def _enter_namespaces() -> dict[str, bool]:
         if uid != 0:
             _unshare(CLONE_NEWUSER)
             got["user"] = True
-            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
-                               ("gid_map", f"{gid} {gid} 1")):
+            for name, text in (
+                ("setgroups", "deny"),
+                ("uid_map", f"{uid} {uid} 1"),
+                ("gid_map", f"{gid} {gid} 1"),
+            ):
                 with open(f"/proc/self/{name}", "w") as f:
                     f.write(text)
         _unshare(CLONE_NEWPID)
@@ -237,7 +274,9 @@ def _enter_namespaces() -> dict[str, bool]:
             os._exit(min(abs(os.waitstatus_to_exitcode(status)), 255))
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     # Mounts made later must not propagate back to the host: only a private namespace will do.
-    got["mount"] = _succeeds(_unshare, CLONE_NEWNS) and _succeeds(_mount, None, "/", None, MS_REC | MS_PRIVATE)
+    got["mount"] = _succeeds(_unshare, CLONE_NEWNS) and _succeeds(
+        _mount, None, "/", None, MS_REC | MS_PRIVATE
+    )
     return got
 
 
@@ -259,12 +298,13 @@ def _load_entry(entry: str):
             module = importlib.import_module(target)
     except Exception as e:
         traceback.print_exc()
-        raise ValueError(f"entry: importing {target} failed: {_one_line(e)} "
-                         "(fix the module or the entry; the traceback is on stderr)") from None
+        raise ValueError(
+            f"entry: importing {target} failed: {_one_line(e)} "
+            "(fix the module or the entry; the traceback is on stderr)"
+        ) from None
     fn = getattr(module, name, None)
     if not callable(fn):
-        raise ValueError(f"entry: {target} has no function {name} "
-                         f"(define `def {name}(text, **args)` in it)")
+        raise ValueError(f"entry: {target} has no function {name} (define `def {name}(text, **args)` in it)")
     return fn
 
 
@@ -335,16 +375,19 @@ class ModelCalls:
         self.item = None
 
     def __repr__(self) -> str:
-        return ("<llm(messages, temperature=, max_tokens=, stop=, model=, top_logprobs=) -> str: the run's model, "
-                "via the host>")
+        return (
+            "<llm(messages, temperature=, max_tokens=, stop=, model=, top_logprobs=) -> str: the run's model, "
+            "via the host>"
+        )
 
     def __call__(self, messages, **sampling) -> str:
         try:
             item = {} if self.item is None else {"item": self.item}
             body = json.dumps({"messages": messages, "sampling": sampling, **item}).encode()
         except (TypeError, ValueError) as e:
-            raise ModelCallError(f"llm: request is not JSON: {_one_line(e)} "
-                                 "(pass str messages and plain numbers)") from None
+            raise ModelCallError(
+                f"llm: request is not JSON: {_one_line(e)} (pass str messages and plain numbers)"
+            ) from None
         with self._send:
             n, self._sent = self._sent, self._sent + 1
             try:
@@ -387,7 +430,9 @@ def _shallow(obj, depth: int) -> bool:
     """Nested at most ``depth`` deep (a valid call is 3 deep; a deep one could not be decoded on
     the host, whose stack is deeper than the worker's)."""
     if isinstance(obj, (list, dict)):
-        return depth > 0 and all(_shallow(v, depth - 1) for v in (obj.values() if isinstance(obj, dict) else obj))
+        return depth > 0 and all(
+            _shallow(v, depth - 1) for v in (obj.values() if isinstance(obj, dict) else obj)
+        )
     return True
 
 
@@ -441,12 +486,16 @@ class CallChannel:
             end = HEADER.size + size
             if len(self.inbox) < end:
                 break
-            body = bytes(self.inbox[HEADER.size:end])
+            body = bytes(self.inbox[HEADER.size : end])
             del self.inbox[:end]
             try:
                 call = json.loads(body)
-                if not (isinstance(call, dict) and call.keys() - {"item"} == {"messages", "sampling"}
-                        and isinstance(call["sampling"], dict) and _shallow(call, 8)):
+                if not (
+                    isinstance(call, dict)
+                    and call.keys() - {"item"} == {"messages", "sampling"}
+                    and isinstance(call["sampling"], dict)
+                    and _shallow(call, 8)
+                ):
                     return "malformed model call"
                 frame = None if self.final is not None else json.dumps({"n": self.n, **call}).encode()
             except Exception:  # not JSON, too deep (RecursionError), ...
@@ -507,8 +556,9 @@ class Worker:
         if self.base:
             os.chmod(self.base, 0o711)
         self.cwd = os.path.join(self.base or "/tmp", "work")
-        self.side = ChildSide(fn, self.limits, self.cwd, init["uid"] if root else None, not revealed,
-                              self.pid_ns, needed)
+        self.side = ChildSide(
+            fn, self.limits, self.cwd, init["uid"] if root else None, not revealed, self.pid_ns, needed
+        )
         self.features["unprivileged_uid"] = self.side.switch_uid
         sys.stdout.reconfigure(line_buffering=True)  # a child killed mid-run keeps its last lines
         # Candidates see no API keys: the entry was imported with the full environment, runs get
@@ -519,19 +569,26 @@ class Worker:
         _prctl(PR_SET_NO_NEW_PRIVS, 1)  # inherited by every child; the worker never execs
 
     def isolation(self) -> dict:
-        return {"rlimits": True, "process_group": True, "pid_namespace": self.pid_ns,
-                "network_off": self.network_off, **self.features,
-                "user_namespace": self.user_ns}
+        return {
+            "rlimits": True,
+            "process_group": True,
+            "pid_namespace": self.pid_ns,
+            "network_off": self.network_off,
+            **self.features,
+            "user_namespace": self.user_ns,
+        }
 
     def _private_filesystem(self) -> None:
         """In the worker's own mount namespace: a proc for its PID namespace, fresh tmpfs
         on /tmp and /dev/shm (wiped after every run), everything else read-only."""
         features = self.features
         features["private_proc"] = self.pid_ns and _succeeds(
-            _mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            _mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC
+        )
         size = f"size={4 * self.limits['file_mb']}m,nr_inodes=10000,mode=1777"
-        features["private_tmp"] = all([_succeeds(_mount, "tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, size)
-                                       for path in TMP_DIRS])
+        features["private_tmp"] = all(
+            [_succeeds(_mount, "tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, size) for path in TMP_DIRS]
+        )
         features["read_only_fs"] = features["private_tmp"] and _succeeds(_read_only_except, TMP_DIRS)
 
     def serve(self) -> None:
@@ -555,8 +612,9 @@ class Worker:
         if self.side.switch_uid:
             os.chown(self.cwd, self.side.uid, self.side.gid)
         # request; stdout, stderr, result; model calls (child -> worker), answers (worker -> child)
-        (request_r, request_w), *outputs, (call_r, call_w), (answer_r, answer_w) = \
-            [os.pipe() for _ in range(6)]
+        (request_r, request_w), *outputs, (call_r, call_w), (answer_r, answer_w) = [
+            os.pipe() for _ in range(6)
+        ]
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         pid = os.fork()
@@ -604,16 +662,25 @@ class Worker:
         self._remove_files()
         seconds = time.monotonic() - start
         out, err, res = outputs
-        reply = {"ok": False, "value": None, "error": reason,
-                 "stdout": _truncate(out), "stderr": _truncate(err), "seconds": seconds}
+        reply = {
+            "ok": False,
+            "value": None,
+            "error": reason,
+            "stdout": _truncate(out),
+            "stderr": _truncate(err),
+            "seconds": seconds,
+        }
         if reason is None:
             reply.update(_verdict(status, cpu, bytes(res), lim))
         return reply
 
     def _remove_files(self) -> None:
         """Delete what the run may have written: everything in the private tmpfs, or its directory."""
-        written = [os.path.join(top, name) for top in TMP_DIRS for name in os.listdir(top)] \
-            if self.features["private_tmp"] else [self.cwd]
+        written = (
+            [os.path.join(top, name) for top in TMP_DIRS for name in os.listdir(top)]
+            if self.features["private_tmp"]
+            else [self.cwd]
+        )
         for path in written:
             try:
                 os.rmdir(path)  # the usual case: an empty working directory
@@ -683,8 +750,12 @@ class Worker:
                         self.queued.append(frame)
                     elif frame[0] == CANCEL and frame[1] == run_id:
                         kill("cancelled")
-                    elif frame[0] in (ANSWER, FINAL) and frame[1] == run_id and channel is not None \
-                            and channel.open:
+                    elif (
+                        frame[0] in (ANSWER, FINAL)
+                        and frame[1] == run_id
+                        and channel is not None
+                        and channel.open
+                    ):
                         if why := channel.answer(frame[2], frame[0] == FINAL):
                             kill(why)
                         elif channel.pending < MAX_PENDING:
@@ -718,8 +789,16 @@ class ChildSide:
     applies them, and every page it would write to work them out would be a copy.
     """
 
-    def __init__(self, fn, limits: dict, cwd: str, sandbox_uid: int | None, keep_read: bool, pid_ns: bool,
-                 needed: list[str]):
+    def __init__(
+        self,
+        fn,
+        limits: dict,
+        cwd: str,
+        sandbox_uid: int | None,
+        keep_read: bool,
+        pid_ns: bool,
+        needed: list[str],
+    ):
         """``sandbox_uid``: the uid to run as, where the worker is real root (None: keep its
         own uid, without capabilities); ``needed``: the directories that uid must read."""
         self.fn, self.limits, self.cwd = fn, limits, cwd
@@ -736,8 +815,7 @@ class ChildSide:
         if pid == 0:
             try:
                 self._become_sandbox_user()
-                os._exit(0 if all(os.access(p, os.R_OK | os.X_OK, effective_ids=True) for p in needed)
-                         else 1)
+                os._exit(0 if all(os.access(p, os.R_OK | os.X_OK, effective_ids=True) for p in needed) else 1)
             finally:
                 os._exit(1)
         return os.waitpid(pid, 0)[1] == 0
@@ -769,11 +847,13 @@ class ChildSide:
     def _rlimits(self) -> list[tuple[int, tuple[int, int]]]:
         """The children's rlimits, worked out once."""
         lim, mb, out = self.limits, 1 << 20, []
-        for kind, value in ((resource.RLIMIT_AS, lim["memory_mb"] * mb),
-                            (resource.RLIMIT_CPU, lim["cpu_s"]),
-                            (resource.RLIMIT_FSIZE, lim["file_mb"] * mb),
-                            (resource.RLIMIT_NPROC, lim["nproc"]),
-                            (resource.RLIMIT_CORE, 0)):
+        for kind, value in (
+            (resource.RLIMIT_AS, lim["memory_mb"] * mb),
+            (resource.RLIMIT_CPU, lim["cpu_s"]),
+            (resource.RLIMIT_FSIZE, lim["file_mb"] * mb),
+            (resource.RLIMIT_NPROC, lim["nproc"]),
+            (resource.RLIMIT_CORE, 0),
+        ):
             hard = value + 1 if kind == resource.RLIMIT_CPU else value  # SIGXCPU first, then SIGKILL
             now = resource.getrlimit(kind)[1]
             if now != resource.RLIM_INFINITY:  # without privileges a hard limit cannot rise
@@ -795,8 +875,14 @@ class ChildSide:
         try:
             os.setpgid(0, 0)
             os.chdir(self.cwd)
-            for src, dst in ((request_r, 0), (out_w, 1), (err_w, 2), (res_w, self.result_fd),
-                             (call_w, self.call_fd), (answer_r, self.answer_fd)):
+            for src, dst in (
+                (request_r, 0),
+                (out_w, 1),
+                (err_w, 2),
+                (res_w, self.result_fd),
+                (call_w, self.call_fd),
+                (answer_r, self.answer_fd),
+            ):
                 os.dup2(src, dst)
             result_fd = self.result_fd
             os.closerange(3, self.answer_fd)
@@ -866,7 +952,7 @@ class Reaper:
 
     def kill_all(self, pid: int) -> None:
         """SIGKILL the child and everything it started."""
-        for kill, target in ((os.kill, -1), ) if self.pid_ns else ((os.killpg, pid), (os.kill, pid)):
+        for kill, target in ((os.kill, -1),) if self.pid_ns else ((os.killpg, pid), (os.kill, pid)):
             try:
                 kill(target, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -909,7 +995,7 @@ class Reaper:
                         stat = f.read()
                 except OSError:
                     continue
-                if stat[stat.rindex(b")") + 2:].split()[1].decode() == me:
+                if stat[stat.rindex(b")") + 2 :].split()[1].decode() == me:
                     kids.append(int(name))
         return kids
 
@@ -928,7 +1014,7 @@ class _Capture:
             data = data[room:]
         if data:
             self.tail += data
-            del self.tail[:-self.keep]
+            del self.tail[: -self.keep]
         return self
 
 

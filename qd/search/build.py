@@ -85,18 +85,24 @@ def plan_cycle(cfg: DictConfig) -> CyclicObjective | None:
         raise e.under("cycle") from None
 
 
-def plan_strategy(cfg: DictConfig, task: Any, describer: Any, labels: Sequence[str],
-                  cycle: CyclicObjective | None) -> StrategyPlan:
+def plan_strategy(
+    cfg: DictConfig, task: Any, describer: Any, labels: Sequence[str], cycle: CyclicObjective | None
+) -> StrategyPlan:
     """Checks the strategy groups against each other and the task; ``labels`` name the
     operator entries (``Plan.operators``), ``cycle`` is :func:`plan_cycle`'s."""
     isl, sel, sch = cfg.islands, cfg.select, cfg.scheduler
     text = task.kind != "vector"
     if isl.reset_patience and isl.count < 2:
-        raise ConfigError("islands.reset_patience", "a reset needs surviving islands", "set islands.count >= 2")
+        raise ConfigError(
+            "islands.reset_patience", "a reset needs surviving islands", "set islands.count >= 2"
+        )
     for field in ("mix", "models"):
         if isl[field] and len(isl[field]) != isl.count:
-            raise ConfigError(f"islands.{field}", f"has {len(isl[field])} entries for {isl.count} islands",
-                              "give one per island, or none")
+            raise ConfigError(
+                f"islands.{field}",
+                f"has {len(isl[field])} entries for {isl.count} islands",
+                "give one per island, or none",
+            )
         for i, weights in enumerate(isl[field]):
             for name, w in weights.items():
                 if isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0:
@@ -104,10 +110,15 @@ def plan_strategy(cfg: DictConfig, task: Any, describer: Any, labels: Sequence[s
     if isl.models and not text:
         raise ConfigError("islands.models", "numeric tasks call no model", "remove islands.models")
     if sel.parents not in select.PARENT_RULES:
-        raise ConfigError("select.parents", f"unknown rule {sel.parents!r}", f"use one of {list(select.PARENT_RULES)}")
+        raise ConfigError(
+            "select.parents", f"unknown rule {sel.parents!r}", f"use one of {list(select.PARENT_RULES)}"
+        )
     if sel.inspirations not in select.INSPIRATION_RULES:
-        raise ConfigError("select.inspirations", f"unknown rule {sel.inspirations!r}",
-                          f"use one of {list(select.INSPIRATION_RULES)}")
+        raise ConfigError(
+            "select.inspirations",
+            f"unknown rule {sel.inspirations!r}",
+            f"use one of {list(select.INSPIRATION_RULES)}",
+        )
     if sel.inspirations == "islands" and isl.count < 2:
         raise ConfigError("select.inspirations", "islands needs other islands", "set islands.count >= 2")
     if sch.rule not in RULES:
@@ -117,10 +128,15 @@ def plan_strategy(cfg: DictConfig, task: Any, describer: Any, labels: Sequence[s
     if sch.cost not in COSTS:
         raise ConfigError("scheduler.cost", f"unknown cost {sch.cost!r}", f"use one of {list(COSTS)}")
     if sch.cost == "usd" and text and not any(m.price_in or m.price_out for m in cfg.llm.models):
-        raise ConfigError("scheduler.cost", "usd needs prices", "set llm.models[i].price_in/price_out, or cost=calls")
+        raise ConfigError(
+            "scheduler.cost", "usd needs prices", "set llm.models[i].price_in/price_out, or cost=calls"
+        )
     if (isl.mix or isl.models) and sch.rule != "fixed":
-        raise ConfigError("islands.mix", f"per-island mixes are fixed weights; scheduler.rule={sch.rule} learns them",
-                          "use scheduler=fixed, or drop islands.mix/models")
+        raise ConfigError(
+            "islands.mix",
+            f"per-island mixes are fixed weights; scheduler.rule={sch.rule} learns them",
+            "use scheduler=fixed, or drop islands.mix/models",
+        )
     if not text:
         for group in ("meta", "gate"):
             if cfg[group].enabled:
@@ -129,11 +145,15 @@ def plan_strategy(cfg: DictConfig, task: Any, describer: Any, labels: Sequence[s
         if describer is not None:
             raise ConfigError("cycle.enabled", "CycleQD sets the descriptors itself", "use descriptor=task")
         if cfg.archive.kind != "grid":
-            raise ConfigError("cycle.metrics", f"CycleQD builds grids, not archive={cfg.archive.kind}",
-                              "use archive=grid")
+            raise ConfigError(
+                "cycle.metrics", f"CycleQD builds grids, not archive={cfg.archive.kind}", "use archive=grid"
+            )
     arms = _arms(cfg, labels, text)
     island_weights = _island_weights(cfg, arms) if isl.mix or isl.models else None
-    params = {"decay": sch.decay, **{"ucb1": {"c": sch.c}, "epsilon_greedy": {"epsilon": sch.epsilon}}.get(sch.rule, {})}
+    params = {
+        "decay": sch.decay,
+        **{"ucb1": {"c": sch.c}, "epsilon_greedy": {"epsilon": sch.epsilon}}.get(sch.rule, {}),
+    }
     if island_weights is None and sch.rule != "fixed":
         check_bandit(sch.rule, len(arms), **params)
     return StrategyPlan(
@@ -159,8 +179,11 @@ def _arms(cfg: DictConfig, labels: Sequence[str], text: bool) -> tuple[ArmPlan, 
     by_model = text and per_model and len(cfg.llm.models) > 1
     models = [(m.name, float(m.weight)) for m in cfg.llm.models] if by_model else [(None, 1.0)]
     total = sum(w for _, w in models)
-    return tuple(ArmPlan(i, model, float(o.weight) * share / total, label)
-                 for i, (o, label) in enumerate(zip(cfg.operators.mix, labels)) for model, share in models)
+    return tuple(
+        ArmPlan(i, model, float(o.weight) * share / total, label)
+        for i, (o, label) in enumerate(zip(cfg.operators.mix, labels))
+        for model, share in models
+    )
 
 
 def _island_weights(cfg: DictConfig, arms: Sequence[ArmPlan]) -> tuple[np.ndarray, ...]:
@@ -169,13 +192,19 @@ def _island_weights(cfg: DictConfig, arms: Sequence[ArmPlan]) -> tuple[np.ndarra
     for i in range(cfg.islands.count):
         mix = OmegaConf.to_container(cfg.islands.mix[i]) if cfg.islands.mix else None
         models = OmegaConf.to_container(cfg.islands.models[i]) if cfg.islands.models else None
-        w = np.asarray([
-            (mix.get(a.label, 0.0) if mix is not None else a.weight) * (models.get(a.model, 0.0) if models else 1.0)
-            for a in arms
-        ])
+        w = np.asarray(
+            [
+                (mix.get(a.label, 0.0) if mix is not None else a.weight)
+                * (models.get(a.model, 0.0) if models else 1.0)
+                for a in arms
+            ]
+        )
         if w.sum() <= 0:
-            raise ConfigError(f"islands.mix[{i}]", "gives every arm weight 0",
-                              f"name operators by label: {sorted({a.label for a in arms})}")
+            raise ConfigError(
+                f"islands.mix[{i}]",
+                "gives every arm weight 0",
+                f"name operators by label: {sorted({a.label for a in arms})}",
+            )
         out.append(w)
     return tuple(out)
 
@@ -188,8 +217,15 @@ def _meta_settings(cfg: DictConfig, task: Any) -> dict[str, Any] | None:
     import genomes
     from operators.meta import DEFAULT_SEEDS, InstructionPool
 
-    settings = dict(seeds=list(m.seeds) or list(DEFAULT_SEEDS), size=m.size, evolve_every=m.evolve_every,
-                    hyper=m.hyper, hyper_every=m.hyper_every, task=task.description, noun=genomes.of_task(task).noun)
+    settings = dict(
+        seeds=list(m.seeds) or list(DEFAULT_SEEDS),
+        size=m.size,
+        evolve_every=m.evolve_every,
+        hyper=m.hyper,
+        hyper_every=m.hyper_every,
+        task=task.description,
+        noun=genomes.of_task(task).noun,
+    )
     try:
         InstructionPool.check_settings(**settings)
     except ConfigError as e:
@@ -216,13 +252,21 @@ def _tiebreak_settings(cfg: DictConfig, text: bool) -> dict[str, Any] | None:
     if not t.enabled:
         return None
     if not text:
-        raise ConfigError("tiebreak.enabled", "a judge compares texts; numeric tasks have none",
-                          "use tiebreak.enabled=false")
+        raise ConfigError(
+            "tiebreak.enabled",
+            "a judge compares texts; numeric tasks have none",
+            "use tiebreak.enabled=false",
+        )
     if cfg.cycle.enabled:
-        raise ConfigError("tiebreak.enabled", "CycleQD re-scores every candidate from its metrics at each phase",
-                          "use cycle=none, or tiebreak.enabled=false")
+        raise ConfigError(
+            "tiebreak.enabled",
+            "CycleQD re-scores every candidate from its metrics at each phase",
+            "use cycle=none, or tiebreak.enabled=false",
+        )
     if cfg.archive.kind == "novelty":
-        raise ConfigError("tiebreak.enabled", "a novelty archive has no cells to tie in", "use archive=grid or cvt")
+        raise ConfigError(
+            "tiebreak.enabled", "a novelty archive has no cells to tie in", "use archive=grid or cvt"
+        )
     from qd.search.tiebreak import PairwiseJudge
 
     return {"question": PairwiseJudge.check_question(t.question), "model": t.model}

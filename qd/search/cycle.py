@@ -53,17 +53,30 @@ class CyclicObjective:
             if len(getattr(self, name)) != n:
                 raise ConfigError(name, f"needs one entry per metric ({n}), got {len(getattr(self, name))}")
         if any(u <= l for l, u in zip(self.lower, self.upper)):
-            raise ConfigError("upper", f"must exceed lower for every metric, got {list(self.lower)} / {list(self.upper)}")
+            raise ConfigError(
+                "upper", f"must exceed lower for every metric, got {list(self.lower)} / {list(self.upper)}"
+            )
         if any(b < 1 for b in self.bins):
             raise ConfigError("bins", f"every entry must be >= 1, got {list(self.bins)}")
         if self.every < 1:
             raise ConfigError("every", f"must be >= 1 insertions, got {self.every}")
 
     @classmethod
-    def create(cls, metrics: Sequence[str], lower: Sequence[float], upper: Sequence[float],
-               bins: Sequence[int], every: int) -> "CyclicObjective":
-        return cls(tuple(metrics), tuple(map(float, lower)), tuple(map(float, upper)),
-                   tuple(map(int, bins)), int(every))
+    def create(
+        cls,
+        metrics: Sequence[str],
+        lower: Sequence[float],
+        upper: Sequence[float],
+        bins: Sequence[int],
+        every: int,
+    ) -> "CyclicObjective":
+        return cls(
+            tuple(metrics),
+            tuple(map(float, lower)),
+            tuple(map(float, upper)),
+            tuple(map(int, bins)),
+            int(every),
+        )
 
     @property
     def descriptor_dim(self) -> int:
@@ -82,11 +95,15 @@ class CyclicObjective:
 
     def spec(self, phase: int) -> GridSpec:
         axes = self.axes(phase)
-        return GridSpec(tuple(self.bins[i] for i in axes), tuple(self.lower[i] for i in axes),
-                        tuple(self.upper[i] for i in axes))
+        return GridSpec(
+            tuple(self.bins[i] for i in axes),
+            tuple(self.lower[i] for i in axes),
+            tuple(self.upper[i] for i in axes),
+        )
 
-    def score(self, phase: int, metrics: Sequence[dict | None],
-              valid: Sequence[bool]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str | None]]:
+    def score(
+        self, phase: int, metrics: Sequence[dict | None], valid: Sequence[bool]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str | None]]:
         """Fitness and descriptors of candidates in ``phase``, from their metrics.
 
         Returns:

@@ -167,7 +167,7 @@ class GateVerdict:
 
 
 def _ngrams(words: list[str], n: int) -> collections.Counter:
-    return collections.Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+    return collections.Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
 
 
 def bleu(hypothesis: str, reference: str, max_n: int = 4) -> float:
@@ -214,8 +214,14 @@ class NoveltyGate:
             child (carried here, used by the loop).
     """
 
-    def __init__(self, embed: Callable[[Sequence[str]], Awaitable[np.ndarray]] | None, threshold: float = 1.0,
-                 against: Sequence[str] = AGAINST, resample: int = 0, measure: str = "embedding"):
+    def __init__(
+        self,
+        embed: Callable[[Sequence[str]], Awaitable[np.ndarray]] | None,
+        threshold: float = 1.0,
+        against: Sequence[str] = AGAINST,
+        resample: int = 0,
+        measure: str = "embedding",
+    ):
         settings = self.check_settings(threshold, against, resample, measure)
         self.embed = embed
         self.threshold = settings["threshold"]
@@ -224,8 +230,12 @@ class NoveltyGate:
         self.measure = settings["measure"]
 
     @staticmethod
-    def check_settings(threshold: float = 1.0, against: Sequence[str] = AGAINST, resample: int = 0,
-                       measure: str = "embedding") -> dict[str, Any]:
+    def check_settings(
+        threshold: float = 1.0,
+        against: Sequence[str] = AGAINST,
+        resample: int = 0,
+        measure: str = "embedding",
+    ) -> dict[str, Any]:
         """The gate's settings checked (no embedder needed): the keywords of the constructor.
 
         Raises:
@@ -233,8 +243,12 @@ class NoveltyGate:
                 the config plan puts it under ``gate``.
         """
         if measure not in MEASURES:
-            raise ConfigError("measure", f"{measure!r} is not a similarity measure", f"use one of {list(MEASURES)}")
-        if isinstance(threshold, bool) or not (isinstance(threshold, (int, float)) and 0.0 < threshold <= 1.0):
+            raise ConfigError(
+                "measure", f"{measure!r} is not a similarity measure", f"use one of {list(MEASURES)}"
+            )
+        if isinstance(threshold, bool) or not (
+            isinstance(threshold, (int, float)) and 0.0 < threshold <= 1.0
+        ):
             raise ConfigError("threshold", f"{threshold!r} is not in (0, 1]")
         if isinstance(resample, bool) or not isinstance(resample, int) or resample < 0:
             raise ConfigError("resample", f"{resample!r} is not an integer >= 0")
@@ -243,8 +257,9 @@ class NoveltyGate:
             raise ConfigError("against", f"{list(against)} must be a non-empty subset of {list(AGAINST)}")
         return {"threshold": float(threshold), "against": against, "resample": resample, "measure": measure}
 
-    async def check(self, children: Sequence[str], parents: Sequence[Sequence[str]],
-                    elites: Sequence[str]) -> list[GateVerdict]:
+    async def check(
+        self, children: Sequence[str], parents: Sequence[Sequence[str]], elites: Sequence[str]
+    ) -> list[GateVerdict]:
         """A verdict per child; ``parents[j]`` are child j's parents' texts, ``elites`` its island's.
 
         One ``embed`` call for every distinct text involved (none if nothing is compared).
@@ -252,9 +267,15 @@ class NoveltyGate:
         if len(parents) != len(children):
             raise ValueError(f"gate: {len(children)} children but {len(parents)} parent lists")
         use_parents, use_elites = "parents" in self.against, "elites" in self.against
-        texts = list(dict.fromkeys([
-            *children, *(t for ps in parents for t in ps if use_parents), *(elites if use_elites else ()),
-        ]))
+        texts = list(
+            dict.fromkeys(
+                [
+                    *children,
+                    *(t for ps in parents for t in ps if use_parents),
+                    *(elites if use_elites else ()),
+                ]
+            )
+        )
         row = {t: i for i, t in enumerate(texts)}
         # Per child: the rows it is compared with, parents first (so a tie names the parent).
         compared = [
@@ -274,10 +295,14 @@ class NoveltyGate:
             k = int(np.argmax(s))
             n_parents = len(parents[j]) if use_parents else 0
             nearest, index = ("parent", k) if k < n_parents else ("elite", k - n_parents)
-            out.append(GateVerdict(bool(s[k] >= self.threshold - _TOLERANCE), float(s[k]), nearest, index, label))
+            out.append(
+                GateVerdict(bool(s[k] >= self.threshold - _TOLERANCE), float(s[k]), nearest, index, label)
+            )
         return out
 
-    async def _similarities(self, texts: list[str], children: list[int], compared: list[list[int]]) -> np.ndarray:
+    async def _similarities(
+        self, texts: list[str], children: list[int], compared: list[list[int]]
+    ) -> np.ndarray:
         """f64[N, U]: child j (row ``children[j]`` of ``texts``) against each text it is compared with."""
         if self.measure == "bleu":
             sims = np.full((len(children), len(texts)), -1.0)
@@ -299,9 +324,12 @@ def rejected(verdict: GateVerdict, parent_ids: Sequence[int], elite_ids: Sequenc
     """
     ids = parent_ids if verdict.nearest == "parent" else elite_ids
     return dict(
-        fitness=math.nan, descriptor=None, valid=False,
-        error=(f"novelty gate: {verdict.measure} {verdict.similarity:.3f} to {verdict.nearest} "
-               f"#{int(ids[verdict.nearest_index])}"),
+        fitness=math.nan,
+        descriptor=None,
+        valid=False,
+        error=(
+            f"novelty gate: {verdict.measure} {verdict.similarity:.3f} to {verdict.nearest} "
+            f"#{int(ids[verdict.nearest_index])}"
+        ),
         metrics={SIMILARITY: verdict.similarity},
     )
-

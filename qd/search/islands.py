@@ -65,8 +65,9 @@ def init(num_islands: int, num_cells: int) -> IslandState:
     )
 
 
-def _mark(migrant: jax.Array, island: jax.Array, cell: jax.Array, won: jax.Array,
-          value: jax.Array | bool) -> jax.Array:
+def _mark(
+    migrant: jax.Array, island: jax.Array, cell: jax.Array, won: jax.Array, value: jax.Array | bool
+) -> jax.Array:
     """``migrant`` bool[I, C] with ``value`` set at (island[b], cell[b]) where won[b]."""
     num_islands, num_cells = migrant.shape
     flat = jnp.where(won, island * num_cells + cell, num_islands * num_cells)
@@ -104,8 +105,10 @@ def record(
     fresh = offered & ~migrated
     migrant = _mark(istate.migrant, island, result.cell, offered & result.is_elite, migrated)
     in_range = (island >= 0) & (island < num_islands)
-    offers = jnp.zeros(num_islands, jnp.int32).at[jnp.where(in_range, island, num_islands)].add(
-        fresh.astype(jnp.int32), mode="drop"
+    offers = (
+        jnp.zeros(num_islands, jnp.int32)
+        .at[jnp.where(in_range, island, num_islands)]
+        .add(fresh.astype(jnp.int32), mode="drop")
     )
     best = jnp.maximum(istate.best, _island_best(state))
     improved = jnp.max(best) > jnp.max(istate.best)
@@ -113,9 +116,7 @@ def record(
     return IslandState(migrant, best, stale, istate.since_migration + offers)
 
 
-@functools.partial(
-    jax.jit, static_argnames=("topology", "k", "every", "learning_rate"), donate_argnums=(1,)
-)
+@functools.partial(jax.jit, static_argnames=("topology", "k", "every", "learning_rate"), donate_argnums=(1,))
 def migrate(
     spec,
     state: ArchiveState,
@@ -145,12 +146,17 @@ def migrate(
     state, result = kinds.insert_batch(
         spec, state, m.island, m.descriptor, m.fitness, m.genome_id, m.valid, learning_rate
     )
-    return state, IslandState(
-        migrant=_mark(istate.migrant, m.island, result.cell, m.valid & result.is_elite, True),
-        best=jnp.maximum(istate.best, _island_best(state)),
-        stale=istate.stale,
-        since_migration=jnp.where(sending, 0, istate.since_migration),
-    ), m, result
+    return (
+        state,
+        IslandState(
+            migrant=_mark(istate.migrant, m.island, result.cell, m.valid & result.is_elite, True),
+            best=jnp.maximum(istate.best, _island_best(state)),
+            stale=istate.stale,
+            since_migration=jnp.where(sending, 0, istate.since_migration),
+        ),
+        m,
+        result,
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("learning_rate",), donate_argnums=(1,))
@@ -198,24 +204,35 @@ def reset_stagnant(
 
     def reseed(state: ArchiveState) -> tuple[ArchiveState, InsertResult]:
         return kinds.insert_batch(
-            spec, reset_islands(state, reset), m.island, m.descriptor, m.fitness,
-            m.genome_id, m.valid, learning_rate,
+            spec,
+            reset_islands(state, reset),
+            m.island,
+            m.descriptor,
+            m.fitness,
+            m.genome_id,
+            m.valid,
+            learning_rate,
         )
 
     def unchanged(state: ArchiveState) -> tuple[ArchiveState, InsertResult]:
         # The result of inserting nothing, without touching the archive.
         zero = jnp.zeros(num_islands, jnp.int32)
-        return state, InsertResult(zero, zero.astype(jnp.float32), zero, zero - 1,
-                                   zero.astype(bool))
+        return state, InsertResult(zero, zero.astype(jnp.float32), zero, zero - 1, zero.astype(bool))
 
     state, result = jax.lax.cond(trigger, reseed, unchanged, state)
     migrant = jnp.where(reset[:, None], False, istate.migrant)
-    return state, IslandState(
-        migrant=_mark(migrant, m.island, result.cell, m.valid & result.is_elite, True),
-        best=jnp.where(reset, _island_best(state), istate.best),
-        stale=jnp.where(trigger, 0, istate.stale),
-        since_migration=istate.since_migration,
-    ), reset, m, result
+    return (
+        state,
+        IslandState(
+            migrant=_mark(migrant, m.island, result.cell, m.valid & result.is_elite, True),
+            best=jnp.where(reset, _island_best(state), istate.best),
+            stale=jnp.where(trigger, 0, istate.stale),
+            since_migration=istate.since_migration,
+        ),
+        reset,
+        m,
+        result,
+    )
 
 
 def replay(
@@ -240,9 +257,16 @@ def replay(
         best=jnp.where(mask, -jnp.inf, istate.best),
     )
     state, result = kinds.insert(
-        spec, state, offers["island"], offers["descriptor"], offers["fitness"], offers["id"],
-        offers["valid"], learning_rate,
+        spec,
+        state,
+        offers["island"],
+        offers["descriptor"],
+        offers["fitness"],
+        offers["id"],
+        offers["valid"],
+        learning_rate,
     )
-    istate = record(istate, state, offers["island"], result,
-                    np.ones(len(offers["id"]), bool), offers["migrated"])
+    istate = record(
+        istate, state, offers["island"], result, np.ones(len(offers["id"]), bool), offers["migrated"]
+    )
     return state, istate, result

@@ -101,9 +101,7 @@ def _scale(state: BanditState) -> jax.Array:
 
 def _make_update(decay: float) -> Callable[[BanditState, Any, Any, Any], BanditState]:
     @jax.jit
-    def update_jit(
-        state: BanditState, arm: jax.Array, credit: jax.Array, cost: jax.Array
-    ) -> BanditState:
+    def update_jit(state: BanditState, arm: jax.Array, credit: jax.Array, cost: jax.Array) -> BanditState:
         reward = jnp.asarray(credit, jnp.float32) / jnp.asarray(cost, jnp.float32)
         # Under tracing nothing can raise: a pull that would poison the sums is dropped.
         ok = (cost > 0) & jnp.isfinite(reward) & (arm >= 0) & (arm < state.num_arms)
@@ -142,8 +140,12 @@ def _check_pull(state: BanditState, arm: Any, credit: Any, cost: Any) -> None:
 
 
 def _bandit(choose: Callable[[BanditState, jax.Array], jax.Array], decay: float) -> Bandit:
-    return Bandit(init=init, choose=jax.jit(choose), update=_make_update(decay),
-                  choose_many=jax.jit(jax.vmap(choose, in_axes=(None, 0))))
+    return Bandit(
+        init=init,
+        choose=jax.jit(choose),
+        update=_make_update(decay),
+        choose_many=jax.jit(jax.vmap(choose, in_axes=(None, 0))),
+    )
 
 
 def ucb1(c: float = math.sqrt(2.0), decay: float = 1.0) -> Bandit:
@@ -235,9 +237,7 @@ def fixed(weights: Sequence[float] | None = None, decay: float = 1.0) -> Bandit:
 
     def init_checked(num_arms: int) -> BanditState:
         if num_arms != len(log_weights):
-            raise ConfigError(
-                "scheduler.weights", f"has {len(log_weights)} entries for {num_arms} arms"
-            )
+            raise ConfigError("scheduler.weights", f"has {len(log_weights)} entries for {num_arms} arms")
         return init(num_arms)
 
     return bandit._replace(init=init_checked)
@@ -326,16 +326,13 @@ def load_state_dict(d: dict[str, np.ndarray], num_arms: int | None = None) -> Ba
     missing = [k for k in BanditState._fields if k not in d]
     if missing:
         raise ValueError(f"scheduler state: missing field(s) {missing}")
-    state = BanditState(**{
-        k: jnp.asarray(d[k], jnp.int32 if k == "step" else jnp.float32)
-        for k in BanditState._fields
-    })
+    state = BanditState(
+        **{k: jnp.asarray(d[k], jnp.int32 if k == "step" else jnp.float32) for k in BanditState._fields}
+    )
     shapes = {state.pulls.shape, state.reward_sum.shape, state.reward_sq.shape}
     batch = {state.reward_scale.shape, state.step.shape}
     if len(shapes) != 1 or state.pulls.ndim < 1 or batch != {state.pulls.shape[:-1]}:
         raise ValueError(f"scheduler state: inconsistent shapes {jax.tree.map(jnp.shape, state)}")
     if num_arms is not None and state.num_arms != num_arms:
-        raise ValueError(
-            f"scheduler state: saved for {state.num_arms} arms, the config has {num_arms}"
-        )
+        raise ValueError(f"scheduler state: saved for {state.num_arms} arms, the config has {num_arms}")
     return state

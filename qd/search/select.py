@@ -214,8 +214,12 @@ def _rank_log_weight(fitness: jax.Array, filled: jax.Array) -> jax.Array:
 
 
 def _novelty_pool(
-    state: ArchiveState, key: jax.Array, island: jax.Array, filled: jax.Array,
-    counts: jax.Array, k: int,
+    state: ArchiveState,
+    key: jax.Array,
+    island: jax.Array,
+    filled: jax.Array,
+    counts: jax.Array,
+    k: int,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The novelty rule's candidates: cell i32[P], valid bool[P] and log novelty f32[P].
 
@@ -232,8 +236,11 @@ def _novelty_pool(
     descriptor = state.descriptor[island]
     # k + 1 neighbours, then drop the query's own cell.
     dist, index = knn(
-        descriptor[cell], jnp.where(valid, 0, _NO_GROUP).astype(jnp.int32),
-        descriptor, jnp.where(filled, 0, -1).astype(jnp.int32), k + 1,
+        descriptor[cell],
+        jnp.where(valid, 0, _NO_GROUP).astype(jnp.int32),
+        descriptor,
+        jnp.where(filled, 0, -1).astype(jnp.int32),
+        k + 1,
     )
     dist = jnp.sort(jnp.where(index == cell[:, None], jnp.inf, dist), axis=1)[:, :k]
     novelty = _mean_present(dist)
@@ -270,7 +277,9 @@ def parents(
     return _parents(state, key, island, n, rule, score, jnp.float32(temperature), k)
 
 
-def _check_parent_rule(rule: str, curiosity: Curiosity | None, temperature: float | jax.Array, k: int) -> None:
+def _check_parent_rule(
+    rule: str, curiosity: Curiosity | None, temperature: float | jax.Array, k: int
+) -> None:
     if rule not in PARENT_RULES:
         raise ValueError(f"parent rule {rule!r} is not one of {PARENT_RULES}")
     if rule == "curiosity" and curiosity is None:
@@ -283,8 +292,14 @@ def _check_parent_rule(rule: str, curiosity: Curiosity | None, temperature: floa
 
 @functools.partial(jax.jit, static_argnames=("n", "rule", "k"))
 def _parents(
-    state: ArchiveState, key: jax.Array, island: jax.Array | int, n: int, rule: str,
-    score: jax.Array | None, temperature: jax.Array, k: int,
+    state: ArchiveState,
+    key: jax.Array,
+    island: jax.Array | int,
+    n: int,
+    rule: str,
+    score: jax.Array | None,
+    temperature: jax.Array,
+    k: int,
 ) -> tuple[jax.Array, jax.Array]:
     filled = state.genome_id[island] >= 0
     pool_key, draw_key = jax.random.split(key)
@@ -335,8 +350,12 @@ def inspirations(
 
 @functools.partial(jax.jit, static_argnames=("m", "rule"))
 def _inspirations(
-    state: ArchiveState, key: jax.Array, island: jax.Array | int, parent_cell: jax.Array,
-    m: int, rule: str,
+    state: ArchiveState,
+    key: jax.Array,
+    island: jax.Array | int,
+    parent_cell: jax.Array,
+    m: int,
+    rule: str,
 ) -> tuple[jax.Array, jax.Array]:
     n = parent_cell.shape[0]
     num_islands, num_cells = state.genome_id.shape
@@ -371,8 +390,13 @@ def _inspirations(
 
 
 def _distant(
-    state: ArchiveState, key: jax.Array, island: jax.Array | int, filled: jax.Array,
-    has_parent: jax.Array, parent_cell: jax.Array, m: int,
+    state: ArchiveState,
+    key: jax.Array,
+    island: jax.Array | int,
+    filled: jax.Array,
+    has_parent: jax.Array,
+    parent_cell: jax.Array,
+    m: int,
 ) -> jax.Array:
     """i32[n, m]: cells drawn ∝ distance from each parent, without replacement
     (Gumbel top-m over [n, C]); -1 beyond the available elites."""
@@ -386,8 +410,7 @@ def _distant(
     # Zero distance: a tiny weight, in practice drawn after every farther elite.
     log_weight = 0.5 * jnp.log(jnp.maximum(d2, jnp.finfo(jnp.float32).tiny))
     available = (
-        filled[None, :] & has_parent[:, None]
-        & (jnp.arange(num_cells)[None, :] != parent_cell[:, None])
+        filled[None, :] & has_parent[:, None] & (jnp.arange(num_cells)[None, :] != parent_cell[:, None])
     )
     race = jnp.where(available, log_weight + jax.random.gumbel(key, d2.shape), -jnp.inf)
     _, pick = lax.top_k(race, min(m, num_cells))
@@ -414,9 +437,19 @@ class Picks(NamedTuple):
 
 
 def wave(
-    state: ArchiveState, parent_key: jax.Array, inspire_key: jax.Array, island: jax.Array,
-    num_parents: jax.Array, children: int, max_parents: int, rule: str, curiosity: Curiosity | None = None,
-    temperature: float = 1.0, k: int = 15, m: int = 0, inspiration_rule: str = "uniform",
+    state: ArchiveState,
+    parent_key: jax.Array,
+    inspire_key: jax.Array,
+    island: jax.Array,
+    num_parents: jax.Array,
+    children: int,
+    max_parents: int,
+    rule: str,
+    curiosity: Curiosity | None = None,
+    temperature: float = 1.0,
+    k: int = 15,
+    m: int = 0,
+    inspiration_rule: str = "uniform",
 ) -> Picks:
     """:func:`parents` and :func:`inspirations` for R proposals in one dispatch.
 
@@ -439,19 +472,45 @@ def wave(
     if m and inspiration_rule not in INSPIRATION_RULES:
         raise ValueError(f"inspiration rule {inspiration_rule!r} is not one of {INSPIRATION_RULES}")
     _check_parent_rule(rule, curiosity, temperature, k)
-    return _wave(state, parent_key, inspire_key, islands.astype(np.int32), np.asarray(num_parents, np.int32),
-                 curiosity.score if rule == "curiosity" else None, np.float32(temperature),
-                 children, max_parents, rule, k, m, inspiration_rule)
+    return _wave(
+        state,
+        parent_key,
+        inspire_key,
+        islands.astype(np.int32),
+        np.asarray(num_parents, np.int32),
+        curiosity.score if rule == "curiosity" else None,
+        np.float32(temperature),
+        children,
+        max_parents,
+        rule,
+        k,
+        m,
+        inspiration_rule,
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("children", "max_parents", "rule", "k", "m", "inspiration_rule"))
 def _wave(
-    state: ArchiveState, parent_key: jax.Array, inspire_key: jax.Array, island: jax.Array, num_parents: jax.Array,
-    score: jax.Array | None, temperature: jax.Array, children: int, max_parents: int, rule: str, k: int, m: int,
+    state: ArchiveState,
+    parent_key: jax.Array,
+    inspire_key: jax.Array,
+    island: jax.Array,
+    num_parents: jax.Array,
+    score: jax.Array | None,
+    temperature: jax.Array,
+    children: int,
+    max_parents: int,
+    rule: str,
+    k: int,
+    m: int,
     inspiration_rule: str,
 ) -> Picks:
-    def one(parent_key: jax.Array, inspire_key: jax.Array, island: jax.Array, num_parents: jax.Array) -> Picks:
-        genome_id, cell = _parents(state, parent_key, island, children * max_parents, rule, score, temperature, k)
+    def one(
+        parent_key: jax.Array, inspire_key: jax.Array, island: jax.Array, num_parents: jax.Array
+    ) -> Picks:
+        genome_id, cell = _parents(
+            state, parent_key, island, children * max_parents, rule, score, temperature, k
+        )
         first = cell[jnp.arange(children) * num_parents]
         if m:
             source, spot = _inspirations(state, inspire_key, island, first, m, inspiration_rule)
@@ -463,8 +522,13 @@ def _wave(
 
 
 def wave_uniform(
-    genome_id: np.ndarray, rng: np.random.Generator, island: np.ndarray, num_parents: np.ndarray,
-    children: int, max_parents: int, m: int,
+    genome_id: np.ndarray,
+    rng: np.random.Generator,
+    island: np.ndarray,
+    num_parents: np.ndarray,
+    children: int,
+    max_parents: int,
+    m: int,
 ) -> Picks:
     """:func:`wave` for the ``uniform`` parent and inspiration rules, on the host.
 

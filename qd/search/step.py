@@ -29,10 +29,10 @@ import numpy as np
 
 from qd import archive
 from qd.contract import LLMError
+from qd.proposers import sample_index
 from qd.search import islands as island_ops
 from qd.search import select
 from qd.search.strategy import Strategy, child_credit, proposal_cost
-from qd.proposers import sample_index
 from qd.state import RunState
 
 
@@ -62,8 +62,16 @@ class SearchStep:
         meta: the ``operators.meta.InstructionPool`` or None.
     """
 
-    def __init__(self, strategy: Strategy, arms: list[Any], bandits: tuple[Any, ...], islands: int,
-                 learning_rate: float, qd_offset: float, meta: Any = None):
+    def __init__(
+        self,
+        strategy: Strategy,
+        arms: list[Any],
+        bandits: tuple[Any, ...],
+        islands: int,
+        learning_rate: float,
+        qd_offset: float,
+        meta: Any = None,
+    ):
         self.strategy, self.arms, self.bandits, self.islands = strategy, arms, bandits, islands
         self.learning_rate, self.qd_offset, self.meta = learning_rate, qd_offset, meta
 
@@ -78,12 +86,20 @@ class SearchStep:
         bandit, wave_keys = islands if len(self.bandits) > 1 else np.zeros_like(islands), keys()
         arms = np.zeros(len(islands), np.int64)
         for b in np.unique(bandit):
-            arms = np.where(bandit == b, np.asarray(self.bandits[b].choose_many(state.bandits[b], wave_keys)), arms)
+            arms = np.where(
+                bandit == b, np.asarray(self.bandits[b].choose_many(state.bandits[b], wave_keys)), arms
+            )
         return arms
 
-    def after_insert(self, state: RunState, spec: Any, proposals: list[Any], island: np.ndarray,
-                     result: archive.InsertResult, fitness: np.ndarray,
-                     ) -> tuple[RunState, list[dict | None], list[Move]]:
+    def after_insert(
+        self,
+        state: RunState,
+        spec: Any,
+        proposals: list[Any],
+        island: np.ndarray,
+        result: archive.InsertResult,
+        fitness: np.ndarray,
+    ) -> tuple[RunState, list[dict | None], list[Move]]:
         """Credit, curiosity and island dynamics after one insert of ``proposals``' candidates,
         in order (see the module doc); the credit is per proposal."""
         gain = child_credit(result, fitness, self.qd_offset)
@@ -95,15 +111,21 @@ class SearchStep:
                     self.meta.credit(instruction, float(g))
         credits, start = [], 0
         for p in proposals:
-            state, credit = self._pay_arm(state, p, gain[start:start + len(p.candidates)])
+            state, credit = self._pay_arm(state, p, gain[start : start + len(p.candidates)])
             credits.append(credit)
             start += len(p.candidates)
         moves: list[Move] = []
         if self.islands > 1:
             pad = functools.partial(_pad, size=archive.padded_size(len(island)))
-            state = state._replace(islands=island_ops.record(
-                state.islands, state.archive, pad(island), jax.tree_util.tree_map(pad, result),
-                pad(np.ones(len(island), bool))))
+            state = state._replace(
+                islands=island_ops.record(
+                    state.islands,
+                    state.archive,
+                    pad(island),
+                    jax.tree_util.tree_map(pad, result),
+                    pad(np.ones(len(island), bool)),
+                )
+            )
             state, moves = self._island_dynamics(state, spec)
         return state, credits, moves
 
@@ -116,7 +138,11 @@ class SearchStep:
             bandits = list(state.bandits)
             bandits[b] = self.bandits[b].update(bandits[b], proposal.arm, float(gain.sum()), cost)
             state = state._replace(bandits=tuple(bandits))
-        return state, {"arm": self.arms[proposal.arm].name, "credit": round(float(gain.sum()), 6), "cost": cost}
+        return state, {
+            "arm": self.arms[proposal.arm].name,
+            "credit": round(float(gain.sum()), 6),
+            "cost": cost,
+        }
 
     def _curiosity(self, state: RunState, proposals: list[Any], result: archive.InsertResult) -> RunState:
         """+1 to each parent still in its cell whose child entered, -0.5 if it did not;
@@ -130,7 +156,8 @@ class SearchStep:
         entered = np.asarray(result.is_elite)
         cur = select.curiosity_update(state.curiosity, pad(island), pad(cell), pad(entered), pad(still))
         cur = select.curiosity_reset(
-            cur, pad(np.asarray([c.island for c in candidates])), pad(result.cell), pad(entered))
+            cur, pad(np.asarray([c.island for c in candidates])), pad(result.cell), pad(entered)
+        )
         return state._replace(curiosity=cur)
 
     def _island_dynamics(self, state: RunState, spec: Any) -> tuple[RunState, list[Move]]:
@@ -138,14 +165,23 @@ class SearchStep:
         policy, moves = self.strategy.islands, []
         if policy.migrate_every and int(jnp.max(state.islands.since_migration)) >= policy.migrate_every:
             state, key = state.split()
-            a, isl, m, result = island_ops.migrate(spec, state.archive, state.islands, key, policy.topology,
-                                                   policy.migrants, policy.migrate_every, self.learning_rate)
+            a, isl, m, result = island_ops.migrate(
+                spec,
+                state.archive,
+                state.islands,
+                key,
+                policy.topology,
+                policy.migrants,
+                policy.migrate_every,
+                self.learning_rate,
+            )
             state = self._moved(state._replace(archive=a, islands=isl), m, result)
             moves.append(Move(m, result))
         if policy.reset_patience and int(state.islands.stale) >= policy.reset_patience:
             state, key = state.split()
             a, isl, reset, m, result = island_ops.reset_stagnant(
-                spec, state.archive, state.islands, key, policy.reset_patience, self.learning_rate)
+                spec, state.archive, state.islands, key, policy.reset_patience, self.learning_rate
+            )
             state = state._replace(archive=a, islands=isl)
             reset = np.asarray(reset)
             if reset.any():
@@ -159,8 +195,11 @@ class SearchStep:
             return state
         entered = np.asarray(result.is_elite) & np.asarray(m.valid)
         pad = functools.partial(_pad, size=archive.padded_size(len(entered)))
-        return state._replace(curiosity=select.curiosity_reset(
-            state.curiosity, pad(np.asarray(m.island)), pad(np.asarray(result.cell)), pad(entered)))
+        return state._replace(
+            curiosity=select.curiosity_reset(
+                state.curiosity, pad(np.asarray(m.island)), pad(np.asarray(result.cell)), pad(entered)
+            )
+        )
 
     async def evolve_instructions(self, llm: Any, batches: int, seed: int) -> dict[str, Any]:
         """One LLM mutation of the instruction pool (stored like any candidate); its ``meta`` event."""
@@ -169,5 +208,9 @@ class SearchStep:
             child = await self.meta.evolve(llm, rng, index, model=self.strategy.meta_model)
         except LLMError as err:  # nothing added; a client that is down stops the run at the next check
             return {"error": str(err)}
-        return {"child": None if child is None else child.id, "parent": None if child is None else child.parent_id,
-                "failures": self.meta.failures, "members": [[m.id, m.uses, round(m.mean, 6)] for m in self.meta.members]}
+        return {
+            "child": None if child is None else child.id,
+            "parent": None if child is None else child.parent_id,
+            "failures": self.meta.failures,
+            "members": [[m.id, m.uses, round(m.mean, 6)] for m in self.meta.members],
+        }

@@ -102,7 +102,8 @@ def child_credit(result: archive.InsertResult, fitness: np.ndarray, qd_offset: f
     """f32[B]: each candidate's contribution to the QD score, floored at 0 (see module doc)."""
     status = np.asarray(result.status)
     gain = np.where(
-        status == archive.NEW_CELL, np.asarray(fitness, np.float64) - qd_offset,
+        status == archive.NEW_CELL,
+        np.asarray(fitness, np.float64) - qd_offset,
         np.where(status == archive.IMPROVED, np.asarray(result.improvement, np.float64), 0.0),
     )
     return np.maximum(np.nan_to_num(gain, nan=0.0), 0.0).astype(np.float32)

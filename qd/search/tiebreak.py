@@ -29,8 +29,7 @@ from qd.contract import ChatClient, ConfigError, LLMError
 
 WON = "tiebreak_won"  # metrics key: 1.0 when a judge gave the child its cell
 TIED = "tiebreak_tied"  # metrics key: a winner's exact score (its fitness before the step up)
-PROMPT = ("{question}\n\nA:\n{a}\n\nB:\n{b}\n\n"
-          "Answer with one letter, A or B.")
+PROMPT = "{question}\n\nA:\n{a}\n\nB:\n{b}\n\nAnswer with one letter, A or B."
 _CLIP = 1500  # characters of each text shown to the judge
 
 
@@ -56,8 +55,11 @@ class PairwiseJudge:
     @staticmethod
     def check_question(question: Any) -> str:
         if not isinstance(question, str) or not question.strip():
-            raise ConfigError("tiebreak.question", "is empty",
-                              "say what the judge compares, e.g. 'Which attack is more likely to succeed?'")
+            raise ConfigError(
+                "tiebreak.question",
+                "is empty",
+                "say what the judge compares, e.g. 'Which attack is more likely to succeed?'",
+            )
         return question.strip()
 
     def attach(self, llm: ChatClient | None) -> None:
@@ -72,22 +74,33 @@ class PairwiseJudge:
         return await self._pick(incumbent, child) == "B"
 
     async def _pick(self, a: str, b: str) -> str | None:
-        """"A", "B" or None: the more probable letter of the answer token when logprobs come back."""
+        """ "A", "B" or None: the more probable letter of the answer token when logprobs come back."""
         content = PROMPT.format(question=self.question, a=a[:_CLIP], b=b[:_CLIP])
         try:
-            c = await self.client.complete([{"role": "user", "content": content}], model=self.model, temperature=0.0,
-                                           max_tokens=1, logprobs=True, top_logprobs=10, role="judge")
+            c = await self.client.complete(
+                [{"role": "user", "content": content}],
+                model=self.model,
+                temperature=0.0,
+                max_tokens=1,
+                logprobs=True,
+                top_logprobs=10,
+                role="judge",
+            )
         except LLMError:
             return None
         first = (c.top_logprobs or [{}])[0] or {}
-        odds = {letter: sum(math.exp(lp) for t, lp in first.items() if t.strip().upper() == letter)
-                for letter in "AB"}
+        odds = {
+            letter: sum(math.exp(lp) for t, lp in first.items() if t.strip().upper() == letter)
+            for letter in "AB"
+        }
         if odds["A"] != odds["B"]:
             return max(odds, key=odds.get)
         said = c.text.strip()[:1].upper()
         return said if said in ("A", "B") else None
 
-    async def settle(self, candidates: list[Any], offers: Any, spec: Any, archive_fitness: Any, elites: Any) -> int:
+    async def settle(
+        self, candidates: list[Any], offers: Any, spec: Any, archive_fitness: Any, elites: Any
+    ) -> int:
         """Judges each valid child whose exact score ties that of the incumbent of the cell it
         would enter.
 

@@ -39,16 +39,44 @@ def main(argv: list[str]) -> None:
     if args.json:
         return render.dump({"runs": rows, "settings": settings})
     with_setting = any(r["setting"] is not None for r in rows)
-    render.table("runs", ["run", *(["setting"] if with_setting else []), "experiment", "evaluations", "best",
-                          "QD score", "coverage", "elites", "LLM calls", "cost", "wall time"],
-                 [[r["name"], *([r["setting"] or "-"] if with_setting else []), r["experiment"], r["evaluations"],
-                   r["best"], r["qd_score"], f"{r['coverage']:.2%}", r["elites"], r["llm_calls"], r["cost"],
-                   render.seconds(r["wall_s"])] for r in rows])
+    render.table(
+        "runs",
+        [
+            "run",
+            *(["setting"] if with_setting else []),
+            "experiment",
+            "evaluations",
+            "best",
+            "QD score",
+            "coverage",
+            "elites",
+            "LLM calls",
+            "cost",
+            "wall time",
+        ],
+        [
+            [
+                r["name"],
+                *([r["setting"] or "-"] if with_setting else []),
+                r["experiment"],
+                r["evaluations"],
+                r["best"],
+                r["qd_score"],
+                f"{r['coverage']:.2%}",
+                r["elites"],
+                r["llm_calls"],
+                r["cost"],
+                render.seconds(r["wall_s"]),
+            ]
+            for r in rows
+        ],
+    )
     if settings:
-        render.table("per setting (median [min, max] over its runs)",
-                     ["setting", "runs", "best", "QD score", "coverage"],
-                     [[s["setting"], s["runs"], *(_spread(s[k], k == "coverage") for k in SPREAD)]
-                      for s in settings])
+        render.table(
+            "per setting (median [min, max] over its runs)",
+            ["setting", "runs", "best", "QD score", "coverage"],
+            [[s["setting"], s["runs"], *(_spread(s[k], k == "coverage") for k in SPREAD)] for s in settings],
+        )
 
 
 def expand(path: Path) -> list[tuple[Path, str, str | None]]:
@@ -80,8 +108,11 @@ def spread(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {"setting": name, "runs": len(members)}
         for k in SPREAD:
             values = np.asarray([r[k] for r in members if r[k] is not None], np.float64)
-            entry[k] = ({"median": float(np.median(values)), "min": float(values.min()), "max": float(values.max())}
-                        if len(values) else None)
+            entry[k] = (
+                {"median": float(np.median(values)), "min": float(values.min()), "max": float(values.max())}
+                if len(values)
+                else None
+            )
         out.append(entry)
     return out
 

@@ -33,20 +33,39 @@ def main(argv: list[str]) -> None:
             return render.dump({"run": str(run.path), "id": args.id, "steps": steps})
         render.line(f"{run.path}: lineage of #{args.id}, {len(steps)} steps, oldest first")
         render.line("")
-        render.table(None, ["step", "id", "operator", "model", "fitness", "valid", "island", "parents", "now"],
-                     [_row(k, s) for k, s in enumerate(steps)])
+        render.table(
+            None,
+            ["step", "id", "operator", "model", "fitness", "valid", "island", "parents", "now"],
+            [_row(k, s) for k, s in enumerate(steps)],
+        )
         for k, s in enumerate(steps):
             if s.get("diff"):
-                render.block(f"step {k}: #{s['id']} ({s['operator']}, {s['model'] or '-'}), "
-                             f"fitness {render.fmt(s['fitness'])}", s["diff"], syntax="diff")
+                render.block(
+                    f"step {k}: #{s['id']} ({s['operator']}, {s['model'] or '-'}), "
+                    f"fitness {render.fmt(s['fitness'])}",
+                    s["diff"],
+                    syntax="diff",
+                )
 
 
 def _row(k: int, s: dict[str, Any]) -> list[Any]:
     if s.get("missing"):
         return [k, s["id"], "-", "-", None, None, None, "-", "missing (not in the store)"]
-    now = (f"elite: island {s['elite'][0]} cell {s['elite'][1]}" if s["elite"] is not None
-           else "not an elite now")
+    now = (
+        f"elite: island {s['elite'][0]} cell {s['elite'][1]}"
+        if s["elite"] is not None
+        else "not an elite now"
+    )
     if s["error"]:
         now += f"; error: {s['error']}"
-    return [k, s["id"], s["operator"] or "-", s["model"] or "-", s["fitness"], s["valid"], s["island"],
-            ", ".join(f"#{p}" for p in s["parent_ids"]) or "-", now]
+    return [
+        k,
+        s["id"],
+        s["operator"] or "-",
+        s["model"] or "-",
+        s["fitness"],
+        s["valid"],
+        s["island"],
+        ", ".join(f"#{p}" for p in s["parent_ids"]) or "-",
+        now,
+    ]

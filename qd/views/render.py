@@ -61,12 +61,16 @@ def in_range(prog: str, flag: str, value: int | None, count: int, what: str) -> 
 
 def no_candidate(prog: str, flag: str, candidate_id: int, run: RunDir) -> NoReturn:
     """Fails for an id the store does not hold, saying which ids it does."""
-    held = (f"this run stored only its elites (runner.store=elites), which qd show {run.path} lists"
-            if not run.store.keeps_every_candidate() else f"its ids go from 0 to {run.store.last_id()}")
+    held = (
+        f"this run stored only its elites (runner.store=elites), which qd show {run.path} lists"
+        if not run.store.keeps_every_candidate()
+        else f"its ids go from 0 to {run.store.last_id()}"
+    )
     fail(prog, f"{flag} {candidate_id}: no such candidate in {run.path}; {held}")
 
 
 # ----- values -----------------------------------------------------------------------
+
 
 def fmt(x: Any) -> str:
     """A value as the tables print it: 6 significant digits, ``-`` for none, lists in brackets."""
@@ -77,8 +81,11 @@ def fmt(x: Any) -> str:
     if isinstance(x, (float, np.floating)):
         return f"{float(x) + 0.0:.6g}"  # + 0.0: -0.0 prints as 0
     if isinstance(x, (list, tuple, np.ndarray)):
-        return "[" + ", ".join(f"{float(v):.4g}" if isinstance(v, (float, np.floating)) else str(v)
-                               for v in x) + "]"
+        return (
+            "["
+            + ", ".join(f"{float(v):.4g}" if isinstance(v, (float, np.floating)) else str(v) for v in x)
+            + "]"
+        )
     return str(x)
 
 
@@ -109,6 +116,7 @@ def plain(x: Any) -> Any:
 
 # ----- output -----------------------------------------------------------------------
 
+
 def dump(obj: Any) -> None:
     """``--json``: the whole answer as one JSON document."""
     print(json.dumps(plain(obj), indent=1))
@@ -130,9 +138,16 @@ def line(text: str) -> None:
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Rows of values under ``columns`` (numbers right-aligned); nothing is truncated in plain text."""
     cells = [[fmt(v) for v in row] for row in rows]
-    numeric = [bool(rows) and all(row[j] is None or isinstance(row[j], (int, float, np.number))
-                                  and not isinstance(row[j], (bool, np.bool_)) for row in rows)
-               for j in range(len(columns))]
+    numeric = [
+        bool(rows)
+        and all(
+            row[j] is None
+            or isinstance(row[j], (int, float, np.number))
+            and not isinstance(row[j], (bool, np.bool_))
+            for row in rows
+        )
+        for j in range(len(columns))
+    ]
     console = _console()
     if console is not None:
         from rich.table import Table
@@ -150,7 +165,11 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any
         print(title)
     widths = [max([len(c)] + [len(row[j].split("\n")[0]) for row in cells]) for j, c in enumerate(columns)]
     for row in [list(columns), *cells]:
-        print("  ".join((v.rjust(w) if right else v.ljust(w)) for v, w, right in zip(row, widths, numeric)).rstrip())
+        print(
+            "  ".join(
+                (v.rjust(w) if right else v.ljust(w)) for v, w, right in zip(row, widths, numeric)
+            ).rstrip()
+        )
     print()
 
 

@@ -47,7 +47,7 @@ def main(argv: list[str]) -> None:
         if args.cell is not None:
             rows = [r for r in rows if r["cell"] == args.cell]
         else:
-            rows = rows[:args.top]
+            rows = rows[: args.top]
         for rank, r in enumerate(rows, 1):
             r["rank"] = rank
         if args.json:
@@ -60,20 +60,37 @@ def listing(rows: list[dict[str, Any]], full: bool, axes: tuple[str, ...]) -> No
     """The elites as a table; with ``full``, each one's row and whole genome as a block."""
     if not rows:
         return render.line("no elites here yet")
-    columns = ["rank", "id", "island", "cell", "fitness", f"descriptor ({', '.join(axes)})", "operator",
-               "model", "genome"]
+    columns = [
+        "rank",
+        "id",
+        "island",
+        "cell",
+        "fitness",
+        f"descriptor ({', '.join(axes)})",
+        "operator",
+        "model",
+        "genome",
+    ]
     if not full:
         render.line("")
-        return render.table(None, [*columns, "text"],
-                            [[*_cells(r), _first_line(r)] for r in rows])
+        return render.table(None, [*columns, "text"], [[*_cells(r), _first_line(r)] for r in rows])
     for r in rows:
         title = "  ".join(f"{c.split(' ')[0]} {render.fmt(v)}" for c, v in zip(columns, _cells(r)))
         render.block(title, r["text"] if "text" in r else _vector(r["vector"]))
 
 
 def _cells(r: dict[str, Any]) -> list[Any]:
-    return [r["rank"], r["id"], r["island"], r["cell"], r["fitness"], r["descriptor"], r["operator"],
-            r["model"], r["genome"]]
+    return [
+        r["rank"],
+        r["id"],
+        r["island"],
+        r["cell"],
+        r["fitness"],
+        r["descriptor"],
+        r["operator"],
+        r["model"],
+        r["genome"],
+    ]
 
 
 def _first_line(r: dict[str, Any]) -> str:
@@ -82,7 +99,7 @@ def _first_line(r: dict[str, Any]) -> str:
         text = lines[0].strip() if lines else ""
     else:
         text = render.fmt(r["vector"])
-    return text if len(text) <= FIRST_LINE else text[:FIRST_LINE - 3] + "..."
+    return text if len(text) <= FIRST_LINE else text[: FIRST_LINE - 3] + "..."
 
 
 def _vector(v: list[float]) -> str:
@@ -99,32 +116,61 @@ def candidate(run: RunDir, candidate_id: int, head: dict[str, Any], as_json: boo
     snap = run.snapshot()
     elite = [[int(i), int(k)] for i, k in np.argwhere(snap.genome_id == c.id)]
     out = {
-        "id": c.id, "genome": c.genome, "island": c.island, "parent_ids": list(c.parent_ids),
-        "operator": c.operator, "model": c.model, "instruction": c.instruction,
-        "fitness": c.fitness, "valid": c.valid, "error": c.error,
-        "descriptor": None if c.descriptor is None else c.descriptor.tolist(), "elite": elite,
-        "eval_seconds": c.eval_seconds, "tokens_in": c.tokens_in, "tokens_out": c.tokens_out, "cost": c.cost,
-        "created": c.created, "metrics": c.metrics or {}, "artifacts": c.artifacts or {},
-        "prompt": _messages(c.prompt), "response": c.response,
-        "text": c.text, "vector": None if c.vector is None else c.vector.tolist(),
-        "diff": history.parent_diff(run, c), "trace": run.store.trace(c.id),
+        "id": c.id,
+        "genome": c.genome,
+        "island": c.island,
+        "parent_ids": list(c.parent_ids),
+        "operator": c.operator,
+        "model": c.model,
+        "instruction": c.instruction,
+        "fitness": c.fitness,
+        "valid": c.valid,
+        "error": c.error,
+        "descriptor": None if c.descriptor is None else c.descriptor.tolist(),
+        "elite": elite,
+        "eval_seconds": c.eval_seconds,
+        "tokens_in": c.tokens_in,
+        "tokens_out": c.tokens_out,
+        "cost": c.cost,
+        "created": c.created,
+        "metrics": c.metrics or {},
+        "artifacts": c.artifacts or {},
+        "prompt": _messages(c.prompt),
+        "response": c.response,
+        "text": c.text,
+        "vector": None if c.vector is None else c.vector.tolist(),
+        "diff": history.parent_diff(run, c),
+        "trace": run.store.trace(c.id),
     }
     if as_json:
         return render.dump({"run": head, "candidate": out})
     render.line(header(head))
     render.line("")
     where = ", ".join(f"island {i} cell {k}" for i, k in elite) or "not an elite now"
-    fields = [("id", c.id), ("genome", c.genome), ("fitness", c.fitness), ("valid", c.valid),
-              ("error", c.error), ("elite", where), ("descriptor", out["descriptor"]),
-              ("born on island", c.island), ("parents", ", ".join(f"#{p}" for p in c.parent_ids) or "none"),
-              ("operator", c.operator), ("model", c.model), ("instruction", c.instruction),
-              ("tokens in / out", f"{c.tokens_in} / {c.tokens_out}"), ("cost", c.cost),
-              ("eval seconds", c.eval_seconds),
-              *((f"metric {k}", v) for k, v in (c.metrics or {}).items())]
+    fields = [
+        ("id", c.id),
+        ("genome", c.genome),
+        ("fitness", c.fitness),
+        ("valid", c.valid),
+        ("error", c.error),
+        ("elite", where),
+        ("descriptor", out["descriptor"]),
+        ("born on island", c.island),
+        ("parents", ", ".join(f"#{p}" for p in c.parent_ids) or "none"),
+        ("operator", c.operator),
+        ("model", c.model),
+        ("instruction", c.instruction),
+        ("tokens in / out", f"{c.tokens_in} / {c.tokens_out}"),
+        ("cost", c.cost),
+        ("eval seconds", c.eval_seconds),
+        *((f"metric {k}", v) for k, v in (c.metrics or {}).items()),
+    ]
     render.table(None, ["field", "value"], [[k, render.fmt(v)] for k, v in fields])
     for k, v in (c.artifacts or {}).items():
         render.block(f"evaluator feedback: {k}", v if isinstance(v, str) else json.dumps(v, indent=1))
-    render.block("text" if c.text is not None else "vector", c.text if c.text is not None else _vector(out["vector"]))
+    render.block(
+        "text" if c.text is not None else "vector", c.text if c.text is not None else _vector(out["vector"])
+    )
     if out["diff"]:
         render.block(f"diff from parent #{c.parent_ids[0]}", out["diff"], syntax="diff")
     for m in out["prompt"] or []:
@@ -133,9 +179,15 @@ def candidate(run: RunDir, candidate_id: int, head: dict[str, Any], as_json: boo
         render.block("model's answer", c.response)
     for call in out["trace"]:
         said = call["text"] if "text" in call else f"error: {call.get('error')}"
-        render.block(f"evaluation's model call {call.get('n')} ({call.get('model')})",
-                     "\n".join([*(f"[{m.get('role')}] {m.get('content')}" for m in call.get("messages", [])),
-                                f"[answer] {said}"]))
+        render.block(
+            f"evaluation's model call {call.get('n')} ({call.get('model')})",
+            "\n".join(
+                [
+                    *(f"[{m.get('role')}] {m.get('content')}" for m in call.get("messages", [])),
+                    f"[answer] {said}",
+                ]
+            ),
+        )
 
 
 def _messages(prompt: str | None) -> list[dict[str, Any]] | None:

@@ -22,18 +22,27 @@ LEDGER = ("role", "model", "calls", "cached", "failed", "retries", "tokens_in", 
 
 
 def main(argv: list[str]) -> None:
-    ap = render.parser(PROG, "Per operator, model and meta instruction: validity, archive entries, "
-                             "improvement, tokens, cost; and the model-call ledger.")
+    ap = render.parser(
+        PROG,
+        "Per operator, model and meta instruction: validity, archive entries, "
+        "improvement, tokens, cost; and the model-call ledger.",
+    )
     ap.add_argument("run_dir", metavar="RUN_DIR")
-    ap.add_argument("--by", default="operator,model",
-                    help=f"comma-separated grouping, some of {','.join(history.GROUPS)} (default operator,model)")
+    ap.add_argument(
+        "--by",
+        default="operator,model",
+        help=f"comma-separated grouping, some of {','.join(history.GROUPS)} (default operator,model)",
+    )
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
     by = tuple(b.strip() for b in args.by.split(",") if b.strip())
     bad = [b for b in by if b not in history.GROUPS] or ([] if by else [args.by])
     if bad:
-        render.fail(PROG, f"--by {bad[0]!r}: not a grouping; pass some of {','.join(history.GROUPS)}, "
-                          "comma-separated (e.g. --by operator,model)")
+        render.fail(
+            PROG,
+            f"--by {bad[0]!r}: not a grouping; pass some of {','.join(history.GROUPS)}, "
+            "comma-separated (e.g. --by operator,model)",
+        )
     with render.open_run(PROG, args.run_dir) as run:
         groups = {",".join(by): history.operator_stats(run, by)}
         if "instruction" not in by and run.store.count(kind="instruction"):
@@ -43,35 +52,66 @@ def main(argv: list[str]) -> None:
         ledger_total = {k: sum(r[k] for r in ledger) for k in LEDGER[2:]}
         elites_only = not run.store.keeps_every_candidate()
         if args.json:
-            return render.dump({"run": str(run.path), "elites_only": elites_only, "by": list(by), "groups": groups,
-                                "totals": totals, "llm_calls": ledger, "llm_totals": ledger_total})
+            return render.dump(
+                {
+                    "run": str(run.path),
+                    "elites_only": elites_only,
+                    "by": list(by),
+                    "groups": groups,
+                    "totals": totals,
+                    "llm_calls": ledger,
+                    "llm_totals": ledger_total,
+                }
+            )
         render.line(f"{run.path}: {totals['candidates']} candidates")
         if elites_only:
-            render.line("this run stored only its elites (runner.store=elites): the numbers below are "
-                        "theirs, not every evaluation's")
+            render.line(
+                "this run stored only its elites (runner.store=elites): the numbers below are "
+                "theirs, not every evaluation's"
+            )
         render.line("")
         for key, rows in groups.items():
             names = key.split(",")
-            render.table(f"by {key.replace(',', ' and ')}",
-                         [*names, "candidates", "valid", "entered", "mean improvement", "tokens", "cost"],
-                         [[*(r[b] for b in names), *_numbers(r)] for r in [*rows, {**dict.fromkeys(names, ""),
-                                                                                    names[0]: "total", **totals}]])
+            render.table(
+                f"by {key.replace(',', ' and ')}",
+                [*names, "candidates", "valid", "entered", "mean improvement", "tokens", "cost"],
+                [
+                    [*(r[b] for b in names), *_numbers(r)]
+                    for r in [*rows, {**dict.fromkeys(names, ""), names[0]: "total", **totals}]
+                ],
+            )
         if ledger:
-            render.table("model calls (ledger)", list(LEDGER),
-                         [[r[k] for k in LEDGER] for r in [*ledger, {"role": "total", "model": "", **ledger_total}]])
+            render.table(
+                "model calls (ledger)",
+                list(LEDGER),
+                [[r[k] for k in LEDGER] for r in [*ledger, {"role": "total", "model": "", **ledger_total}]],
+            )
         else:
             render.line("no model calls")
 
 
 def _numbers(r: dict[str, Any]) -> list[Any]:
-    return [r["candidates"], f"{r['valid']} ({r['valid_rate']:.0%})", f"{r['entered']} ({r['entered_rate']:.0%})",
-            r["mean_improvement"], r["tokens"], r["cost"]]
+    return [
+        r["candidates"],
+        f"{r['valid']} ({r['valid_rate']:.0%})",
+        f"{r['entered']} ({r['entered_rate']:.0%})",
+        r["mean_improvement"],
+        r["tokens"],
+        r["cost"],
+    ]
 
 
 def _totals(rows: list[dict[str, Any]], fates: dict[str, np.ndarray]) -> dict[str, Any]:
     """The groups summed; the mean improvement over every candidate that has one (not a mean of means)."""
     n, valid, entered = (sum(r[k] for r in rows) for k in ("candidates", "valid", "entered"))
     gains = fates["improvement"][np.isfinite(fates["improvement"])]
-    return {"candidates": n, "valid": valid, "valid_rate": valid / n if n else 0.0, "entered": entered,
-            "entered_rate": entered / n if n else 0.0, "mean_improvement": float(gains.mean()) if len(gains) else None,
-            "tokens": sum(r["tokens"] for r in rows), "cost": sum(r["cost"] for r in rows)}
+    return {
+        "candidates": n,
+        "valid": valid,
+        "valid_rate": valid / n if n else 0.0,
+        "entered": entered,
+        "entered_rate": entered / n if n else 0.0,
+        "mean_improvement": float(gains.mean()) if len(gains) else None,
+        "tokens": sum(r["tokens"] for r in rows),
+        "cost": sum(r["cost"] for r in rows),
+    }

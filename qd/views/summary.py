@@ -31,14 +31,21 @@ def summary(run: RunDir) -> dict[str, Any]:
     best = run.best()
     ledger = run.store.llm_calls()
     return {
-        "run": str(run.path), "name": run.name,
+        "run": str(run.path),
+        "name": run.name,
         "experiment": OmegaConf.select(cfg, "experiment.name", default=None),
-        "kind": g.kind, "islands": g.islands, "cells": g.cells, "genome": g.genome or "vector",
-        "evaluations": evaluations(run, events), "elites": int(filled.sum()),
+        "kind": g.kind,
+        "islands": g.islands,
+        "cells": g.cells,
+        "genome": g.genome or "vector",
+        "evaluations": evaluations(run, events),
+        "elites": int(filled.sum()),
         "coverage": float(filled.sum() / (g.islands * g.cells)),
         "qd_score": float(np.sum(snap.fitness[filled] - offset)),
-        "best": best["fitness"] if best else None, "best_id": best["id"] if best else None,
-        "llm_calls": int(sum(r[2] for r in ledger)), "cost": float(sum(r[8] for r in ledger)),
+        "best": best["fitness"] if best else None,
+        "best_id": best["id"] if best else None,
+        "llm_calls": int(sum(r[2] for r in ledger)),
+        "cost": float(sum(r[8] for r in ledger)),
         "wall_s": wall_time(events),
     }
 
@@ -48,8 +55,10 @@ def evaluations(run: RunDir, events: list[dict[str, Any]]) -> int:
     evaluations), or the commit events' count where it is larger: a device run that keeps
     only its elites (``runner.store=elites``) evaluated many more than it stored."""
     stored = run.store.count(kind="text") + run.store.count(kind="vector")
-    logged = max((int(e["evaluations"]) for e in events if e.get("event") == "commit" and "evaluations" in e),
-                 default=0)
+    logged = max(
+        (int(e["evaluations"]) for e in events if e.get("event") == "commit" and "evaluations" in e),
+        default=0,
+    )
     return max(stored, logged)
 
 
@@ -69,6 +78,8 @@ def wall_time(events: list[dict[str, Any]]) -> float | None:
 def header(s: dict[str, Any]) -> str:
     """The summary as one line: run dir, archive kind, islands x cells, evaluations, coverage, best."""
     best = "-" if s["best"] is None else f"{fmt(s['best'])} (#{s['best_id']})"
-    return (f"{s['run']}: {s['experiment'] or '?'}, {s['kind']} archive {s['islands']} x {s['cells']}, "
-            f"{s['evaluations']} evaluations, coverage {s['coverage']:.2%} ({s['elites']} elites), "
-            f"QD score {fmt(s['qd_score'])}, best {best}")
+    return (
+        f"{s['run']}: {s['experiment'] or '?'}, {s['kind']} archive {s['islands']} x {s['cells']}, "
+        f"{s['evaluations']} evaluations, coverage {s['coverage']:.2%} ({s['elites']} elites), "
+        f"QD score {fmt(s['qd_score'])}, best {best}"
+    )

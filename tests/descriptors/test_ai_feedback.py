@@ -8,21 +8,24 @@ import math
 
 import numpy as np
 import pytest
+from scripted_llm import Rule
 
 from descriptors.ai_feedback import AIFeedbackDescriptor, Axis, agreement, parse_score
 from descriptors.base import Descriptor, Item
 from qd.llm import LLMClient, LLMSettings, ModelSpec
 from qd.store import Store
-from scripted_llm import Rule
 
 TONE = Axis("tone", "How happy is the tone of this text?", "sad", "happy")
 LENGTH = Axis("length", "How long is this text?", "short", "long", bins=5)
 # Few-shot turns a 135M judge needs to answer one digit (positions 1.0, 0.1, 0.5 -> digits 9, 1, 5).
-TONE_SHOTS = dataclasses.replace(TONE, examples=(
-    ("What a beautiful morning, I feel great!", 1.0),
-    ("I lost my job and I feel terrible.", 0.1),
-    ("The meeting is at 3 pm.", 0.5),
-))
+TONE_SHOTS = dataclasses.replace(
+    TONE,
+    examples=(
+        ("What a beautiful morning, I feel great!", 1.0),
+        ("I lost my job and I feel terrible.", 0.1),
+        ("The meeting is at 3 pm.", 0.5),
+    ),
+)
 
 
 def client_for(url: str, model: str = "judge", **kw) -> LLMClient:
@@ -50,15 +53,26 @@ def lp(**probs: float) -> dict[str, float]:
 def test_logprob_expectation_per_axis(scripted_llm):
     # "_6" is the token " 6": the same answer as "6"; "The" is not a digit and drops out.
     sunny_tone = {"7": math.log(0.6), "8": math.log(0.2), " 6": math.log(0.1), "The": math.log(0.1)}
-    server = scripted_llm([
-        Rule(r"happy[\s\S]*Text: sunny", reply="7", logprobs=[sunny_tone, lp(_=0.9)]),
-        Rule(r"long[\s\S]*Text: sunny", reply="2", logprobs=[{"2": 0.0}]),
-        Rule(r"happy[\s\S]*Text: rain", reply=" 1.", logprobs=[lp(_=0.8, _1=0.2), lp(**{"1": 0.5, "0": 0.5})]),
-        Rule(r"long[\s\S]*Text: rain", reply="9", logprobs=[lp(**{"9": 0.7, "10": 0.3})]),
-    ])
+    server = scripted_llm(
+        [
+            Rule(r"happy[\s\S]*Text: sunny", reply="7", logprobs=[sunny_tone, lp(_=0.9)]),
+            Rule(r"long[\s\S]*Text: sunny", reply="2", logprobs=[{"2": 0.0}]),
+            Rule(
+                r"happy[\s\S]*Text: rain",
+                reply=" 1.",
+                logprobs=[lp(_=0.8, _1=0.2), lp(**{"1": 0.5, "0": 0.5})],
+            ),
+            Rule(r"long[\s\S]*Text: rain", reply="9", logprobs=[lp(**{"9": 0.7, "10": 0.3})]),
+        ]
+    )
     d = AIFeedbackDescriptor([TONE, LENGTH], client_for(server.base_url))
     assert isinstance(d, Descriptor) and (d.name, d.dim, d.lower, d.upper, d.bins) == (
-        "ai_feedback", 2, (0.0, 0.0), (1.0, 1.0), (10, 5))
+        "ai_feedback",
+        2,
+        (0.0, 0.0),
+        (1.0, 1.0),
+        (10, 5),
+    )
     (out,) = describe(d, ["sunny day", "rain again"])
     expected = [[(7 * 0.6 + 8 * 0.2 + 6 * 0.1) / 0.9 / 9, 2 / 9], [0.5 / 9, 1.0]]
     np.testing.assert_allclose(out.values, expected, rtol=1e-6)
@@ -79,7 +93,9 @@ def test_digit_when_no_logprobs(scripted_llm, use_logprobs):
     assert out.valid.all() and ("logprobs" in server.requests[0]) == use_logprobs
 
 
-@pytest.mark.parametrize("answer", ["10", "0.5", "seven", "", "Answer: 7", "I cannot rate this text, as an AI."])
+@pytest.mark.parametrize(
+    "answer", ["10", "0.5", "seven", "", "Answer: 7", "I cannot rate this text, as an AI."]
+)
 def test_unparseable_or_refused_answer_is_invalid(scripted_llm, answer):
     server = scripted_llm([Rule("Text: odd", reply=answer, logprobs=[lp(**{"1": 0.9})]), Rule("", reply="3")])
     d = AIFeedbackDescriptor([LENGTH, TONE], client_for(server.base_url))
@@ -109,8 +125,9 @@ def test_judge_error_invalidates_only_that_candidate(scripted_llm):
 
 
 def test_cache_hit_sends_nothing(scripted_llm, tmp_path):
-    server = scripted_llm([Rule("Text: bad", reply="nope", times=1),
-                           Rule("", reply="6", logprobs=[lp(**{"6": 0.5, "7": 0.5})])])
+    server = scripted_llm(
+        [Rule("Text: bad", reply="nope", times=1), Rule("", reply="6", logprobs=[lp(**{"6": 0.5, "7": 0.5})])]
+    )
     store = Store(tmp_path / "s.sqlite")
     d = AIFeedbackDescriptor([TONE, LENGTH])
     d.attach(store, client_for(server.base_url))
@@ -145,21 +162,26 @@ def test_examples_become_answered_turns_on_the_scale():
     assert m[-1]["content"].endswith("Text: hello") and "from 0 to 4" in m[-1]["content"]
 
 
-@pytest.mark.parametrize("text, top, scale, expected", [
-    ("7", None, 9, 7.0),
-    (" 7.", None, 9, 7.0),
-    ("7 because it is cheerful", None, 9, 7.0),
-    ("3", [{"3": math.log(0.5), " 3": math.log(0.25), "4": math.log(0.25)}], 9, 3.25),
-    ("3", [{"3": 0.0}, {"x": 0.0}], 9, 3.0),
-    ("3", [{"Hmm": 0.0}], 9, 3.0),  # no digit listed at the answer: the digit itself
-    (" 5", [{" ": math.log(0.9), "5": math.log(0.1)}, {"5": math.log(0.5), "9": math.log(0.5)}], 9, 7.0),
-    ("4", [{"4": math.log(0.5), "9": math.log(0.5)}], 4, 4.0),  # 9 is off a 0..4 scale
-])
+@pytest.mark.parametrize(
+    "text, top, scale, expected",
+    [
+        ("7", None, 9, 7.0),
+        (" 7.", None, 9, 7.0),
+        ("7 because it is cheerful", None, 9, 7.0),
+        ("3", [{"3": math.log(0.5), " 3": math.log(0.25), "4": math.log(0.25)}], 9, 3.25),
+        ("3", [{"3": 0.0}, {"x": 0.0}], 9, 3.0),
+        ("3", [{"Hmm": 0.0}], 9, 3.0),  # no digit listed at the answer: the digit itself
+        (" 5", [{" ": math.log(0.9), "5": math.log(0.1)}, {"5": math.log(0.5), "9": math.log(0.5)}], 9, 7.0),
+        ("4", [{"4": math.log(0.5), "9": math.log(0.5)}], 4, 4.0),  # 9 is off a 0..4 scale
+    ],
+)
 def test_parse_score(text, top, scale, expected):
     assert parse_score(text, top, scale) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("text", ["10", "-1", "5/9", "", "   ", "five", "I cannot help with that.", "7a", "³", "٣"])
+@pytest.mark.parametrize(
+    "text", ["10", "-1", "5/9", "", "   ", "five", "I cannot help with that.", "7a", "³", "٣"]
+)
 def test_parse_score_rejects(text):
     assert parse_score(text, [{"1": 0.0}], 9) is None
     assert parse_score("6", None, 5) is None  # above the scale
@@ -174,9 +196,15 @@ def test_attach_supplies_the_client_and_bad_config_names_the_field(scripted_llm)
     (out,) = describe(d, ["x"])
     assert out.values[0, 0] == 1.0 and server.requests[0]["model"] == "run-model"
 
-    for kwargs, field in [(dict(axes=[]), "axes"), (dict(scale=10), "scale"), (dict(max_tokens=0), "max_tokens"),
-                          (dict(top_logprobs=21), "top_logprobs"), (dict(prompt="{question} {txt}"), "prompt"),
-                          (dict(prompt="{question} only"), "prompt"), (dict(axes=[TONE, TONE]), "axes")]:
+    for kwargs, field in [
+        (dict(axes=[]), "axes"),
+        (dict(scale=10), "scale"),
+        (dict(max_tokens=0), "max_tokens"),
+        (dict(top_logprobs=21), "top_logprobs"),
+        (dict(prompt="{question} {txt}"), "prompt"),
+        (dict(prompt="{question} only"), "prompt"),
+        (dict(axes=[TONE, TONE]), "axes"),
+    ]:
         with pytest.raises(ValueError, match=rf"^ai_feedback.{field}: .*;"):
             AIFeedbackDescriptor(**{"axes": [TONE], **kwargs})
     with pytest.raises(ValueError, match=r"axis 'tone'.examples: position 1.5"):
@@ -191,8 +219,14 @@ def test_agreement_known_values():
     assert a["accuracy"] == 0.75 and a["auc"] == 1.0
     assert a["spearman"] == pytest.approx(np.corrcoef([4, 3, 1, 2], [3.5, 3.5, 1.5, 1.5])[0, 1])
     ordinal = agreement([0.1, 0.5, 0.9], [1, 2, 3])
-    assert ordinal["spearman"] == pytest.approx(1.0) and math.isnan(ordinal["accuracy"]) and math.isnan(ordinal["auc"])
-    assert math.isnan(agreement([0.5, 0.5], [0, 1])["spearman"]) and agreement([0.5, 0.5], [0, 1])["auc"] == 0.5
+    assert (
+        ordinal["spearman"] == pytest.approx(1.0)
+        and math.isnan(ordinal["accuracy"])
+        and math.isnan(ordinal["auc"])
+    )
+    assert (
+        math.isnan(agreement([0.5, 0.5], [0, 1])["spearman"]) and agreement([0.5, 0.5], [0, 1])["auc"] == 0.5
+    )
     with pytest.raises(ValueError, match="agreement: scores has 2 entries, labels 1"):
         agreement([0.1, 0.2], [1])
 
@@ -205,9 +239,11 @@ def test_client_logprobs_are_parsed_cached_and_keyed(scripted_llm, tmp_path):
 
     async def calls(client: LLMClient):
         try:
-            return [await client.complete(msgs, logprobs=True, top_logprobs=1),
-                    await client.complete(msgs, logprobs=True, top_logprobs=1),
-                    await client.complete(msgs)]
+            return [
+                await client.complete(msgs, logprobs=True, top_logprobs=1),
+                await client.complete(msgs, logprobs=True, top_logprobs=1),
+                await client.complete(msgs),
+            ]
         finally:
             await client.aclose()
 
@@ -231,7 +267,9 @@ def test_real_judge_parses_every_text(llama_server):
         ("The party was wonderful and everyone laughed.", 1),
         ("I failed the exam again and feel miserable.", 0),
     ]
-    client = client_for(llama_server.base_url, model=llama_server.model, timeout_s=60.0, max_retries=2, concurrency=4)
+    client = client_for(
+        llama_server.base_url, model=llama_server.model, timeout_s=60.0, max_retries=2, concurrency=4
+    )
     d = AIFeedbackDescriptor([TONE_SHOTS], client)
     (out,) = describe(d, [t for t, _ in texts])
     assert out.valid.all(), out.error
@@ -248,7 +286,9 @@ def test_real_judge_parses_every_text(llama_server):
 
 
 def test_rescale_fits_each_axis_range_and_round_trips(scripted_llm):
-    server = scripted_llm([Rule("Text: a", reply="3"), Rule("Text: b", reply="4"), Rule("Text: c", reply="5")])
+    server = scripted_llm(
+        [Rule("Text: a", reply="3"), Rule("Text: b", reply="4"), Rule("Text: c", reply="5")]
+    )
     d = AIFeedbackDescriptor([TONE], client_for(server.base_url), rescale_at=(2,))
 
     async def go():
@@ -259,7 +299,9 @@ def test_rescale_fits_each_axis_range_and_round_trips(scripted_llm):
 
     before, after = asyncio.run(go())
     assert before.valid.all() and np.isnan(before.values).all()  # pending before the fit
-    np.testing.assert_allclose(after.values[:, 0], [0.5 / 11, 0.5, 10.5 / 11], rtol=1e-5)  # 3..5 widened by 5%
+    np.testing.assert_allclose(
+        after.values[:, 0], [0.5 / 11, 0.5, 10.5 / 11], rtol=1e-5
+    )  # 3..5 widened by 5%
     assert not d.needs_fit(100)
     restored = AIFeedbackDescriptor([TONE], client_for(server.base_url), rescale_at=(2,))
     restored.load_state_dict(d.state_dict())
@@ -267,7 +309,16 @@ def test_rescale_fits_each_axis_range_and_round_trips(scripted_llm):
 
 
 def test_quantile_rescale_puts_fitted_quantiles_on_bin_boundaries_and_is_monotone(scripted_llm):
-    digits = {"a": 0, "b": 1, "c": 2, "d": 3, "e": 5, "f": 9, "g": 4, "h": 7}  # a..f fitted; scores cluster low
+    digits = {
+        "a": 0,
+        "b": 1,
+        "c": 2,
+        "d": 3,
+        "e": 5,
+        "f": 9,
+        "g": 4,
+        "h": 7,
+    }  # a..f fitted; scores cluster low
     server = scripted_llm([Rule(f"Text: {t}$", reply=str(d)) for t, d in digits.items()])
     d = AIFeedbackDescriptor([LENGTH], client_for(server.base_url), rescale_at=(6,), rescale="quantile")
 
@@ -283,9 +334,13 @@ def test_quantile_rescale_puts_fitted_quantiles_on_bin_boundaries_and_is_monoton
     by_digit = sorted(zip(digits.values(), out.values[:, 0]))
     assert all(a[1] < b[1] for a, b in zip(by_digit, by_digit[1:]))  # monotone, unfitted scores included
     np.testing.assert_allclose(out.values[6:, 0], [0.7, 0.8 + 0.2 * 2 / 4], atol=1e-5)  # linear between edges
-    restored = AIFeedbackDescriptor([LENGTH], client_for(server.base_url), rescale_at=(6,), rescale="quantile")
+    restored = AIFeedbackDescriptor(
+        [LENGTH], client_for(server.base_url), rescale_at=(6,), rescale="quantile"
+    )
     restored.load_state_dict(d.state_dict())
-    np.testing.assert_array_equal(asyncio.run(restored.describe([Item("g"), Item("h")])).values, out.values[6:])
+    np.testing.assert_array_equal(
+        asyncio.run(restored.describe([Item("g"), Item("h")])).values, out.values[6:]
+    )
 
 
 def test_unknown_rescale_names_the_field():

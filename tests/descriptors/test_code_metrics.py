@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from descriptors.code_metrics import METRICS, code_metrics
 
-PROGRAM = '''import math
+PROGRAM = """import math
 from os import path
 
 def f(x):
@@ -17,7 +17,7 @@ def f(x):
     return math.sqrt(abs(x))
 
 g = lambda y: y * 2
-'''
+"""
 
 
 def test_known_program():

@@ -15,15 +15,27 @@ from hypothesis import strategies as st
 
 from descriptors.base import Item, is_fitted_kind
 from descriptors.embedding import (
-    _OVERLAP, CACHE_KIND, DIM, EmbeddingCache, EmbeddingDescriptor, Encoder, _model, _windows, model_path,
+    _OVERLAP,
+    CACHE_KIND,
+    DIM,
+    EmbeddingCache,
+    EmbeddingDescriptor,
+    Encoder,
+    _model,
+    _windows,
+    model_path,
 )
 from qd.store import Store
 
 PAIRS = [  # (anchor, paraphrase)
-    ("def sort_numbers(values):\n    return sorted(values)",
-     "def order_list(xs):\n    result = list(xs)\n    result.sort()\n    return result"),
-    ("with open('data.txt') as f:\n    lines = f.read().splitlines()",
-     "f = open('data.txt')\nlines = [line.rstrip('\\n') for line in f]\nf.close()"),
+    (
+        "def sort_numbers(values):\n    return sorted(values)",
+        "def order_list(xs):\n    result = list(xs)\n    result.sort()\n    return result",
+    ),
+    (
+        "with open('data.txt') as f:\n    lines = f.read().splitlines()",
+        "f = open('data.txt')\nlines = [line.rstrip('\\n') for line in f]\nf.close()",
+    ),
     ("The cat is sleeping on the warm windowsill.", "A cat naps on the sunny window ledge."),
 ]
 UNRELATED = [
@@ -60,8 +72,10 @@ class FakeEncoder(Encoder):
 
     def encode(self, texts):
         self.calls.append(list(texts))
-        rows = [np.random.default_rng(int(hashlib.sha256(t.encode()).hexdigest()[:8], 16)).standard_normal(DIM)
-                for t in texts]
+        rows = [
+            np.random.default_rng(int(hashlib.sha256(t.encode()).hexdigest()[:8], 16)).standard_normal(DIM)
+            for t in texts
+        ]
         out = np.array(rows, np.float32).reshape(len(texts), DIM)
         return out / np.linalg.norm(out, axis=1, keepdims=True)
 
@@ -104,10 +118,15 @@ def test_real_model_places_paraphrases_closer_than_unrelated_texts():
 
 
 # A function_fit-style program of 353 word pieces; EDITED changes one constant in its last line.
-LONG = "import math\n\n\ndef f(x):\n    \"\"\"A piecewise fit: one polynomial per interval of x.\"\"\"\n" + "".join(
-    f"    if x < {-3.0 + 0.25 * i:.2f}:\n"
-    f"        return {0.1 * i:.1f} * x * x + {0.5 - 0.05 * i:.2f} * x + {2.0 + 0.01 * i:.2f}\n"
-    for i in range(1, 13)) + "    return x * x + 0.5 * x + 2.0\n"
+LONG = (
+    'import math\n\n\ndef f(x):\n    """A piecewise fit: one polynomial per interval of x."""\n'
+    + "".join(
+        f"    if x < {-3.0 + 0.25 * i:.2f}:\n"
+        f"        return {0.1 * i:.1f} * x * x + {0.5 - 0.05 * i:.2f} * x + {2.0 + 0.01 * i:.2f}\n"
+        for i in range(1, 13)
+    )
+    + "    return x * x + 0.5 * x + 2.0\n"
+)
 EDITED = LONG.replace("+ 2.0\n", "+ 2.5\n")
 
 
@@ -155,7 +174,9 @@ def test_windows_cover_the_text_at_word_starts_with_bounded_overlap(word_sizes, 
     assert pieces[0][0] == 0 and pieces[-1][-1] == n - 1
     word_starts = {k for k in range(n) if k == 0 or word_ids[k] != word_ids[k - 1]} | {n}
     for (w, count), ks in zip(windows, pieces):
-        assert ks == list(range(ks[0], ks[-1] + 1)) and count == len(ks) <= size  # contiguous, within the limit
+        assert (
+            ks == list(range(ks[0], ks[-1] + 1)) and count == len(ks) <= size
+        )  # contiguous, within the limit
         assert ks[0] in word_starts and ks[-1] + 1 in word_starts  # whole words only
     for a, b in zip(pieces, pieces[1:]):
         assert a[0] < b[0] <= a[-1] + 1 and a[-1] + 1 - b[0] <= _OVERLAP  # no gap, overlap at most _OVERLAP
@@ -178,7 +199,8 @@ def test_cache_encodes_each_text_once_and_survives_reopening_the_store(tmp_path)
     assert encoder.calls == [["b", "a", "c"]]  # misses only, deduplicated
     np.testing.assert_array_equal(first[0], first[2])
     assert set(store.cache_get(CACHE_KIND, [hashlib.sha256(t.encode()).hexdigest() for t in "abc"])) == {
-        hashlib.sha256(t.encode()).hexdigest() for t in "abc"}
+        hashlib.sha256(t.encode()).hexdigest() for t in "abc"
+    }
 
     lookups = []
     store_get = store.cache_get
@@ -252,7 +274,9 @@ def test_state_dict_resume_gives_bitwise_equal_descriptors(projection, tmp_path)
     state = desc.state_dict()
     assert all(isinstance(v, np.ndarray) for v in state.values()) and int(state["fits"]) == 1
 
-    resumed = EmbeddingDescriptor(projection=projection, dims=3, refit_at=(8,), cells=16, encoder=FakeEncoder())
+    resumed = EmbeddingDescriptor(
+        projection=projection, dims=3, refit_at=(8,), cells=16, encoder=FakeEncoder()
+    )
     resumed.attach(store)
     resumed.load_state_dict({k: v.copy() for k, v in state.items()})
     after = run(resumed.describe(probe))

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from scipy.spatial.distance import pdist
 from scipy.stats import spearmanr
+from scripted_llm import Rule
 
 from descriptors.base import Item
 from descriptors.learned import GroundTruthJudge, LearnedDescriptor, LLMJudge, parse_choice
 from qd.cli import USAGE
 from qd.llm import LLMClient, LLMSettings, ModelSpec
 from qd.store import Candidate, Store
-from scripted_llm import Rule
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,8 +42,12 @@ def index(text: str) -> int:
 
 
 def store_items(store: Store, indices: range) -> None:
-    store.add([Candidate(kind="text", island=0, fitness=0.0, descriptor=None, valid=True, text=f"item {i}")
-               for i in indices])
+    store.add(
+        [
+            Candidate(kind="text", island=0, fitness=0.0, descriptor=None, valid=True, text=f"item {i}")
+            for i in indices
+        ]
+    )
 
 
 def stored_items(store: Store) -> list[Item]:
@@ -51,8 +55,11 @@ def stored_items(store: Store) -> list[Item]:
 
 
 def ground_truth_descriptor(hidden: np.ndarray, features: np.ndarray, **kw) -> LearnedDescriptor:
-    return LearnedDescriptor(judge=GroundTruthJudge(lambda it: hidden[index(it.text)]),
-                             features=lambda texts: features[[index(t) for t in texts]], **kw)
+    return LearnedDescriptor(
+        judge=GroundTruthJudge(lambda it: hidden[index(it.text)]),
+        features=lambda texts: features[[index(t) for t in texts]],
+        **kw,
+    )
 
 
 def test_learned_projection_recovers_a_hidden_ground_truth(tmp_path):
@@ -75,13 +82,20 @@ def test_learned_projection_recovers_a_hidden_ground_truth(tmp_path):
             values = asyncio.run(desc.describe(items)).values
             h = hidden[[index(it.text) for it in items]]
             rho = spearmanr(pdist(values), pdist(h)).statistic
-            axes = max((np.abs([spearmanr(values[:, i], h[:, j]).statistic for i, j in enumerate(p)])
-                        for p in itertools.permutations(range(2))), key=np.sum)
+            axes = max(
+                (
+                    np.abs([spearmanr(values[:, i], h[:, j]).statistic for i, j in enumerate(p)])
+                    for p in itertools.permutations(range(2))
+                ),
+                key=np.sum,
+            )
             report.append((len(store.judgments()), rho, axes, seconds))
         assert not desc.needs_fit(400) and desc.refits == 3
     for judged, rho, axes, seconds in report:
-        print(f"QDHF: {judged} judgments: distance rank correlation {rho:.3f}, "
-              f"per-axis |rho| {axes.round(3).tolist()}, fit {seconds:.2f}s")
+        print(
+            f"QDHF: {judged} judgments: distance rank correlation {rho:.3f}, "
+            f"per-axis |rho| {axes.round(3).tolist()}, fit {seconds:.2f}s"
+        )
     assert [r[0] for r in report] == [100, 200, 400]
     assert 0.0 <= values.min() and values.max() <= 1.0
     assert report[-1][1] >= 0.8
@@ -113,8 +127,9 @@ def test_schedule_fit_after_and_human_judgments_from_the_store(tmp_path):
     early = ground_truth_descriptor(hidden, features, refit_at=(20, 40), fit_after=(8, 16))
     assert not early.needs_fit(7) and early.needs_fit(8) and early.needs_fit(30)
 
-    human = LearnedDescriptor(judge="human", refit_at=(3, 6), steps=50,
-                              features=lambda texts: features[[index(t) for t in texts]])
+    human = LearnedDescriptor(
+        judge="human", refit_at=(3, 6), steps=50, features=lambda texts: features[[index(t) for t in texts]]
+    )
     with Store(tmp_path / "s.sqlite") as store:
         store_items(store, range(30))
         human.attach(store)
@@ -129,23 +144,48 @@ def test_schedule_fit_after_and_human_judgments_from_the_store(tmp_path):
 
 
 def test_parse_choice_is_strict():
-    answers = ("B", " c.", "**C**", "Answer: B", "Text C", "'b'", "Text A is more similar to Text B, as it",
-               "Text A is more similar to C.\n\nBecause", "Text A is more similar to text B than text C.")
+    answers = (
+        "B",
+        " c.",
+        "**C**",
+        "Answer: B",
+        "Text C",
+        "'b'",
+        "Text A is more similar to Text B, as it",
+        "Text A is more similar to C.\n\nBecause",
+        "Text A is more similar to text B than text C.",
+    )
     assert [parse_choice(s) for s in answers] == [0, 1, 1, 0, 1, 0, 0, 1, 0]
-    garbage = ("B or C", "A", "", "B is closer", "BC", "neither", "Text A is more similar to B or C than Text B",
-               "Text A is more similar to B than B", "Text A is more similar to B or")
+    garbage = (
+        "B or C",
+        "A",
+        "",
+        "B is closer",
+        "BC",
+        "neither",
+        "Text A is more similar to B or C than Text B",
+        "Text A is more similar to B than B",
+        "Text A is more similar to B or",
+    )
     assert [parse_choice(s) for s in garbage] == [None] * len(garbage)
 
 
 def test_llm_judge_parses_answers_and_skips_garbage(scripted_llm):
-    server = scripted_llm([
-        Rule("anchor-0", reply="B"), Rule("anchor-1", reply=" C."), Rule("anchor-2", reply="B or C"),
-        Rule("anchor-3", reply="Answer: c"), Rule("anchor-4", fault="500"),
-    ])
+    server = scripted_llm(
+        [
+            Rule("anchor-0", reply="B"),
+            Rule("anchor-1", reply=" C."),
+            Rule("anchor-2", reply="B or C"),
+            Rule("anchor-3", reply="Answer: c"),
+            Rule("anchor-4", fault="500"),
+        ]
+    )
     triplets = [(Item(f"anchor-{i}"), Item("first"), Item("second")) for i in range(5)]
 
     async def go():
-        client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("scripted"),), max_retries=0))
+        client = LLMClient(
+            LLMSettings(base_url=server.base_url, models=(ModelSpec("scripted"),), max_retries=0)
+        )
         try:
             judge = LLMJudge(client)
             return judge, await judge(triplets)
@@ -170,12 +210,21 @@ def test_llm_judge_against_the_real_llama_server(llama_server):
         ("I love playing football.", "Quantum computers use qubits.", "Soccer is my favourite sport."),
     ]
     # Each triplet as written and with B and C swapped: 8 distinct questions, half answered "B" by a person.
-    triplets = [tuple(Item(t) for t in row) for row in texts] + [(Item(a), Item(c), Item(b)) for a, b, c in texts]
+    triplets = [tuple(Item(t) for t in row) for row in texts] + [
+        (Item(a), Item(c), Item(b)) for a, b, c in texts
+    ]
     expected = [0, 1, 0, 1] + [1, 0, 1, 0]
 
     async def go():
-        client = LLMClient(LLMSettings(base_url=llama_server.base_url, models=(ModelSpec(llama_server.model),),
-                                       timeout_s=120.0, max_retries=1, seed=0))
+        client = LLMClient(
+            LLMSettings(
+                base_url=llama_server.base_url,
+                models=(ModelSpec(llama_server.model),),
+                timeout_s=120.0,
+                max_retries=1,
+                seed=0,
+            )
+        )
         try:
             judge = LLMJudge(client)  # temperature 0, as LearnedDescriptor asks it in a run
             return judge, await judge(triplets)
@@ -185,8 +234,10 @@ def test_llm_judge_against_the_real_llama_server(llama_server):
     judge, answers = asyncio.run(go())
     parsed = sum(a is not None for a in answers)
     agree = sum(a == e for a, e in zip(answers, expected))
-    print(f"SmolLM2 judge: asked {judge.asked}, parsed {parsed} ({agree} as a person would), "
-          f"skipped {judge.skipped}, failed {judge.failed}")
+    print(
+        f"SmolLM2 judge: asked {judge.asked}, parsed {parsed} ({agree} as a person would), "
+        f"skipped {judge.skipped}, failed {judge.failed}"
+    )
     assert all(a in (0, 1, None) for a in answers)
     assert judge.asked == len(triplets) and parsed + judge.skipped + judge.failed == len(triplets)
     # Measured on these 4 triplets and 2 other sets of 4 (each with B/C swapped): at temperature 0,
@@ -202,14 +253,27 @@ def _judge_run(tmp_path: Path) -> Path:
     run.mkdir()
     with Store(run / "store.sqlite") as store:
         store_items(store, range(6))
-        store.add([Candidate(kind="text", island=0, fitness=float("nan"), descriptor=None, valid=False,
-                             text="broken", error="evaluator: crashed")])
+        store.add(
+            [
+                Candidate(
+                    kind="text",
+                    island=0,
+                    fitness=float("nan"),
+                    descriptor=None,
+                    valid=False,
+                    text="broken",
+                    error="evaluator: crashed",
+                )
+            ]
+        )
     return run
 
 
 def _human_rows(run: Path) -> list[tuple]:
     with sqlite3.connect(run / "store.sqlite") as db:
-        return db.execute("SELECT anchor, first, second, closer, source FROM judgments ORDER BY seq").fetchall()
+        return db.execute(
+            "SELECT anchor, first, second, closer, source FROM judgments ORDER BY seq"
+        ).fetchall()
 
 
 def test_qd_judge_stores_human_judgments_from_piped_stdin(tmp_path, monkeypatch, capsys):
@@ -228,14 +292,26 @@ def test_qd_judge_stores_human_judgments_from_piped_stdin(tmp_path, monkeypatch,
 
 def test_qd_judge_console_script_reads_a_pipe(tmp_path):
     run = _judge_run(tmp_path)
-    done = subprocess.run([sys.executable, "-c", "from qd.cli import main; main()", "judge", str(run),
-                           "--count", "3"], input="c\nb\nc\n", capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", "from qd.cli import main; main()", "judge", str(run), "--count", "3"],
+        input="c\nb\nc\n",
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert [r[3:] for r in _human_rows(run)] == [(1, "human"), (0, "human"), (1, "human")]
-    usage = subprocess.run([sys.executable, "-c", "from qd.cli import main; main()"], capture_output=True,
-                           text=True, cwd=ROOT, timeout=60)
-    assert usage.returncode == 2 and usage.stderr.strip() == USAGE and "judge" in USAGE  # the list names every command
+    usage = subprocess.run(
+        [sys.executable, "-c", "from qd.cli import main; main()"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert (
+        usage.returncode == 2 and usage.stderr.strip() == USAGE and "judge" in USAGE
+    )  # the list names every command
 
 
 def _program(request: dict) -> str:
@@ -258,18 +334,29 @@ def test_engine_reinserts_every_candidate_after_each_learned_refit(tmp_path, scr
     import json
 
     from helpers import text_engine
+
     from qd import checkpoint
     from qd.plan import compose
 
     mix = np.random.default_rng(1).normal(size=(2, 32))
     server = scripted_llm([Rule("", _program)])
-    cfg = compose([
-        "experiment=function_fit", "llm.provider=server", f"llm.base_url={server.base_url}",
-        "llm.models=[{name: scripted}]", "llm.api_key_env=null", "runner.progress=false",
-        "runner.max_llm_calls=44", "runner.initial_population=4", "operators.mix=[{name: rewrite}]",
-    ])
+    cfg = compose(
+        [
+            "experiment=function_fit",
+            "llm.provider=server",
+            f"llm.base_url={server.base_url}",
+            "llm.models=[{name: scripted}]",
+            "llm.api_key_env=null",
+            "runner.progress=false",
+            "runner.max_llm_calls=44",
+            "runner.initial_population=4",
+            "operators.mix=[{name: rewrite}]",
+        ]
+    )
     desc = LearnedDescriptor(
-        refit_at=(10, 20, 40), judge=lambda it: _hidden_of(it.text), steps=300,
+        refit_at=(10, 20, 40),
+        judge=lambda it: _hidden_of(it.text),
+        steps=300,
         features=lambda texts: np.tanh(np.stack([_hidden_of(t) for t in texts]) @ mix / 4),
     )
     with contextlib.ExitStack() as stack:
@@ -279,8 +366,11 @@ def test_engine_reinserts_every_candidate_after_each_learned_refit(tmp_path, scr
         finally:
             engine.close()
     assert summary["descriptor"]["fits"] == 3
-    refits = [e for e in map(json.loads, (tmp_path / "events.jsonl").read_text().splitlines())
-              if e.get("event") == "refit"]
+    refits = [
+        e
+        for e in map(json.loads, (tmp_path / "events.jsonl").read_text().splitlines())
+        if e.get("event") == "refit"
+    ]
     assert len(refits) == 3
     for e in refits:  # every valid stored candidate re-placed at each refit
         assert e["placed"] == e["candidates"] > 0

@@ -11,12 +11,12 @@ import re
 
 import numpy as np
 import pytest
+from helpers import run_config, stored
+from scripted_llm import Rule
 
 from descriptors.code_metrics import code_metrics
 from qd import checkpoint
-from helpers import run_config, stored
 from qd.plan import compose
-from scripted_llm import Rule
 
 JUDGE = r"Answer with the digit only\.\nText: (?![\s\S]*Text: )"  # the last turn of a judge chat
 
@@ -37,16 +37,23 @@ def judge(request: dict) -> str:
 
 
 def config(base_url: str, *overrides: str):
-    return compose([
-        "experiment=function_fit", "llm.provider=server", f"llm.base_url={base_url}",
-        "llm.models=[{name: scripted}]", "llm.api_key_env=null", "llm.timeout_s=5",
-        "runner.progress=false", "runner.max_llm_calls=20", "runner.in_flight=4",
-        "runner.workers=2", "sandbox.wall_s=2", "operators.mix=[{name: rewrite}]", *overrides,
-    ])
-
-
-
-
+    return compose(
+        [
+            "experiment=function_fit",
+            "llm.provider=server",
+            f"llm.base_url={base_url}",
+            "llm.models=[{name: scripted}]",
+            "llm.api_key_env=null",
+            "llm.timeout_s=5",
+            "runner.progress=false",
+            "runner.max_llm_calls=20",
+            "runner.in_flight=4",
+            "runner.workers=2",
+            "sandbox.wall_s=2",
+            "operators.mix=[{name: rewrite}]",
+            *overrides,
+        ]
+    )
 
 
 def refits(path) -> list[dict]:
@@ -56,7 +63,9 @@ def refits(path) -> list[dict]:
 
 def test_ai_feedback_places_candidates_and_a_refusal_makes_one_invalid(tmp_path, scripted_llm):
     server = scripted_llm([Rule(JUDGE, judge), Rule("", program)])
-    summary = run_config(config(server.base_url, "descriptor=ai_feedback", "descriptor.parts.0.rescale_at=[]"), tmp_path)
+    summary = run_config(
+        config(server.base_url, "descriptor=ai_feedback", "descriptor.parts.0.rescale_at=[]"), tmp_path
+    )
     assert summary["descriptor"] == {"name": "ai_feedback", "dim": 2, "fits": 0}
     rows = stored(tmp_path)
     placed = [c for c in rows if c.valid]
@@ -64,8 +73,9 @@ def test_ai_feedback_places_candidates_and_a_refusal_makes_one_invalid(tmp_path,
     for c in placed:  # no logprobs from this server: the parsed digit / 9
         assert c.descriptor[0] == pytest.approx(min(len(c.text) // 12, 9) / 9)
     refused = [c for c in rows if c.text and "x * x + x * x + x * x" in c.text]
-    assert refused and all(not c.valid and "descriptor: ai_feedback.style: judge answered" in c.error
-                           for c in refused)
+    assert refused and all(
+        not c.valid and "descriptor: ai_feedback.style: judge answered" in c.error for c in refused
+    )
     judged = [r for r in server.requests if re.search(JUDGE, r["messages"][-1]["content"])]
     # Judge calls count in the ledger and in runner.max_llm_calls (a refused answer, asked
     # again, comes from the client's cache); children in flight reserve 1 + 2 judge calls.
@@ -78,12 +88,14 @@ def test_ai_feedback_places_candidates_and_a_refusal_makes_one_invalid(tmp_path,
 
 def test_mixed_descriptor_joins_an_ai_feedback_axis_and_a_code_metric(tmp_path, scripted_llm):
     server = scripted_llm([Rule(JUDGE, judge), Rule("", program)])
-    cfg = config(server.base_url, "descriptor=mixed", "descriptor.parts.0.rescale_at=[4]", "runner.max_llm_calls=8")
+    cfg = config(
+        server.base_url, "descriptor=mixed", "descriptor.parts.0.rescale_at=[4]", "runner.max_llm_calls=8"
+    )
     summary = run_config(cfg, tmp_path)
     assert summary["descriptor"] == {"name": "ai_feedback+code_metrics", "dim": 2, "fits": 1}
     (refit,) = refits(tmp_path)  # the judge's range fitted at 4 valid candidates, everything re-placed
     assert refit["placed"] == refit["candidates"] >= 4
-    late = [c for c in stored(tmp_path) if c.valid][refit["candidates"]:]
+    late = [c for c in stored(tmp_path) if c.valid][refit["candidates"] :]
     assert late
     for c in late:  # first axis: the rescaled judge score; second: the node count
         assert 0.0 <= c.descriptor[0] <= 1.0 and c.descriptor[1] == code_metrics(c.text)["nodes"]
@@ -106,7 +118,9 @@ def test_embedding_run_refits_and_a_resume_keeps_the_frozen_projection(tmp_path,
     # Every candidate committed after the last fit, before and after the resume, has the
     # descriptor the checkpointed (frozen) projection gives.
     frozen = EmbeddingDescriptor(refit_at=(6, 14))
-    frozen.load_state_dict({k.removeprefix("describer.0."): v for k, v in state.items() if k.startswith("describer.")})
+    frozen.load_state_dict(
+        {k.removeprefix("describer.0."): v for k, v in state.items() if k.startswith("describer.")}
+    )
     late = [c for c in stored(tmp_path) if c.valid and c.id > before[-1].id - 4]
     import asyncio
 
@@ -119,8 +133,14 @@ def test_embedding_run_refits_and_a_resume_keeps_the_frozen_projection(tmp_path,
 @pytest.mark.slow
 def test_cvt_in_embedding_space_fits_centroids_then_places_everything(tmp_path, scripted_llm):
     server = scripted_llm([Rule("", program)])
-    cfg = config(server.base_url, "descriptor=embedding_space", "archive=cvt", "archive.cells=16",
-                 "descriptor.parts.0.refit_at=[6]", "runner.max_llm_calls=12")
+    cfg = config(
+        server.base_url,
+        "descriptor=embedding_space",
+        "archive=cvt",
+        "archive.cells=16",
+        "descriptor.parts.0.refit_at=[6]",
+        "runner.max_llm_calls=12",
+    )
     summary = run_config(cfg, tmp_path)
     assert summary["descriptor"] == {"name": "embedding", "dim": 384, "fits": 1}
     (refit,) = refits(tmp_path)
@@ -134,8 +154,15 @@ def test_cvt_in_embedding_space_fits_centroids_then_places_everything(tmp_path, 
 @pytest.mark.slow
 def test_novelty_search_in_embedding_space(tmp_path, scripted_llm):
     server = scripted_llm([Rule("", program)])
-    cfg = config(server.base_url, "descriptor=embedding_space", "archive=novelty", "archive.capacity=50",
-                 "archive.k=3", "archive.novelty_threshold=0.05", "runner.max_llm_calls=12")
+    cfg = config(
+        server.base_url,
+        "descriptor=embedding_space",
+        "archive=novelty",
+        "archive.capacity=50",
+        "archive.k=3",
+        "archive.novelty_threshold=0.05",
+        "runner.max_llm_calls=12",
+    )
     summary = run_config(cfg, tmp_path)
     assert summary["descriptor"] == {"name": "embedding", "dim": 384, "fits": 0}  # raw vectors: no fit
     kept = [c for c in stored(tmp_path) if c.valid]

@@ -4,12 +4,12 @@ evaluation makes goes through the host's client, within its budget, recorded wit
 import re
 
 import pytest
-
 from helpers import run_config, stored
+from scripted_llm import Rule
+
 from qd.plan import compose
 from qd.store import Store
 from qd.task import load_task
-from scripted_llm import Rule
 
 LOOPING = '''"""Calls until the budget says no, then answers."""
 def forward(task, llm):
@@ -27,16 +27,26 @@ def designed(request: dict) -> str:
     seed = int(request.get("seed") or 0)
     if seed % 3 == 0:
         return f"```python\n{LOOPING.replace('Calls until', f'Design {seed}: calls until')}```"
-    return (f'```python\n"""Design {seed}: ask, then check."""\ndef forward(task, llm):\n'
-            f'    first = llm(task, max_tokens=16)\n    return llm("Check: " + first, max_tokens=16)\n```')
+    return (
+        f'```python\n"""Design {seed}: ask, then check."""\ndef forward(task, llm):\n'
+        f'    first = llm(task, max_tokens=16)\n    return llm("Check: " + first, max_tokens=16)\n```'
+    )
 
 
 def config(base_url: str, experiment: str, *overrides: str):
-    return compose([
-        f"experiment={experiment}", "llm.provider=server", f"llm.base_url={base_url}",
-        "llm.models=[{name: scripted}]", "llm.api_key_env=null", "llm.timeout_s=10",
-        "runner.progress=false", "experiment.params.search_items=2", *overrides,
-    ])
+    return compose(
+        [
+            f"experiment={experiment}",
+            "llm.provider=server",
+            f"llm.base_url={base_url}",
+            "llm.models=[{name: scripted}]",
+            "llm.api_key_env=null",
+            "llm.timeout_s=10",
+            "runner.progress=false",
+            "experiment.params.search_items=2",
+            *overrides,
+        ]
+    )
 
 
 def requests_text(server) -> str:
@@ -46,8 +56,14 @@ def requests_text(server) -> str:
 def test_agents_call_the_model_through_the_host_within_their_budget(tmp_path, scripted_llm):
     server = scripted_llm([Rule("You design LLM agents", designed), Rule("", "Answer: 9")])
     cache = tmp_path / "cache"
-    args = ("runner.max_llm_calls=60", "eval_llm.calls=5", "runner.workers=3", "sandbox.wall_s=20",
-            f"llm.cache_dir={cache}", "operators.mix=[{name: meta_agent, num_inspirations: 3, debug_rounds: 1}]")
+    args = (
+        "runner.max_llm_calls=60",
+        "eval_llm.calls=5",
+        "runner.workers=3",
+        "sandbox.wall_s=20",
+        f"llm.cache_dir={cache}",
+        "operators.mix=[{name: meta_agent, num_inspirations: 3, debug_rounds: 1}]",
+    )
     summary = run_config(config(server.base_url, "agent_design", *args), tmp_path / "a")
     rows = [c for c in stored(tmp_path / "a") if c.kind == "text"]
     assert {c.genome for c in rows} == {"agent"}
@@ -86,10 +102,24 @@ def test_prompts_are_data_for_a_fixed_solver_on_the_host(tmp_path, scripted_llm)
         answer = truth.get(request["messages"][-1]["content"], "")
         return f"Answer: {answer if answer.startswith('A:') else -1}"
 
-    server = scripted_llm([Rule(r"write instructions|Instruction:|improve instructions",
-                                "Think, then answer with 'Answer:'."), Rule("", solver)])
-    summary = run_config(config(server.base_url, "prompt_evolution", "runner.max_llm_calls=40", "eval_llm.calls=2",
-                                "meta.evolve_every=2"), tmp_path)
+    server = scripted_llm(
+        [
+            Rule(
+                r"write instructions|Instruction:|improve instructions", "Think, then answer with 'Answer:'."
+            ),
+            Rule("", solver),
+        ]
+    )
+    summary = run_config(
+        config(
+            server.base_url,
+            "prompt_evolution",
+            "runner.max_llm_calls=40",
+            "eval_llm.calls=2",
+            "meta.evolve_every=2",
+        ),
+        tmp_path,
+    )
     rows = [c for c in stored(tmp_path) if c.kind == "text"]
     assert {c.genome for c in rows} == {"prompt"} and len([c for c in rows if c.operator == "init"]) == 6
     assert summary["llm"]["calls"] <= 40 and summary["llm"]["per_role"]["agent"]["calls"] > 0
@@ -99,8 +129,12 @@ def test_prompts_are_data_for_a_fixed_solver_on_the_host(tmp_path, scripted_llm)
     assert [t["messages"][0] for t in trace] == [{"role": "system", "content": founder.text.strip()}] * 2
     assert founder.fitness == 0.5  # the knights problem right, the arithmetic one wrong
     assert "correct_working" in founder.artifacts
-    solver_prompts = [r for r in server.requests if r["messages"][0]["role"] == "system"
-                      and not re.search("write instructions", r["messages"][0]["content"])]
+    solver_prompts = [
+        r
+        for r in server.requests
+        if r["messages"][0]["role"] == "system"
+        and not re.search("write instructions", r["messages"][0]["content"])
+    ]
     assert solver_prompts
     held_out = load_task("prompt_evolution", {"search_items": 2}).held_out()
     text = requests_text(server)
@@ -110,11 +144,19 @@ def test_prompts_are_data_for_a_fixed_solver_on_the_host(tmp_path, scripted_llm)
 @pytest.mark.slow
 @pytest.mark.parametrize("experiment", ["agent_design", "prompt_evolution"])
 def test_each_experiment_runs_on_the_real_model(tmp_path, llama_server, experiment):
-    cfg = compose([
-        f"experiment={experiment}", "llm.provider=server", f"llm.base_url={llama_server.base_url}",
-        f"llm.models=[{{name: {llama_server.model}}}]", "llm.api_key_env=null", "runner.progress=false",
-        "experiment.params.search_items=2", "eval_llm.calls=4", "runner.max_llm_calls=14",
-    ])
+    cfg = compose(
+        [
+            f"experiment={experiment}",
+            "llm.provider=server",
+            f"llm.base_url={llama_server.base_url}",
+            f"llm.models=[{{name: {llama_server.model}}}]",
+            "llm.api_key_env=null",
+            "runner.progress=false",
+            "experiment.params.search_items=2",
+            "eval_llm.calls=4",
+            "runner.max_llm_calls=14",
+        ]
+    )
     summary = run_config(cfg, tmp_path)
     rows = [c for c in stored(tmp_path) if c.kind == "text"]
     assert rows and all(c.error is None for c in rows if c.operator == "init")
@@ -129,15 +171,36 @@ def test_the_table_scores_the_best_found_and_each_hand_designed_genome_held_out(
 
     from qd.task import load_module
 
-    server = scripted_llm([Rule("write instructions|Instruction:|improve instructions", "Be brief."),
-                           Rule("", "Answer: 12")])
-    table = load_module(Path(__file__).resolve().parents[2] / "experiments" / "agent_design" / "heldout.py",
-                        "experiments_heldout")
-    result = table.main("prompt_evolution", [
-        "--base-url", server.base_url, "--model", "scripted", "--seeds", "0", "--held-out", "6",
-        "--max-llm-calls", "30", "--out", str(tmp_path), "experiment.params.search_items=2", "eval_llm.calls=2"])
+    server = scripted_llm(
+        [Rule("write instructions|Instruction:|improve instructions", "Be brief."), Rule("", "Answer: 12")]
+    )
+    table = load_module(
+        Path(__file__).resolve().parents[2] / "experiments" / "agent_design" / "heldout.py",
+        "experiments_heldout",
+    )
+    result = table.main(
+        "prompt_evolution",
+        [
+            "--base-url",
+            server.base_url,
+            "--model",
+            "scripted",
+            "--seeds",
+            "0",
+            "--held-out",
+            "6",
+            "--max-llm-calls",
+            "30",
+            "--out",
+            str(tmp_path),
+            "experiment.params.search_items=2",
+            "eval_llm.calls=2",
+        ],
+    )
     rows = result["rows"]
-    assert [r["source"] for r in rows[:6]] == ["hand-designed"] * 6 and rows[6]["name"] == "best of run seed 0"
+    assert [r["source"] for r in rows[:6]] == ["hand-designed"] * 6 and rows[6][
+        "name"
+    ] == "best of run seed 0"
     for r in rows:
         lo, hi = r["ci95"]
         assert 0 <= lo <= r["held_out_accuracy"] <= hi <= 1 and r["calls_per_problem"] == 1.0

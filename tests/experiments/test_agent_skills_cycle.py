@@ -4,18 +4,22 @@ import json
 from pathlib import Path
 
 import pytest
-
 from helpers import run_config, stored
+from scripted_llm import Rule
+
 from qd.plan import compose
 from qd.task import load_module
-from scripted_llm import Rule
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 
 PROBLEMS = load_module(EXPERIMENTS / "agent_design" / "problems.py", "experiments_agent_design_problems")
-KNIGHTS = {p.question: p.answer for split in ("search", "held_out") for p in PROBLEMS.problems(split, 24)
-           if p.family == "knights"}
+KNIGHTS = {
+    p.question: p.answer
+    for split in ("search", "held_out")
+    for p in PROBLEMS.problems(split, 24)
+    if p.family == "knights"
+}
 
 
 def knights_only(request: dict) -> str:
@@ -26,21 +30,36 @@ def knights_only(request: dict) -> str:
 
 def designed(request: dict) -> str:
     seed = int(request.get("seed") or 0)
-    return (f'```python\n"""Design {seed}: ask once."""\ndef forward(task, llm):\n'
-            f'    return llm(task, max_tokens=16)\n```')
+    return (
+        f'```python\n"""Design {seed}: ask once."""\ndef forward(task, llm):\n'
+        f"    return llm(task, max_tokens=16)\n```"
+    )
 
 
 def config(base_url, *overrides):
-    return compose([
-        "experiment=agent_design", "llm.provider=server", f"llm.base_url={base_url}", "llm.models=[{name: scripted}]",
-        "llm.api_key_env=null", "llm.timeout_s=10", "runner.progress=false", "experiment.params.search_items=2",
-        "eval_llm.calls=4", "runner.workers=3", "sandbox.wall_s=20", *overrides,
-    ])
+    return compose(
+        [
+            "experiment=agent_design",
+            "llm.provider=server",
+            f"llm.base_url={base_url}",
+            "llm.models=[{name: scripted}]",
+            "llm.api_key_env=null",
+            "llm.timeout_s=10",
+            "runner.progress=false",
+            "experiment.params.search_items=2",
+            "eval_llm.calls=4",
+            "runner.workers=3",
+            "sandbox.wall_s=20",
+            *overrides,
+        ]
+    )
 
 
 def test_families_take_turns_as_the_quality(tmp_path, scripted_llm):
     server = scripted_llm([Rule("You design LLM agents", designed), Rule("", knights_only)])
-    run_config(config(server.base_url, "cycle=agent_skills", "cycle.every=4", "runner.max_llm_calls=50"), tmp_path)
+    run_config(
+        config(server.base_url, "cycle=agent_skills", "cycle.every=4", "runner.max_llm_calls=50"), tmp_path
+    )
     rows = [c for c in stored(tmp_path) if c.kind == "text" and c.valid]
     assert rows and all({"arithmetic", "knights", "accuracy"} <= set(c.metrics) for c in rows)
     for c in rows:  # two search problems: one per family; the mean is the fixed objective
@@ -56,13 +75,36 @@ def test_families_take_turns_as_the_quality(tmp_path, scripted_llm):
 def test_cycle_table_compares_cycleqd_with_the_fixed_objective(tmp_path, scripted_llm):
     server = scripted_llm([Rule("You design LLM agents", designed), Rule("", knights_only)])
     table = load_module(EXPERIMENTS / "agent_design" / "cycle_table.py", "experiments_cycle_table")
-    result = table.main(["--base-url", server.base_url, "--model", "scripted", "--seeds", "0", "--held-out", "4",
-                         "--max-llm-calls", "40", "--out", str(tmp_path), "experiment.params.search_items=2",
-                         "eval_llm.calls=4", "runner.workers=3", "cycle.every=4"])
+    result = table.main(
+        [
+            "--base-url",
+            server.base_url,
+            "--model",
+            "scripted",
+            "--seeds",
+            "0",
+            "--held-out",
+            "4",
+            "--max-llm-calls",
+            "40",
+            "--out",
+            str(tmp_path),
+            "experiment.params.search_items=2",
+            "eval_llm.calls=4",
+            "runner.workers=3",
+            "cycle.every=4",
+        ]
+    )
     assert [(r["arm"], r["runs"]) for r in result["rows"]] == [
-        ("fixed", "seed 0"), ("fixed", "1 seeds pooled"), ("cycleqd", "seed 0"), ("cycleqd", "1 seeds pooled")]
+        ("fixed", "seed 0"),
+        ("fixed", "1 seeds pooled"),
+        ("cycleqd", "seed 0"),
+        ("cycleqd", "1 seeds pooled"),
+    ]
     for r in result["rows"]:
-        assert r["knights"] == 1.0 and r["arithmetic"] == 0.0 and r["all"] == 0.5  # what the scripted model knows
+        assert (
+            r["knights"] == 1.0 and r["arithmetic"] == 0.0 and r["all"] == 0.5
+        )  # what the scripted model knows
         lo, hi = r["all_ci95"]
         assert 0 <= lo <= 0.5 <= hi <= 1 and r["calls_per_problem"] == 1.0
         assert r["search_best"] == {"arithmetic": 1.0, "knights": 1.0}  # python_compute parses the arithmetic

@@ -6,14 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
-
 from helpers import evaluate_on_host, run_config, stored
+from scripted_llm import Rule
+
 from qd.llm import LLMClient, LLMSettings, ModelSpec
 from qd.llm.gateway import CallBudget
 from qd.plan import compose
 from qd.store import Store
 from qd.task import load_module, load_task
-from scripted_llm import Rule
 
 EXPERIMENT = Path(__file__).resolve().parents[2] / "experiments" / "agent_team"
 team = load_module(EXPERIMENT / "team.py", "experiments_agent_team_team")
@@ -25,30 +25,44 @@ def team_json(*instructions: str, merge: str = "sequential", model=None) -> str:
     return json.dumps({"merge": merge, "roles": roles})
 
 
-@pytest.mark.parametrize(("text", "field"), [
-    ("{not json", "(whole)"),
-    ("[1, 2]", "(whole)"),
-    ('{"merge": "sequential", "roles": [], "size": 1}', "size"),
-    ('{"merge": "debate", "roles": [{"name": "a", "instructions": "x"}]}', "merge"),
-    ('{"merge": "vote", "roles": []}', "roles"),
-    (team_json(*"abcde"), "roles"),
-    ('{"merge": "vote", "roles": "solver"}', "roles"),
-    ('{"merge": "vote", "roles": ["solver"]}', "roles[0]"),
-    ('{"merge": "vote", "roles": [{"name": "a", "instructions": 3}]}', "roles[0].instructions"),
-    ('{"merge": "vote", "roles": [{"name": "", "instructions": "x"}]}', "roles[0].name"),
-    ('{"merge": "vote", "roles": [{"name": "a", "instructions": "x", "temperature": 1}]}', "roles[0].temperature"),
-    (team_json("x", model="gpt-9"), "roles[0].model"),
-    ('{"merge": "vote", "roles": [{"name": "a", "instructions": "x"}, {"name": "A", "instructions": "y"}]}',
-     "roles[1].name"),
-])
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("{not json", "(whole)"),
+        ("[1, 2]", "(whole)"),
+        ('{"merge": "sequential", "roles": [], "size": 1}', "size"),
+        ('{"merge": "debate", "roles": [{"name": "a", "instructions": "x"}]}', "merge"),
+        ('{"merge": "vote", "roles": []}', "roles"),
+        (team_json(*"abcde"), "roles"),
+        ('{"merge": "vote", "roles": "solver"}', "roles"),
+        ('{"merge": "vote", "roles": ["solver"]}', "roles[0]"),
+        ('{"merge": "vote", "roles": [{"name": "a", "instructions": 3}]}', "roles[0].instructions"),
+        ('{"merge": "vote", "roles": [{"name": "", "instructions": "x"}]}', "roles[0].name"),
+        (
+            '{"merge": "vote", "roles": [{"name": "a", "instructions": "x", "temperature": 1}]}',
+            "roles[0].temperature",
+        ),
+        (team_json("x", model="gpt-9"), "roles[0].model"),
+        (
+            '{"merge": "vote", "roles": [{"name": "a", "instructions": "x"}, {"name": "A", "instructions": "y"}]}',
+            "roles[1].name",
+        ),
+    ],
+)
 def test_a_malformed_team_is_refused_with_one_line_naming_the_field(text, field):
     with pytest.raises(team.TeamError) as err:
         team.parse(text, ("smollm2",))
-    assert err.value.field == field and str(err.value).startswith(f"team: {field}: ") and "\n" not in str(err.value)
+    assert (
+        err.value.field == field
+        and str(err.value).startswith(f"team: {field}: ")
+        and "\n" not in str(err.value)
+    )
 
 
 def test_a_team_reads_its_roles_and_its_descriptors_come_from_the_genome():
-    t = team.parse(team_json("solve it step by step", "check the answer", merge="vote", model="smollm2"), ("smollm2",))
+    t = team.parse(
+        team_json("solve it step by step", "check the answer", merge="vote", model="smollm2"), ("smollm2",)
+    )
     assert t.merge == "vote" and [r.model for r in t.roles] == ["smollm2", "smollm2"]
     assert team.diversity(t) == 1.0  # no word in common
     assert team.diversity(team.parse(team_json("a b c d", "a b c e"))) == pytest.approx(1 - 3 / 5)
@@ -57,14 +71,19 @@ def test_a_team_reads_its_roles_and_its_descriptors_come_from_the_genome():
     assert len(founder) == 1 and len(team.parse(founder[0][1]).roles) == 1  # one expert agent
 
 
-def evaluate(server, texts: list[str], calls: int = 16, items: int = 2, models: tuple[str, ...] = ("scripted",)):
+def evaluate(
+    server, texts: list[str], calls: int = 16, items: int = 2, models: tuple[str, ...] = ("scripted",)
+):
     """The teams' evaluations through the real host runner and model gateway, on the scripted server."""
     task = load_task("agent_team", {"search_items": items, "model_names": list(models)})
-    return task, evaluate_on_host(task, server.base_url, texts, CallBudget(calls=calls, max_tokens=96), models)
+    return task, evaluate_on_host(
+        task, server.base_url, texts, CallBudget(calls=calls, max_tokens=96), models
+    )
 
 
 def solver(truth: dict[str, str], wrong_for: str = "liar"):
     """Right answers, except for a role whose instructions say ``wrong_for``; 'no' to duplicate checks."""
+
     def reply(request: dict) -> str:
         messages = request["messages"]
         if messages[0]["role"] == "user":
@@ -74,6 +93,7 @@ def solver(truth: dict[str, str], wrong_for: str = "liar"):
         if wrong_for in messages[0]["content"]:
             answer = "A: knight, B: knight, C: knight" if answer.startswith("A:") else "-1"
         return f"Step by step... Answer: {answer}"
+
     return reply
 
 
@@ -81,13 +101,20 @@ def test_vote_takes_the_majority_and_sequential_the_last_refinement(scripted_llm
     task = load_task("agent_team", {"search_items": 2})
     truth = {p.question: p.answer for p in task.search}
     server = scripted_llm([Rule("", solver(truth))])
-    texts = [team_json("liar one", "honest two", "honest three", merge="vote"),
-             team_json("honest one", "liar two", "liar three", merge="vote"),
-             team_json("honest one", "then the liar", merge="sequential"),
-             team_json("the liar first", "then the honest", merge="sequential")]
+    texts = [
+        team_json("liar one", "honest two", "honest three", merge="vote"),
+        team_json("honest one", "liar two", "liar three", merge="vote"),
+        team_json("honest one", "then the liar", merge="sequential"),
+        team_json("the liar first", "then the honest", merge="sequential"),
+    ]
     task, ev = evaluate(server, texts)
     assert ev.valid.all() and list(ev.fitness) == [1.0, 0.0, 0.0, 1.0]
-    assert [m["calls_per_problem"] for m in ev.metrics] == [4.5, 4.5, 2.5, 2.5]  # 3 (2) roles + checks, per problem
+    assert [m["calls_per_problem"] for m in ev.metrics] == [
+        4.5,
+        4.5,
+        2.5,
+        2.5,
+    ]  # 3 (2) roles + checks, per problem
     assert [m["check_calls"] for m in ev.metrics] == [3, 3, 1, 1]
     assert ev.descriptor[0].tolist() == [3.0, pytest.approx(team.diversity(team.parse(texts[0])))]
     refined = [r for r in server.requests if r["messages"][0]["content"] == "then the honest"]
@@ -96,9 +123,11 @@ def test_vote_takes_the_majority_and_sequential_the_last_refinement(scripted_llm
 
 def test_a_duplicate_role_makes_the_team_invalid_before_any_problem(scripted_llm):
     server = scripted_llm([Rule("Do these two roles do the same job", "Yes."), Rule("", "Answer: 3")])
-    texts = [team_json("Solve it, step by step!", "solve it step by step"),  # the same words: no call
-             team_json("solve the problem", "check the answer"),  # the model says yes
-             '{"merge": "vote", "roles": [{"name": "a", "instructions": "x", "model": "gpt-9"}]}']
+    texts = [
+        team_json("Solve it, step by step!", "solve it step by step"),  # the same words: no call
+        team_json("solve the problem", "check the answer"),  # the model says yes
+        '{"merge": "vote", "roles": [{"name": "a", "instructions": "x", "model": "gpt-9"}]}',
+    ]
     _, ev = evaluate(server, texts)
     assert not ev.valid.any()
     assert ev.error[0] == "role 'r1' has the same instructions as role 'r0'"
@@ -109,8 +138,15 @@ def test_a_duplicate_role_makes_the_team_invalid_before_any_problem(scripted_llm
 
 def test_a_role_that_names_a_model_is_answered_by_that_model(scripted_llm):
     server = scripted_llm([Rule("", "No. Answer: 3")])
-    text = json.dumps({"merge": "sequential", "roles": [{"name": "a", "instructions": "solve", "model": "other"},
-                                                         {"name": "b", "instructions": "check", "model": None}]})
+    text = json.dumps(
+        {
+            "merge": "sequential",
+            "roles": [
+                {"name": "a", "instructions": "solve", "model": "other"},
+                {"name": "b", "instructions": "check", "model": None},
+            ],
+        }
+    )
     _, ev = evaluate(server, [text], models=("scripted", "other"))
     assert ev.valid[0]
     pinned = [r for r in server.requests if r["messages"][0]["content"] == "solve"]
@@ -133,23 +169,37 @@ def grown(request: dict) -> str:
         return '```json\n{"merge": "majority", "roles": []}\n```'
     prompt = request["messages"][-1]["content"]
     start = prompt.index("```json\n") + len("```json\n")
-    parent = json.loads(prompt[start:prompt.index("```", start)])
-    roles = parent["roles"][:3] + [{"name": f"role{seed}", "instructions": f"Method {seed}: check every step.",
-                                    "model": None}]
+    parent = json.loads(prompt[start : prompt.index("```", start)])
+    roles = parent["roles"][:3] + [
+        {"name": f"role{seed}", "instructions": f"Method {seed}: check every step.", "model": None}
+    ]
     return "```json\n" + json.dumps({"merge": "vote" if seed % 2 else "sequential", "roles": roles}) + "\n```"
 
 
 def config(base_url: str, *overrides: str):
-    return compose([
-        "experiment=agent_team", "llm.provider=server", f"llm.base_url={base_url}",
-        "llm.models=[{name: scripted}]", "llm.api_key_env=null", "llm.timeout_s=10",
-        "runner.progress=false", "experiment.params.search_items=2", *overrides,
-    ])
+    return compose(
+        [
+            "experiment=agent_team",
+            "llm.provider=server",
+            f"llm.base_url={base_url}",
+            "llm.models=[{name: scripted}]",
+            "llm.api_key_env=null",
+            "llm.timeout_s=10",
+            "runner.progress=false",
+            "experiment.params.search_items=2",
+            *overrides,
+        ]
+    )
 
 
 def test_a_run_grows_teams_from_one_expert_within_its_budget(tmp_path, scripted_llm):
-    server = scripted_llm([Rule("You design teams of LLM agents", grown),
-                           Rule("Do these two roles do the same job", "No."), Rule("", "Answer: 9")])
+    server = scripted_llm(
+        [
+            Rule("You design teams of LLM agents", grown),
+            Rule("Do these two roles do the same job", "No."),
+            Rule("", "Answer: 9"),
+        ]
+    )
     summary = run_config(config(server.base_url, "runner.max_llm_calls=70", "eval_llm.calls=10"), tmp_path)
     rows = [c for c in stored(tmp_path) if c.kind == "text"]
     assert {c.genome for c in rows} == {"team"}
@@ -168,20 +218,43 @@ def test_a_run_grows_teams_from_one_expert_within_its_budget(tmp_path, scripted_
 
 
 def test_the_table_scores_best_team_founder_and_best_hand_designed_agent_held_out(tmp_path, scripted_llm):
-    server = scripted_llm([Rule("You design teams of LLM agents", grown),
-                           Rule("Do these two roles do the same job", "No."), Rule("", "Answer: 12")])
+    server = scripted_llm(
+        [
+            Rule("You design teams of LLM agents", grown),
+            Rule("Do these two roles do the same job", "No."),
+            Rule("", "Answer: 12"),
+        ]
+    )
     table = load_module(EXPERIMENT / "table.py", "experiments_agent_team_table")
-    result = table.heldout.main("agent_team", [
-        "--base-url", server.base_url, "--model", "scripted", "--seeds", "0", "--held-out", "4",
-        "--max-llm-calls", "30", "--out", str(tmp_path), "experiment.params.search_items=2", "eval_llm.calls=6"],
-        baselines=table.best_hand_designed_agent)
+    result = table.heldout.main(
+        "agent_team",
+        [
+            "--base-url",
+            server.base_url,
+            "--model",
+            "scripted",
+            "--seeds",
+            "0",
+            "--held-out",
+            "4",
+            "--max-llm-calls",
+            "30",
+            "--out",
+            str(tmp_path),
+            "experiment.params.search_items=2",
+            "eval_llm.calls=6",
+        ],
+        baselines=table.best_hand_designed_agent,
+    )
     names = [r["name"] for r in result["rows"]]
     assert names[0] == "single expert (founder)" and names[1].startswith("best hand-designed agent: ")
     assert names[2] == "best of run seed 0" and result["baselines"]["chosen"] in names[1]
     assert len(result["baselines"]["search"]) == 6 and result["baselines"]["search_calls"] > 0
     for r in result["rows"]:
         lo, hi = r["ci95"]
-        assert 0 <= lo <= r["held_out_accuracy"] <= hi <= 1 and 0 < r["calls_per_problem"] <= 3  # 6 calls / 2 items
+        assert (
+            0 <= lo <= r["held_out_accuracy"] <= hi <= 1 and 0 < r["calls_per_problem"] <= 3
+        )  # 6 calls / 2 items
     assert json.loads((tmp_path / "table.json").read_text())["rows"] == result["rows"]
 
 
@@ -193,8 +266,9 @@ AGREEMENT_FLOOR = 0.25
 
 @pytest.mark.slow
 def test_the_duplicate_check_agrees_with_the_labelled_role_pairs_above_its_floor(llama_server):
-    client = LLMClient(LLMSettings(base_url=llama_server.base_url, models=(ModelSpec(llama_server.model),),
-                                   timeout_s=120))
+    client = LLMClient(
+        LLMSettings(base_url=llama_server.base_url, models=(ModelSpec(llama_server.model),), timeout_s=120)
+    )
     measured = asyncio.run(judge.measure(client))
     agreements = {k: v for k, v in measured.items() if k != "yes_rate"}
     assert min(agreements.values()) >= AGREEMENT_FLOOR, measured

@@ -4,12 +4,12 @@
 import json
 
 import pytest
-
 from helpers import run_config
+from scripted_llm import Rule, ScriptedLLM
+
 from qd import committee
 from qd.plan import compose
 from qd.task import load_task
-from scripted_llm import Rule, ScriptedLLM
 
 # Three agents, one model call per problem each, told apart by the model by their prompt's prefix;
 # PAD puts them in different code-size cells, so all three are elites.
@@ -71,16 +71,33 @@ def model(request: dict) -> str:
 def agent_run(tmp_path_factory):
     """A finished agent_design run whose archive holds the three agents (a fittest; b, c ids after)."""
     path = tmp_path_factory.mktemp("committee")
-    agents = [(name, AGENT.format(name=name, pad=", ".join(["0"] * pad))) for name, pad in
-              (("a", 0), ("b", 60), ("c", 120))]
+    agents = [
+        (name, AGENT.format(name=name, pad=", ".join(["0"] * pad)))
+        for name, pad in (("a", 0), ("b", 60), ("c", 120))
+    ]
     (path / "task.py").write_text(TASK.format(agents=agents))
     server = ScriptedLLM([Rule("", model)]).start()
     try:
-        run_config(compose(["experiment=agent_design", f"experiment.task={path / 'task.py'}",
-                            "llm.provider=server", f"llm.base_url={server.base_url}", "llm.models=[{name: scripted}]",
-                            "llm.api_key_env=null", "llm.timeout_s=10", "runner.progress=false",
-                            "experiment.params.search_items=2", "runner.initial_population=3",
-                            "runner.batch_size=3", "eval_llm.calls=2", "runner.max_llm_calls=9"]), path / "run")
+        run_config(
+            compose(
+                [
+                    "experiment=agent_design",
+                    f"experiment.task={path / 'task.py'}",
+                    "llm.provider=server",
+                    f"llm.base_url={server.base_url}",
+                    "llm.models=[{name: scripted}]",
+                    "llm.api_key_env=null",
+                    "llm.timeout_s=10",
+                    "runner.progress=false",
+                    "experiment.params.search_items=2",
+                    "runner.initial_population=3",
+                    "runner.batch_size=3",
+                    "eval_llm.calls=2",
+                    "runner.max_llm_calls=9",
+                ]
+            ),
+            path / "run",
+        )
         yield path / "run", server
     finally:
         server.stop()
@@ -108,10 +125,14 @@ def test_a_committee_votes_by_majority_at_the_budget_of_k_copies(agent_run, caps
 
 def test_a_judge_costs_one_more_call_and_a_tie_goes_to_the_fitter(agent_run, capsys):
     run, server = agent_run
-    judged = measured(capsys, run, "--k", "3", "--rule", "judge", "--base-url", server.base_url, "--model", "scripted")
+    judged = measured(
+        capsys, run, "--k", "3", "--rule", "judge", "--base-url", server.base_url, "--model", "scripted"
+    )
     assert judged["rows"][0]["correct"] == [1, 0, 1, 0]  # the judge named candidate 1: the fittest's answer
     assert judged["rows"][0]["calls_per_item"] == 4.0 and judged["judge_calls"] == HELD_OUT
-    asked = [r["messages"][-1]["content"] for r in server.requests if r["messages"][-1]["content"].startswith("Q")]
+    asked = [
+        r["messages"][-1]["content"] for r in server.requests if r["messages"][-1]["content"].startswith("Q")
+    ]
     assert len(asked) == HELD_OUT and "1. " in asked[0] and "3. " in asked[0]
     tie = measured(capsys, run, "--k", "2", "--base-url", server.base_url, "--model", "scripted")
     assert tie["rows"][0]["correct"] == [1, 0, 1, 0] and tie["rows"][0]["calls_per_item"] == 2.0
@@ -119,9 +140,12 @@ def test_a_judge_costs_one_more_call_and_a_tie_goes_to_the_fitter(agent_run, cap
 
 def test_bad_input_is_one_line(agent_run, tmp_path, capsys):
     run, _ = agent_run
-    for argv, message in [([str(run), "--k", "4", "--base-url", "http://x"], "--base-url and --model go together"),
-                          ([str(run), "--k", "4", "--base-url", "http://x", "--model", "m"], "has 3 elites"),
-                          ([str(tmp_path)], "RUN_DIR"), ([str(run), "--rule", "best"], "invalid choice")]:
+    for argv, message in [
+        ([str(run), "--k", "4", "--base-url", "http://x"], "--base-url and --model go together"),
+        ([str(run), "--k", "4", "--base-url", "http://x", "--model", "m"], "has 3 elites"),
+        ([str(tmp_path)], "RUN_DIR"),
+        ([str(run), "--rule", "best"], "invalid choice"),
+    ]:
         with pytest.raises(SystemExit) as e:
             committee.main(argv)
         err = capsys.readouterr().err
@@ -138,10 +162,22 @@ def test_other_tasks_are_refused(text_run, capsys):
 @pytest.mark.slow
 def test_a_committee_on_the_real_model(agent_run, llama_server, capsys):
     run, _ = agent_run
-    out = measured(capsys, run, "--k", "2", "--base-url", llama_server.base_url, "--model", llama_server.model,
-                   held_out=3)
+    out = measured(
+        capsys,
+        run,
+        "--k",
+        "2",
+        "--base-url",
+        llama_server.base_url,
+        "--model",
+        llama_server.model,
+        held_out=3,
+    )
     assert out["held_out_items"] == 3 and [r["row"] for r in out["rows"]] == [
-        "committee (vote)", "best elite", "2 copies of the best (vote)"]
+        "committee (vote)",
+        "best elite",
+        "2 copies of the best (vote)",
+    ]
     vote, best, copies = out["rows"]
     assert best["calls_per_item"] == 1.0 and vote["calls_per_item"] == copies["calls_per_item"] == 2.0
     for row in out["rows"]:

@@ -9,14 +9,14 @@ import math
 from pathlib import Path
 
 import pytest
-
 from helpers import run_config, stored
+from scripted_llm import Rule
+
 from qd.evaluator import HostRunner, StagedEvaluator
 from qd.llm import LLMClient, LLMSettings, ModelSpec
 from qd.llm.gateway import CallBudget
 from qd.plan import compose
 from qd.task import load_module, load_task
-from scripted_llm import Rule
 
 EXPERIMENT = Path(__file__).resolve().parents[2] / "experiments" / "creative_writing"
 
@@ -52,9 +52,18 @@ RULES = [
 
 
 def config(base_url: str, *overrides: str):
-    return compose(["experiment=creative_writing", "llm.provider=server", f"llm.base_url={base_url}",
-                    "llm.models=[{name: scripted}]", "llm.api_key_env=null", "llm.timeout_s=10",
-                    "runner.progress=false", *overrides])
+    return compose(
+        [
+            "experiment=creative_writing",
+            "llm.provider=server",
+            f"llm.base_url={base_url}",
+            "llm.models=[{name: scripted}]",
+            "llm.api_key_env=null",
+            "llm.timeout_s=10",
+            "runner.progress=false",
+            *overrides,
+        ]
+    )
 
 
 def test_text_is_judged_on_the_host_and_empty_or_long_texts_are_invalid_without_a_call(scripted_llm):
@@ -62,8 +71,9 @@ def test_text_is_judged_on_the_host_and_empty_or_long_texts_are_invalid_without_
     server = scripted_llm([Rule("How good is this short piece", "6", logprobs=[top])])
     task = load_task("creative_writing", {"max_chars": 60})
     client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("judge"),), timeout_s=5.0))
-    evaluator = StagedEvaluator(task, HostRunner(task.host_entry), client, CallBudget(calls=1, tokens=4000,
-                                                                                     max_tokens=1))
+    evaluator = StagedEvaluator(
+        task, HostRunner(task.host_entry), client, CallBudget(calls=1, tokens=4000, max_tokens=1)
+    )
 
     async def go():
         try:
@@ -84,8 +94,9 @@ def test_text_is_judged_on_the_host_and_empty_or_long_texts_are_invalid_without_
 
 def test_qdaif_run_judges_quality_and_places_texts_on_genre_and_tone_within_budget(tmp_path, scripted_llm):
     server = scripted_llm(RULES)
-    summary = run_config(config(server.base_url, "runner.max_llm_calls=60", "experiment.params.max_chars=300"),
-                         tmp_path)
+    summary = run_config(
+        config(server.base_url, "runner.max_llm_calls=60", "experiment.params.max_chars=300"), tmp_path
+    )
     rows = [c for c in stored(tmp_path) if c.kind == "text"]
     founders = [c for c in rows if c.operator == "init"]
     assert {c.genome for c in rows} == {"text"} and len(founders) == 6 and all(c.valid for c in founders)
@@ -104,8 +115,20 @@ def test_qdaif_run_judges_quality_and_places_texts_on_genre_and_tone_within_budg
 def test_table_runs_every_arm_at_one_budget_and_reports_both_judges_and_agreement(tmp_path, scripted_llm):
     server = scripted_llm(RULES)
     table = load_module(EXPERIMENT / "table.py", "experiments_creative_writing_table")
-    result = table.main(["--base-url", server.base_url, "--model", "scripted", "--seeds", "0",
-                         "--max-llm-calls", "40", "--out", str(tmp_path)])
+    result = table.main(
+        [
+            "--base-url",
+            server.base_url,
+            "--model",
+            "scripted",
+            "--seeds",
+            "0",
+            "--max-llm-calls",
+            "40",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert [r["arm"] for r in result["rows"]] == ["qdaif", "quality_only", "random", "fewshot"]
     for run in result["runs"]:
         assert 40 - 4 * 6 <= run["llm_calls"] <= 40, run  # every arm within one batch of texts of the budget
@@ -122,7 +145,10 @@ def test_table_runs_every_arm_at_one_budget_and_reports_both_judges_and_agreemen
     asked = [" ".join(m["content"] for m in r["messages"]) for r in server.requests]
     last_writer = max(i for i, text in enumerate(asked) if "Answer with the text only" in text)
     assert all("literary critic" not in text for text in asked[:last_writer])  # held out until every arm ran
-    for phrase in ("Write a new text: a short poem", "Write a new text like these"):  # the controls' fixed prompts
+    for phrase in (
+        "Write a new text: a short poem",
+        "Write a new text like these",
+    ):  # the controls' fixed prompts
         prompts = [t for t in asked if phrase in t]
         assert prompts and all("Current text" not in t for t in prompts)  # no parent: no selection
 
@@ -144,8 +170,14 @@ def test_embedded_judges_agree_with_the_shipped_labels_above_the_measured_floor(
     judges = load_module(EXPERIMENT / "judges.py", "experiments_creative_writing_judges")
     part = compose(["experiment=creative_writing"]).descriptor.parts[0]
     axes = make_descriptor("ai_feedback", OmegaConf.to_container(part, resolve=True))
-    client = LLMClient(LLMSettings(base_url=llama_server.base_url, models=(ModelSpec(llama_server.model),),
-                                   concurrency=2, timeout_s=120))
+    client = LLMClient(
+        LLMSettings(
+            base_url=llama_server.base_url,
+            models=(ModelSpec(llama_server.model),),
+            concurrency=2,
+            timeout_s=120,
+        )
+    )
 
     async def go():
         try:

@@ -74,8 +74,12 @@ def brute_force(question):
         [(m, truth)] = [(m, t) for p, t in STATEMENTS if (m := re.fullmatch(p, text))]
         rules.append((speaker, truth, m))
     names = sorted(s for s, _ in said)
-    return [v for roles in itertools.product([True, False], repeat=len(names))
-            for v in [dict(zip(names, roles))] if all(v[s] == t(v, s, m) for s, t, m in rules)]
+    return [
+        v
+        for roles in itertools.product([True, False], repeat=len(names))
+        for v in [dict(zip(names, roles))]
+        if all(v[s] == t(v, s, m) for s, t, m in rules)
+    ]
 
 
 def roles_of(answer):
@@ -83,6 +87,7 @@ def roles_of(answer):
 
 
 # --------------------------------------------------------------------------- problems
+
 
 def test_templates_are_disjoint_between_splits_and_cover_the_families():
     assert set(P.TEMPLATES) == {"arithmetic", "knights"}
@@ -112,8 +117,15 @@ def test_problems_are_deterministic_interleaved_and_prefix_stable(split):
 def test_held_out_phrasing_never_appears_in_search_and_vice_versa():
     search = " ".join(p.question for p in P.problems("search", 300))
     held = " ".join(p.question for p in P.problems("held_out", 300))
-    for marker in ("if and only if", "same kind", "At least one of", "then so am I", "passengers", "change",
-                   "in the morning"):
+    for marker in (
+        "if and only if",
+        "same kind",
+        "At least one of",
+        "then so am I",
+        "passengers",
+        "change",
+        "in the morning",
+    ):
         assert marker not in search and marker in held
     for marker in ("are both", "Exactly one of", "shelves", "saves", "shares them", "bags of"):
         assert marker in search and marker not in held
@@ -128,7 +140,9 @@ def test_knights_puzzles_have_exactly_one_solution_which_is_the_answer(seed, spl
         assert len(said) in (2, 3) and all(any(re.fullmatch(f, s) for f, _ in forms) for s in said)
         [solution] = brute_force(p.question)
         assert ", ".join(f"{n}: {'knight' if solution[n] else 'knave'}" for n in sorted(solution)) == p.answer
-        assert p.answer not in p.question and "knaves always lie" in p.question and "Answer like" in p.question
+        assert (
+            p.answer not in p.question and "knaves always lie" in p.question and "Answer like" in p.question
+        )
 
 
 @settings(max_examples=25, deadline=None)
@@ -145,11 +159,15 @@ def test_questions_are_short_and_never_show_the_answer(seed, split):
 
 
 def test_bad_arguments_raise_value_errors_naming_the_field():
-    for kwargs, field in [({"split": "train", "n": 3}, "split"), ({"split": "search", "n": -1}, "n"),
-                          ({"split": "search", "n": 2.5}, "n"), ({"split": "search", "n": True}, "n"),
-                          ({"split": "search", "n": 3, "families": ("algebra",)}, "families"),
-                          ({"split": "search", "n": 3, "families": ()}, "families"),
-                          ({"split": "search", "n": 3, "seed": "x"}, "seed")]:
+    for kwargs, field in [
+        ({"split": "train", "n": 3}, "split"),
+        ({"split": "search", "n": -1}, "n"),
+        ({"split": "search", "n": 2.5}, "n"),
+        ({"split": "search", "n": True}, "n"),
+        ({"split": "search", "n": 3, "families": ("algebra",)}, "families"),
+        ({"split": "search", "n": 3, "families": ()}, "families"),
+        ({"split": "search", "n": 3, "seed": "x"}, "seed"),
+    ]:
         with pytest.raises(ValueError, match=field):
             P.problems(**kwargs)
 
@@ -157,8 +175,17 @@ def test_bad_arguments_raise_value_errors_naming_the_field():
 def test_check_accepts_paraphrased_arithmetic_answers_and_rejects_wrong_ones():
     p = P.problems("search", 1)[0]
     a = int(p.answer)
-    for good in (a, float(a), f"{a}", f"{a}.", f"{a}.0", f"The answer is {a}", f"Answer: {a} apples.",
-                 f"First 3 + 4 = 7, so the answer is {a}.", f"**{a}**"):
+    for good in (
+        a,
+        float(a),
+        f"{a}",
+        f"{a}.",
+        f"{a}.0",
+        f"The answer is {a}",
+        f"Answer: {a} apples.",
+        f"First 3 + 4 = 7, so the answer is {a}.",
+        f"**{a}**",
+    ):
         assert P.check(p, good), good
     for bad in (a + 1, f"{a}.5", f"{a} or maybe {a + 1}", "", "no idea", None, True, [a], object(), b"\xff"):
         assert not P.check(p, bad), bad
@@ -169,21 +196,42 @@ def test_check_parses_knights_roles_from_free_text():
     p = next(q for q in P.problems("search", 20, families=("knights",)) if len(roles_of(q.answer)) == 2)
     (x, rx), (y, ry) = sorted(roles_of(p.answer).items())
     flip = {"knight": "knave", "knave": "knight"}
-    for good in (f"{x}: {rx}, {y}: {ry}", f"{x} is a {rx} and {y} is a {ry}.", f"{x}={rx} {y}={ry}",
-                 f"{y} is a {ry}; {x} must be a {rx}", f"{x.lower()}: {rx.capitalize()}, {y.lower()}: {ry}",
-                 f"Maybe {x} is a {flip[rx]}... no. Answer: {x}: {rx}, {y}: {ry}"):
+    for good in (
+        f"{x}: {rx}, {y}: {ry}",
+        f"{x} is a {rx} and {y} is a {ry}.",
+        f"{x}={rx} {y}={ry}",
+        f"{y} is a {ry}; {x} must be a {rx}",
+        f"{x.lower()}: {rx.capitalize()}, {y.lower()}: {ry}",
+        f"Maybe {x} is a {flip[rx]}... no. Answer: {x}: {rx}, {y}: {ry}",
+    ):
         assert P.check(p, good), good
     if rx == ry:
         assert P.check(p, f"{x} and {y} are both {rx}s")
-    for bad in (f"{x}: {flip[rx]}, {y}: {ry}", f"{x}: {rx}", f"{x}: knight/knave, {y}: knight/knave",
-                f"{x}: knight or knave, {y}: knight or knave", f"{x} is not a {flip[rx]}, {y} is a {ry}",
-                "", None, 3, ["A: knight"]):
+    for bad in (
+        f"{x}: {flip[rx]}, {y}: {ry}",
+        f"{x}: {rx}",
+        f"{x}: knight/knave, {y}: knight/knave",
+        f"{x}: knight or knave, {y}: knight or knave",
+        f"{x} is not a {flip[rx]}, {y} is a {ry}",
+        "",
+        None,
+        3,
+        ["A: knight"],
+    ):
         assert not P.check(p, bad), bad
 
 
 @settings(max_examples=60, deadline=None)
-@given(junk=st.one_of(st.text(max_size=300), st.integers(), st.floats(), st.none(), st.binary(max_size=50),
-                      st.lists(st.text(max_size=5), max_size=3)))
+@given(
+    junk=st.one_of(
+        st.text(max_size=300),
+        st.integers(),
+        st.floats(),
+        st.none(),
+        st.binary(max_size=50),
+        st.lists(st.text(max_size=5), max_size=3),
+    )
+)
 def test_check_and_extract_never_raise(junk):
     for p in P.problems("held_out", 2) + P.problems("search", 2):
         assert P.check(p, junk) in (True, False)
@@ -200,9 +248,17 @@ def test_problems_module_uses_only_the_standard_library():
 
 # --------------------------------------------------------------------------- seed agents
 
+
 def test_seed_agents_are_short_standard_library_sources_with_a_docstring():
     names = [name for name, _ in AGENTS.SEEDS]
-    assert names == ["direct", "chain_of_thought", "self_consistency", "self_refine", "debate", "python_compute"]
+    assert names == [
+        "direct",
+        "chain_of_thought",
+        "self_consistency",
+        "self_refine",
+        "debate",
+        "python_compute",
+    ]
     for name, code in AGENTS.SEEDS:
         tree = ast.parse(code)
         assert isinstance(ast.get_docstring(tree), str) and "\n" not in ast.get_docstring(tree)
@@ -214,9 +270,16 @@ def test_seed_agents_are_short_standard_library_sources_with_a_docstring():
         assert "eval(" not in code.replace('mode="eval"', ""), name
 
 
-REPLIES = ["Step 1: 7 + 12 = 19. Step 2: 19 - 5 = 14.\nAnswer: 14", "", "I am not sure.",
-           "```python\n__import__('os')\n```",
-           "Answer: A: knight, B: knave", "lorem " * 300, "Answer:", "7 + 3 * 4 - 5"]
+REPLIES = [
+    "Step 1: 7 + 12 = 19. Step 2: 19 - 5 = 14.\nAnswer: 14",
+    "",
+    "I am not sure.",
+    "```python\n__import__('os')\n```",
+    "Answer: A: knight, B: knave",
+    "lorem " * 300,
+    "Answer:",
+    "7 + 3 * 4 - 5",
+]
 
 
 @pytest.mark.parametrize("name", [name for name, _ in AGENTS.SEEDS])
@@ -280,6 +343,7 @@ def test_python_compute_evaluates_the_models_expression_safely():
 
 # --------------------------------------------------------------------------- Promptbreeder material
 
+
 def test_prompt_material_is_one_line_and_short():
     assert len(PE.SEED_PROMPTS) == 6
     for text in PE.SEED_PROMPTS:
@@ -292,7 +356,10 @@ def test_solve_sends_the_prompt_as_system_message_and_propagates_errors():
     llm = FakeLLM("Answer: A: knight, B: knave")
     assert PE.solve(PE.SEED_PROMPTS[1], p, llm) == "Answer: A: knight, B: knave"
     [(messages, sampling)] = llm.calls
-    assert messages == [{"role": "system", "content": PE.SEED_PROMPTS[1]}, {"role": "user", "content": p.question}]
+    assert messages == [
+        {"role": "system", "content": PE.SEED_PROMPTS[1]},
+        {"role": "user", "content": p.question},
+    ]
     assert sampling["max_tokens"] == 160
     PE.solve("x", p, llm, max_tokens=32)
     assert llm.calls[-1][1]["max_tokens"] == 32

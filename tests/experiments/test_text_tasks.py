@@ -4,12 +4,11 @@ import math
 
 import numpy as np
 import pytest
+from helpers import evaluate_in_sandbox
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import evaluate_in_sandbox
 from qd.task import load_task
-
 
 evaluate = evaluate_in_sandbox
 
@@ -49,15 +48,18 @@ def test_circle_packing_seed_is_valid_and_scores_its_sum_of_radii(tmp_path):
     assert ev.metrics[0]["min_r"] == pytest.approx(1 / 12)
 
 
-@pytest.mark.parametrize("mutate, reason", [
-    (lambda c: c.__setitem__(0, [0.05, 0.05, 0.2]), "not inside the unit square"),
-    (lambda c: c.__setitem__(1, [c[0][0] + 0.01, c[0][1], c[0][2]]), "overlap"),
-    (lambda c: c.__setitem__(2, [0.5, 0.5, None]), "not three finite numbers"),
-    (lambda c: c.__setitem__(3, [0.5, 0.5, True]), "not three finite numbers"),
-    (lambda c: c.__setitem__(4, [0.5, 0.5, -0.01]), "radius <= 0"),
-    (lambda c: c.pop(), "expected 26 circles, got 25"),
-    (lambda c: c.append([0.5, 0.5, 0.001]), "expected 26 circles, got 27"),
-])
+@pytest.mark.parametrize(
+    "mutate, reason",
+    [
+        (lambda c: c.__setitem__(0, [0.05, 0.05, 0.2]), "not inside the unit square"),
+        (lambda c: c.__setitem__(1, [c[0][0] + 0.01, c[0][1], c[0][2]]), "overlap"),
+        (lambda c: c.__setitem__(2, [0.5, 0.5, None]), "not three finite numbers"),
+        (lambda c: c.__setitem__(3, [0.5, 0.5, True]), "not three finite numbers"),
+        (lambda c: c.__setitem__(4, [0.5, 0.5, -0.01]), "radius <= 0"),
+        (lambda c: c.pop(), "expected 26 circles, got 25"),
+        (lambda c: c.append([0.5, 0.5, 0.001]), "expected 26 circles, got 27"),
+    ],
+)
 def test_circle_packing_rejects_invalid_packings_with_the_reason(mutate, reason):
     task, circles = packing_seed()
     mutate(circles)
@@ -78,11 +80,18 @@ def test_circle_packing_never_scores_an_invalid_packing_as_a_number(nudges):
     task, seed = packing_seed()
     circles = [[v + d for v, d in zip(c, n)] for c, n in zip(seed, nudges)]
     scored = task.score("", [circles])
-    if scored.valid:  # then it truly is a packing (checked independently, in float64 and without tolerance games)
+    if (
+        scored.valid
+    ):  # then it truly is a packing (checked independently, in float64 and without tolerance games)
         a = np.asarray(circles, np.float64)
         x, y, r = a.T
         assert np.isfinite(a).all() and (r > 0).all()
-        assert (x - r >= -1e-9).all() and (x + r <= 1 + 1e-9).all() and (y - r >= -1e-9).all() and (y + r <= 1 + 1e-9).all()
+        assert (
+            (x - r >= -1e-9).all()
+            and (x + r <= 1 + 1e-9).all()
+            and (y - r >= -1e-9).all()
+            and (y + r <= 1 + 1e-9).all()
+        )
         for i in range(26):
             for j in range(i + 1, 26):
                 assert math.hypot(x[i] - x[j], y[i] - y[j]) >= r[i] + r[j] - 1e-9

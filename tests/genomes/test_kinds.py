@@ -5,14 +5,14 @@ import json
 import sqlite3
 
 import pytest
+from helpers import FakeClient, run_engine, stored
+from scripted_llm import Rule
 
 import genomes
 from genomes import GenomeKind
-from helpers import FakeClient, run_engine, stored
 from operators import Parent, PromptContext, make_llm_operator
 from qd.contract import Candidate, ConfigError
 from qd.store import Store
-from scripted_llm import Rule
 
 AGENT = '"""Direct: ask once."""\n\ndef forward(task, llm):\n    return llm(task)\n'
 GENOMES = {
@@ -74,18 +74,30 @@ def test_unusable_and_truncated_answers_become_children_with_reasons(kind):
     [child] = run(make_llm_operator("rewrite", FakeClient(answer), genome=g), [parent(kind)])
     assert child.text is None and reason in child.error and child.response == answer
     cut = f"```{g.language}\n{GENOMES[kind][:5]}"  # an answer cut off inside its block
-    [child] = run(make_llm_operator("rewrite", FakeClient(cut, finish_reason="length"), genome=g), [parent(kind)])
+    [child] = run(
+        make_llm_operator("rewrite", FakeClient(cut, finish_reason="length"), genome=g), [parent(kind)]
+    )
     assert child.text is None and child.error == "rewrite: unterminated code block (answer truncated?)"
-    [child] = run(make_llm_operator("rewrite", FakeClient(fence(kind, GENOMES[kind])), genome=g), [parent(kind)])
+    [child] = run(
+        make_llm_operator("rewrite", FakeClient(fence(kind, GENOMES[kind])), genome=g), [parent(kind)]
+    )
     assert child.error == "rewrite: answer repeats the parent unchanged"
 
 
 def test_a_data_kind_takes_an_unfenced_answer_whole_and_a_code_kind_does_not():
-    [child] = run(make_llm_operator("rewrite", FakeClient("New prompt: Answer in one word."),
-                                    genome=genomes.get("prompt")), [parent("prompt")])
+    [child] = run(
+        make_llm_operator(
+            "rewrite", FakeClient("New prompt: Answer in one word."), genome=genomes.get("prompt")
+        ),
+        [parent("prompt")],
+    )
     assert child.text == "Answer in one word.\n"
-    [child] = run(make_llm_operator("rewrite", FakeClient("def forward(task, llm): return 1"),
-                                    genome=genomes.get("agent")), [parent("agent")])
+    [child] = run(
+        make_llm_operator(
+            "rewrite", FakeClient("def forward(task, llm): return 1"), genome=genomes.get("agent")
+        ),
+        [parent("agent")],
+    )
     assert child.text is None and child.error == "rewrite: no code block"
 
 
@@ -116,8 +128,15 @@ def test_debug_rounds_show_the_reason_and_ask_again_within_the_budget():
 def test_meta_agent_shows_the_archive_as_one_line_summaries():
     client = FakeClient(fence("agent", CHILDREN["agent"]))
     op = make_llm_operator("meta_agent", client, genome=genomes.get("agent"), num_inspirations=2)
-    shown = [Parent(2, '"""Vote over three samples."""\ndef forward(task, llm):\n    return 1\n', 0.75,
-                    {"calls_per_problem": 3.0}), Parent(3, "def forward(task, llm):\n    return 2\n", 0.25)]
+    shown = [
+        Parent(
+            2,
+            '"""Vote over three samples."""\ndef forward(task, llm):\n    return 1\n',
+            0.75,
+            {"calls_per_problem": 3.0},
+        ),
+        Parent(3, "def forward(task, llm):\n    return 2\n", 0.25),
+    ]
     run(op, [parent("agent")], shown)
     user = client.calls[0]["messages"][1]["content"]
     assert "1. Vote over three samples. (score 0.75; calls_per_problem=3)" in user
@@ -126,28 +145,38 @@ def test_meta_agent_shows_the_archive_as_one_line_summaries():
 
 
 def test_a_kind_registered_from_outside_is_found_by_name():
-    haiku = GenomeKind("haiku_test", "haiku", "text", bare=True,
-                       validate=lambda t: None if len(t.strip().splitlines()) == 3 else "a haiku has 3 lines")
+    haiku = GenomeKind(
+        "haiku_test",
+        "haiku",
+        "text",
+        bare=True,
+        validate=lambda t: None if len(t.strip().splitlines()) == 3 else "a haiku has 3 lines",
+    )
     assert genomes.register(haiku) is genomes.get("haiku_test")
     with pytest.raises(ValueError, match="already registered"):
         genomes.register(GenomeKind("haiku_test", "poem", "text"))
     with pytest.raises(ConfigError, match=r"^experiment.genome: unknown genome kind 'sonnet'"):
         genomes.get("sonnet")
-    [child] = run(make_llm_operator("rewrite", FakeClient("one\ntwo"), genome=haiku),
-                  [Parent(1, "a\nb\nc\n", 0.1)])
+    [child] = run(
+        make_llm_operator("rewrite", FakeClient("one\ntwo"), genome=haiku), [Parent(1, "a\nb\nc\n", 0.1)]
+    )
     assert child.error == "rewrite: a haiku has 3 lines"
 
 
 def test_the_kind_is_stored_with_each_candidate_and_old_stores_still_load(tmp_path):
     path = tmp_path / "old.sqlite"
     db = sqlite3.connect(path)  # a store written before genome kinds: no genome column, programs as "text"
-    db.execute("CREATE TABLE candidates (id INTEGER PRIMARY KEY, created REAL NOT NULL, kind TEXT NOT NULL, "
-               "text TEXT, vector BLOB, parent_ids TEXT NOT NULL, island INTEGER NOT NULL, operator TEXT, "
-               "model TEXT, prompt TEXT, response TEXT, tokens_in INTEGER NOT NULL DEFAULT 0, tokens_out INTEGER "
-               "NOT NULL DEFAULT 0, cost REAL NOT NULL DEFAULT 0, fitness REAL, descriptor BLOB, valid INTEGER "
-               "NOT NULL, metrics TEXT, error TEXT, eval_seconds REAL, artifacts TEXT)")
-    db.execute("INSERT INTO candidates (id, created, kind, text, parent_ids, island, valid) "
-               "VALUES (0, 0, 'text', 'def f(x): pass', '[]', 0, 1)")
+    db.execute(
+        "CREATE TABLE candidates (id INTEGER PRIMARY KEY, created REAL NOT NULL, kind TEXT NOT NULL, "
+        "text TEXT, vector BLOB, parent_ids TEXT NOT NULL, island INTEGER NOT NULL, operator TEXT, "
+        "model TEXT, prompt TEXT, response TEXT, tokens_in INTEGER NOT NULL DEFAULT 0, tokens_out INTEGER "
+        "NOT NULL DEFAULT 0, cost REAL NOT NULL DEFAULT 0, fitness REAL, descriptor BLOB, valid INTEGER "
+        "NOT NULL, metrics TEXT, error TEXT, eval_seconds REAL, artifacts TEXT)"
+    )
+    db.execute(
+        "INSERT INTO candidates (id, created, kind, text, parent_ids, island, valid) "
+        "VALUES (0, 0, 'text', 'def f(x): pass', '[]', 0, 1)"
+    )
     db.commit()
     db.close()
     with Store(path, readonly=True) as store:
@@ -155,14 +184,31 @@ def test_the_kind_is_stored_with_each_candidate_and_old_stores_still_load(tmp_pa
         assert old.genome == "program" and store.trace(0) == []
     with Store(path) as store:
         call = {"n": 0, "messages": [{"role": "user", "content": "q"}], "text": "a", "tokens_in": 3}
-        store.add([Candidate(kind="text", genome="agent", island=0, fitness=1.0, descriptor=None, valid=True,
-                             text=AGENT, trace=[call])])
+        store.add(
+            [
+                Candidate(
+                    kind="text",
+                    genome="agent",
+                    island=0,
+                    fitness=1.0,
+                    descriptor=None,
+                    valid=True,
+                    text=AGENT,
+                    trace=[call],
+                )
+            ]
+        )
         old, new = store.get([0, 1])
         assert (old.genome, new.genome) == ("program", "agent") and store.trace(1) == [call]
 
 
-HAIKU = GenomeKind("haiku_external", "haiku", "text", bare=True,
-                   validate=lambda t: None if len(t.strip().splitlines()) == 3 else "a haiku has 3 lines")
+HAIKU = GenomeKind(
+    "haiku_external",
+    "haiku",
+    "text",
+    bare=True,
+    validate=lambda t: None if len(t.strip().splitlines()) == 3 else "a haiku has 3 lines",
+)
 
 
 class HaikuTask:
@@ -204,10 +250,18 @@ def test_a_kind_registered_outside_qd_runs_through_the_engine(tmp_path, scripted
     server = scripted_llm([Rule("", haiku_answer)])
     task = HaikuTask(f"{entry}:run")
     client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("m"),), seed=0))
-    engine = Engine(task=task, spec=archive.GridSpec((4,), (0.0,), (1.0,)),
-                    operators=[(make_llm_operator("rewrite", client, genome=genomes.of_task(task)), 1.0)],
-                    evaluator=StagedEvaluator(task, HostRunner(task.host_entry)), run_dir=tmp_path / "run",
-                    batch_size=1, in_flight=2, budget=Budget(max_llm_calls=8), progress=False, llm=client)
+    engine = Engine(
+        task=task,
+        spec=archive.GridSpec((4,), (0.0,), (1.0,)),
+        operators=[(make_llm_operator("rewrite", client, genome=genomes.of_task(task)), 1.0)],
+        evaluator=StagedEvaluator(task, HostRunner(task.host_entry)),
+        run_dir=tmp_path / "run",
+        batch_size=1,
+        in_flight=2,
+        budget=Budget(max_llm_calls=8),
+        progress=False,
+        llm=client,
+    )
     run_engine(engine)
     rows = stored(tmp_path / "run")
     assert {c.genome for c in rows} == {"haiku_external"} and genomes.get("haiku_external") is HAIKU

@@ -108,7 +108,10 @@ def test_extract_inner_fence_with_info_is_content_and_indented_fence_dedents():
 
 
 def test_extract_other_language():
-    assert extract_code("```js\nlet a = 1;\n```\n```rust\nfn main() {}\n```", language="rust") == "fn main() {}\n"
+    assert (
+        extract_code("```js\nlet a = 1;\n```\n```rust\nfn main() {}\n```", language="rust")
+        == "fn main() {}\n"
+    )
 
 
 def test_check_syntax():
@@ -124,7 +127,7 @@ def test_layout_splits_and_joins():
     lay = layout(MARKED)
     assert lay.marked and lay.evolvable == ("    y = x * 2\n    return y\n",)
     assert lay.join(lay.evolvable) == MARKED
-    (start, end), = lay.spans()
+    ((start, end),) = lay.spans()
     assert MARKED[start:end] == lay.evolvable[0]
     assert evolvable_regions(TWO_REGIONS) == ["A = 1\n", "B = 2\n"]
 
@@ -178,7 +181,10 @@ def test_rebuild_two_regions():
 @pytest.mark.parametrize(
     "answer, message",
     [
-        ("# EVOLVE-BLOCK-START\nA = 1\n# EVOLVE-BLOCK-END\n", "answer has 1 EVOLVE-BLOCK regions, the parent has 2"),
+        (
+            "# EVOLVE-BLOCK-START\nA = 1\n# EVOLVE-BLOCK-END\n",
+            "answer has 1 EVOLVE-BLOCK regions, the parent has 2",
+        ),
         ("A = 5\nB = 6\n", "changes the frozen code|no markers"),
         ("A = 5\n# EVOLVE-BLOCK-END\n", "broken EVOLVE-BLOCK markers"),
     ],
@@ -189,15 +195,30 @@ def test_rebuild_rejects_what_cannot_be_repaired(answer, message):
 
 
 def test_rebuild_rejects_rewritten_frozen_code_without_markers():
-    answer = "import math\n\ndef score(x):\n    return x * 9\n\n\ndef main():\n    print('changed', score(3))\n"
+    answer = (
+        "import math\n\ndef score(x):\n    return x * 9\n\n\ndef main():\n    print('changed', score(3))\n"
+    )
     with pytest.raises(MalformedAnswer, match="frozen code"):
         rebuild(MARKED, answer)
 
 
 _line = st.one_of(
     st.text(st.characters(blacklist_categories=("Cs", "Zl", "Zp", "Cc")), max_size=20),  # no line breaks
-    st.sampled_from(["# EVOLVE-BLOCK-START", "# EVOLVE-BLOCK-END", "import math", "def score(x):", "    return y",
-                     "def main():", "    print(score(3))", "", "    y = x * 2", "def keep():", "    return A"]),
+    st.sampled_from(
+        [
+            "# EVOLVE-BLOCK-START",
+            "# EVOLVE-BLOCK-END",
+            "import math",
+            "def score(x):",
+            "    return y",
+            "def main():",
+            "    print(score(3))",
+            "",
+            "    y = x * 2",
+            "def keep():",
+            "    return A",
+        ]
+    ),
 )
 
 
@@ -288,7 +309,10 @@ def test_apply_exact_duplicate_edits_first_occurrence():
 
 
 def test_apply_not_found_names_the_block():
-    blocks = [DiffBlock("    return 0\n", "    return 1\n"), DiffBlock("totally different\ncontent here\n", "")]
+    blocks = [
+        DiffBlock("    return 0\n", "    return 1\n"),
+        DiffBlock("totally different\ncontent here\n", ""),
+    ]
     with pytest.raises(DiffError, match=r"^block 2 of 2: SEARCH text not found"):
         apply_diff(PROGRAM, blocks)
 
@@ -319,8 +343,11 @@ def test_apply_tracks_regions_as_text_shifts():
     out = apply_diff(TWO_REGIONS, blocks, allowed_regions=layout(TWO_REGIONS).spans())
     assert evolvable_regions(out) == ["A = 1\nA2 = 11\nA3 = 111\n", "B = 3\n"]
     with pytest.raises(DiffError, match="block 2 of 2: .*frozen"):
-        apply_diff(TWO_REGIONS, [blocks[0], DiffBlock("def keep():\n", "def kept():\n")],
-                   allowed_regions=layout(TWO_REGIONS).spans())
+        apply_diff(
+            TWO_REGIONS,
+            [blocks[0], DiffBlock("def keep():\n", "def kept():\n")],
+            allowed_regions=layout(TWO_REGIONS).spans(),
+        )
 
 
 _code_line = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=12).map(str.rstrip)
@@ -352,7 +379,9 @@ def _quoted_lines(draw):
 
 
 @settings(max_examples=200, deadline=None)
-@given(search=_quoted_lines(), replace=st.lists(_line, max_size=4).map(lambda ls: "".join(s + "\n" for s in ls)))
+@given(
+    search=_quoted_lines(), replace=st.lists(_line, max_size=4).map(lambda ls: "".join(s + "\n" for s in ls))
+)
 def test_property_diff_never_touches_frozen_code(search, replace):
     head, tail = layout(MARKED).frozen
     try:

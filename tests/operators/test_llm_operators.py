@@ -5,11 +5,11 @@ import json
 
 import numpy as np
 import pytest
+from helpers import FakeClient
+from scripted_llm import Rule
 
 from operators import Child, Parent, PromptContext, make_llm_operator
 from qd.llm import LLMClient, LLMError, LLMSettings, ModelSpec
-from helpers import FakeClient
-from scripted_llm import Rule
 
 SEED = """import math
 
@@ -41,8 +41,13 @@ def user_prompt(client, call=0) -> str:
     return client.calls[call]["messages"][-1]["content"]
 
 
-PARENT = Parent(id=7, text=SEED, fitness=45.0, metrics={"runtime_s": 0.012345, "lines": 12, "shape": [1, 2]},
-                feedback="stderr: DeprecationWarning: old API")
+PARENT = Parent(
+    id=7,
+    text=SEED,
+    fitness=45.0,
+    metrics={"runtime_s": 0.012345, "lines": 12, "shape": [1, 2]},
+    feedback="stderr: DeprecationWarning: old API",
+)
 
 
 # ---------------------------------------------------------------- rewrite, crossover, inspiration
@@ -52,11 +57,24 @@ def test_rewrite_makes_a_child_and_copies_the_call():
     client = FakeClient(fenced(IMPROVED))
     op = make_llm_operator("rewrite", client, temperature=0.3, max_tokens=400)
     (child,) = run(op, [PARENT], sample_index=42)
-    assert child == Child(text=IMPROVED, error=None, operator="rewrite", model="default-model",
-                          prompt=json.dumps(client.calls[0]["messages"], ensure_ascii=False), response=fenced(IMPROVED),
-                          tokens_in=101, tokens_out=20, cost=0.25)
+    assert child == Child(
+        text=IMPROVED,
+        error=None,
+        operator="rewrite",
+        model="default-model",
+        prompt=json.dumps(client.calls[0]["messages"], ensure_ascii=False),
+        response=fenced(IMPROVED),
+        tokens_in=101,
+        tokens_out=20,
+        cost=0.25,
+    )
     call = client.calls[0]
-    assert (call["temperature"], call["max_tokens"], call["sample_index"], call["model"]) == (0.3, 400, 42, None)
+    assert (call["temperature"], call["max_tokens"], call["sample_index"], call["model"]) == (
+        0.3,
+        400,
+        42,
+        None,
+    )
     assert [m["role"] for m in call["messages"]] == ["system", "user"]
 
 
@@ -99,7 +117,10 @@ def test_crossover_rejects_a_copy_of_either_parent():
 
 
 def test_inspiration_shows_up_to_k_elites_with_scores():
-    elites = [Parent(id=10 + i, text=SEED.replace("total = 0", f"total = {i}00"), fitness=50.0 + i) for i in range(3)]
+    elites = [
+        Parent(id=10 + i, text=SEED.replace("total = 0", f"total = {i}00"), fitness=50.0 + i)
+        for i in range(3)
+    ]
     client = FakeClient(fenced(IMPROVED))
     op = make_llm_operator("inspiration", client, num_inspirations=2)
     assert (op.num_parents, op.num_inspirations) == (1, 2)
@@ -124,14 +145,20 @@ def test_prompt_shows_task_scores_metrics_feedback_and_rules():
 
 
 def test_prompt_clips_long_feedback_and_metrics():
-    feedback = "Traceback (most recent call last):\n" + "  frame\n" * 2000 + "ZeroDivisionError: division by zero"
+    feedback = (
+        "Traceback (most recent call last):\n" + "  frame\n" * 2000 + "ZeroDivisionError: division by zero"
+    )
     metrics = {f"metric_{i}": i / 3 for i in range(100)}
-    parent = Parent(id=1, text="def solve(n):\n    return n\n", fitness=None, metrics=metrics, feedback=feedback)
+    parent = Parent(
+        id=1, text="def solve(n):\n    return n\n", fitness=None, metrics=metrics, feedback=feedback
+    )
     client = FakeClient(fenced("def solve(n):\n    return n * n\n"))
     run(make_llm_operator("rewrite", client), [parent])
     prompt = user_prompt(client)
     assert len(prompt) < 1500
-    assert "score: none" in prompt and "Traceback" in prompt and "ZeroDivisionError: division by zero" in prompt
+    assert (
+        "score: none" in prompt and "Traceback" in prompt and "ZeroDivisionError: division by zero" in prompt
+    )
     assert "characters cut" in prompt and "metric_0=0" in prompt and "metric_99" not in prompt
     assert "EVOLVE-BLOCK" not in prompt  # no markers, no rule about them
 
@@ -145,9 +172,18 @@ def test_prompt_clips_long_feedback_and_metrics():
         ("   \n", "rewrite: empty answer"),
         (fenced(SEED), "rewrite: answer repeats the parent unchanged"),
         ("```python\ntotal = (\n```", "rewrite: syntax error line"),
-        (fenced("import math\n# EVOLVE-BLOCK-START\nx = 1\n"), "rewrite: answer has broken EVOLVE-BLOCK markers"),
-        (fenced(SEED.replace("# EVOLVE-BLOCK-START\n", "").replace("    # EVOLVE-BLOCK-END\n", "")
-                .replace('print(solve(10))', 'print("other")')), "rewrite: answer changes the frozen code"),
+        (
+            fenced("import math\n# EVOLVE-BLOCK-START\nx = 1\n"),
+            "rewrite: answer has broken EVOLVE-BLOCK markers",
+        ),
+        (
+            fenced(
+                SEED.replace("# EVOLVE-BLOCK-START\n", "")
+                .replace("    # EVOLVE-BLOCK-END\n", "")
+                .replace("print(solve(10))", 'print("other")')
+            ),
+            "rewrite: answer changes the frozen code",
+        ),
     ],
 )
 def test_unusable_answers_give_a_child_without_text(answer, reason):
@@ -230,7 +266,11 @@ def test_a_failed_fallback_call_keeps_the_answered_diff():
     diff, fallback = run(op, [PARENT])
     assert diff.operator == "diff" and diff.text is None and diff.response == "no diff here"
     assert (fallback.operator, fallback.text, fallback.model, fallback.error) == (
-        "diff>rewrite", None, None, "llm: server unreachable")
+        "diff>rewrite",
+        None,
+        None,
+        "llm: server unreachable",
+    )
 
 
 def test_unknown_operator():
@@ -252,7 +292,11 @@ def test_template_override_from_a_file(tmp_path):
     "name, text, message",
     [
         ("rewrite", "Improve this: $task\n", r"templates\.rewrite: missing placeholder \$parent"),
-        ("inspiration", "$parent $inspirations $scroe", r"templates\.inspiration: unknown placeholder \$scroe"),
+        (
+            "inspiration",
+            "$parent $inspirations $scroe",
+            r"templates\.inspiration: unknown placeholder \$scroe",
+        ),
         ("program", "$label $code costs $5", r"templates\.program: malformed placeholder"),
         ("diff", None, r"templates\.diff: cannot read .*missing\.txt"),
     ],
@@ -298,7 +342,9 @@ def test_rewrite_through_llm_client(scripted_llm):
 
 
 def test_diff_fallback_through_llm_client(scripted_llm):
-    server = scripted_llm([Rule("SEARCH", reply="I would rewrite the loop."), Rule("", reply=fenced(IMPROVED))])
+    server = scripted_llm(
+        [Rule("SEARCH", reply="I would rewrite the loop."), Rule("", reply=fenced(IMPROVED))]
+    )
     failed, rewritten = through_client(server, "diff", [PARENT])
     assert failed.error == "diff: no SEARCH/REPLACE blocks in the answer"
     assert failed.response == "I would rewrite the loop."
@@ -327,8 +373,14 @@ def test_every_operator_against_the_real_llama_server(llama_server):
     ops, samples = ("rewrite", "diff", "crossover", "inspiration"), (1, 2, 3)
 
     async def go():
-        client = LLMClient(LLMSettings(base_url=llama_server.base_url, models=(ModelSpec(llama_server.model),),
-                                       max_tokens=128, seed=0))
+        client = LLMClient(
+            LLMSettings(
+                base_url=llama_server.base_url,
+                models=(ModelSpec(llama_server.model),),
+                max_tokens=128,
+                seed=0,
+            )
+        )
         try:
             made = []
             for op_name in ops:

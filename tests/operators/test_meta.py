@@ -5,14 +5,14 @@ import json
 
 import numpy as np
 import pytest
+from scripted_llm import Rule
+from test_llm_operators import SEED as PROGRAM  # the same EVOLVE-BLOCK program
 
 from operators import Parent, PromptContext, make_llm_operator
 from operators.llm import PROMPTS
 from operators.meta import HYPER, HYPER_SEED, META, SEED, Instruction, InstructionPool
 from qd.llm import LLMClient, LLMError, LLMSettings, ModelSpec
 from qd.store import Candidate, Store
-from scripted_llm import Rule
-from test_llm_operators import SEED as PROGRAM  # the same EVOLVE-BLOCK program
 
 IMPROVED = PROGRAM.replace("total += i", "total += i * i")
 PARENT = Parent(id=7, text=PROGRAM, fitness=45.0)
@@ -26,8 +26,14 @@ def with_client(server, go, models=("scripted",)):
     """Runs ``await go(client)`` with a real LLMClient on ``server``."""
 
     async def main():
-        client = LLMClient(LLMSettings(base_url=server.base_url, models=tuple(ModelSpec(m) for m in models),
-                                       max_retries=0, timeout_s=10))
+        client = LLMClient(
+            LLMSettings(
+                base_url=server.base_url,
+                models=tuple(ModelSpec(m) for m in models),
+                max_retries=0,
+                timeout_s=10,
+            )
+        )
         try:
             return await go(client)
         finally:
@@ -43,7 +49,9 @@ def store(tmp_path):
 
 
 def evolve(server, pool, rng=None, **kwargs):
-    return with_client(server, lambda client: pool.evolve(client, rng or np.random.default_rng(0), 5, **kwargs))
+    return with_client(
+        server, lambda client: pool.evolve(client, rng or np.random.default_rng(0), 5, **kwargs)
+    )
 
 
 def user_prompt(request) -> str:
@@ -62,10 +70,14 @@ def test_instruction_is_shown_only_when_set(scripted_llm, tmp_path, name):
 
     async def go(client):
         parents = [PARENT, OTHER][: 2 if name == "crossover" else 1]
-        for templates, instruction in [(None, "Simplify the arithmetic; prefer fewer constants."),
-                                       (None, None), ({name: str(old)}, None)]:
-            op = make_llm_operator(name, client, templates=templates, num_inspirations=1,
-                                   fallback_to_rewrite=False)
+        for templates, instruction in [
+            (None, "Simplify the arithmetic; prefer fewer constants."),
+            (None, None),
+            ({name: str(old)}, None),
+        ]:
+            op = make_llm_operator(
+                name, client, templates=templates, num_inspirations=1, fallback_to_rewrite=False
+            )
             await op(parents, [OTHER], PromptContext(task="Sum squares.", instruction=instruction))
 
     with_client(server, go)
@@ -81,8 +93,10 @@ def test_model_in_the_context_is_the_model_sent(scripted_llm):
     async def go(client):
         op = make_llm_operator("rewrite", client)
         # the context's model wins over the rng's pick, whatever the rng
-        return [await op([PARENT], [], PromptContext(task="t", rng=np.random.default_rng(s), model="b"))
-                for s in range(4)]
+        return [
+            await op([PARENT], [], PromptContext(task="t", rng=np.random.default_rng(s), model="b"))
+            for s in range(4)
+        ]
 
     results = with_client(server, go, models=("a", "b"))
     assert [r["model"] for r in server.requests] == ["b"] * 4
@@ -172,12 +186,21 @@ def test_evolve_stores_a_child_with_lineage(scripted_llm, store):
     parent = next(m for m in pool.members if m.id == child.parent_id)
     (row,) = store.get([child.id])
     assert (row.kind, row.operator, row.text, list(row.parent_ids), row.valid) == (
-        "instruction", META, EVOLVED, [parent.id], True)
+        "instruction",
+        META,
+        EVOLVED,
+        [parent.id],
+        True,
+    )
     assert row.model == "scripted" and row.tokens_in > 0 and row.tokens_out > 0 and row.error is None
     (request,) = server.requests
     assert json.loads(row.prompt) == request["messages"]
     prompt = user_prompt(request)
-    assert f"Instruction: {parent.text}" in prompt and "Maximise solve(n)." in prompt and pool.mutation.text in prompt
+    assert (
+        f"Instruction: {parent.text}" in prompt
+        and "Maximise solve(n)." in prompt
+        and pool.mutation.text in prompt
+    )
 
 
 @pytest.mark.parametrize(
@@ -196,7 +219,13 @@ def test_unusable_answers_are_recorded_not_added(scripted_llm, store, answer, re
     assert evolve(server, pool) is None
     assert [m.text for m in pool.members] == ["Only instruction."] and pool.failures == 1
     row = store.get([store.last_id()])[0]
-    assert (row.kind, row.text, row.valid, row.error, row.response) == ("instruction", None, False, reason, answer)
+    assert (row.kind, row.text, row.valid, row.error, row.response) == (
+        "instruction",
+        None,
+        False,
+        reason,
+        answer,
+    )
     assert list(row.parent_ids) == [pool.members[0].id]
 
 
@@ -242,14 +271,21 @@ def test_newborn_is_never_dropped(scripted_llm, store):
 def test_model_for_evolve(scripted_llm, store):
     server = scripted_llm([Rule(MUTATE, reply=EVOLVED)])
     pool = InstructionPool(store)
-    with_client(server, lambda client: pool.evolve(client, np.random.default_rng(0), 1, model="b"), models=("a", "b"))
+    with_client(
+        server, lambda client: pool.evolve(client, np.random.default_rng(0), 1, model="b"), models=("a", "b")
+    )
     assert server.requests[0]["model"] == "b"
 
 
 def test_hyper_mutation_changes_the_mutation_prompt(scripted_llm, store):
     new_prompt = "Rewrite the instruction so that it names one concrete code change."
-    server = scripted_llm([Rule(HYPER_ASK, reply=new_prompt), Rule(MUTATE, reply=EVOLVED, times=1),
-                           Rule(MUTATE, reply="Unroll the loop.")])
+    server = scripted_llm(
+        [
+            Rule(HYPER_ASK, reply=new_prompt),
+            Rule(MUTATE, reply=EVOLVED, times=1),
+            Rule(MUTATE, reply="Unroll the loop."),
+        ]
+    )
     pool = InstructionPool(store, hyper=True, hyper_every=2)
     first = evolve(server, pool)  # evolution 1: no hyper-mutation
     old = pool.mutation
@@ -279,7 +315,9 @@ def test_unusable_hyper_answer_keeps_the_mutation_prompt(scripted_llm, store):
 
 
 def test_state_dict_round_trip(scripted_llm, store):
-    server = scripted_llm([Rule(HYPER_ASK, reply="Make the instruction concrete."), Rule(MUTATE, reply=EVOLVED)])
+    server = scripted_llm(
+        [Rule(HYPER_ASK, reply="Make the instruction concrete."), Rule(MUTATE, reply=EVOLVED)]
+    )
     pool = InstructionPool(store, hyper=True, hyper_every=1)
     rng = np.random.default_rng(0)
     for _ in range(30):
@@ -296,12 +334,29 @@ def test_state_dict_round_trip(scripted_llm, store):
 
 
 def test_load_state_dict_rejects_a_program_id(store):
-    store.add([Candidate(kind="text", island=0, fitness=1.0, descriptor=np.zeros(2, np.float32), valid=True,
-                         text=PROGRAM)])
+    store.add(
+        [
+            Candidate(
+                kind="text",
+                island=0,
+                fitness=1.0,
+                descriptor=np.zeros(2, np.float32),
+                valid=True,
+                text=PROGRAM,
+            )
+        ]
+    )
     pool = InstructionPool(store)
     with pytest.raises(ValueError, match="state: candidate 0 is not a stored instruction"):
-        pool.load_state_dict({"members": [{"id": 0, "uses": 1, "credit": 0.0}], "mutation_id": None,
-                              "since_evolve": 0, "evolutions": 0, "failures": 0})
+        pool.load_state_dict(
+            {
+                "members": [{"id": 0, "uses": 1, "credit": 0.0}],
+                "mutation_id": None,
+                "since_evolve": 0,
+                "evolutions": 0,
+                "failures": 0,
+            }
+        )
 
 
 @pytest.mark.parametrize(
@@ -344,8 +399,11 @@ def test_smollm2_evolves_an_instruction(llama_server, store):
     tries = 25
 
     async def go():
-        client = LLMClient(LLMSettings(base_url=llama_server.base_url, models=(ModelSpec(llama_server.model),),
-                                       max_tokens=64, seed=0))
+        client = LLMClient(
+            LLMSettings(
+                base_url=llama_server.base_url, models=(ModelSpec(llama_server.model),), max_tokens=64, seed=0
+            )
+        )
         try:
             pool = InstructionPool(store, task="Make solve(n) return the sum of the squares of 0..n-1.")
             rng, rows = np.random.default_rng(0), []

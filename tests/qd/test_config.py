@@ -15,7 +15,9 @@ GROUPS = {
 @pytest.mark.parametrize("choice", [dict(zip(GROUPS, c)) for c in itertools.product(*GROUPS.values())])
 def test_every_config_combination_composes_and_validates(choice):
     # experiment must come first: it overrides archive/operators defaults.
-    overrides = [f"experiment={choice['experiment']}"] + [f"{g}={v}" for g, v in choice.items() if g != "experiment"]
+    overrides = [f"experiment={choice['experiment']}"] + [
+        f"{g}={v}" for g, v in choice.items() if g != "experiment"
+    ]
     cfg = compose(overrides)
     plan(cfg)
     assert cfg.archive.kind == choice["archive"]

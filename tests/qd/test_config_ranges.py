@@ -63,10 +63,19 @@ NUMERIC = list(walk())
 def test_every_numeric_field_declares_a_range():
     names = [field_name(steps) for steps, _ in NUMERIC]
     # the walk reaches nested and list-entry fields (else it would prove nothing)
-    for expected in ("runner.max_llm_calls", "sandbox.memory_mb", "seed", "archive.bins[0]",
-                     "operators.mix[0].weight", "llm.models[0].weight", "llm.local.n_ctx",
-                     "llm.give_up_after_s", "descriptor.parts[0].bins[0]",
-                     "descriptor.parts[0].axes[0].bins", "descriptor.parts[0].axes[0].examples[0].position"):
+    for expected in (
+        "runner.max_llm_calls",
+        "sandbox.memory_mb",
+        "seed",
+        "archive.bins[0]",
+        "operators.mix[0].weight",
+        "llm.models[0].weight",
+        "llm.local.n_ctx",
+        "llm.give_up_after_s",
+        "descriptor.parts[0].bins[0]",
+        "descriptor.parts[0].axes[0].bins",
+        "descriptor.parts[0].axes[0].examples[0].position",
+    ):
         assert expected in names
     unknown = [field_name(steps) for steps, f in NUMERIC if f is None]
     assert not unknown, f"numeric fields of a type check_ranges does not walk: {unknown}"
@@ -145,7 +154,7 @@ def override(steps: tuple[Step, ...], value: Any) -> str:
         if s.kind == "nodes":  # from here on the value is a literal list of one entry
             entry = _required(s.tp)
             inner = entry
-            for t in parents[i + 1:]:
+            for t in parents[i + 1 :]:
                 nested = {} if t.kind == "node" else _required(t.tp)
                 inner[t.name] = nested if t.kind == "node" else [nested]
                 inner = nested
@@ -157,7 +166,8 @@ def override(steps: tuple[Step, ...], value: Any) -> str:
 
 CASES = [
     pytest.param(steps, value, id=f"{field_name(steps)}:{bound.replace(' ', '')}")
-    for steps, f in NUMERIC if f is not None and RANGE in f.metadata
+    for steps, f in NUMERIC
+    if f is not None and RANGE in f.metadata
     for bound, value in first_invalid(f.metadata[RANGE], steps[-1].tp)
 ]
 
@@ -177,9 +187,9 @@ def compose_values():
     base, parser = compose(BASE), OverridesParser.create()
 
     def quick(overrides: list[str], config_dirs: tuple = ()):
-        assert overrides[:len(BASE)] == BASE and not config_dirs, overrides
+        assert overrides[: len(BASE)] == BASE and not config_dirs, overrides
         cfg = copy.deepcopy(base)
-        ConfigLoaderImpl._apply_overrides_to_config(parser.parse_overrides(overrides[len(BASE):]), cfg)
+        ConfigLoaderImpl._apply_overrides_to_config(parser.parse_overrides(overrides[len(BASE) :]), cfg)
         return cfg
 
     return quick
@@ -198,7 +208,9 @@ def no_run(monkeypatch, compose_values):
 
 
 def test_quick_compose_matches_hydra(compose_values):
-    arg = override(next(steps for steps, _ in NUMERIC if field_name(steps).endswith("examples[0].position")), 0.5)
+    arg = override(
+        next(steps for steps, _ in NUMERIC if field_name(steps).endswith("examples[0].position")), 0.5
+    )
     assert compose_values([*BASE, arg]) == compose([*BASE, arg])
 
 
@@ -217,15 +229,18 @@ def test_first_invalid_value_fails_at_start(steps, value, capsys, no_run):
     assert lines[0].startswith(f"qd-run: error: {field_name(steps)}: must be "), (arg, lines[0])
 
 
-@pytest.mark.parametrize("arg, line", [
-    ("llm.temperature=nan", "qd-run: error: llm.temperature: must be a number, got nan"),
-    ("archive.qd_offset=inf", "qd-run: error: archive.qd_offset: must be finite, got inf"),
-    ("scheduler.epsilon=1.5", "qd-run: error: scheduler.epsilon: must be in [0, 1], got 1.5"),
-    ("scheduler.decay=0", "qd-run: error: scheduler.decay: must be in (0, 1], got 0.0"),
-    ("archive.bins=[10,0]", "qd-run: error: archive.bins[1]: must be >= 1, got 0"),
-    ("archive.threshold_min=-inf", None),  # -inf: hard thresholds, allowed
-    ("runner.max_llm_calls=null", None),  # null: no limit
-])
+@pytest.mark.parametrize(
+    "arg, line",
+    [
+        ("llm.temperature=nan", "qd-run: error: llm.temperature: must be a number, got nan"),
+        ("archive.qd_offset=inf", "qd-run: error: archive.qd_offset: must be finite, got inf"),
+        ("scheduler.epsilon=1.5", "qd-run: error: scheduler.epsilon: must be in [0, 1], got 1.5"),
+        ("scheduler.decay=0", "qd-run: error: scheduler.decay: must be in (0, 1], got 0.0"),
+        ("archive.bins=[10,0]", "qd-run: error: archive.bins[1]: must be >= 1, got 0"),
+        ("archive.threshold_min=-inf", None),  # -inf: hard thresholds, allowed
+        ("runner.max_llm_calls=null", None),  # null: no limit
+    ],
+)
 def test_messages(arg, line, capsys, no_run):
     from qd.config import check_ranges
 
@@ -241,14 +256,20 @@ def test_messages(arg, line, capsys, no_run):
 def test_negative_limits_fail_in_real_qd_run(tmp_path):
     # the two commands, as a user types them: both used to start a run
     procs = {
-        arg: subprocess.Popen([sys.executable, "-m", "qd.run", "experiment=sphere", arg], cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        arg: subprocess.Popen(
+            [sys.executable, "-m", "qd.run", "experiment=sphere", arg],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for arg in ("runner.max_llm_calls=-1", "sandbox.memory_mb=-1")
     }
     for arg, proc in procs.items():
         _, err = proc.communicate(timeout=120)
         field = arg.split("=")[0]
         assert proc.returncode == 2, err
-        assert err.strip().splitlines() == [f"qd-run: error: {field}: must be >= "
-                                            f"{1 if 'calls' in field else 64}, got -1"], err
+        assert err.strip().splitlines() == [
+            f"qd-run: error: {field}: must be >= {1 if 'calls' in field else 64}, got -1"
+        ], err
     assert not (tmp_path / "outputs").exists()

@@ -10,15 +10,14 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import qd
 from qd import archive, checkpoint, cli
 from qd.contract import ConfigError
-from qd.device.driver import NO_LIMIT
 from qd.device import step
+from qd.device.driver import NO_LIMIT
 from qd.device.step import Operator, device_loop, select_uniform
 from qd.plan import compose, plan
 from qd.store import Store
@@ -26,8 +25,13 @@ from qd.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = [
-    "experiment=sphere", "experiment.params.dim=10", "archive.bins=[20,20]", "archive.lower=[-26,-26]",
-    "archive.upper=[26,26]", "runner.batch_size=32", "runner.progress=false",
+    "experiment=sphere",
+    "experiment.params.dim=10",
+    "archive.bins=[20,20]",
+    "archive.lower=[-26,-26]",
+    "archive.upper=[26,26]",
+    "runner.batch_size=32",
+    "runner.progress=false",
 ]
 
 
@@ -37,8 +41,15 @@ def small_loop(islands=1, keep_ops=None, initial=None):
     task = load_task("sphere", {"dim": 10})
     spec = archive.GridSpec((20, 20), (-26.0, -26.0), (26.0, 26.0))
     ops = keep_ops or [make_numeric_operator("gaussian", sigma=0.5)]
-    loop = device_loop(spec, task.evaluate_jax, [Operator(o.draw, o.apply, o.num_parents, o.params, 1.0) for o in ops],
-                       islands, 16, 10, np.zeros((4, 10), np.float32) if initial is None else initial)
+    loop = device_loop(
+        spec,
+        task.evaluate_jax,
+        [Operator(o.draw, o.apply, o.num_parents, o.params, 1.0) for o in ops],
+        islands,
+        16,
+        10,
+        np.zeros((4, 10), np.float32) if initial is None else initial,
+    )
     return spec, loop
 
 
@@ -72,13 +83,22 @@ def test_the_archive_is_the_map_elites_archive_of_every_candidate(predraw, monke
     for count in (5, 5, 3):  # the last call masks 2 of its 5 generations
         state, counts, cands = loop.run(state, count, budget, 5, True)
         seen.append(jax.device_get(cands))
-    flat = {k: np.concatenate([getattr(c, k).reshape(-1, *getattr(c, k).shape[2:]) for c in seen])
-            for k in seen[0]._fields}
+    flat = {
+        k: np.concatenate([getattr(c, k).reshape(-1, *getattr(c, k).shape[2:]) for c in seen])
+        for k in seen[0]._fields
+    }
     real = flat["id"] >= 0
     assert int(state.evaluations) == real.sum() == budget
     assert np.array_equal(np.sort(flat["id"][real]), np.arange(real.sum()))
-    rebuilt = archive.rebuild(spec, 2, flat["island"][real], flat["descriptor"][real], flat["fitness"][real],
-                              flat["id"][real], flat["valid"][real])
+    rebuilt = archive.rebuild(
+        spec,
+        2,
+        flat["island"][real],
+        flat["descriptor"][real],
+        flat["fitness"][real],
+        flat["id"][real],
+        flat["valid"][real],
+    )
     np.testing.assert_array_equal(np.asarray(state.archive.genome_id), np.asarray(rebuilt.genome_id))
     np.testing.assert_array_equal(np.asarray(state.archive.fitness), np.asarray(rebuilt.fitness))
     ids = np.asarray(state.archive.genome_id)
@@ -94,14 +114,18 @@ def test_a_new_run_starts_from_the_key_of_its_seed_and_an_empty_archive(seed):
     assert np.array_equal(jax.random.key_data(state.key), jax.random.key_data(jax.random.key(seed)))
     empty = archive.init(spec, 2)
     for field in archive.ArchiveState._fields:
-        np.testing.assert_array_equal(np.asarray(getattr(state.archive, field)), np.asarray(getattr(empty, field)))
+        np.testing.assert_array_equal(
+            np.asarray(getattr(state.archive, field)), np.asarray(getattr(empty, field))
+        )
 
 
 def test_a_mix_of_operators_uses_each_by_weight_and_records_parents():
     from operators import make_numeric_operator
 
-    ops = [make_numeric_operator("gaussian", sigma=0.5), make_numeric_operator("isoline", iso_sigma=0.01,
-                                                                                line_sigma=0.2)]
+    ops = [
+        make_numeric_operator("gaussian", sigma=0.5),
+        make_numeric_operator("isoline", iso_sigma=0.01, line_sigma=0.2),
+    ]
     _, loop = small_loop(keep_ops=ops)
     state, _, cands = loop.run(loop.init(0), 6, NO_LIMIT, 6, True)
     parents = np.asarray(cands.parents)
@@ -148,20 +172,29 @@ def test_the_elites_store_holds_every_elite_with_its_genome_and_parents(tmp_path
         assert store.get_meta("store") == "elites" and store.count() >= len(elites)
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [e["step"] for e in events] == [7, 14, 21, 28, 35, 42, 49, 56, 63, 64]
-    with pytest.raises(SystemExit, match=r"stores only its elites \(runner.store=elites\); judging samples every"):
+    with pytest.raises(
+        SystemExit, match=r"stores only its elites \(runner.store=elites\); judging samples every"
+    ):
         cli.main(["judge", str(tmp_path)])
 
 
 def test_store_all_keeps_every_candidate_of_a_device_run(tmp_path):
-    summary = run_small(tmp_path, "runner.max_evaluations=500", "runner.store=all", "runner.generations_per_call=4")
+    summary = run_small(
+        tmp_path, "runner.max_evaluations=500", "runner.store=all", "runner.generations_per_call=4"
+    )
     with Store(tmp_path / "store.sqlite", readonly=True) as store:
         ids = [c.id for c in store.iter()]
     assert ids == list(range(summary["evaluations"]))
 
 
 def test_islands_exchange_migrants_on_the_device(tmp_path):
-    run_small(tmp_path, "islands=ring4", "islands.migrate_every=32", "runner.max_evaluations=1000",
-              "runner.store=all")
+    run_small(
+        tmp_path,
+        "islands=ring4",
+        "islands.migrate_every=32",
+        "runner.max_evaluations=1000",
+        "runner.store=all",
+    )
     with Store(tmp_path / "store.sqlite", readonly=True) as store:
         island_of = {c.id: c.island for c in store.iter()}
     state = checkpoint.load(tmp_path / "checkpoints")[0]
@@ -180,14 +213,29 @@ def test_kill9_at_a_random_point_then_resume_is_bit_identical(tmp_path):
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this tree's qd, installed or not
     straight, killed = tmp_path / "straight", tmp_path / "killed"
-    subprocess.run(qd_run(f"hydra.run.dir={straight}"), cwd=tmp_path, check=True, capture_output=True, timeout=300,
-                   env=env)
-    proc = subprocess.Popen(qd_run(f"hydra.run.dir={killed}"), cwd=tmp_path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env=env)
-    kill_after = random.uniform(0.1, 0.6) * budget  # a random point mid-run: in a call, a store write or a checkpoint
+    subprocess.run(
+        qd_run(f"hydra.run.dir={straight}"),
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        timeout=300,
+        env=env,
+    )
+    proc = subprocess.Popen(
+        qd_run(f"hydra.run.dir={killed}"),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    kill_after = (
+        random.uniform(0.1, 0.6) * budget
+    )  # a random point mid-run: in a call, a store write or a checkpoint
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        loaded = (killed / "checkpoints" / checkpoint.FILE).exists() and checkpoint.load(killed / "checkpoints")
+        loaded = (killed / "checkpoints" / checkpoint.FILE).exists() and checkpoint.load(
+            killed / "checkpoints"
+        )
         if loaded and loaded[2]["evaluations"] >= kill_after:
             break
         time.sleep(0.005)
@@ -195,8 +243,14 @@ def test_kill9_at_a_random_point_then_resume_is_bit_identical(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert checkpoint.load(killed / "checkpoints")[2]["evaluations"] < budget
-    subprocess.run([sys.executable, "-m", "qd.run", f"resume={killed}"], cwd=tmp_path, check=True,
-                   capture_output=True, timeout=300, env=env)
+    subprocess.run(
+        [sys.executable, "-m", "qd.run", f"resume={killed}"],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        timeout=300,
+        env=env,
+    )
 
     (a, key_a, ca), (b, key_b, cb) = (checkpoint.load(d / "checkpoints") for d in (straight, killed))
     for field in archive.ArchiveState._fields:
@@ -220,7 +274,13 @@ def test_a_host_checkpoint_is_not_resumed_on_the_device(tmp_path):
 
 
 def test_bench_device_quick_runs_and_reports():
-    proc = subprocess.run([sys.executable, "bench/device.py", "--quick"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "bench/device.py", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "inserts/s" in proc.stdout and "evaluations/s" in proc.stdout

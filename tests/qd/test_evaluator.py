@@ -3,11 +3,11 @@
 import math
 
 import numpy as np
-
 from helpers import evaluate_in_sandbox
+
 from qd.task import Scored, Stage
 
-ENTRY = '''
+ENTRY = """
 def run(text, scale):
     if text == "crash":
         raise ValueError("boom")
@@ -16,7 +16,7 @@ def run(text, scale):
         return float(text) * scale
     except ValueError:
         return 0.0
-'''
+"""
 
 
 class TwoStageTask:
@@ -26,7 +26,10 @@ class TwoStageTask:
 
     def __init__(self, entry: str):
         self.sandbox_entry = entry
-        self.stages = [Stage({"scale": 1.0}, name="cheap"), Stage({"scale": 10.0}, threshold=5.0, name="full")]
+        self.stages = [
+            Stage({"scale": 1.0}, name="cheap"),
+            Stage({"scale": 10.0}, threshold=5.0, name="full"),
+        ]
 
     def score(self, text, outputs):
         if text == "bad-descriptor":

@@ -26,7 +26,7 @@ def heatmap(api, run, island, **axes):
     assert response.status_code == 200, response.text
     w, h = int(response.headers["X-QD-Width"]), int(response.headers["X-QD-Height"])
     values = np.frombuffer(response.content[: 4 * w * h], "<f4")
-    cells = np.frombuffer(response.content[4 * w * h:], "<i4")
+    cells = np.frombuffer(response.content[4 * w * h :], "<i4")
     return w, h, values, cells
 
 
@@ -102,18 +102,27 @@ def test_search_finds_text_and_filters(api, text_run):
 def test_stats_and_ledger_are_the_readers(api, text_run):
     with RunDir(text_run) as run:
         assert api.get("/api/run/0/stats").json() == history.operator_stats(run, ("operator", "model"))
-        assert api.get("/api/run/0/stats", params={"by": "operator"}).json() == history.operator_stats(run, ("operator",))
+        assert api.get("/api/run/0/stats", params={"by": "operator"}).json() == history.operator_stats(
+            run, ("operator",)
+        )
         calls = run.store.llm_calls()
     ledger = api.get("/api/run/0/ledger").json()
     assert ledger["total"]["calls"] == sum(r[2] for r in calls) == 24
     assert api.get("/api/run/0/stats", params={"by": "colour"}).status_code == 400
 
 
-@pytest.mark.parametrize("path", [
-    "/api/run/7/summary", "/api/run/x/curves", "/api/run/0/cell?island=0&cell=100000",
-    "/api/run/0/cell?island=9&cell=0", "/api/run/0/candidate/100000", "/api/run/0/lineage/100000",
-    "/api/run/0/heatmap?island=5",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/run/7/summary",
+        "/api/run/x/curves",
+        "/api/run/0/cell?island=0&cell=100000",
+        "/api/run/0/cell?island=9&cell=0",
+        "/api/run/0/candidate/100000",
+        "/api/run/0/lineage/100000",
+        "/api/run/0/heatmap?island=5",
+    ],
+)
 def test_what_is_not_there_is_a_404_with_one_line(api, path):
     response = api.get(path)
     assert response.status_code == 404
@@ -130,6 +139,7 @@ def test_an_empty_cell_is_a_404(api, text_run):
 
 def test_a_run_in_progress_shows_what_is_stored_so_far(tmp_path):
     from helpers import run_engine, small_config
+
     from qd.run import build_engine
     from qd.store import Store
 
@@ -166,15 +176,29 @@ def test_a_run_in_progress_shows_what_is_stored_so_far(tmp_path):
 
 def test_the_explorer_writes_nothing_to_the_run(text_run):
     def files() -> dict:
-        return {str(p.relative_to(text_run)): (p.stat().st_mtime_ns, p.stat().st_size)
-                for p in sorted(text_run.rglob("*")) if p.is_file()}
+        return {
+            str(p.relative_to(text_run)): (p.stat().st_mtime_ns, p.stat().st_size)
+            for p in sorted(text_run.rglob("*"))
+            if p.is_file()
+        }
 
     before = files()
     assert {"config.yaml", "events.jsonl", "store.sqlite", "checkpoints/checkpoint.npz"} <= set(before)
     with TestClient(make_app([text_run])) as api:  # the background warmer too
-        for path in ("/", "/highlight.css", "/static/app.js", "/api/runs", "/api/version", "/api/run/0/curves",
-                     "/api/run/0/stats?by=instruction", "/api/run/0/ledger", "/api/run/0/heatmap?island=1",
-                     "/api/run/0/search?q=def", "/api/run/0/lineage/0", "/api/run/0/candidate/1"):
+        for path in (
+            "/",
+            "/highlight.css",
+            "/static/app.js",
+            "/api/runs",
+            "/api/version",
+            "/api/run/0/curves",
+            "/api/run/0/stats?by=instruction",
+            "/api/run/0/ledger",
+            "/api/run/0/heatmap?island=1",
+            "/api/run/0/search?q=def",
+            "/api/run/0/lineage/0",
+            "/api/run/0/candidate/1",
+        ):
             assert api.get(path).status_code == 200, path
     assert files() == before
 
@@ -204,8 +228,16 @@ def test_more_axes_show_the_best_over_the_rest():
     from qd.explore import data
     from qd.rundir import Geometry, Snapshot
 
-    g = Geometry(kind="grid", islands=1, cells=60, dim=3, bins=(4, 3, 5), lower=(0,) * 3, upper=(1,) * 3,
-                 axes=("a", "b", "c"))
+    g = Geometry(
+        kind="grid",
+        islands=1,
+        cells=60,
+        dim=3,
+        bins=(4, 3, 5),
+        lower=(0,) * 3,
+        upper=(1,) * 3,
+        axes=("a", "b", "c"),
+    )
     fitness, ids = np.full((1, 60), np.nan, np.float32), np.full((1, 60), -1)
     fitness[0, [0, 1, 17, 59]], ids[0, [0, 1, 17, 59]] = [1, 5, 3, 2], [10, 11, 12, 13]
     snap = Snapshot(fitness, np.zeros((1, 60, 3), np.float32), ids, 3, -1, 4)

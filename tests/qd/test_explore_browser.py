@@ -24,8 +24,10 @@ WAIT_S = 30  # the first page load waits for the server to replay the archive (J
 def browser(tmp_path):
     missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.is_file()]
     if missing:
-        message = (f"no {' or '.join(missing)}: install Debian's chromium and chromium-driver "
-                   "(apt-get install chromium chromium-driver)")
+        message = (
+            f"no {' or '.join(missing)}: install Debian's chromium and chromium-driver "
+            "(apt-get install chromium chromium-driver)"
+        )
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
@@ -34,10 +36,19 @@ def browser(tmp_path):
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run", "--disable-quic", f"--user-data-dir={tmp_path / 'chromium'}",
-                 "--window-size=1400,1000"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-quic",
+        f"--user-data-dir={tmp_path / 'chromium'}",
+        "--window-size=1400,1000",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
     try:
@@ -85,7 +96,9 @@ def test_the_page_shows_a_clicked_elite_and_follows_its_lineage(browser, text_ru
         canvas = browser.find_element(By.ID, "heatmap")
         w, h = g.bins
         col, row = cell // h, h - 1 - cell % h
-        width, height = browser.execute_script("const c = arguments[0]; return [c.clientWidth, c.clientHeight]", canvas)
+        width, height = browser.execute_script(
+            "const c = arguments[0]; return [c.clientWidth, c.clientHeight]", canvas
+        )
         dx, dy = (col + 0.5) / w * width - width / 2, (row + 0.5) / h * height - height / 2
         ActionChains(browser).move_to_element_with_offset(canvas, round(dx), round(dy)).click().perform()
 

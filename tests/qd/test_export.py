@@ -36,8 +36,11 @@ def read(path, fmt):
 
 def mtimes(run_dir):
     """Each file's mtime and size; not SQLite's shared-memory index, which every reader of a WAL store maps."""
-    return {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in run_dir.rglob("*")
-            if p.is_file() and not p.name.endswith("-shm")}
+    return {
+        p: (p.stat().st_mtime_ns, p.stat().st_size)
+        for p in run_dir.rglob("*")
+        if p.is_file() and not p.name.endswith("-shm")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +51,12 @@ def exported(text_run, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
         mp.setenv("HF_DATASETS_OFFLINE", "1")
-        paths = {(kind, fmt, n): export(text_run, kind, fmt, out / str(n) / f"{kind}.{fmt}")
-                 for kind in KINDS for fmt in FORMATS for n in (1, 2)}
+        paths = {
+            (kind, fmt, n): export(text_run, kind, fmt, out / str(n) / f"{kind}.{fmt}")
+            for kind in KINDS
+            for fmt in FORMATS
+            for n in (1, 2)
+        }
     return paths, before
 
 
@@ -61,8 +68,11 @@ def test_every_format_holds_the_same_rows_with_the_documented_columns(exported, 
     assert rows, kind
     assert all(list(r) == list(KINDS[kind].COLUMNS) for r in rows)
     assert rows == read(paths[kind, "jsonl", 1], "jsonl")
-    card = (paths[kind, fmt, 1] / "README.md" if fmt == "hf"
-            else paths[kind, fmt, 1].with_name(paths[kind, fmt, 1].name + ".card.md")).read_text()
+    card = (
+        paths[kind, fmt, 1] / "README.md"
+        if fmt == "hf"
+        else paths[kind, fmt, 1].with_name(paths[kind, fmt, 1].name + ".card.md")
+    ).read_text()
     assert f"| kind | {kind} |" in card and f"| rows | {len(rows)} |" in card and "function_fit" in card
 
 
@@ -93,7 +103,12 @@ def test_elites_are_the_archive_best_first_as_stored(exported, text_run):
         assert [r["fitness"] for r in rows] == sorted((r["fitness"] for r in rows), reverse=True)
         for r, c in zip(rows, run.store.get(r["id"] for r in rows)):
             assert (r["text"], r["vector"], r["fitness"], r["operator"], r["model"]) == (
-                c.text, None, c.fitness, c.operator, c.model)
+                c.text,
+                None,
+                c.fitness,
+                c.operator,
+                c.model,
+            )
             assert json.loads(r["metrics"]) == c.metrics and r["descriptor"] == c.descriptor.tolist()
             assert snap.genome_id[r["island"], r["cell"]] == c.id and r["genome"] == "program"
             assert r["lineage"] == [step["id"] for step in history.lineage(run, c.id)][:-1]
@@ -121,8 +136,17 @@ def test_sft_operator_rows_are_the_children_that_entered_the_archive(text_run, t
         assert [r["id"] for r in rows] == f["id"][f["entered"] & (f["parent"] >= 0)].tolist()
         for r, c in zip(rows, run.store.get(r["id"] for r in rows)):
             assert r["prompt"] == json.loads(c.prompt) and r["completion"][0]["content"] == c.response
-    capped = read(export(text_run, "sft", out=tmp_path / "cap.jsonl", variant="operator", min_fitness=rows[0]["fitness"],
-                         per_cell=1), "jsonl")
+    capped = read(
+        export(
+            text_run,
+            "sft",
+            out=tmp_path / "cap.jsonl",
+            variant="operator",
+            min_fitness=rows[0]["fitness"],
+            per_cell=1,
+        ),
+        "jsonl",
+    )
     assert all(r["fitness"] >= rows[0]["fitness"] for r in capped)
     assert len({(r["island"], r["cell"]) for r in capped}) == len(capped)
 
@@ -133,7 +157,9 @@ def test_sft_never_exports_a_held_out_item(text_run, tmp_path, monkeypatch):
     agents = load_task("agent_design", {})  # a task with held-out problems: its prompt must not hold one
     assert agents.held_out() and not any(h in agents.description for h in sft.held_out_strings(agents))
     rows = read(export(text_run, "sft", out=tmp_path / "all.jsonl", per_cell=100), "jsonl")
-    leaked = rows[0]["completion"][0]["content"].strip().splitlines()[-1]  # pretend a program line is held out
+    leaked = (
+        rows[0]["completion"][0]["content"].strip().splitlines()[-1]
+    )  # pretend a program line is held out
     real = sft._task
 
     class Holding:
@@ -158,7 +184,12 @@ def test_trace_has_a_record_per_child_with_its_parent_and_diff(exported, text_ru
         for r, c in zip(rows, children):
             (p,) = run.store.get([c.parent_ids[0]])
             assert (r["parent_id"], r["valid"], r["error"], r["response"], r["entered"]) == (
-                p.id, c.valid, c.error, c.response, entered[c.id])
+                p.id,
+                c.valid,
+                c.error,
+                c.response,
+                entered[c.id],
+            )
             assert r["prompt"] == json.loads(c.prompt) and r["diff"] == history.parent_diff(run, c)
             assert (r["diff"] is None) == (c.text is None)  # an answer with no program is not a deletion
             assert r["child_fitness"] == (c.fitness if c.valid else None)
@@ -178,17 +209,23 @@ def test_a_vector_run_exports_its_elites_and_refuses_sft(cvt_run, tmp_path, caps
         qd(["export", str(cvt_run), "--kind", "sft", "--out", str(tmp_path / "s.jsonl")])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "vectors" in err
-    assert sorted(tmp_path.iterdir()) == [tmp_path / "e.jsonl", tmp_path / "e.jsonl.card.md"]  # no half-written file
+    assert sorted(tmp_path.iterdir()) == [
+        tmp_path / "e.jsonl",
+        tmp_path / "e.jsonl.card.md",
+    ]  # no half-written file
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--kind", "nope"], "unknown; use one of elites"),
-    (["--kind", "elites", "--format", "csv"], "format 'csv'"),
-    (["--kind", "elites", "--option", "per_cel=2"], "unknown option 'per_cel'"),
-    (["--kind", "sft", "--option", "variant=chat"], "variant 'chat'"),
-    (["--kind", "elites", "--option", "oops"], "KEY=VALUE"),
-    (["--kind", "elites", "--out", "{run}/x.jsonl"], "inside the run directory"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--kind", "nope"], "unknown; use one of elites"),
+        (["--kind", "elites", "--format", "csv"], "format 'csv'"),
+        (["--kind", "elites", "--option", "per_cel=2"], "unknown option 'per_cel'"),
+        (["--kind", "sft", "--option", "variant=chat"], "variant 'chat'"),
+        (["--kind", "elites", "--option", "oops"], "KEY=VALUE"),
+        (["--kind", "elites", "--out", "{run}/x.jsonl"], "inside the run directory"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(text_run, args, says, capsys):
     with pytest.raises(SystemExit) as e:
         qd(["export", str(text_run), *[a.format(run=text_run) for a in args]])
@@ -238,7 +275,9 @@ def test_the_progress_bar_follows_the_scan_and_the_rows(text_run, tmp_path):
         stored = run.store.last_id() + 1
     lines = [line.removesuffix("\x1b[K") for line in stream.getvalue().strip().split("\r") if line]
     assert f"of {stored:,} candidates read" in lines[0]  # the scan is under way before the first row
-    assert lines[-1].startswith(f"qd export: [{'#' * Bar.WIDTH}] 100% of {stored:,} candidates read, {count:,} rows")
+    assert lines[-1].startswith(
+        f"qd export: [{'#' * Bar.WIDTH}] 100% of {stored:,} candidates read, {count:,} rows"
+    )
     written = [int(line.split(" rows")[0].rsplit(" ", 1)[1].replace(",", "")) for line in lines]
     assert written == sorted(written) and written[-1] == count > 0
 

@@ -10,24 +10,24 @@ from collections import Counter
 import jsonschema
 import numpy as np
 import pytest
-
 from helpers import run_config
+from scripted_llm import Rule
+
 from qd import history
 from qd.export import diverse, dpo, messages, trajectory
 from qd.plan import compose
 from qd.rundir import RunDir
 from qd.store import Store
 from qd.task import load_task
-from scripted_llm import Rule
 
 # An agent that asks, then asks again in the same conversation: its trajectory must read as one.
-TWO_TURNS = '''```python
+TWO_TURNS = """```python
 def forward(task, llm):
     said = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": task}]
     first = llm(said, max_tokens=16)
     return llm(said + [{"role": "assistant", "content": first}, {"role": "user", "content": "Sure?"}],
                max_tokens=16)
-```'''
+```"""
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +35,26 @@ def agent_run(tmp_path_factory, scripted_llm_module):
     """A finished agent_design run: the six hand-designed agents and meta_agent's two-turn children."""
     server = scripted_llm_module([Rule("You design LLM agents", TWO_TURNS), Rule("", "Answer: 9")])
     path = tmp_path_factory.mktemp("agent_run")
-    run_config(compose([
-        "experiment=agent_design", "llm.provider=server", f"llm.base_url={server.base_url}",
-        "llm.models=[{name: scripted}]", "llm.api_key_env=null", "llm.timeout_s=10", "runner.progress=false",
-        "experiment.params.search_items=2", "runner.max_llm_calls=30", "eval_llm.calls=4", "runner.workers=2",
-        "sandbox.wall_s=20", "operators.mix=[{name: meta_agent, num_inspirations: 1, debug_rounds: 0}]",
-    ]), path)
+    run_config(
+        compose(
+            [
+                "experiment=agent_design",
+                "llm.provider=server",
+                f"llm.base_url={server.base_url}",
+                "llm.models=[{name: scripted}]",
+                "llm.api_key_env=null",
+                "llm.timeout_s=10",
+                "runner.progress=false",
+                "experiment.params.search_items=2",
+                "runner.max_llm_calls=30",
+                "eval_llm.calls=4",
+                "runner.workers=2",
+                "sandbox.wall_s=20",
+                "operators.mix=[{name: meta_agent, num_inspirations: 1, debug_rounds: 0}]",
+            ]
+        ),
+        path,
+    )
     return path
 
 
@@ -89,12 +103,18 @@ def test_dpo_pairs_share_their_prompt_and_their_margin_is_the_stored_fitness_gap
             if r["source"] == "siblings":  # the same parent, operator and prompt; the answers differ
                 assert chosen.parent_ids[0] == rejected.parent_ids[0] and chosen.operator == rejected.operator
                 assert chosen.prompt == rejected.prompt and r["prompt"] == messages(chosen.prompt)
-                assert (r["chosen"][0]["content"], r["rejected"][0]["content"]) == (chosen.response, rejected.response)
+                assert (r["chosen"][0]["content"], r["rejected"][0]["content"]) == (
+                    chosen.response,
+                    rejected.response,
+                )
             else:  # the cell's elite against one it beat there; the task is the prompt
                 assert r["prompt"] == [{"role": "user", "content": task.description}]
                 assert snap.genome_id[r["island"], r["cell"]] == chosen.id
                 assert rejected.island == r["island"] and fates["cell"][at[rejected.id]] == r["cell"]
-                assert (r["chosen"][0]["content"], r["rejected"][0]["content"]) == (chosen.text, rejected.text)
+                assert (r["chosen"][0]["content"], r["rejected"][0]["content"]) == (
+                    chosen.text,
+                    rejected.text,
+                )
         groups = Counter(group_of(run, r) for r in rows)
         assert max(groups.values()) <= dpo.OPTIONS["max_pairs_per_prompt"]
 
@@ -133,12 +153,31 @@ def vector_run(path):
 
     path.mkdir()
     (path / "config.yaml").write_text("experiment: {task: sphere}\n")
-    Geometry(kind="grid", islands=1, cells=4, dim=2, bins=(2, 2), lower=(0.0, 0.0), upper=(10.0, 10.0),
-             axes=("a", "b")).save(path)
+    Geometry(
+        kind="grid",
+        islands=1,
+        cells=4,
+        dim=2,
+        bins=(2, 2),
+        lower=(0.0, 0.0),
+        upper=(10.0, 10.0),
+        axes=("a", "b"),
+    ).save(path)
     with Store(path / "store.sqlite") as store:
-        store.add([Candidate(kind="vector", island=0, fitness=f, descriptor=np.asarray(d, np.float32), valid=True,
-                             vector=np.asarray(d, np.float32), genome="vector")
-                   for f, d in [(5.0, (1, 1)), (1.0, (9, 9)), (2.0, (9, 1)), (3.0, (1, 9))]])
+        store.add(
+            [
+                Candidate(
+                    kind="vector",
+                    island=0,
+                    fitness=f,
+                    descriptor=np.asarray(d, np.float32),
+                    valid=True,
+                    vector=np.asarray(d, np.float32),
+                    genome="vector",
+                )
+                for f, d in [(5.0, (1, 1)), (1.0, (9, 9)), (2.0, (9, 1)), (3.0, (1, 9))]
+            ]
+        )
     return path
 
 
@@ -149,11 +188,19 @@ def test_diverse_picks_the_best_then_the_farthest_in_the_scaled_descriptor_space
         check_picks(run, rows, 4)
         # (9, 1) and (1, 9) are equally far from both picks before them: the lower id first
         assert [(r["id"], r["fitness"], r["space"]) for r in rows] == [
-            (0, 5.0, "descriptor"), (1, 1.0, "descriptor"), (2, 2.0, "descriptor"), (3, 3.0, "descriptor")]
-        assert [r["min_distance"] for r in rows[1:]] == pytest.approx([0.8 * 2 ** 0.5, 0.8, 0.8])
+            (0, 5.0, "descriptor"),
+            (1, 1.0, "descriptor"),
+            (2, 2.0, "descriptor"),
+            (3, 3.0, "descriptor"),
+        ]
+        assert [r["min_distance"] for r in rows[1:]] == pytest.approx([0.8 * 2**0.5, 0.8, 0.8])
         assert json.loads(rows[1]["text"]) == [9.0, 9.0]
         floor = diverse.report(run, {"min_fitness": 2.5, "k": 2})
-        assert (floor["pool"], floor["below_floor"], floor["selected"]) == (2, 2, {"diversity": 0.8, "quality": 4.0})
+        assert (floor["pool"], floor["below_floor"], floor["selected"]) == (
+            2,
+            2,
+            {"diversity": 0.8, "quality": 4.0},
+        )
         r = diverse.report(run, {"k": 2})
         assert r["selected"]["diversity"] >= r["random"]["diversity"]
 
@@ -178,8 +225,9 @@ def test_diverse_uses_the_cached_embeddings_when_every_elite_has_one(text_run, t
         check_picks(run, rows, 4)
         assert {r["space"] for r in rows} == {"embedding"}
         for k, r in enumerate(rows[1:], 1):
-            assert r["min_distance"] == pytest.approx(min(np.linalg.norm(vector[r["text"]] - vector[p["text"]])
-                                                          for p in rows[:k]), rel=1e-5)
+            assert r["min_distance"] == pytest.approx(
+                min(np.linalg.norm(vector[r["text"]] - vector[p["text"]]) for p in rows[:k]), rel=1e-5
+            )
         r = diverse.report(run, {"k": 4, "seed": 3})
         assert r["space"] == "embedding" and r["selected"]["diversity"] >= r["random"]["diversity"]
         longest = max(len(e["text"]) for e in elites)
@@ -198,9 +246,16 @@ def test_trajectories_hold_every_model_call_per_task_item_and_fit_the_shipped_sc
     with RunDir(agent_run) as run:
         rows = list(trajectory.rows(run, {}))
         agents = [c for c in run.store.iter() if c.genome == "agent" and run.store.trace(c.id)]
-        assert len(agents) >= 7  # the six founders and a child (duplicates reuse its evaluation, without calls)
-        items = [(c, item) for c in agents for item in sorted({call.get("item") for call in run.store.trace(c.id)})]
-        assert {item for _, item in items} == {0, 1}  # search_items=2: every call says which question it served
+        assert (
+            len(agents) >= 7
+        )  # the six founders and a child (duplicates reuse its evaluation, without calls)
+        items = [
+            (c, item) for c in agents for item in sorted({call.get("item") for call in run.store.trace(c.id)})
+        ]
+        assert {item for _, item in items} == {
+            0,
+            1,
+        }  # search_items=2: every call says which question it served
         assert [r["id"] for r in rows] == [f"{run.name}/{c.id}/{item}" for c, item in items]
         answered_per_agent: dict[int, int] = {}
         for r, (c, item) in zip(rows, items):
@@ -224,20 +279,29 @@ def test_trajectories_hold_every_model_call_per_task_item_and_fit_the_shipped_sc
         assert questions[0] != questions[1]
         for r, question in zip(two_turns, questions):
             assert [(s["type"], s["source"], s["content"]) for s in r["content"]] == [
-                ("observation", "environment", "Be brief."), ("message", "user", question),
-                ("message", "agent", "Answer: 9"), ("message", "user", "Sure?"), ("message", "agent", "Answer: 9")]
+                ("observation", "environment", "Be brief."),
+                ("message", "user", question),
+                ("message", "agent", "Answer: 9"),
+                ("message", "user", "Sure?"),
+                ("message", "agent", "Answer: 9"),
+            ]
 
 
 def test_trajectory_steps_of_a_failed_call_and_of_a_fresh_conversation():
     ask = [{"role": "user", "content": "q"}]
-    assert trajectory.steps([
-        {"messages": ask, "text": "a"},
-        {"messages": [{"role": "user", "content": "other"}], "error": "llm: call budget spent"},
-        {"messages": None, "error": "llm: messages: got int"},
-    ]) == [{"type": "message", "source": "user", "content": "q"}, {"type": "message", "source": "agent", "content": "a"},
-           {"type": "message", "source": "user", "content": "other"},
-           {"type": "observation", "source": "environment", "content": "llm: call budget spent"},
-           {"type": "observation", "source": "environment", "content": "llm: messages: got int"}]
+    assert trajectory.steps(
+        [
+            {"messages": ask, "text": "a"},
+            {"messages": [{"role": "user", "content": "other"}], "error": "llm: call budget spent"},
+            {"messages": None, "error": "llm: messages: got int"},
+        ]
+    ) == [
+        {"type": "message", "source": "user", "content": "q"},
+        {"type": "message", "source": "agent", "content": "a"},
+        {"type": "message", "source": "user", "content": "other"},
+        {"type": "observation", "source": "environment", "content": "llm: call budget spent"},
+        {"type": "observation", "source": "environment", "content": "llm: messages: got int"},
+    ]
 
 
 def test_a_run_without_agents_has_no_trajectories_and_says_so_in_one_line(text_run):

@@ -9,7 +9,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qd.search.gate import (
-    CACHE_KIND, REUSED, SIMILARITY, DuplicateIndex, GateVerdict, NoveltyGate, evaluated, rejected, reuse, text_key,
+    CACHE_KIND,
+    REUSED,
+    SIMILARITY,
+    DuplicateIndex,
+    GateVerdict,
+    NoveltyGate,
+    evaluated,
+    rejected,
+    reuse,
+    text_key,
 )
 from qd.store import Candidate, Store
 from qd.task import load_task
@@ -20,8 +29,15 @@ def run(coro):
 
 
 def candidate(text, fitness=1.0, **kw):
-    return Candidate(kind="text", island=0, fitness=fitness, descriptor=np.array([0.25, 0.5], np.float32),
-                     valid=True, text=text, **kw)
+    return Candidate(
+        kind="text",
+        island=0,
+        fitness=fitness,
+        descriptor=np.array([0.25, 0.5], np.float32),
+        valid=True,
+        text=text,
+        **kw,
+    )
 
 
 class FakeEmbed:
@@ -52,13 +68,17 @@ def test_text_key_is_the_sha256_of_the_text():
 def test_remembered_texts_are_found_after_reopening_the_store(tmp_path):
     path = tmp_path / "s.sqlite"
     with Store(path) as store:
-        batch = [candidate("def f(x):\n    return x\n"), candidate("def f(x):\n    return 0.0\n", fitness=-3.0)]
+        batch = [
+            candidate("def f(x):\n    return x\n"),
+            candidate("def f(x):\n    return 0.0\n", fitness=-3.0),
+        ]
         ids = store.add(batch)
         DuplicateIndex(store).remember(batch)
     with Store(path) as store:
         index = DuplicateIndex(store)
-        dup = index.lookup(["def f(x):\n    return 0.0\n", "def f(x):\n    return 1.0\n", None,
-                            "def f(x):\n    return x\n"])
+        dup = index.lookup(
+            ["def f(x):\n    return 0.0\n", "def f(x):\n    return 1.0\n", None, "def f(x):\n    return x\n"]
+        )
         assert dup.stored == {0: ids[1], 3: ids[0]} and dup.earlier == {}
         assert 0 in dup and 3 in dup and 1 not in dup and 2 not in dup
         assert store.get([dup.stored[0]])[0].fitness == -3.0
@@ -86,7 +106,9 @@ def test_lookup_matches_exactly_the_equal_texts(tmp_path_factory, old, new):
     for c in batch:
         first_id.setdefault(c.text, c.id)
     assert dup.stored == {j: first_id[t] for j, t in enumerate(new) if t in first_id}
-    assert dup.earlier == {j: new.index(t) for j, t in enumerate(new) if t not in first_id and new.index(t) < j}
+    assert dup.earlier == {
+        j: new.index(t) for j, t in enumerate(new) if t not in first_id and new.index(t) < j
+    }
 
 
 def test_remember_keeps_the_first_id_and_skips_copies_and_rejections(tmp_path):
@@ -99,7 +121,9 @@ def test_remember_keeps_the_first_id_and_skips_copies_and_rejections(tmp_path):
             candidate("p"),  # evaluated again (e.g. the index was behind at a crash)
             candidate("q", artifacts={REUSED: 99}),
             candidate("r", metrics={SIMILARITY: 1.0}),
-            Candidate(kind="text", island=0, fitness=math.nan, descriptor=None, valid=False, error="llm: no code"),
+            Candidate(
+                kind="text", island=0, fitness=math.nan, descriptor=None, valid=False, error="llm: no code"
+            ),
         ]
         store.add(later)
         index.remember(later)
@@ -118,8 +142,14 @@ def test_reuse_copies_the_evaluation_and_notes_the_source(tmp_path):
         store.add([source])
         (stored,) = store.get([source.id])
     fields = reuse(stored)
-    assert fields == dict(fitness=-0.5, descriptor=fields["descriptor"], valid=False, metrics={"rmse": 0.5},
-                          error="score: out of range", artifacts={"stdout": "ok", REUSED: source.id})
+    assert fields == dict(
+        fitness=-0.5,
+        descriptor=fields["descriptor"],
+        valid=False,
+        metrics={"rmse": 0.5},
+        error="score: out of range",
+        artifacts={"stdout": "ok", REUSED: source.id},
+    )
     np.testing.assert_array_equal(fields["descriptor"], [0.25, 0.5])
     fields["descriptor"][0] = 9.0
     fields["metrics"]["rmse"] = 9.0
@@ -133,8 +163,15 @@ def test_reuse_copies_the_evaluation_and_notes_the_source(tmp_path):
 
 
 def test_threshold_is_inclusive_with_a_float_tolerance():
-    embed = FakeEmbed({"e": at_cosine(1.0), "at": at_cosine(0.9), "below": at_cosine(0.9 - 1e-4),
-                       "same": at_cosine(1.0, scale=3.0), "noise": at_cosine(1.0 - 2e-7)})
+    embed = FakeEmbed(
+        {
+            "e": at_cosine(1.0),
+            "at": at_cosine(0.9),
+            "below": at_cosine(0.9 - 1e-4),
+            "same": at_cosine(1.0, scale=3.0),
+            "noise": at_cosine(1.0 - 2e-7),
+        }
+    )
     gate = NoveltyGate(embed, threshold=0.9, against=("elites",))
     verdicts = run(gate.check(["at", "below"], [[], []], ["e"]))
     assert [v.rejected for v in verdicts] == [True, False]
@@ -147,11 +184,15 @@ def test_threshold_is_inclusive_with_a_float_tolerance():
 
 
 def test_against_chooses_parents_elites_or_both_and_a_tie_names_the_parent():
-    embed = FakeEmbed({"child": at_cosine(1.0), "dup": at_cosine(1.0), "far": at_cosine(0.1), "mid": at_cosine(0.5)})
+    embed = FakeEmbed(
+        {"child": at_cosine(1.0), "dup": at_cosine(1.0), "far": at_cosine(0.1), "mid": at_cosine(0.5)}
+    )
     children, parents, elites = ["child"], [["far", "dup"]], ["mid", "dup"]
     (both,) = run(NoveltyGate(embed, 0.95).check(children, parents, elites))
     assert both == GateVerdict(True, pytest.approx(1.0), "parent", 1)
-    (only_elites,) = run(NoveltyGate(embed, 0.95, against=("elites",)).check(children, [["dup"]], ["mid", "far"]))
+    (only_elites,) = run(
+        NoveltyGate(embed, 0.95, against=("elites",)).check(children, [["dup"]], ["mid", "far"])
+    )
     assert only_elites == GateVerdict(False, pytest.approx(0.5), "elite", 0)
     (only_parents,) = run(NoveltyGate(embed, 0.95, against=("parents",)).check(children, [["far"]], ["dup"]))
     assert only_parents == GateVerdict(False, pytest.approx(0.1), "parent", 0)
@@ -198,11 +239,18 @@ def test_rejected_fields_name_the_nearest_parent_or_elite():
     assert not evaluated(Candidate(kind="text", island=0, text="x", **elite))
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"threshold": 0.0}, "threshold"), ({"threshold": 1.01}, "threshold"),
-    ({"threshold": math.nan}, "threshold"), ({"resample": -1}, "resample"),
-    ({"resample": 1.5}, "resample"), ({"against": ("parent",)}, "against"), ({"against": ()}, "against"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"threshold": 0.0}, "threshold"),
+        ({"threshold": 1.01}, "threshold"),
+        ({"threshold": math.nan}, "threshold"),
+        ({"resample": -1}, "resample"),
+        ({"resample": 1.5}, "resample"),
+        ({"against": ("parent",)}, "against"),
+        ({"against": ()}, "against"),
+    ],
+)
 def test_bad_settings_are_rejected_naming_the_field(kwargs, field):
     from qd.contract import ConfigError
 
@@ -253,10 +301,10 @@ def test_real_model_rejects_reformatted_elites_and_no_genuine_variation():
     verdicts = run(gate.check(near + DISTINCT, [[]] * len(near) + [[QUAD]] * len(DISTINCT), elites))
     for j, v in enumerate(verdicts[: len(near)]):
         assert v.rejected and (v.nearest, v.nearest_index) == ("elite", j), (near[j], v)
-    for text, v in zip(DISTINCT, verdicts[len(near):]):
+    for text, v in zip(DISTINCT, verdicts[len(near) :]):
         assert not v.rejected, (text, v)
     # The closest genuine variations are very close: why the default cannot be lower.
-    assert max(v.similarity for v in verdicts[len(near):]) > 0.999
+    assert max(v.similarity for v in verdicts[len(near) :]) > 0.999
 
     (as_parent,) = run(gate.check([REFORMATTED[QUAD]], [[LINE, QUAD]], []))
     assert as_parent.rejected and (as_parent.nearest, as_parent.nearest_index) == ("parent", 1)

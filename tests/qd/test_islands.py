@@ -23,7 +23,8 @@ ISLANDS, CELLS = 4, 20
 PAD = 16  # every test batch is padded to this size (one compile of ``record``)
 KEY = jax.random.key(0)
 PROPERTY = settings(
-    max_examples=50, deadline=None,
+    max_examples=50,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
@@ -45,10 +46,12 @@ def _pad(x: np.ndarray) -> np.ndarray:
 def _offer(state, istate, island, cells, fitness, ids, valid=None):
     """Inserts candidates and records them, the batch padded to PAD rows."""
     island = np.broadcast_to(np.asarray(island, np.int32), (len(ids),))
-    state, result = qa.insert(SPEC, state, island, CENTRES[cells],
-                              np.asarray(fitness, np.float32), np.asarray(ids), valid)
-    istate = islands.record(istate, state, _pad(island), jax.tree_util.tree_map(_pad, result),
-                            _pad(np.ones(len(ids), bool)))
+    state, result = qa.insert(
+        SPEC, state, island, CENTRES[cells], np.asarray(fitness, np.float32), np.asarray(ids), valid
+    )
+    istate = islands.record(
+        istate, state, _pad(island), jax.tree_util.tree_map(_pad, result), _pad(np.ones(len(ids), bool))
+    )
     return state, istate, result
 
 
@@ -92,8 +95,12 @@ def test_ring_migrants_travel_one_hop_and_are_never_sent_again():
     np.testing.assert_array_equal(sent, [0, 1, 100, 101, 200, 201, 300, 301])
     np.testing.assert_array_equal(np.asarray(m.island)[np.asarray(m.valid)], [1, 1, 2, 2, 3, 3, 0, 0])
     assert np.asarray(result.is_elite).sum() == 8
-    assert _holdings(state) == [{0, 1, 2, 300, 301}, {100, 101, 102, 0, 1},
-                                {200, 201, 202, 100, 101}, {300, 301, 302, 200, 201}]
+    assert _holdings(state) == [
+        {0, 1, 2, 300, 301},
+        {100, 101, 102, 0, 1},
+        {200, 201, 202, 100, 101},
+        {300, 301, 302, 200, 201},
+    ]
     np.testing.assert_array_equal(istate.since_migration, 0)
     # Exactly the received cells are migrants: ids whose home island is elsewhere.
     ids = np.asarray(state.genome_id)
@@ -102,8 +109,9 @@ def test_ring_migrants_travel_one_hop_and_are_never_sent_again():
 
     # Round 2 after three more (weak) candidates per island.
     for i in range(ISLANDS):
-        state, istate, _ = _offer(state, istate, i, [5 * i + 3] * 3, [0.5, 0.4, 0.3],
-                                  [1000 + 10 * i + j for j in range(3)])
+        state, istate, _ = _offer(
+            state, istate, i, [5 * i + 3] * 3, [0.5, 0.4, 0.3], [1000 + 10 * i + j for j in range(3)]
+        )
     state, istate, m, _ = islands.migrate(SPEC, state, istate, KEY, "ring", 2, 3)
     valid = np.asarray(m.valid)
     sent, source = np.asarray(m.genome_id)[valid], np.asarray(m.source_island)[valid]
@@ -125,8 +133,10 @@ def test_only_islands_due_send():
     assert set(np.asarray(m.source_island)[valid].tolist()) == {0, 2}
     np.testing.assert_array_equal(istate.since_migration, [0, 3, 0, 3])
     assert _holdings(state) == [
-        _holdings(before)[0], _holdings(before)[1] | {0, 1},
-        _holdings(before)[2], _holdings(before)[3] | {200, 201},
+        _holdings(before)[0],
+        _holdings(before)[1] | {0, 1},
+        _holdings(before)[2],
+        _holdings(before)[3] | {200, 201},
     ]
 
 
@@ -142,8 +152,9 @@ def test_migration_with_one_island_sends_nothing():
 @st.composite
 def _archive(draw):
     """A random archive (each elite in its descriptor's cell) with random marks."""
-    filled = np.asarray(draw(st.lists(st.booleans(), min_size=ISLANDS * CELLS,
-                                      max_size=ISLANDS * CELLS))).reshape(ISLANDS, CELLS)
+    filled = np.asarray(
+        draw(st.lists(st.booleans(), min_size=ISLANDS * CELLS, max_size=ISLANDS * CELLS))
+    ).reshape(ISLANDS, CELLS)
     values = draw(st.lists(st.integers(-3, 3), min_size=ISLANDS * CELLS, max_size=ISLANDS * CELLS))
     fitness = np.where(filled, np.asarray(values, np.float32).reshape(ISLANDS, CELLS), -np.inf)
     fitness = fitness.astype(np.float32)
@@ -154,8 +165,9 @@ def _archive(draw):
         threshold=fitness,
         threshold_min=np.float32(-np.inf),
     )
-    marks = np.asarray(draw(st.lists(st.booleans(), min_size=ISLANDS * CELLS,
-                                     max_size=ISLANDS * CELLS))).reshape(ISLANDS, CELLS)
+    marks = np.asarray(
+        draw(st.lists(st.booleans(), min_size=ISLANDS * CELLS, max_size=ISLANDS * CELLS))
+    ).reshape(ISLANDS, CELLS)
     since = np.asarray(draw(st.lists(st.integers(0, 4), min_size=ISLANDS, max_size=ISLANDS)), np.int32)
     istate = islands.IslandState(marks & filled, fitness.max(1), np.int32(0), since)
     return state, istate
@@ -234,8 +246,9 @@ def test_reseed_sources_are_uniform_over_survivors_and_ties_reset_lower_islands(
     host, ihost = _host(state), _host(istate)
     sources = set()
     for seed in range(12):
-        _, _, reset, m, _ = islands.reset_stagnant(SPEC, _device(host), _device(ihost),
-                                                   jax.random.key(seed), 4)
+        _, _, reset, m, _ = islands.reset_stagnant(
+            SPEC, _device(host), _device(ihost), jax.random.key(seed), 4
+        )
         np.testing.assert_array_equal(reset, [False, True, False, True])
         sources |= set(np.asarray(m.source_island)[np.asarray(reset)].tolist())
     assert sources == {0, 2}
@@ -277,14 +290,16 @@ def test_migration_and_reset_work_on_a_novelty_archive():
     spec = qa.NoveltySpec(capacity=8, descriptor_dim=2, k=2, threshold=0.1)
     state, istate = qa.init(spec, ISLANDS), islands.init(ISLANDS, 8)
     island = np.arange(ISLANDS)
-    state, result = qa.insert(spec, state, island, np.arange(8, dtype=np.float32).reshape(4, 2),
-                              [1.0, 2.0, 3.0, 4.0], island)
+    state, result = qa.insert(
+        spec, state, island, np.arange(8, dtype=np.float32).reshape(4, 2), [1.0, 2.0, 3.0, 4.0], island
+    )
     istate = islands.record(istate, state, island, result, np.ones(ISLANDS, bool))
     state, istate, m, result = islands.migrate(spec, state, istate, KEY, "ring", 1, 1)
     assert _holdings(state) == [{0, 3}, {1, 0}, {2, 1}, {3, 2}]
     assert np.asarray(istate.migrant).sum() == 4  # one received elite per island
-    state, istate, reset, m, _ = islands.reset_stagnant(spec, state, istate._replace(stale=jnp.int32(9)),
-                                                        KEY, 9)
+    state, istate, reset, m, _ = islands.reset_stagnant(
+        spec, state, istate._replace(stale=jnp.int32(9)), KEY, 9
+    )
     # Bests 4, 2, 3, 4: islands 1 and 2 go; both survivors' best elite is id 3.
     np.testing.assert_array_equal(reset, [False, True, True, False])
     assert _holdings(state) == [{0, 3}, {3}, {3}, {3, 2}]
@@ -306,8 +321,9 @@ def test_record_clears_the_mark_when_a_fresh_candidate_takes_a_migrant_cell():
 
 def test_record_counts_failed_candidates_but_not_padding():
     state, istate = qa.init(SPEC, ISLANDS), islands.init(ISLANDS, CELLS)
-    state, istate, _ = _offer(state, istate, [0, 0, 2], [1, 2, 3], [1.0, np.nan, 2.0], [0, 1, 2],
-                              valid=[True, False, True])
+    state, istate, _ = _offer(
+        state, istate, [0, 0, 2], [1, 2, 3], [1.0, np.nan, 2.0], [0, 1, 2], valid=[True, False, True]
+    )
     np.testing.assert_array_equal(istate.since_migration, [2, 0, 1, 0])  # 13 padding rows on island 0
     np.testing.assert_array_equal(istate.best, [1.0, -np.inf, 2.0, -np.inf])
     assert int(istate.stale) == 0
@@ -319,9 +335,17 @@ def test_record_counts_failed_candidates_but_not_padding():
 
 
 def _candidates(island, fitness, cells):
-    return [Candidate(kind="vector", island=int(i), fitness=float(f), descriptor=CENTRES[c],
-                      valid=bool(np.isfinite(f)), vector=np.zeros(1, np.float32))
-            for i, f, c in zip(island, fitness, cells)]
+    return [
+        Candidate(
+            kind="vector",
+            island=int(i),
+            fitness=float(f),
+            descriptor=CENTRES[c],
+            valid=bool(np.isfinite(f)),
+            vector=np.zeros(1, np.float32),
+        )
+        for i, f, c in zip(island, fitness, cells)
+    ]
 
 
 def test_placements_drop_offers_to_an_island_before_its_reset(tmp_path):
@@ -362,8 +386,9 @@ def test_rebuild_and_resume_from_the_store_equal_the_live_archive(tmp_path, chec
             fitness[rng.random(n) < 0.1] = np.nan
             cells = rng.integers(0, CELLS, n)
             ids = store.add(_candidates(island, fitness, cells))
-            state, istate, _ = _offer(state, istate, island, cells, np.nan_to_num(fitness, nan=0.0),
-                                      ids, valid=np.isfinite(fitness))
+            state, istate, _ = _offer(
+                state, istate, island, cells, np.nan_to_num(fitness, nan=0.0), ids, valid=np.isfinite(fitness)
+            )
         after = store.last_id()
         key, k1, k2 = jax.random.split(key, 3)
         state, istate, m, _ = islands.migrate(SPEC, state, istate, k1, "ring", 2, 5)
@@ -380,18 +405,25 @@ def test_rebuild_and_resume_from_the_store_equal_the_live_archive(tmp_path, chec
 
     offers = store.placements()
     assert offers["reset"].size == 2
-    rebuilt = qa.rebuild(SPEC, ISLANDS, offers["island"], offers["descriptor"], offers["fitness"],
-                         offers["id"], offers["valid"])
+    rebuilt = qa.rebuild(
+        SPEC,
+        ISLANDS,
+        offers["island"],
+        offers["descriptor"],
+        offers["fitness"],
+        offers["id"],
+        offers["valid"],
+    )
     _assert_trees_equal(rebuilt, state)
-    replayed, ireplayed, _ = islands.replay(SPEC, qa.init(SPEC, ISLANDS),
-                                            islands.init(ISLANDS, CELLS), offers)
+    replayed, ireplayed, _ = islands.replay(
+        SPEC, qa.init(SPEC, ISLANDS), islands.init(ISLANDS, CELLS), offers
+    )
     _assert_trees_equal(replayed, state)
     np.testing.assert_array_equal(ireplayed.migrant, istate.migrant)
     np.testing.assert_array_equal(ireplayed.best, istate.best)
 
     saved, isaved, after = checkpoint
-    resumed, iresumed, _ = islands.replay(SPEC, _device(saved), _device(isaved),
-                                          store.placements(after))
+    resumed, iresumed, _ = islands.replay(SPEC, _device(saved), _device(isaved), store.placements(after))
     _assert_trees_equal(resumed, state)
     np.testing.assert_array_equal(iresumed.migrant, istate.migrant)
     store.close()

@@ -27,10 +27,15 @@ def _imports(path: Path) -> set[str]:
 def test_plugins_import_only_the_contract_and_the_archive_from_the_engine(package):
     files = sorted((ROOT / package).rglob("*.py"))
     assert files
-    reached = {(f.relative_to(ROOT).as_posix(), m) for f in files for m in _imports(f)
-               if m == "qd" or m.startswith("qd.")}
-    outside = {(f, m) for f, m in reached
-               if not any(m == a or m.startswith(a + ".") for a in ALLOWED_FROM_ENGINE)}
+    reached = {
+        (f.relative_to(ROOT).as_posix(), m)
+        for f in files
+        for m in _imports(f)
+        if m == "qd" or m.startswith("qd.")
+    }
+    outside = {
+        (f, m) for f, m in reached if not any(m == a or m.startswith(a + ".") for a in ALLOWED_FROM_ENGINE)
+    }
     assert not outside, f"{package}/ reaches into the engine: {sorted(outside)}"
     assert any(m == "qd.contract" for _, m in reached)  # the walk sees the imports at all
 
@@ -47,9 +52,12 @@ def _classes(path: Path) -> list[ast.ClassDef]:
 
 def test_the_driver_is_short_and_no_class_is_long():
     assert len((ROOT / "qd" / "loop.py").read_text().splitlines()) <= 350
-    long = [(p.relative_to(ROOT).as_posix(), c.name, c.end_lineno - c.lineno + 1)
-            for p in sorted((ROOT / "qd").rglob("*.py")) for c in _classes(p)
-            if c.end_lineno - c.lineno + 1 > 300]
+    long = [
+        (p.relative_to(ROOT).as_posix(), c.name, c.end_lineno - c.lineno + 1)
+        for p in sorted((ROOT / "qd").rglob("*.py"))
+        for c in _classes(p)
+        if c.end_lineno - c.lineno + 1 > 300
+    ]
     assert not long, long
 
 
@@ -57,8 +65,13 @@ def test_the_commit_reads_as_the_pipeline_in_at_most_40_lines():
     tree = ast.parse((ROOT / "qd" / "loop.py").read_text())
     commit = next(n for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef) and n.name == "_commit")
     assert commit.end_lineno - commit.lineno + 1 <= 40
-    named = [n.attr for n in sorted((n for n in ast.walk(commit) if isinstance(n, ast.Attribute)),
-                                    key=lambda n: (n.lineno, n.col_offset))]
+    named = [
+        n.attr
+        for n in sorted(
+            (n for n in ast.walk(commit) if isinstance(n, ast.Attribute)),
+            key=lambda n: (n.lineno, n.col_offset),
+        )
+    ]
     order = [named.index(step) for step in ("offers", "add", "insert", "enter", "after_insert", "write")]
     assert order == sorted(order), named  # place -> store -> insert -> record -> strategy -> report
 
@@ -79,6 +92,9 @@ def test_every_package_ships_in_the_wheel():
     import tomllib
 
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {p.parent.relative_to(ROOT).as_posix().replace("/", ".")
-             for top in ("qd", "operators", "descriptors", "genomes") for p in (ROOT / top).rglob("__init__.py")}
+    found = {
+        p.parent.relative_to(ROOT).as_posix().replace("/", ".")
+        for top in ("qd", "operators", "descriptors", "genomes")
+        for p in (ROOT / top).rglob("__init__.py")
+    }
     assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"

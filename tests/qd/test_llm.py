@@ -11,9 +11,9 @@ import time
 
 import numpy as np
 import pytest
+from scripted_llm import Rule
 
 from qd.llm import CallFailed, Completion, Ledger, LLMClient, LLMDown, LLMError, LLMSettings, ModelSpec, tally
-from scripted_llm import Rule
 
 MSG = [{"role": "user", "content": "hello"}]
 RETRIED = ["429", "500", "hang", "bad_json", "empty_choices", "wrong_shape", "close_connection"]
@@ -21,8 +21,13 @@ RETRIED = ["429", "500", "hang", "bad_json", "empty_choices", "wrong_shape", "cl
 
 def settings(url: str, **kw) -> LLMSettings:
     """Fast retries so fault tests stay quick; a short timeout so "hang" costs little."""
-    base = dict(models=(ModelSpec("m", price_in=2.0, price_out=10.0),), backoff_s=0.01, backoff_max_s=0.05,
-                max_retries=3, timeout_s=0.5)
+    base = dict(
+        models=(ModelSpec("m", price_in=2.0, price_out=10.0),),
+        backoff_s=0.01,
+        backoff_max_s=0.05,
+        max_retries=3,
+        timeout_s=0.5,
+    )
     return LLMSettings(base_url=url, **{**base, **kw})
 
 
@@ -56,9 +61,23 @@ def test_success_fills_completion_and_ledger(scripted_llm):
     assert (c.tokens_in, c.tokens_out) == (100, 10)  # the scripted server's usage: chars / 4
     assert c.cost == pytest.approx((100 * 2.0 + 10 * 10.0) / 1e6)
     led = client.ledger.as_dict()
-    assert [led[k] for k in ("calls", "cached_calls", "failed_calls", "retries", "in_flight")] == [1, 0, 0, 0, 0]
+    assert [led[k] for k in ("calls", "cached_calls", "failed_calls", "retries", "in_flight")] == [
+        1,
+        0,
+        0,
+        0,
+        0,
+    ]
     assert (led["tokens_in"], led["tokens_out"], led["cost"]) == (100, 10, c.cost)
-    one = {"calls": 1, "cached": 0, "failed": 0, "retries": 0, "tokens_in": 100, "tokens_out": 10, "cost": c.cost}
+    one = {
+        "calls": 1,
+        "cached": 0,
+        "failed": 0,
+        "retries": 0,
+        "tokens_in": 100,
+        "tokens_out": 10,
+        "cost": c.cost,
+    }
     assert led["per_model"] == {"m": one} and led["per_role"] == {"operator": one}
     assert server.requests[0]["model"] == "m" and server.requests[0]["max_tokens"] == 512
 
@@ -129,8 +148,9 @@ def test_no_answer_for_give_up_after_s_puts_the_client_down(scripted_llm):
 def test_an_answer_resets_the_give_up_clock(scripted_llm):
     """A flaky server that answers now and then keeps the client up, however long it runs."""
     server = scripted_llm([Rule("", reply="ok", rotation=("500", "500", None))])
-    client = LLMClient(settings(server.base_url, max_retries=5, give_up_after_s=0.3, backoff_s=0.02,
-                                backoff_max_s=0.02))
+    client = LLMClient(
+        settings(server.base_url, max_retries=5, give_up_after_s=0.3, backoff_s=0.02, backoff_max_s=0.02)
+    )
     started = time.monotonic()
     results = run(client, *[call(sample_index=i) for i in range(30)])  # one after another
     assert time.monotonic() - started > 0.3  # longer in all than give_up_after_s
@@ -144,16 +164,24 @@ def test_ledger_splits_calls_by_role_and_tallies_a_context(scripted_llm):
     async def calls(c):
         await c.complete(MSG)
         with tally() as mine:
-            await asyncio.gather(c.complete(MSG, role="judge", sample_index=1),
-                                 c.complete(MSG, role="meta", sample_index=2))
+            await asyncio.gather(
+                c.complete(MSG, role="judge", sample_index=1), c.complete(MSG, role="meta", sample_index=2)
+            )
             with pytest.raises(CallFailed):
                 await c.complete([{"role": "user", "content": "fail"}], role="judge")
         return mine
 
     (mine,) = run(client, calls)
     roles = client.ledger.as_dict()["per_role"]
-    assert {r: (u["calls"], u["failed"]) for r, u in roles.items()} == {"operator": (1, 0), "judge": (1, 1), "meta": (1, 0)}
-    assert {r: (u["calls"], u["failed"]) for r, u in mine.as_dict()["per_role"].items()} == {"judge": (1, 1), "meta": (1, 0)}
+    assert {r: (u["calls"], u["failed"]) for r, u in roles.items()} == {
+        "operator": (1, 0),
+        "judge": (1, 1),
+        "meta": (1, 0),
+    }
+    assert {r: (u["calls"], u["failed"]) for r, u in mine.as_dict()["per_role"].items()} == {
+        "judge": (1, 1),
+        "meta": (1, 0),
+    }
 
 
 def test_unreachable_server_names_the_fix():
@@ -166,9 +194,13 @@ def test_unreachable_server_names_the_fix():
 
 def test_truncated_and_nonsense_replies_are_returned_as_is(scripted_llm):
     """Only the caller knows whether a cut or odd answer is usable, so neither is retried."""
-    server = scripted_llm([Rule("cut", reply="abcdefgh", fault="truncate"), Rule("odd", fault="malformed_content")])
+    server = scripted_llm(
+        [Rule("cut", reply="abcdefgh", fault="truncate"), Rule("odd", fault="malformed_content")]
+    )
     client = LLMClient(settings(server.base_url))
-    cut, odd = run(client, call([{"role": "user", "content": "cut"}]), call([{"role": "user", "content": "odd"}]))
+    cut, odd = run(
+        client, call([{"role": "user", "content": "cut"}]), call([{"role": "user", "content": "odd"}])
+    )
     assert (cut.text, cut.finish_reason) == ("abcd", "length")
     assert odd.finish_reason == "stop" and "garbled" in odd.text
     assert counts(client)[1] == 0 and server.stats()["requests"] == 2
@@ -258,7 +290,10 @@ def test_pick_model_follows_weights(scripted_llm):
     server = scripted_llm()
     chosen = LLMClient(settings(server.base_url, models=models, seed=1))
     first = run(chosen, *[call(sample_index=i) for i in range(20)])
-    again = run(LLMClient(settings(server.base_url, models=models, seed=1)), *[call(sample_index=i) for i in range(20)])
+    again = run(
+        LLMClient(settings(server.base_url, models=models, seed=1)),
+        *[call(sample_index=i) for i in range(20)],
+    )
     assert [c.model for c in first] == [c.model for c in again]  # model=None is reproducible
     assert {c.model for c in first} == {"big", "small"}
     with pytest.raises(LLMError, match="not in llm.models"):
@@ -274,15 +309,23 @@ def test_missing_key_env_var(monkeypatch):
 def test_key_never_leaks(scripted_llm, monkeypatch, caplog, tmp_path):
     secret = "sk-test-SECRET-0123456789"
     monkeypatch.setenv("QD_TEST_LLM_KEY", secret)
-    server = scripted_llm([Rule("deny", fault="401"), Rule("busy", fault="429", times=1), Rule("", reply="fine")])
+    server = scripted_llm(
+        [Rule("deny", fault="401"), Rule("busy", fault="429", times=1), Rule("", reply="fine")]
+    )
     s = settings(server.base_url, api_key_env="QD_TEST_LLM_KEY", cache_dir=str(tmp_path))
     client = LLMClient(s)
     caplog.set_level(logging.DEBUG)
     with pytest.raises(LLMError) as err:
         run(client, call([{"role": "user", "content": "busy"}]), call([{"role": "user", "content": "deny"}]))
     assert "QD_TEST_LLM_KEY" in str(err.value)
-    for text in (str(err.value), repr(client), repr(s), caplog.text, json.dumps(client.ledger.as_dict()),
-                 *(f.read_text() for f in tmp_path.rglob("*.json"))):
+    for text in (
+        str(err.value),
+        repr(client),
+        repr(s),
+        caplog.text,
+        json.dumps(client.ledger.as_dict()),
+        *(f.read_text() for f in tmp_path.rglob("*.json")),
+    ):
         assert secret not in text
 
 
@@ -332,8 +375,11 @@ def test_loopback_requests_built_from_the_kept_one_are_what_openai_builds():
         got, want = lean._build_request(options), plain._build_request(options)
         assert (got.method, got.url, got.extensions) == (want.method, want.url, want.extensions)
         assert sorted(got.headers.raw) == sorted(want.headers.raw)
-        assert got.read() == want.read() == json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        assert (
+            got.read() == want.read() == json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        )
     assert len(lean._kept) == 1
-    extra = FinalRequestOptions.construct(method="post", url="/chat/completions", json_data={"a": 1},
-                                          headers={"x-extra": "1"})
+    extra = FinalRequestOptions.construct(
+        method="post", url="/chat/completions", json_data={"a": 1}, headers={"x-extra": "1"}
+    )
     assert lean._build_request(extra).headers["x-extra"] == "1" and len(lean._kept) == 1  # built by openai

@@ -27,11 +27,24 @@ def varied(request: dict) -> str:
 
 def qd_run(base_url: str, run_dir, *overrides: str) -> list[str]:
     return [
-        sys.executable, "-m", "qd.run", "experiment=function_fit", "llm.provider=server",
-        f"llm.base_url={base_url}", "llm.models=[{name: scripted}]", "llm.api_key_env=null",
-        "llm.backoff_s=0.01", "llm.backoff_max_s=0.02", "llm.timeout_s=0.5", "runner.progress=false",
-        "runner.in_flight=2", "operators.mix=[{name: rewrite}]", "sandbox.wall_s=2", "sandbox.cpu_s=2",
-        f"hydra.run.dir={run_dir}", *overrides,
+        sys.executable,
+        "-m",
+        "qd.run",
+        "experiment=function_fit",
+        "llm.provider=server",
+        f"llm.base_url={base_url}",
+        "llm.models=[{name: scripted}]",
+        "llm.api_key_env=null",
+        "llm.backoff_s=0.01",
+        "llm.backoff_max_s=0.02",
+        "llm.timeout_s=0.5",
+        "runner.progress=false",
+        "runner.in_flight=2",
+        "operators.mix=[{name: rewrite}]",
+        "sandbox.wall_s=2",
+        "sandbox.cpu_s=2",
+        f"hydra.run.dir={run_dir}",
+        *overrides,
     ]
 
 
@@ -51,8 +64,12 @@ def llm_line(stdout: str) -> dict:
 def test_a_flaky_server_is_ridden_out_to_the_call_budget(tmp_path, scripted_llm):
     server = scripted_llm([Rule("", varied, rotation=FLAKY)])
     # 3 retries: 4 attempts, so a call that starts at the top of the rotation fails for good
-    proc = subprocess.run(qd_run(server.base_url, tmp_path, "runner.max_llm_calls=6", "llm.max_retries=3"),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        qd_run(server.base_url, tmp_path, "runner.max_llm_calls=6", "llm.max_retries=3"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ledger = llm_line(proc.stdout)
     children = [r for r in rows(tmp_path) if r[0] == "rewrite"]
@@ -68,8 +85,12 @@ def test_a_flaky_server_is_ridden_out_to_the_call_budget(tmp_path, scripted_llm)
 
 def test_a_server_gone_for_good_stops_the_run_after_give_up_after_s(tmp_path, scripted_llm):
     server = scripted_llm([Rule("", varied)], latency_s=0.05)
-    proc = subprocess.Popen(qd_run(server.base_url, tmp_path, "runner.max_llm_calls=1000", "llm.give_up_after_s=2"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        qd_run(server.base_url, tmp_path, "runner.max_llm_calls=1000", "llm.give_up_after_s=2"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         if sum(r[1] is not None for r in rows(tmp_path)) >= 2:
@@ -92,8 +113,12 @@ def test_a_server_gone_for_good_stops_the_run_after_give_up_after_s(tmp_path, sc
 def test_a_refused_key_stops_the_run_at_once(tmp_path, scripted_llm):
     server = scripted_llm([Rule("", fault="401")])
     started = time.monotonic()
-    proc = subprocess.run(qd_run(server.base_url, tmp_path, "runner.max_llm_calls=100"),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        qd_run(server.base_url, tmp_path, "runner.max_llm_calls=100"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("qd-run: stopped: llm: ") and "refused the API key (HTTP 401" in last, last

@@ -7,10 +7,10 @@ with malformed answers, dead servers, budgets, and cache replay.
 import json
 
 import pytest
-
 from helpers import run_config, stored
-from qd.plan import compose
 from scripted_llm import Rule
+
+from qd.plan import compose
 
 PERFECT = "```python\ndef f(x):\n    return x * x + 0.5 * x + 2.0\n```"
 CLOSE = "Try this:\n```python\ndef f(x):\n    return x * x - x\n```"
@@ -26,18 +26,26 @@ def by_seed(request: dict) -> str:
 
 
 def config(base_url: str, *overrides: str):
-    return compose([
-        "experiment=function_fit", "llm.provider=server", f"llm.base_url={base_url}",
-        "llm.models=[{name: scripted, price_in: 1.0, price_out: 2.0}]", "llm.api_key_env=null",
-        "llm.backoff_s=0.01", "llm.backoff_max_s=0.02", "llm.timeout_s=5",
-        "runner.progress=false", "runner.max_llm_calls=24", "runner.in_flight=4",
-        "runner.workers=2", "sandbox.wall_s=1", "sandbox.cpu_s=2",  # an endless loop always hits the wall clock first
-        "operators.mix=[{name: rewrite}]", *overrides,
-    ])
-
-
-
-
+    return compose(
+        [
+            "experiment=function_fit",
+            "llm.provider=server",
+            f"llm.base_url={base_url}",
+            "llm.models=[{name: scripted, price_in: 1.0, price_out: 2.0}]",
+            "llm.api_key_env=null",
+            "llm.backoff_s=0.01",
+            "llm.backoff_max_s=0.02",
+            "llm.timeout_s=5",
+            "runner.progress=false",
+            "runner.max_llm_calls=24",
+            "runner.in_flight=4",
+            "runner.workers=2",
+            "sandbox.wall_s=1",
+            "sandbox.cpu_s=2",  # an endless loop always hits the wall clock first
+            "operators.mix=[{name: rewrite}]",
+            *overrides,
+        ]
+    )
 
 
 def test_llm_children_are_evaluated_in_the_sandbox_and_malformed_ones_stored(tmp_path, scripted_llm):
@@ -78,16 +86,32 @@ def test_rerun_with_the_cache_replays_the_run_exactly_without_the_server(tmp_pat
     run_config(config(server.base_url, f"llm.cache_dir={cache}", "llm.max_retries=0"), tmp_path / "b")
 
     def fingerprint(path):
-        return [(c.text, c.operator, list(c.parent_ids), c.fitness, c.valid, c.error, c.tokens_in,
-                 c.cost, c.island) for c in stored(path)]
+        return [
+            (
+                c.text,
+                c.operator,
+                list(c.parent_ids),
+                c.fitness,
+                c.valid,
+                c.error,
+                c.tokens_in,
+                c.cost,
+                c.island,
+            )
+            for c in stored(path)
+        ]
 
     assert fingerprint(tmp_path / "a") == fingerprint(tmp_path / "b")
 
 
-@pytest.mark.parametrize("budget, field", [("runner.max_tokens=3000", "tokens"), ("runner.max_cost=0.002", "cost")])
+@pytest.mark.parametrize(
+    "budget, field", [("runner.max_tokens=3000", "tokens"), ("runner.max_cost=0.002", "cost")]
+)
 def test_token_and_cost_budgets_stop_the_run(tmp_path, scripted_llm, budget, field):
     server = scripted_llm([Rule("", PERFECT)])
-    summary = run_config(config(server.base_url, budget, "runner.max_llm_calls=500", "runner.in_flight=1"), tmp_path)
+    summary = run_config(
+        config(server.base_url, budget, "runner.max_llm_calls=500", "runner.in_flight=1"), tmp_path
+    )
     ledger = summary["llm"]
     assert 0 < ledger["calls"] < 500
     if field == "tokens":
@@ -109,11 +133,18 @@ def test_real_llama_server_produces_valid_children_that_fill_new_cells(tmp_path,
     a child beat it in 2 of 6. So neither is asserted; fitness progress is left to the scripted-server
     tests and the benchmarks.
     """
-    cfg = compose([
-        "experiment=function_fit", "llm.provider=server", f"llm.base_url={llama_server.base_url}",
-        f"llm.models=[{{name: {llama_server.model}}}]", "llm.api_key_env=null",
-        "runner.progress=false", "runner.max_llm_calls=40", "runner.in_flight=2",
-    ])
+    cfg = compose(
+        [
+            "experiment=function_fit",
+            "llm.provider=server",
+            f"llm.base_url={llama_server.base_url}",
+            f"llm.models=[{{name: {llama_server.model}}}]",
+            "llm.api_key_env=null",
+            "runner.progress=false",
+            "runner.max_llm_calls=40",
+            "runner.in_flight=2",
+        ]
+    )
     summary = run_config(cfg, tmp_path)
     rows = stored(tmp_path)
     seeds = [c for c in rows if c.operator == "init"]
@@ -153,8 +184,12 @@ def test_resume_continues_the_ledger_and_the_llm_budget(tmp_path, scripted_llm):
 
 def test_wide_in_flight_seeds_only_the_initial_population(tmp_path, scripted_llm):
     server = scripted_llm([Rule("", by_seed)])
-    run_config(config(server.base_url, "runner.in_flight=32", "runner.initial_population=3",
-               "runner.max_llm_calls=40"), tmp_path)
+    run_config(
+        config(
+            server.base_url, "runner.in_flight=32", "runner.initial_population=3", "runner.max_llm_calls=40"
+        ),
+        tmp_path,
+    )
     rows = stored(tmp_path)
     assert sum(c.operator == "init" for c in rows) == 3
     assert sum(c.model is not None for c in rows) == 40
@@ -166,12 +201,17 @@ def test_a_wave_of_proposals_is_one_store_transaction_and_one_insert(tmp_path, s
 
     adds, inserts = [], []
     add, insert = Store.add, loop.archive.insert
-    monkeypatch.setattr(Store, "add", lambda self, cands, calls=(): adds.append(len(cands)) or add(self, cands, calls))
+    monkeypatch.setattr(
+        Store, "add", lambda self, cands, calls=(): adds.append(len(cands)) or add(self, cands, calls)
+    )
     monkeypatch.setattr(loop.archive, "insert", lambda *a, **k: inserts.append(1) or insert(*a, **k))
     server = scripted_llm([Rule("", by_seed)])
     run_config(config(server.base_url, "runner.in_flight=8", "runner.max_llm_calls=32"), tmp_path)
-    commits = [e for e in map(json.loads, (tmp_path / "events.jsonl").read_text().splitlines())
-               if e["event"] == "commit"]
+    commits = [
+        e
+        for e in map(json.loads, (tmp_path / "events.jsonl").read_text().splitlines())
+        if e["event"] == "commit"
+    ]
     assert len(commits) == len(stored(tmp_path))  # batch 1: a line per proposal
     assert max(e["wave"] for e in commits) == 4  # waves of in_flight / 2
     assert len(adds) == len(inserts) == round(sum(1 / e["wave"] for e in commits)) < len(commits)
@@ -190,13 +230,23 @@ def test_parents_are_drawn_per_wave_never_per_proposal(tmp_path, scripted_llm, m
     calls = {"wave": 0, "wave_uniform": 0}
     for name in calls:
         real = getattr(select, name)
-        monkeypatch.setattr(select, name, lambda *a, real=real, name=name, **k: calls.__setitem__(
-            name, calls[name] + 1) or real(*a, **k))
+        monkeypatch.setattr(
+            select,
+            name,
+            lambda *a, real=real, name=name, **k: calls.__setitem__(name, calls[name] + 1) or real(*a, **k),
+        )
     monkeypatch.setattr(select, "parents", per_proposal)
     monkeypatch.setattr(select, "inspirations", per_proposal)
     server = scripted_llm([Rule("", by_seed)])
-    run_config(config(server.base_url, "runner.in_flight=8", f"select.parents={rule}",
-                      "operators.mix=[{name: inspiration}]"), tmp_path)
+    run_config(
+        config(
+            server.base_url,
+            "runner.in_flight=8",
+            f"select.parents={rule}",
+            "operators.mix=[{name: inspiration}]",
+        ),
+        tmp_path,
+    )
     children = sum(c.model is not None for c in stored(tmp_path))
     used, unused = ("wave", "wave_uniform") if rule == "fitness" else ("wave_uniform", "wave")
     assert children == 24 and 0 < calls[used] <= children / 2 and calls[unused] == 0

@@ -17,8 +17,15 @@ pytestmark = pytest.mark.slow
 
 def ask(server: EmbeddedServer, prompt: str, max_tokens: int) -> Completion:
     """One greedy call (temperature 0, fixed seed) so the answer is the same on every run."""
-    settings = LLMSettings(base_url=server.base_url, models=(ModelSpec(server.model),), temperature=0.0,
-                           max_tokens=max_tokens, seed=0, timeout_s=120.0, max_retries=1)
+    settings = LLMSettings(
+        base_url=server.base_url,
+        models=(ModelSpec(server.model),),
+        temperature=0.0,
+        max_tokens=max_tokens,
+        seed=0,
+        timeout_s=120.0,
+        max_retries=1,
+    )
 
     async def main() -> Completion:
         client = LLMClient(settings)
@@ -38,8 +45,11 @@ def test_answers_a_tiny_prompt(llama_server):
 
 
 def test_returns_a_python_code_block(llama_server):
-    c = ask(llama_server, "Write a Python function add(a, b) that returns a + b. Reply with a ```python code block.",
-            max_tokens=96)
+    c = ask(
+        llama_server,
+        "Write a Python function add(a, b) that returns a + b. Reply with a ```python code block.",
+        max_tokens=96,
+    )
     assert re.search(r"```python\s*\n.*def ", c.text, re.S), c.text
 
 

@@ -5,8 +5,8 @@ import threading
 
 import numpy as np
 import pytest
-
 from helpers import small_config
+
 from qd import archive, checkpoint
 from qd.errors import CheckpointError
 from qd.run import build_engine
@@ -29,8 +29,13 @@ def assert_archive_matches_store(path, cfg):
         assert counters["last_id"] == store.last_id()
     spec = archive.GridSpec(tuple(cfg.archive.bins), tuple(cfg.archive.lower), tuple(cfg.archive.upper))
     rebuilt = archive.rebuild(
-        spec, cfg.islands.count, offers["island"], offers["descriptor"], offers["fitness"],
-        offers["id"], offers["valid"],
+        spec,
+        cfg.islands.count,
+        offers["island"],
+        offers["descriptor"],
+        offers["fitness"],
+        offers["id"],
+        offers["valid"],
     )
     for field in ("fitness", "genome_id", "descriptor", "threshold"):
         np.testing.assert_array_equal(np.asarray(getattr(state, field)), np.asarray(getattr(rebuilt, field)))
@@ -55,7 +60,9 @@ def test_run_spends_exactly_the_evaluation_budget_and_improves(tmp_path):
     assert events[0]["evaluations"] == 32
     assert last["qd_score"] >= 3.0 * first["qd_score"] > 0, (first, last)
     assert last["max_fitness"] >= first["max_fitness"] + 2.0, (first, last)
-    assert {"coverage", "qd_score", "norm_qd_score", "max_fitness", "mean_fitness"} <= set(events[-1]["global"])
+    assert {"coverage", "qd_score", "norm_qd_score", "max_fitness", "mean_fitness"} <= set(
+        events[-1]["global"]
+    )
     assert_archive_matches_store(tmp_path, cfg)
 
 
@@ -92,8 +99,15 @@ def test_rows_stored_after_the_checkpoint_are_replayed(tmp_path):
         early = store.placements()
     keep = early["id"] <= 100
     spec = archive.GridSpec((20, 20), (-26, -26), (26, 26))
-    partial, _ = archive.insert(spec, fresh, early["island"][keep], early["descriptor"][keep],
-                                early["fitness"][keep], early["id"][keep], early["valid"][keep])
+    partial, _ = archive.insert(
+        spec,
+        fresh,
+        early["island"][keep],
+        early["descriptor"][keep],
+        early["fitness"][keep],
+        early["id"][keep],
+        early["valid"][keep],
+    )
     checkpoint.save(tmp_path / "checkpoints", partial, key, counters)
     engine = build_engine(cfg, tmp_path)  # replays rows 101..319 on start
     try:
@@ -149,5 +163,10 @@ def test_checkpoint_from_another_config_is_refused(tmp_path):
 
 def test_pool_evaluator_gives_the_same_results(tmp_path):
     _, inproc = run(small_config("runner.max_evaluations=128", "runner.in_flight=1"), tmp_path / "a")
-    _, pooled = run(small_config("runner.max_evaluations=128", "runner.in_flight=1", "runner.evaluator=pool", "runner.workers=2"), tmp_path / "b")
+    _, pooled = run(
+        small_config(
+            "runner.max_evaluations=128", "runner.in_flight=1", "runner.evaluator=pool", "runner.workers=2"
+        ),
+        tmp_path / "b",
+    )
     assert pooled["global"] == inproc["global"]

@@ -12,14 +12,14 @@ import json
 
 import numpy as np
 import pytest
+from helpers import run_engine, text_engine
+from scripted_llm import Rule
 
 from descriptors.base import Described, pending
 from qd import archive
-from helpers import run_engine, text_engine
 from qd.plan import compose, plan
 from qd.run import build_engine
 from qd.store import Store
-from scripted_llm import Rule
 
 
 def varied(request: dict) -> str:
@@ -59,15 +59,24 @@ class LengthDescriptor:
 
 
 def config(base_url: str, *overrides: str):
-    return compose([
-        "experiment=function_fit", "llm.provider=server", f"llm.base_url={base_url}",
-        "llm.models=[{name: scripted}]", "llm.api_key_env=null", "llm.timeout_s=5",
-        "runner.progress=false", "runner.max_llm_calls=24", "runner.in_flight=4",
-        "runner.workers=2", "runner.initial_population=6", "sandbox.wall_s=2",
-        "operators.mix=[{name: rewrite}]", *overrides,
-    ])
-
-
+    return compose(
+        [
+            "experiment=function_fit",
+            "llm.provider=server",
+            f"llm.base_url={base_url}",
+            "llm.models=[{name: scripted}]",
+            "llm.api_key_env=null",
+            "llm.timeout_s=5",
+            "runner.progress=false",
+            "runner.max_llm_calls=24",
+            "runner.in_flight=4",
+            "runner.workers=2",
+            "runner.initial_population=6",
+            "sandbox.wall_s=2",
+            "operators.mix=[{name: rewrite}]",
+            *overrides,
+        ]
+    )
 
 
 def redescribed_rebuild(path, describer):
@@ -75,9 +84,18 @@ def redescribed_rebuild(path, describer):
     with Store(path / "store.sqlite", readonly=True) as store:
         offers = store.placements(-1, 1)
         texts = {c.id: c.text for c in store.iter()}
-    values = np.asarray([[min(len(texts[int(i)] or "") / describer.scale, 1.0)] for i in offers["id"]], np.float32)
-    return archive.rebuild(archive.GridSpec((8,), (0.0,), (1.0,)), 1, offers["island"], values,
-                           offers["fitness"], offers["id"], offers["valid"])
+    values = np.asarray(
+        [[min(len(texts[int(i)] or "") / describer.scale, 1.0)] for i in offers["id"]], np.float32
+    )
+    return archive.rebuild(
+        archive.GridSpec((8,), (0.0,), (1.0,)),
+        1,
+        offers["island"],
+        values,
+        offers["fitness"],
+        offers["id"],
+        offers["valid"],
+    )
 
 
 def test_refits_reinsert_every_stored_candidate_and_resume_keeps_the_fit(tmp_path, scripted_llm):
@@ -86,8 +104,11 @@ def test_refits_reinsert_every_stored_candidate_and_resume_keeps_the_fit(tmp_pat
     with contextlib.ExitStack() as stack:
         summary = run_engine(text_engine(config(server.base_url), tmp_path, describer, stack))
     assert summary["descriptor"] == {"name": "length", "dim": 1, "fits": 2}
-    refits = [e for e in map(json.loads, (tmp_path / "events.jsonl").read_text().splitlines())
-              if e.get("event") == "refit"]
+    refits = [
+        e
+        for e in map(json.loads, (tmp_path / "events.jsonl").read_text().splitlines())
+        if e.get("event") == "refit"
+    ]
     assert [e["fits"] for e in refits] == [1, 2]
     # Each refit placed every valid candidate stored at that time: none lost.
     assert [e["placed"] for e in refits] == [e["candidates"] for e in refits] == describer.fit_sizes
@@ -98,7 +119,9 @@ def test_refits_reinsert_every_stored_candidate_and_resume_keeps_the_fit(tmp_pat
     assert np.isnan(valid[0].descriptor).all()
     # After the last fit every commit (even children described before it) used the final fit.
     late = [c for c in valid if c.id > valid[describer.fit_sizes[-1] - 1].id]
-    assert late and all(c.descriptor[0] == pytest.approx(min(len(c.text) / describer.scale, 1.0)) for c in late)
+    assert late and all(
+        c.descriptor[0] == pytest.approx(min(len(c.text) / describer.scale, 1.0)) for c in late
+    )
     from qd import checkpoint
 
     state, _, counters = checkpoint.load(tmp_path / "checkpoints")
@@ -117,7 +140,9 @@ def test_refits_reinsert_every_stored_candidate_and_resume_keeps_the_fit(tmp_pat
 
 def test_code_metrics_descriptor_from_the_command_line_config(tmp_path, scripted_llm):
     server = scripted_llm([Rule("", varied)])
-    engine = build_engine(config(server.base_url, "descriptor=code_metrics", "runner.max_llm_calls=8"), tmp_path)
+    engine = build_engine(
+        config(server.base_url, "descriptor=code_metrics", "runner.max_llm_calls=8"), tmp_path
+    )
     summary = run_engine(engine)
     assert summary["descriptor"]["name"] == "code_metrics"
     from descriptors.code_metrics import code_metrics
@@ -129,13 +154,19 @@ def test_code_metrics_descriptor_from_the_command_line_config(tmp_path, scripted
                 assert list(c.descriptor) == [m["nodes"], m["constants"]]
 
 
-@pytest.mark.parametrize("overrides, field", [
-    (["descriptor=code_metrics", "descriptor.parts=[{kind: colour}]"], "descriptor.parts[0].kind"),
-    (["descriptor=code_metrics", "descriptor.parts.0.metrics=[speed, nodes]"], "descriptor.parts[0].metrics"),
-    (["descriptor=code_metrics", "descriptor.parts.0.bins=[3]"], "descriptor.parts[0].bins"),
-    (["descriptor=embedding_space"], "archive.kind"),
-    (["descriptor=ai_feedback", "descriptor.parts.0.axes=[]"], "descriptor.parts[0].axes"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (["descriptor=code_metrics", "descriptor.parts=[{kind: colour}]"], "descriptor.parts[0].kind"),
+        (
+            ["descriptor=code_metrics", "descriptor.parts.0.metrics=[speed, nodes]"],
+            "descriptor.parts[0].metrics",
+        ),
+        (["descriptor=code_metrics", "descriptor.parts.0.bins=[3]"], "descriptor.parts[0].bins"),
+        (["descriptor=embedding_space"], "archive.kind"),
+        (["descriptor=ai_feedback", "descriptor.parts.0.axes=[]"], "descriptor.parts[0].axes"),
+    ],
+)
 def test_bad_descriptor_config_names_the_field(overrides, field):
     from qd.contract import ConfigError
 

@@ -26,13 +26,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 # --- /proc ------------------------------------------------------------------
 
+
 def stat(pid: int) -> tuple[str, int, int] | None:
     """(state, parent pid, start time) of ``pid``, or None if it is gone."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
-    fields = raw[raw.rindex(b")") + 2:].split()
+    fields = raw[raw.rindex(b")") + 2 :].split()
     return fields[0].decode(), int(fields[1]), int(fields[19])
 
 
@@ -183,12 +184,15 @@ def test_pool_workers_resource_tracker_and_sandbox_die_with_a_sigkilled_parent()
 
 # --- the recorded server ---------------------------------------------------
 
+
 def start_process(tag: str) -> subprocess.Popen:
     return subprocess.Popen(python("import time; time.sleep(60)") + ["--tag", tag], start_new_session=True)
 
 
 def record(path: Path, pid: int, cmd: list[str], start: int | None = None) -> None:
-    path.write_text(json.dumps({"pid": pid, "start": stat(pid)[2] if start is None else start, "cmdline": cmd}))
+    path.write_text(
+        json.dumps({"pid": pid, "start": stat(pid)[2] if start is None else start, "cmdline": cmd})
+    )
 
 
 def wait_started(proc: subprocess.Popen, cmd: list[str]) -> None:
@@ -261,8 +265,18 @@ def test_sigkilled_qd_run_leaves_no_process_and_resumes(tmp_path):
     qd_run = [sys.executable, "-m", "qd.run"]
     log = open(tmp_path / "first.log", "wb")
     first = subprocess.Popen(
-        [*qd_run, "experiment=function_fit", f"runner.max_llm_calls={CALLS}", "runner.progress=false",
-         f"hydra.run.dir={run_dir}", *FAST], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        [
+            *qd_run,
+            "experiment=function_fit",
+            f"runner.max_llm_calls={CALLS}",
+            "runner.progress=false",
+            f"hydra.run.dir={run_dir}",
+            *FAST,
+        ],
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         wait_for("2 answered calls", lambda: answered(store) >= 2, first, 180)
         kids = descendants(first.pid)
@@ -275,12 +289,17 @@ def test_sigkilled_qd_run_leaves_no_process_and_resumes(tmp_path):
     assert wait_gone(kids, 15) == {}, (tmp_path / "first.log").read_text()[-3000:]
     assert (run_dir / "llm_server.json").exists()  # the dead server's record, for resume to check
 
-    done = subprocess.run([*qd_run, f"resume={run_dir}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*qd_run, f"resume={run_dir}"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     llm = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("llm="))[4:])
     assert llm["calls"] == CALLS, done.stdout
     assert answered(store) == CALLS
     assert not (run_dir / "llm_server.json").exists()  # stopped cleanly, the record went with it
-    survivors = {pid: cmdline(pid) for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
-                 if str(run_dir) in cmdline(pid) and pid != os.getpid()}
+    survivors = {
+        pid: cmdline(pid)
+        for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+        if str(run_dir) in cmdline(pid) and pid != os.getpid()
+    }
     assert survivors == {}

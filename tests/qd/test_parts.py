@@ -29,7 +29,9 @@ def _calls(n: int, tokens: int = 0) -> Ledger:
 
 
 def test_spending_sizes_proposals_to_what_evaluations_and_calls_leave():
-    s = Spending(Budget(max_evaluations=10, max_llm_calls=7), evaluations=2, spent=_calls(1), calls_per_child=2)
+    s = Spending(
+        Budget(max_evaluations=10, max_llm_calls=7), evaluations=2, spent=_calls(1), calls_per_child=2
+    )
     assert s.size(64) == 3  # (7 - 1) calls // 2 per child
     s.reserve(3)
     assert s.size(64) == 0 and s.calls_left() == 0
@@ -58,18 +60,26 @@ def test_spending_exhausted_by_time_tokens_or_cost():
 def test_run_state_saves_and_loads_as_the_checkpoint(tmp_path):
     bandits = (scheduler.make_bandit("ucb1", 3),)
     fresh = run_state.init(SPEC, 2, bandits, 3, seed=7, threshold_min=-math.inf)
-    a, _ = archive.insert(SPEC, fresh.archive, np.asarray([0, 1], np.int32),
-                          np.asarray([[0.1, 0.1], [0.9, 0.9]], np.float32), np.asarray([1.0, 2.0], np.float32),
-                          np.asarray([0, 1]))
+    a, _ = archive.insert(
+        SPEC,
+        fresh.archive,
+        np.asarray([0, 1], np.int32),
+        np.asarray([[0.1, 0.1], [0.9, 0.9]], np.float32),
+        np.asarray([1.0, 2.0], np.float32),
+        np.asarray([0, 1]),
+    )
     b = bandits[0].update(fresh.bandits[0], 1, 2.0, 1.0)
-    state = fresh._replace(archive=a, bandits=(b,), meta={"members": [1]},
-                           describer={"w": np.ones(3, np.float32)}).count(batches=4, last_id=1, fits=1)
+    state = fresh._replace(
+        archive=a, bandits=(b,), meta={"members": [1]}, describer={"w": np.ones(3, np.float32)}
+    ).count(batches=4, last_id=1, fits=1)
     run_state.save(tmp_path, state)
     back = run_state.load(tmp_path, fresh)
     assert back.counters == state.counters and back.meta == {"members": [1]}
     np.testing.assert_array_equal(back.describer["w"], np.ones(3))
-    for x, y in zip(jax.tree_util.tree_leaves((back.archive, back.bandits, back.islands, back.curiosity)),
-                    jax.tree_util.tree_leaves((state.archive, state.bandits, state.islands, state.curiosity))):
+    for x, y in zip(
+        jax.tree_util.tree_leaves((back.archive, back.bandits, back.islands, back.curiosity)),
+        jax.tree_util.tree_leaves((state.archive, state.bandits, state.islands, state.curiosity)),
+    ):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     np.testing.assert_array_equal(jax.random.key_data(back.key), jax.random.key_data(state.key))
     assert run_state.load(tmp_path / "none", fresh) is None
@@ -110,16 +120,28 @@ def test_a_proposal_reads_the_archive_when_it_starts_not_when_it_runs():
 
     state = archive.init(SPEC, 1)
     elites = EliteTable(state.fitness.shape, genome_dim=2)
-    state, result = archive.insert(SPEC, state, np.zeros(1, np.int32), np.asarray([[0.1, 0.1]], np.float32),
-                                   np.asarray([1.0], np.float32), np.asarray([5]))
+    state, result = archive.insert(
+        SPEC,
+        state,
+        np.zeros(1, np.int32),
+        np.asarray([[0.1, 0.1]], np.float32),
+        np.asarray([1.0], np.float32),
+        np.asarray([5]),
+    )
     elites.table[0, int(result.cell[0])] = [3.0, 4.0]
     view = ArchiveView(state, select.curiosity_init(1, SPEC.num_cells), elites, Selection())
     arms, bandits = [Arm(Copy())], (scheduler.make_bandit("fixed", 1),)
     run = run_state.init(SPEC, 1, bandits, 1, 0, -math.inf)
     ticket = Wave(run, 2, view, SearchStep(Strategy(), arms, bandits, 1, 1.0, 0.0), 4).ticket(0, 0, 4, False)
     work = VectorProposer(None, arms, evaluate).start(ticket, view)
-    archive.insert(SPEC, state, np.zeros(1, np.int32), np.asarray([[0.9, 0.9]], np.float32),  # donates
-                   np.asarray([9.0], np.float32), np.asarray([6]))
+    archive.insert(
+        SPEC,
+        state,
+        np.zeros(1, np.int32),
+        np.asarray([[0.9, 0.9]], np.float32),  # donates
+        np.asarray([9.0], np.float32),
+        np.asarray([6]),
+    )
     elites.table[:] = -1.0
     proposal = asyncio.run(work)
     assert [list(c.parent_ids) for c in proposal.candidates] == [[5]] * 4
@@ -158,8 +180,16 @@ def test_report_running_sums_equal_a_full_recomputation(seed, threshold_min):
         n = int(rng.integers(1, 12))
         island = rng.integers(0, 3, n).astype(np.int32)
         fitness = rng.normal(size=n).astype(np.float32)
-        state, result = archive.insert(spec, state, island, rng.random((n, 2)).astype(np.float32), fitness,
-                                       np.arange(n) + 100 * step, rng.random(n) > 0.2, 0.5)
+        state, result = archive.insert(
+            spec,
+            state,
+            island,
+            rng.random((n, 2)).astype(np.float32),
+            fitness,
+            np.arange(n) + 100 * step,
+            rng.random(n) > 0.2,
+            0.5,
+        )
         running.inserted(state, island, fitness, result)
         full.inserted(state, island, fitness, result)  # not a cell report: reads the archive
         for got, want in ((running.stats, full.stats), (running.union_stats, full.union_stats)):
@@ -176,4 +206,7 @@ def test_events_of_a_wave_are_one_write_with_the_shared_fields_once(tmp_path):
     log.close()
     assert len(writes) == 1 and [e["step"] for e in out] == [1, 2]
     read = events.read(tmp_path / "events.jsonl")
-    assert [(e["step"], e["global"]["qd_score"], e["event"]) for e in read] == [(1, 1.5, "commit"), (2, 1.5, "commit")]
+    assert [(e["step"], e["global"]["qd_score"], e["event"]) for e in read] == [
+        (1, 1.5, "commit"),
+        (2, 1.5, "commit"),
+    ]

@@ -14,18 +14,35 @@ from qd.contract import ConfigError
 from qd.paths import conf_dir
 from qd.plan import Plan, compose, plan
 
-TEXT = ["experiment=function_fit", "llm.provider=server", "llm.base_url=http://127.0.0.1:9", "llm.api_key_env=null"]
+TEXT = [
+    "experiment=function_fit",
+    "llm.provider=server",
+    "llm.base_url=http://127.0.0.1:9",
+    "llm.api_key_env=null",
+]
 # In-process runs: hydra must not reconfigure logging (its dictConfig closes every handler, pytest's too).
 QUIET = ["hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
-SPHERE = ["experiment=sphere", "experiment.params.dim=4", "archive.bins=[8,8]", "archive.lower=[-26,-26]",
-          "archive.upper=[26,26]", "runner.batch_size=16", "runner.max_evaluations=32", "runner.progress=false"]
+SPHERE = [
+    "experiment=sphere",
+    "experiment.params.dim=4",
+    "archive.bins=[8,8]",
+    "archive.lower=[-26,-26]",
+    "archive.upper=[26,26]",
+    "runner.batch_size=16",
+    "runner.max_evaluations=32",
+    "runner.progress=false",
+]
 
 
 def test_config_error_under_builds_the_field_path():
     err = ConfigError("bins", "has 3 entries for 2 axes", "give 2")
     placed = err.under("descriptor.parts[1]")
     assert isinstance(placed, ValueError)
-    assert (placed.field, placed.problem, placed.fix) == ("descriptor.parts[1].bins", "has 3 entries for 2 axes", "give 2")
+    assert (placed.field, placed.problem, placed.fix) == (
+        "descriptor.parts[1].bins",
+        "has 3 entries for 2 axes",
+        "give 2",
+    )
     assert str(placed) == "descriptor.parts[1].bins: has 3 entries for 2 axes (give 2)"
     assert err.under("").field == "bins" and err.field == "bins"  # a new error; the original is unchanged
     assert ConfigError("k", "must be >= 1").under("archive").under("x").field == "x.archive.k"
@@ -104,12 +121,19 @@ def test_validation_constructs_no_runtime_object(monkeypatch):
     import qd.sandbox
     import qd.search.gate
 
-    for owner, attr in [(qd.search.gate.NoveltyGate, "__init__"), (operators.meta.InstructionPool, "__init__"),
-                        (operators.llm.LLMOperator, "__init__"), (operators.llm, "make_llm_operator"),
-                        (operators, "make_llm_operator"), (operators.base, "make_numeric_operator"),
-                        (operators, "make_numeric_operator"), (qd.llm.LLMClient, "__init__"),
-                        (qd.llm.server.EmbeddedServer, "__init__"), (qd.sandbox.Sandbox, "__init__"),
-                        (descriptors.embedding.Encoder, "__init__")]:
+    for owner, attr in [
+        (qd.search.gate.NoveltyGate, "__init__"),
+        (operators.meta.InstructionPool, "__init__"),
+        (operators.llm.LLMOperator, "__init__"),
+        (operators.llm, "make_llm_operator"),
+        (operators, "make_llm_operator"),
+        (operators.base, "make_numeric_operator"),
+        (operators, "make_numeric_operator"),
+        (qd.llm.LLMClient, "__init__"),
+        (qd.llm.server.EmbeddedServer, "__init__"),
+        (qd.sandbox.Sandbox, "__init__"),
+        (descriptors.embedding.Encoder, "__init__"),
+    ]:
         monkeypatch.setattr(owner, attr, _refuse(f"{getattr(owner, '__name__', owner)}.{attr}"))
     cfg = compose([*TEXT, "meta=evolve", "gate=embedding", "operators=llm", "scheduler=ucb1"])
     p = plan(cfg)
@@ -128,16 +152,20 @@ def test_every_switchable_group_is_switched_by_enabled(group):
     options = {p.stem: yaml.safe_load(p.read_text()) for p in sorted((conf_dir() / group).glob("*.yaml"))}
     off = "task" if group == "descriptor" else "none"  # descriptor=task: the task's own descriptors
     assert options[off]["enabled"] is False
-    assert {name: o.get("enabled") for name, o in options.items() if name != off} == \
-        {name: True for name in options if name != off}
+    assert {name: o.get("enabled") for name, o in options.items() if name != off} == {
+        name: True for name in options if name != off
+    }
 
 
-@pytest.mark.parametrize("on, field", [
-    ([*TEXT, "descriptor=code_metrics"], "describer"),
-    ([*TEXT, "meta=evolve"], "meta"),
-    ([*TEXT, "gate=embedding"], "gate"),
-    (["experiment=skills", "cycle=skills"], "cycle"),
-])
+@pytest.mark.parametrize(
+    "on, field",
+    [
+        ([*TEXT, "descriptor=code_metrics"], "describer"),
+        ([*TEXT, "meta=evolve"], "meta"),
+        ([*TEXT, "gate=embedding"], "gate"),
+        (["experiment=skills", "cycle=skills"], "cycle"),
+    ],
+)
 def test_enabled_false_turns_a_group_off_whatever_else_it_sets(on, field):
     group = on[-1].split("=")[0]
 
@@ -150,12 +178,19 @@ def test_enabled_false_turns_a_group_off_whatever_else_it_sets(on, field):
     assert off.geometry.source == "archive"  # the task's own descriptors, on the archive's grid
 
 
-@pytest.mark.parametrize("overrides, line", [
-    (["experiment=skills", "cycle.enabled=true"],
-     "cycle.metrics: is empty (name the metrics to cycle, or use cycle=none)"),
-    ([*TEXT, "descriptor.enabled=true"],
-     "descriptor.parts: is empty (name the parts (e.g. descriptor=embedding), or use descriptor=task)"),
-])
+@pytest.mark.parametrize(
+    "overrides, line",
+    [
+        (
+            ["experiment=skills", "cycle.enabled=true"],
+            "cycle.metrics: is empty (name the metrics to cycle, or use cycle=none)",
+        ),
+        (
+            [*TEXT, "descriptor.enabled=true"],
+            "descriptor.parts: is empty (name the parts (e.g. descriptor=embedding), or use descriptor=task)",
+        ),
+    ],
+)
 def test_an_enabled_but_empty_group_is_a_one_line_error(overrides, line):
     with pytest.raises(ConfigError) as err:
         plan(compose(overrides))
@@ -167,7 +202,9 @@ def test_scheduler_fixed_is_a_rule_not_an_off_switch():
 
     assert "enabled" not in SchedulerConf.__dataclass_fields__
     p = plan(compose(["experiment=sphere", "operators=mixed"]))
-    assert p.strategy.rule == "fixed" and [a.weight for a in p.strategy.arms] == [o.weight for o in p.operators]
+    assert p.strategy.rule == "fixed" and [a.weight for a in p.strategy.arms] == [
+        o.weight for o in p.operators
+    ]
 
 
 @pytest.fixture
@@ -175,35 +212,63 @@ def no_run(monkeypatch):
     """qd-run's checks only: a config that passed them would start a run, which fails the test."""
     import hydra
 
-    monkeypatch.setattr(hydra, "main", lambda **_: lambda task: lambda: pytest.fail("the config passed the checks"))
+    monkeypatch.setattr(
+        hydra, "main", lambda **_: lambda task: lambda: pytest.fail("the config passed the checks")
+    )
 
 
-@pytest.mark.parametrize("overrides, line", [
-    ([*TEXT, "descriptor=code_metrics", "descriptor.parts.0.bins=[3]"],
-     "descriptor.parts[0].bins: has 1 entries for 2 axes (give 2)"),
-    ([*TEXT, "descriptor=mixed", "descriptor.parts.0.axes.0.question=' '"],
-     "descriptor.parts[0].axes[0].question: is empty (give the axis a question)"),
-    ([*TEXT, "descriptor=embedding", "descriptor.parts.0.projection=umap"],
-     "descriptor.parts[0].projection: unknown 'umap' (use pca, random or none)"),
-    ([*TEXT, "++operators.mix.0.templates.rewite=x.txt"],
-     "operators.mix[0].templates.rewite: unknown template (use one of ['crossover', 'debug', 'diff', "
-     "'inspiration', 'meta_agent', 'program', 'rewrite', 'system'])"),
-    (["experiment=sphere", "operators=isoline", "operators.mix.0.line_sigma=null"],
-     "operators.mix[0].line_sigma: required by the isoline operator"),
-    ([*TEXT, "meta=evolve", "meta.seeds=[Be brief., Be brief.]"], "meta.seeds[1]: repeats another seed"),
-    ([*TEXT, "gate=embedding", "gate.against=[parent]"],
-     "gate.against: ['parent'] must be a non-empty subset of ['elites', 'parents']"),
-    (["experiment=skills", "cycle=skills", "cycle.lower=[0,0,1]"],
-     "cycle.upper: must exceed lower for every metric, got [0.0, 0.0, 1.0] / [1.0, 1.0, 1.0]"),
-    (["experiment=sphere", "archive.lower=[0,0]", "archive.upper=[0,1]"],
-     "archive.upper: must exceed lower in every dimension, got lower=[0.0, 0.0] upper=[0.0, 1.0]"),
-    (["experiment=sphere", "archive=cvt", "archive.cells=64", "archive.cvt_samples=10"],
-     "archive.cvt_samples: is 10, fewer than archive.cells=64 (sample at least one point per cell)"),
-    (["experiment=sphere", "runner=ray"],
-     "runner: runner=ray runs sandboxed evaluations; this run's evaluator is inprocess "
-     "(use runner=local: its evaluations are cheap, or trusted host code)"),
-    (["experiment=sphere", "runner.name=cloud"], "runner.name: unknown runner 'cloud' (use runner=local or runner=ray)"),
-])
+@pytest.mark.parametrize(
+    "overrides, line",
+    [
+        (
+            [*TEXT, "descriptor=code_metrics", "descriptor.parts.0.bins=[3]"],
+            "descriptor.parts[0].bins: has 1 entries for 2 axes (give 2)",
+        ),
+        (
+            [*TEXT, "descriptor=mixed", "descriptor.parts.0.axes.0.question=' '"],
+            "descriptor.parts[0].axes[0].question: is empty (give the axis a question)",
+        ),
+        (
+            [*TEXT, "descriptor=embedding", "descriptor.parts.0.projection=umap"],
+            "descriptor.parts[0].projection: unknown 'umap' (use pca, random or none)",
+        ),
+        (
+            [*TEXT, "++operators.mix.0.templates.rewite=x.txt"],
+            "operators.mix[0].templates.rewite: unknown template (use one of ['crossover', 'debug', 'diff', "
+            "'inspiration', 'meta_agent', 'program', 'rewrite', 'system'])",
+        ),
+        (
+            ["experiment=sphere", "operators=isoline", "operators.mix.0.line_sigma=null"],
+            "operators.mix[0].line_sigma: required by the isoline operator",
+        ),
+        ([*TEXT, "meta=evolve", "meta.seeds=[Be brief., Be brief.]"], "meta.seeds[1]: repeats another seed"),
+        (
+            [*TEXT, "gate=embedding", "gate.against=[parent]"],
+            "gate.against: ['parent'] must be a non-empty subset of ['elites', 'parents']",
+        ),
+        (
+            ["experiment=skills", "cycle=skills", "cycle.lower=[0,0,1]"],
+            "cycle.upper: must exceed lower for every metric, got [0.0, 0.0, 1.0] / [1.0, 1.0, 1.0]",
+        ),
+        (
+            ["experiment=sphere", "archive.lower=[0,0]", "archive.upper=[0,1]"],
+            "archive.upper: must exceed lower in every dimension, got lower=[0.0, 0.0] upper=[0.0, 1.0]",
+        ),
+        (
+            ["experiment=sphere", "archive=cvt", "archive.cells=64", "archive.cvt_samples=10"],
+            "archive.cvt_samples: is 10, fewer than archive.cells=64 (sample at least one point per cell)",
+        ),
+        (
+            ["experiment=sphere", "runner=ray"],
+            "runner: runner=ray runs sandboxed evaluations; this run's evaluator is inprocess "
+            "(use runner=local: its evaluations are cheap, or trusted host code)",
+        ),
+        (
+            ["experiment=sphere", "runner.name=cloud"],
+            "runner.name: unknown runner 'cloud' (use runner=local or runner=ray)",
+        ),
+    ],
+)
 def test_a_plug_in_misconfiguration_is_one_line_naming_the_dotted_field(overrides, line, capsys, no_run):
     with pytest.raises(SystemExit) as exit_:
         qd.run.main(overrides)
@@ -224,9 +289,12 @@ def test_runner_ray_without_ray_names_the_extra(monkeypatch, capsys, no_run):
     import importlib.util
 
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find_spec(name, *a)
+    )
     with pytest.raises(SystemExit) as exit_:
         qd.run.main(["experiment=function_fit", "runner=ray"])
     assert exit_.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        'qd-run: error: runner: Ray is not installed (install the extra: pip install ".[ray]")']
+        'qd-run: error: runner: Ray is not installed (install the extra: pip install ".[ray]")'
+    ]

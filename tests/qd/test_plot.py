@@ -49,11 +49,22 @@ def multirun(tmp_path_factory) -> Path:
     task = root / "cube.py"
     task.write_text(CUBE_TASK)
     for name, overrides in SETTINGS.items():
-        run_config(small_config(f"experiment.task={task}", "archive.bins=[6,5,4]", "archive.lower=[-4,-4,-4]",
-                                "archive.upper=[4,4,4]", "runner.max_evaluations=320", "islands.count=2",
-                                *overrides), root / "sweep" / name)
+        run_config(
+            small_config(
+                f"experiment.task={task}",
+                "archive.bins=[6,5,4]",
+                "archive.lower=[-4,-4,-4]",
+                "archive.upper=[4,4,4]",
+                "runner.max_evaluations=320",
+                "islands.count=2",
+                *overrides,
+            ),
+            root / "sweep" / name,
+        )
         (root / "sweep" / name / ".hydra").mkdir()
-        (root / "sweep" / name / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+        (root / "sweep" / name / ".hydra" / "overrides.yaml").write_text(
+            "".join(f"- {o}\n" for o in overrides)
+        )
     return root / "sweep"
 
 
@@ -73,8 +84,14 @@ def test_grid_heatmap_pixel_of_each_cell_is_its_fitness(text_run):
     assert np.isnan(images).sum() == np.isnan(snap.fitness).sum()  # every other pixel blank
     assert drawn.limits == (np.nanmin(snap.fitness), np.nanmax(snap.fitness))  # one scale for both islands
     # function_fit's 10 x 6 bins are few: one tick label per bin range
-    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["[0, 2)", "[2, 4)", "[4, 6)", "[6, 8)",
-                                                                     "[8, 10)", "[10, 12)"]
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [
+        "[0, 2)",
+        "[2, 4)",
+        "[4, 6)",
+        "[6, 8)",
+        "[8, 10)",
+        "[10, 12)",
+    ]
 
 
 def test_cvt_cells_are_voronoi_polygons_filled_with_their_fitness(cvt_run):
@@ -91,8 +108,10 @@ def test_cvt_cells_are_voronoi_polygons_filled_with_their_fitness(cvt_run):
         np.testing.assert_array_equal(filled.filled(np.nan), snap.fitness[island])
     assert all(Polygon(p).contains_point(c) for p, c in zip(drawn.cells, centroids))  # cell k is centroid k's
     x, y = np.concatenate(drawn.cells).T
-    area = sum(0.5 * abs(np.dot(p[:, 0], np.roll(p[:, 1], 1)) - np.dot(p[:, 1], np.roll(p[:, 0], 1)))
-               for p in drawn.cells)
+    area = sum(
+        0.5 * abs(np.dot(p[:, 0], np.roll(p[:, 1], 1)) - np.dot(p[:, 1], np.roll(p[:, 0], 1)))
+        for p in drawn.cells
+    )
     assert area == pytest.approx((x.max() - x.min()) * (y.max() - y.min()), rel=1e-6)  # they tile the box
     # ... which covers the archive's bounds, not only its centroids
     assert x.min() <= g.lower[0] and y.min() <= g.lower[1] and x.max() >= g.upper[0] and y.max() >= g.upper[1]
@@ -144,7 +163,9 @@ def test_curves_are_the_commit_events_numbers(cvt_run):
         for label, numbers in (("global", lambda e: e["global"]), ("island 2", lambda e: e["islands"][2])):
             logged = np.array([numbers(commits[x])[stat] for x in sorted(commits)])
             # an empty island's best is -inf in the log: a gap in the line
-            np.testing.assert_array_equal(drawn.lines[label][stat], np.where(np.isfinite(logged), logged, np.nan))
+            np.testing.assert_array_equal(
+                drawn.lines[label][stat], np.where(np.isfinite(logged), logged, np.nan)
+            )
         np.testing.assert_array_equal(fig.axes[k].lines[0].get_ydata(), drawn.lines["global"][stat])
 
 
@@ -165,8 +186,15 @@ def test_compare_groups_seeds_of_a_setting_median_and_range(multirun):
     grid = sorted({x for n in same.runs for x in raw[n]["evaluations"] if x >= first})
     assert same.evaluations.tolist() == grid
     for stat in STATS:
-        held = np.array([[raw[n]["global"][stat][max(k for k, e in enumerate(raw[n]["evaluations"]) if e <= x)]
-                          for x in grid] for n in same.runs])
+        held = np.array(
+            [
+                [
+                    raw[n]["global"][stat][max(k for k, e in enumerate(raw[n]["evaluations"]) if e <= x)]
+                    for x in grid
+                ]
+                for n in same.runs
+            ]
+        )
         np.testing.assert_allclose(same.median[stat], np.median(held, 0))
         np.testing.assert_allclose(same.low[stat], held.min(0))
         np.testing.assert_allclose(same.high[stat], held.max(0))
@@ -179,28 +207,41 @@ def test_command_line_writes_each_runs_figures_and_the_comparison(multirun, tmp_
     out = tmp_path / "plots"
     main(["plot", str(multirun), "--out", str(out), "--islands", "1", "--axes", "0,2", "--dpi", "30"])
     printed = capsys.readouterr().out.split()
-    expected = [out / run / f"{figure}.{fmt}" for run in SETTINGS for figure in ("archive", "curves")
-                for fmt in ("png", "svg")] + [out / "compare.png", out / "compare.svg"]
+    expected = [
+        out / run / f"{figure}.{fmt}"
+        for run in SETTINGS
+        for figure in ("archive", "curves")
+        for fmt in ("png", "svg")
+    ] + [out / "compare.png", out / "compare.svg"]
     assert printed == [str(p) for p in expected] and all(p.stat().st_size > 0 for p in expected)
     assert (out / "0" / "archive.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     panels = {name: _svg_axes(out / name) for name in ("0/archive.svg", "0/curves.svg", "compare.svg")}
-    assert panels == {"0/archive.svg": 2, "0/curves.svg": 3, "compare.svg": 3}  # island 1 + colour bar; 3 stats
+    assert panels == {
+        "0/archive.svg": 2,
+        "0/curves.svg": 3,
+        "compare.svg": 3,
+    }  # island 1 + colour bar; 3 stats
     assert sorted(p.relative_to(multirun) for p in multirun.rglob("*")) == before  # the runs are only read
 
 
 def _svg_axes(path: Path) -> int:
     """The axes (panels and colour bars) in a matplotlib SVG: its ``<g id="axes_N">`` groups."""
-    return sum(1 for g in ET.parse(path).iter("{http://www.w3.org/2000/svg}g") if g.get("id", "").startswith("axes_"))
+    return sum(
+        1 for g in ET.parse(path).iter("{http://www.w3.org/2000/svg}g") if g.get("id", "").startswith("axes_")
+    )
 
 
-@pytest.mark.parametrize("args, flag", [
-    (["--axes", "0,5"], "--axes 0,5:"),
-    (["--axes", "x"], "--axes x:"),
-    (["--islands", "0,3"], "--islands 0,3:"),
-    (["--format", "gif"], "--format gif:"),
-    (["--out", "{run}/plots"], "--out "),
-    (["--nope"], "unrecognized arguments: --nope"),
-])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--axes", "0,5"], "--axes 0,5:"),
+        (["--axes", "x"], "--axes x:"),
+        (["--islands", "0,3"], "--islands 0,3:"),
+        (["--format", "gif"], "--format gif:"),
+        (["--out", "{run}/plots"], "--out "),
+        (["--nope"], "unrecognized arguments: --nope"),
+    ],
+)
 def test_bad_argument_is_a_one_line_error(cvt_run, capsys, args, flag):
     from qd.cli import main
 
@@ -217,4 +258,8 @@ def test_a_folder_that_is_no_run_is_a_one_line_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit:
         main(["plot", str(tmp_path), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert exit.value.code == 2 and err.count("\n") == 1 and err.startswith(f"qd plot: RUN_DIR {tmp_path}: neither")
+    assert (
+        exit.value.code == 2
+        and err.count("\n") == 1
+        and err.startswith(f"qd plot: RUN_DIR {tmp_path}: neither")
+    )

@@ -20,16 +20,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers import stored, text_run, varied_program
 
 if importlib.util.find_spec("ray") is None:
     if os.environ.get("CI"):
-        pytest.fail('Ray is not installed: pip install ".[ray]" (the README test command does)', pytrace=False)
+        pytest.fail(
+            'Ray is not installed: pip install ".[ray]" (the README test command does)', pytrace=False
+        )
     pytest.skip("Ray is not installed", allow_module_level=True)
 
-FAST_HEALTH = {"RAY_health_check_initial_delay_ms": "0", "RAY_health_check_period_ms": "500",
-               "RAY_health_check_timeout_ms": "500", "RAY_health_check_failure_threshold": "3"}
+FAST_HEALTH = {
+    "RAY_health_check_initial_delay_ms": "0",
+    "RAY_health_check_period_ms": "500",
+    "RAY_health_check_timeout_ms": "500",
+    "RAY_health_check_failure_threshold": "3",
+}
 ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", **FAST_HEALTH}
 
 
@@ -41,15 +46,36 @@ class Cluster:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.root, self.address, self.nodes = root, f"127.0.0.1:{self.port}", []
-        self.start("head", ["--head", f"--port={self.port}", "--num-cpus=0", "--include-dashboard=false",
-                            f"--temp-dir={root / 'ray'}"])
+        self.start(
+            "head",
+            [
+                "--head",
+                f"--port={self.port}",
+                "--num-cpus=0",
+                "--include-dashboard=false",
+                f"--temp-dir={root / 'ray'}",
+            ],
+        )
 
     def start(self, name: str, args: list[str]) -> subprocess.Popen:
         log = self.root / f"{name}.log"
         group = {"process_group": 0} if not self.nodes else {"process_group": self.nodes[0].pid}
-        node = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", "--block",
-                                 "--disable-usage-stats", "--object-store-memory=80000000", *args],
-                                stdout=open(log, "w"), stderr=subprocess.STDOUT, env=ENV, **group)
+        node = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ray.scripts.scripts",
+                "start",
+                "--block",
+                "--disable-usage-stats",
+                "--object-store-memory=80000000",
+                *args,
+            ],
+            stdout=open(log, "w"),
+            stderr=subprocess.STDOUT,
+            env=ENV,
+            **group,
+        )
         self.nodes.append(node)
         deadline = time.monotonic() + 120
         while "Ray runtime started" not in log.read_text():
@@ -59,7 +85,7 @@ class Cluster:
 
     def add_worker(self, name: str, cpus: int = 1) -> str:
         """Starts a worker node; returns its node id."""
-        self.start(name, [f"--address={self.address}", f"--num-cpus={cpus}", f"--resources={{\"{name}\": 1}}"])
+        self.start(name, [f"--address={self.address}", f"--num-cpus={cpus}", f'--resources={{"{name}": 1}}'])
         import ray
 
         ray.init(address=self.address, log_to_driver=False)
@@ -81,7 +107,9 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     os.environ.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
-    c = Cluster(Path(tempfile.mkdtemp(prefix="qdray", dir="/tmp")))  # Ray's socket paths must stay < 108 bytes
+    c = Cluster(
+        Path(tempfile.mkdtemp(prefix="qdray", dir="/tmp"))
+    )  # Ray's socket paths must stay < 108 bytes
     try:
         c.add_worker("w1")
         c.add_worker("w2")
@@ -93,9 +121,13 @@ def cluster(tmp_path_factory):
 
 def comparable(path: Path) -> list[dict]:
     """Every stored candidate's fields but its creation time and evaluation seconds."""
+
     def plain(c):
-        return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in dataclasses.asdict(c).items()
-                if k not in ("created", "eval_seconds")}
+        return {
+            k: v.tolist() if isinstance(v, np.ndarray) else v
+            for k, v in dataclasses.asdict(c).items()
+            if k not in ("created", "eval_seconds")
+        }
 
     return [plain(c) for c in stored(path)]
 
@@ -131,7 +163,9 @@ def events(path: Path) -> list[dict]:
 def slow_program(request: dict) -> str:
     """``varied_program``, each call of ``f`` taking 0.05 s: an evaluation (two stages) lasts
     about a second, so a node can be lost in the middle of one."""
-    return varied_program(request).replace("def f(x):\n", "def f(x):\n    import time\n    time.sleep(0.05)\n", 1)
+    return varied_program(request).replace(
+        "def f(x):\n", "def f(x):\n    import time\n    time.sleep(0.05)\n", 1
+    )
 
 
 def test_a_node_lost_mid_run_costs_a_retry_and_the_store_is_the_same(cluster, scripted_llm, tmp_path, capfd):
@@ -144,8 +178,10 @@ def test_a_node_lost_mid_run_costs_a_retry_and_the_store_is_the_same(cluster, sc
     local = text_run(tmp_path / "local", server.base_url, *small)
     node = cluster.add_worker("w3")
     path = tmp_path / "ray"
-    run = threading.Thread(target=text_run, args=(path, server.base_url, *small, "runner=ray",
-                                                  f"runner.address={cluster.address}"))
+    run = threading.Thread(
+        target=text_run,
+        args=(path, server.base_url, *small, "runner=ray", f"runner.address={cluster.address}"),
+    )
     run.start()
     deadline = time.monotonic() + 120
     while not (path / "store.sqlite").exists() or len(stored(path)) < 9:  # children are under way
@@ -192,7 +228,9 @@ def test_a_run_lost_twice_is_a_failure_with_the_reason(cluster, tmp_path):
 def _cluster_of(driver: int) -> list[str]:
     """Live processes of the cluster the run ``driver`` started: the group its lifeline leads
     (the lifeline's command line names ``--parent <driver>``; Ray's processes join its group)."""
-    listing = subprocess.run(["ps", "-eww", "-o", "pid=,pgid=,stat=,args="], capture_output=True, text=True).stdout
+    listing = subprocess.run(
+        ["ps", "-eww", "-o", "pid=,pgid=,stat=,args="], capture_output=True, text=True
+    ).stdout
     ps = [line.split(None, 3) for line in listing.splitlines()]
     groups = {pid for pid, _, _, args in ps if f"--parent {driver} --tag qd-ray" in args}
     return [args for pid, pgid, stat, args in ps if pgid in groups and not stat.startswith("Z")]
@@ -206,18 +244,32 @@ def test_a_cluster_qd_starts_ends_with_a_killed_run_and_resume_finishes_it(scrip
 
     server = scripted_llm([Rule("", varied_program)])
     run = tmp_path / "run"
-    args = ["experiment=function_fit", "llm.provider=server", f"llm.base_url={server.base_url}",
-            "llm.models=[{name: scripted}]", "llm.api_key_env=null", "runner.progress=false",
-            "runner.max_llm_calls=200", "runner=ray", f"hydra.run.dir={run}"]
+    args = [
+        "experiment=function_fit",
+        "llm.provider=server",
+        f"llm.base_url={server.base_url}",
+        "llm.models=[{name: scripted}]",
+        "llm.api_key_env=null",
+        "runner.progress=false",
+        "runner.max_llm_calls=200",
+        "runner=ray",
+        f"hydra.run.dir={run}",
+    ]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     log = open(tmp_path / "driver.log", "w")
-    driver = subprocess.Popen([sys.executable, "-m", "qd.run", *args], env=env, stdout=log, stderr=subprocess.STDOUT)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "qd.run", *args], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     try:
         deadline = time.monotonic() + 120
         while not (run / "store.sqlite").exists() or len(stored(run)) < 40:
-            assert driver.poll() is None and time.monotonic() < deadline, (tmp_path / "driver.log").read_text()[-2000:]
+            assert driver.poll() is None and time.monotonic() < deadline, (
+                tmp_path / "driver.log"
+            ).read_text()[-2000:]
             time.sleep(0.3)
-        assert len(_cluster_of(driver.pid)) >= 3  # the cluster is up (the head: gcs, raylet, ...), under the run
+        assert (
+            len(_cluster_of(driver.pid)) >= 3
+        )  # the cluster is up (the head: gcs, raylet, ...), under the run
     finally:
         driver.kill()
         driver.wait()
@@ -229,31 +281,47 @@ def test_a_cluster_qd_starts_ends_with_a_killed_run_and_resume_finishes_it(scrip
     assert len(stored(run)) == 206  # 6 founders and the 200 calls' children
 
 
-ASKS_TWICE = '''```python
+ASKS_TWICE = """```python
 def forward(task, llm):
     first = llm([{"role": "user", "content": task}], max_tokens=16)
     return llm([{"role": "user", "content": task}, {"role": "assistant", "content": first},
                 {"role": "user", "content": "Sure?"}], max_tokens=16)
-```'''
+```"""
 
 
 def test_agents_on_ray_call_the_model_through_the_driver_as_a_local_run_does(cluster, scripted_llm, tmp_path):
     """agent_design: the agents' model calls travel node -> driver, where the run's gateway answers,
     counts and traces them; the store (with every call's trace) equals a local run's."""
     from helpers import run_config
+    from scripted_llm import Rule
+
     from qd.plan import compose
     from qd.store import Store
-    from scripted_llm import Rule
 
     server = scripted_llm([Rule("You design LLM agents", ASKS_TWICE), Rule("", "Answer: 9")])
 
     def agents(path: Path, *overrides: str) -> Path:
-        run_config(compose([
-            "experiment=agent_design", "llm.provider=server", f"llm.base_url={server.base_url}",
-            "llm.models=[{name: scripted}]", "llm.api_key_env=null", "llm.timeout_s=10", "runner.progress=false",
-            "experiment.params.search_items=2", "runner.max_llm_calls=24", "eval_llm.calls=4", "runner.workers=2",
-            "sandbox.wall_s=20", "operators.mix=[{name: meta_agent, num_inspirations: 1, debug_rounds: 0}]",
-            *overrides]), path)
+        run_config(
+            compose(
+                [
+                    "experiment=agent_design",
+                    "llm.provider=server",
+                    f"llm.base_url={server.base_url}",
+                    "llm.models=[{name: scripted}]",
+                    "llm.api_key_env=null",
+                    "llm.timeout_s=10",
+                    "runner.progress=false",
+                    "experiment.params.search_items=2",
+                    "runner.max_llm_calls=24",
+                    "eval_llm.calls=4",
+                    "runner.workers=2",
+                    "sandbox.wall_s=20",
+                    "operators.mix=[{name: meta_agent, num_inspirations: 1, debug_rounds: 0}]",
+                    *overrides,
+                ]
+            ),
+            path,
+        )
         return path
 
     local = agents(tmp_path / "local")
@@ -262,8 +330,10 @@ def test_agents_on_ray_call_the_model_through_the_driver_as_a_local_run_does(clu
 
     def traces(path: Path) -> list:
         with Store(path / "store.sqlite", readonly=True) as store:
-            return [[{k: v for k, v in call.items() if k != "seconds"} for call in store.trace(c.id)]
-                    for c in store.iter()]
+            return [
+                [{k: v for k, v in call.items() if k != "seconds"} for call in store.trace(c.id)]
+                for c in store.iter()
+            ]
 
     assert traces(on_ray) == traces(local) and sum(map(len, traces(local))) >= 12  # the founders' calls
 
@@ -275,8 +345,10 @@ def test_runs_in_flight_on_the_cluster_are_its_cpus_and_the_rest_wait_on_the_dri
     from qd.sandbox.cluster import RaySandbox
 
     entry = tmp_path / "entry.py"
-    entry.write_text("def run(text):\n    import time\n    start = time.time()\n    time.sleep(0.4)\n"
-                     "    return [start, time.time()]\n")
+    entry.write_text(
+        "def run(text):\n    import time\n    start = time.time()\n    time.sleep(0.4)\n"
+        "    return [start, time.time()]\n"
+    )
     sandbox = RaySandbox(f"{entry}:run", limits=Limits(wall_s=30), address=cluster.address)
     local = Sandbox(f"{entry}:run", workers=1, limits=Limits(wall_s=30))
     try:
@@ -284,6 +356,7 @@ def test_runs_in_flight_on_the_cluster_are_its_cpus_and_the_rest_wait_on_the_dri
     finally:
         local.close()
     try:
+
         async def many() -> list:
             return await asyncio.gather(*(sandbox.run(str(i)) for i in range(6)))
 
@@ -301,10 +374,23 @@ def test_a_sweep_sends_each_job_to_the_cluster(cluster, scripted_llm, tmp_path):
     from scripted_llm import Rule
 
     server = scripted_llm([Rule("", varied_program)])
-    qd_run("-m", "seed=0,1", "experiment=function_fit", "llm.provider=server", f"llm.base_url={server.base_url}",
-           "llm.models=[{name: scripted}]", "llm.api_key_env=null", "runner.progress=false",
-           "runner.max_llm_calls=12", "runner=ray", f"runner.address={cluster.address}",
-           f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    qd_run(
+        "-m",
+        "seed=0,1",
+        "experiment=function_fit",
+        "llm.provider=server",
+        f"llm.base_url={server.base_url}",
+        "llm.models=[{name: scripted}]",
+        "llm.api_key_env=null",
+        "runner.progress=false",
+        "runner.max_llm_calls=12",
+        "runner=ray",
+        f"runner.address={cluster.address}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path,
+    )
     jobs = sorted((tmp_path / "sweep").glob("*/store.sqlite"))
-    assert len(jobs) == 2 and all(len(stored(job.parent)) == 18 for job in jobs)  # 6 founders + 12 children each
+    assert len(jobs) == 2 and all(
+        len(stored(job.parent)) == 18 for job in jobs
+    )  # 6 founders + 12 children each
     assert comparable(jobs[0].parent) != comparable(jobs[1].parent)  # two seeds, two runs

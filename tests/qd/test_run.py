@@ -9,16 +9,21 @@ import time
 
 import numpy as np
 import pytest
+from helpers import qd_run
 
 from qd import archive, checkpoint
-from helpers import qd_run
 from qd.store import Store
 
 SMALL = [
     "experiment=sphere",
-    "experiment.params.dim=10", "archive.bins=[20,20]", "archive.lower=[-26,-26]",
-    "archive.upper=[26,26]", "runner.batch_size=32", "runner.progress=false",
-    "runner.checkpoint_every=2", "runner.loop=host",
+    "experiment.params.dim=10",
+    "archive.bins=[20,20]",
+    "archive.lower=[-26,-26]",
+    "archive.upper=[26,26]",
+    "runner.batch_size=32",
+    "runner.progress=false",
+    "runner.checkpoint_every=2",
+    "runner.loop=host",
 ]
 
 
@@ -26,7 +31,10 @@ SMALL = [
     "override, message",
     [
         ("llm.provider=nope", "llm.provider: unknown provider 'nope'"),
-        ("runner.evaluator=inprocess", "runner.evaluator: 'inprocess' would run LLM-written code outside the sandbox"),
+        (
+            "runner.evaluator=inprocess",
+            "runner.evaluator: 'inprocess' would run LLM-written code outside the sandbox",
+        ),
         ("llm=openai", "llm.api_key_env: environment variable QD_TEST_UNSET_KEY is not set"),
         ("operators.mix.0.name=mutate", "operators.mix[0].name: unknown operator 'mutate'"),
         ("llm.models=[]", "llm.models: is empty"),
@@ -46,8 +54,14 @@ def test_bad_llm_config_fails_before_any_server_starts(tmp_path, override, messa
     "override, message",
     [
         ("runner.batch_sise=3", "runner.batch_sise: unknown config key (did you mean runner.batch_size?"),
-        ("runner.batch_size=abc", "runner.batch_size: Value 'abc' of type 'str' could not be converted to Integer"),
-        ("experiment=nope", "experiment: no config 'nope' (available: agent_design, agent_team, arm, circle_packing, creative_writing, function_fit, openevolve, prompt_evolution, red_team, skills, sphere)"),
+        (
+            "runner.batch_size=abc",
+            "runner.batch_size: Value 'abc' of type 'str' could not be converted to Integer",
+        ),
+        (
+            "experiment=nope",
+            "experiment: no config 'nope' (available: agent_design, agent_team, arm, circle_packing, creative_writing, function_fit, openevolve, prompt_evolution, red_team, skills, sphere)",
+        ),
         ("archive.bins=[10]", "archive.bins: has 1 entries but the task has 2 descriptors"),
         ("islands.topology=star", "islands.topology: unknown topology 'star'"),
         ("experiment.params.function=cube", "experiment.params.function: unknown function 'cube'"),
@@ -85,7 +99,14 @@ def test_arm_experiment_runs_on_the_device_loop(tmp_path):
 @pytest.mark.slow
 def test_kill9_then_resume_counts_every_candidate_once(tmp_path):
     run_dir = tmp_path / "run"
-    args = [sys.executable, "-m", "qd.run", "runner.max_evaluations=20000", f"hydra.run.dir={run_dir}", *SMALL]
+    args = [
+        sys.executable,
+        "-m",
+        "qd.run",
+        "runner.max_evaluations=20000",
+        f"hydra.run.dir={run_dir}",
+        *SMALL,
+    ]
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     store_path = run_dir / "store.sqlite"
     target = random.randint(1_000, 15_000)  # a random point mid-run: after this many evaluations
@@ -112,7 +133,9 @@ def test_kill9_then_resume_counts_every_candidate_once(tmp_path):
     state, _, counters = checkpoint.load(run_dir / "checkpoints")
     assert counters["last_id"] == 19999
     spec = archive.GridSpec((20, 20), (-26, -26), (26, 26))
-    rebuilt = archive.rebuild(spec, 1, offers["island"], offers["descriptor"], offers["fitness"], offers["id"], offers["valid"])
+    rebuilt = archive.rebuild(
+        spec, 1, offers["island"], offers["descriptor"], offers["fitness"], offers["id"], offers["valid"]
+    )
     for field in ("fitness", "genome_id", "descriptor", "threshold"):
         np.testing.assert_array_equal(np.asarray(getattr(state, field)), np.asarray(getattr(rebuilt, field)))
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]

@@ -6,11 +6,11 @@ import sqlite3
 
 import numpy as np
 import pytest
-
 from helpers import small_config, stored
+
 from qd import history
-from qd.rundir import RunDir, RunDirError, written_best
 from qd.run import build_engine, print_best
+from qd.rundir import RunDir, RunDirError, written_best
 
 
 def _files(path):
@@ -20,8 +20,15 @@ def _files(path):
 def test_a_reader_sees_a_run_in_progress_as_the_engine_holds_it_and_writes_nothing(tmp_path):
     """At each checked commit the replayed archive (last checkpoint + store rows after it,
     migrations and island resets included) equals the engine's own, cell for cell."""
-    cfg = small_config("archive=cvt", "archive.cells=200", "islands.count=3", "islands.migrate_every=60", "islands.reset_patience=150",
-                       "runner.max_evaluations=640", "runner.checkpoint_every=5")
+    cfg = small_config(
+        "archive=cvt",
+        "archive.cells=200",
+        "islands.count=3",
+        "islands.migrate_every=60",
+        "islands.reset_patience=150",
+        "runner.max_evaluations=640",
+        "runner.checkpoint_every=5",
+    )
     seen = []
 
     def check(event):
@@ -33,8 +40,9 @@ def test_a_reader_sees_a_run_in_progress_as_the_engine_holds_it_and_writes_nothi
             snap = run.snapshot()
             assert snap.evaluations == event["evaluations"] == len(stored(tmp_path))
             np.testing.assert_array_equal(snap.genome_id, np.asarray(state.genome_id))
-            np.testing.assert_array_equal(snap.fitness, np.where(np.asarray(state.genome_id) >= 0,
-                                                                 np.asarray(state.fitness), np.nan))
+            np.testing.assert_array_equal(
+                snap.fitness, np.where(np.asarray(state.genome_id) >= 0, np.asarray(state.fitness), np.nan)
+            )
             seen.append((snap.checkpoint_id, snap.last_id))
         assert _files(tmp_path) == before  # read-only: no file touched (the store's WAL included)
 
@@ -62,7 +70,10 @@ def test_the_end_of_a_run_writes_elites_and_the_best_program_and_prints_it(text_
     assert (text_run / "best.py").read_text().strip() == best["text"].strip()
     print_best(written_best(text_run), text_run)
     out = capsys.readouterr().out
-    assert f"best: fitness={best['fitness']:.6g} island={best['island']} cell={best['cell']} id={best['id']}" in out
+    assert (
+        f"best: fitness={best['fitness']:.6g} island={best['island']} cell={best['cell']} id={best['id']}"
+        in out
+    )
     assert best["text"].strip() in out and f"qd lineage {text_run} {best['id']}" in out
 
 
@@ -91,7 +102,9 @@ def test_fates_and_operator_stats_agree_with_a_replay_of_the_store(text_run):
         stats = {(s["operator"], s["model"]): s for s in history.operator_stats(run)}
     best = {}
     for k, c in enumerate(rows):
-        cell = int(spec.index(np.asarray(c.descriptor)[None])[0]) if c.valid and np.isfinite(c.fitness) else -1
+        cell = (
+            int(spec.index(np.asarray(c.descriptor)[None])[0]) if c.valid and np.isfinite(c.fitness) else -1
+        )
         assert f["cell"][k] == cell
         entered = cell >= 0 and c.fitness > best.get((c.island, cell), -np.inf)
         if entered:
@@ -115,8 +128,9 @@ def test_lineage_follows_first_parents_with_diffs_and_keeps_evicted_ancestors(te
     assert len(steps) >= 2 and steps[-1]["id"] == deepest and steps[0]["parent_ids"] == []
     for parent, child in zip(steps, steps[1:]):
         assert rows[child["id"]].parent_ids[0] == parent["id"]
-        assert child["diff"] == history.diff(rows[parent["id"]].text or "", rows[child["id"]].text or "",
-                                             f"#{parent['id']}", f"#{child['id']}")
+        assert child["diff"] == history.diff(
+            rows[parent["id"]].text or "", rows[child["id"]].text or "", f"#{parent['id']}", f"#{child['id']}"
+        )
     assert all((s["elite"] is not None) == (s["id"] in elites) for s in steps)
 
 
@@ -126,8 +140,19 @@ def test_stores_from_before_instructions_still_read_and_new_ones_keep_them(tmp_p
 
     path = tmp_path / "store.sqlite"
     with Store(path) as store:
-        store.add([Candidate(fitness=1.0, descriptor=np.zeros(2), valid=True, kind="text", text="x", island=0,
-                             instruction=7)])
+        store.add(
+            [
+                Candidate(
+                    fitness=1.0,
+                    descriptor=np.zeros(2),
+                    valid=True,
+                    kind="text",
+                    text="x",
+                    island=0,
+                    instruction=7,
+                )
+            ]
+        )
     with Store(path, readonly=True) as store:
         assert store.get([0])[0].instruction == 7
     db = sqlite3.connect(path)
@@ -142,8 +167,9 @@ def test_stores_from_before_instructions_still_read_and_new_ones_keep_them(tmp_p
 def test_ancestors_walk_sparse_ids_and_stop_at_an_ancestor_the_store_lacks():
     """A device run's elites-only store keeps a few ids out of millions of evaluations: the
     first parents are two arrays over what is stored, never an array over every id."""
-    parents = history.FirstParents(np.asarray([5, 2_000_000_000, 3_000_000_000], np.int64),
-                                   np.asarray([-1, 7, 2_000_000_000], np.int64))
+    parents = history.FirstParents(
+        np.asarray([5, 2_000_000_000, 3_000_000_000], np.int64), np.asarray([-1, 7, 2_000_000_000], np.int64)
+    )
     assert history.ancestors(parents, 3_000_000_000) == ([3_000_000_000, 2_000_000_000], 7)  # 7 was not kept
     assert history.ancestors(parents, 5) == ([5], -1)
     assert history.ancestors(parents, 6) == ([], -1)

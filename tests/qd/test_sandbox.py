@@ -19,12 +19,12 @@ from qd.sandbox import Limits, Sandbox
 
 REPO = Path(__file__).resolve().parents[2]
 LIMITS = Limits(wall_s=1.5, cpu_s=5, memory_mb=512, file_mb=4, nproc=16, output_kb=4, output_cap_mb=1)
-ENTRY = '''
+ENTRY = """
 def run(text, **args):
     ns = {}
     exec(compile(text, "candidate", "exec"), ns)
     return ns["main"](**args)
-'''
+"""
 ROOT = os.geteuid() == 0
 
 
@@ -82,8 +82,11 @@ def leftovers(mark: str | None = None) -> list[int]:
 
 def worker_pids() -> set[int]:
     """This process's sandbox workers."""
-    return {pid for pid, (parent, _, cmdline) in processes().items()
-            if parent == os.getpid() and b"sandbox/worker.py" in cmdline}
+    return {
+        pid
+        for pid, (parent, _, cmdline) in processes().items()
+        if parent == os.getpid() and b"sandbox/worker.py" in cmdline
+    }
 
 
 def assert_clean_and_serving(sb: Sandbox, mark: str | None = None) -> None:
@@ -97,12 +100,17 @@ def assert_clean_and_serving(sb: Sandbox, mark: str | None = None) -> None:
 
 def test_args_and_return_value_round_trip_as_json(sandbox):
     payload = [1, 2.5, "é", None, {"k": True}]
-    result = run(sandbox, """
+    result = run(
+        sandbox,
+        """
         import os
         def main(x, label):
             print("hello", label)
             return {"x": x, "label": label, "cwd_empty": os.listdir(".") == []}
-        """, x=payload, label="a")
+        """,
+        x=payload,
+        label="a",
+    )
     assert result.ok and result.error is None, result
     assert result.value == {"x": payload, "label": "a", "cwd_empty": True}
     assert result.stdout == "hello a\n" and result.seconds > 0
@@ -124,20 +132,26 @@ def test_module_entry():
         with_module.close()
 
 
-@pytest.mark.parametrize("entry_text, problem", [
-    ("no_colon_here", "names no function"),
-    ("missing_file.py:run", "no file"),
-    ("not a module:run", "neither a .py file nor a module name"),
-])
+@pytest.mark.parametrize(
+    "entry_text, problem",
+    [
+        ("no_colon_here", "names no function"),
+        ("missing_file.py:run", "no file"),
+        ("not a module:run", "neither a .py file nor a module name"),
+    ],
+)
 def test_malformed_entry_fails_at_construction(entry_text, problem):
     with pytest.raises(ValueError, match=f"^entry: .*{problem}"):
         Sandbox(entry_text)
 
 
-@pytest.mark.parametrize("source, entry_name, problem", [
-    ("def other(text): pass\n", "run", "has no function run"),
-    ("raise RuntimeError('boom')\n", "run", "importing .* failed: RuntimeError: boom"),
-])
+@pytest.mark.parametrize(
+    "source, entry_name, problem",
+    [
+        ("def other(text): pass\n", "run", "has no function run"),
+        ("raise RuntimeError('boom')\n", "run", "importing .* failed: RuntimeError: boom"),
+    ],
+)
 def test_broken_entry_fails_at_first_use(tmp_path, source, entry_name, problem):
     path = tmp_path / "sbx_broken.py"
     path.write_text(source)
@@ -154,8 +168,17 @@ def test_broken_entry_fails_at_first_use(tmp_path, source, entry_name, problem):
 
 def test_isolation_report(sandbox):
     report = sandbox.isolation()
-    expected = {"rlimits", "process_group", "pid_namespace", "network_off", "private_tmp",
-                "private_proc", "read_only_fs", "unprivileged_uid", "user_namespace"}
+    expected = {
+        "rlimits",
+        "process_group",
+        "pid_namespace",
+        "network_off",
+        "private_tmp",
+        "private_proc",
+        "read_only_fs",
+        "unprivileged_uid",
+        "user_namespace",
+    }
     assert set(report) == expected and all(isinstance(v, bool) for v in report.values())
     if ROOT:  # CI runs as root with namespaces available: everything but the user namespace
         assert report == dict.fromkeys(expected - {"user_namespace"}, True) | {"user_namespace": False}
@@ -178,18 +201,23 @@ def test_cpu_limit(entry):
 
 
 def test_unbounded_allocation_hits_memory_limit(sandbox):
-    result = run(sandbox, """
+    result = run(
+        sandbox,
+        """
         def main():
             hoard = []
             while True:
                 hoard.append(bytearray(10 ** 7))
-        """)
+        """,
+    )
     assert result.error == "memory limit (512 MB)" and "MemoryError" in result.stderr
     assert_clean_and_serving(sandbox)
 
 
 def test_fork_bomb_is_contained(sandbox):
-    result = run(sandbox, """
+    result = run(
+        sandbox,
+        """
         import os
         def main():
             while True:
@@ -197,13 +225,16 @@ def test_fork_bomb_is_contained(sandbox):
                     os.fork()
                 except OSError:
                     pass
-        """)
+        """,
+    )
     assert result.error == "timeout after 1.5 s (killed)"
     assert_clean_and_serving(sandbox)
 
 
 def test_process_count_limit(sandbox):
-    result = run(sandbox, """
+    result = run(
+        sandbox,
+        """
         import os, time
         def main():
             for n in range(100):
@@ -213,7 +244,8 @@ def test_process_count_limit(sandbox):
                         os._exit(0)
                 except OSError as e:
                     return [n, type(e).__name__]
-        """)
+        """,
+    )
     assert result.ok and result.value[1] == "BlockingIOError" and result.value[0] < LIMITS.nproc
     assert_clean_and_serving(sandbox)  # the sleeping children died with the run
 
@@ -224,7 +256,8 @@ def test_killing_parent_or_everything_hurts_nobody_else(sandbox, call):
     # Either the kill is refused (other uid, nothing to signal) or it reached only the
     # candidate's own processes; "sandbox worker died" would mean it got out.
     assert result.value == "survived" or result.error.startswith(
-        ("PermissionError", "ProcessLookupError", "killed by SIGKILL")), result
+        ("PermissionError", "ProcessLookupError", "killed by SIGKILL")
+    ), result
     assert_clean_and_serving(sandbox)
 
 
@@ -233,9 +266,17 @@ def test_writes_outside_the_working_directory_do_not_reach_the_host(sandbox, tmp
     if not (report["private_tmp"] and report["read_only_fs"]):
         pytest.skip("no private /tmp and read-only filesystem here")
     token = f"sbx_{random.randrange(10**9)}"
-    outside = ["../" + token, str(REPO / token), str(tmp_path / token), f"/tmp/{token}",
-               f"/dev/shm/{token}", f"/var/tmp/{token}"]
-    result = run(sandbox, """
+    outside = [
+        "../" + token,
+        str(REPO / token),
+        str(tmp_path / token),
+        f"/tmp/{token}",
+        f"/dev/shm/{token}",
+        f"/var/tmp/{token}",
+    ]
+    result = run(
+        sandbox,
+        """
         def main(paths):
             done = {}
             for path in paths:
@@ -246,12 +287,17 @@ def test_writes_outside_the_working_directory_do_not_reach_the_host(sandbox, tmp
                 except OSError as e:
                     done[path] = type(e).__name__
             return done
-        """, paths=["inside.txt", *outside])
+        """,
+        paths=["inside.txt", *outside],
+    )
     assert result.ok and result.value["inside.txt"] == "written"
     for path in [f"/tmp/{token}", *outside[1:]]:
         assert not os.path.exists(path), f"{path} appeared on the host ({result.value})"
-    again = run(sandbox, "import os\ndef main(paths):\n    return [p for p in paths if os.path.exists(p)]",
-                paths=["inside.txt", f"/tmp/{token}", f"/dev/shm/{token}"])
+    again = run(
+        sandbox,
+        "import os\ndef main(paths):\n    return [p for p in paths if os.path.exists(p)]",
+        paths=["inside.txt", f"/tmp/{token}", f"/dev/shm/{token}"],
+    )
     assert again.value == []  # the next run (on the same worker: the idle list is LIFO) finds nothing
     assert_clean_and_serving(sandbox)
 
@@ -262,12 +308,15 @@ def test_file_size_limit(sandbox):
 
 
 def test_printing_gigabytes_is_cut_off(sandbox):
-    result = run(sandbox, """
+    result = run(
+        sandbox,
+        """
         import sys
         def main():
             while True:
                 sys.stdout.write("x" * 65536)
-        """)
+        """,
+    )
     assert result.error == "output limit (1 MB)"
     assert len(result.stdout) < 2 * 4096 + 100 and "bytes cut]" in result.stdout
     assert_clean_and_serving(sandbox)
@@ -304,7 +353,8 @@ def test_network_is_off(sandbox, entry):
     try:
         port = server.getsockname()[1]
         assert sandbox.isolation()["network_off"], (
-            f"the sandbox could not turn the network off here: {sandbox.isolation()}")
+            f"the sandbox could not turn the network off here: {sandbox.isolation()}"
+        )
         hosts = ["127.0.0.1"]
         try:  # the host's address on its default route, if it has one (no packet is sent)
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
@@ -332,7 +382,9 @@ def test_network_is_off(sandbox, entry):
 
 def test_daemon_left_behind_is_killed(sandbox):
     mark = marker()
-    result = run(sandbox, """
+    result = run(
+        sandbox,
+        """
         import os, time
         def main(mark):
             if os.fork() == 0:
@@ -349,7 +401,9 @@ def test_daemon_left_behind_is_killed(sandbox):
                     except OSError:
                         pass
                 time.sleep(0.01)
-        """, mark=mark)
+        """,
+        mark=mark,
+    )
     assert result.value == "daemon running", result
     assert_clean_and_serving(sandbox, mark)
 
@@ -360,7 +414,9 @@ def test_nothing_of_a_run_reaches_the_next_one(sandbox):
     report = sandbox.isolation()
     if not (report["pid_namespace"] or report["unprivileged_uid"]):
         pytest.skip("the daemon would kill this user's processes")
-    first = run(sandbox, """
+    first = run(
+        sandbox,
+        """
         import os, time
         def main():
             spared = {os.getpid()}
@@ -386,15 +442,19 @@ def test_nothing_of_a_run_reaches_the_next_one(sandbox):
             while not os.path.exists("planted"):
                 time.sleep(0.005)
             return "at work"
-        """)
+        """,
+    )
     assert first.value == "at work", first
     # On the same worker (the idle list is LIFO), long enough for a surviving daemon to strike.
-    second = run(sandbox, """
+    second = run(
+        sandbox,
+        """
         import os, time
         def main():
             time.sleep(0.2)
             return [path for path in ("planted", "/tmp/planted") if os.path.exists(path)]
-        """)
+        """,
+    )
     assert (second.ok, second.value) == (True, []), second
     assert_clean_and_serving(sandbox)
 
@@ -402,7 +462,7 @@ def test_nothing_of_a_run_reaches_the_next_one(sandbox):
 def test_requests_and_replies_larger_than_the_pipes(sandbox):
     data = random.randbytes(3 << 19).hex()  # request: 3 MB; reply: 512 KB
     result = run(sandbox, "def main(data):\n    return [len(data), data[:1 << 19]]", data=data)
-    assert (result.ok, result.value) == (True, [3 << 20, data[:1 << 19]]), result.error
+    assert (result.ok, result.value) == (True, [3 << 20, data[: 1 << 19]]), result.error
 
 
 def leaves_below(root: int) -> list[int]:
@@ -453,10 +513,13 @@ def test_segfault(sandbox):
     assert_clean_and_serving(sandbox)
 
 
-@pytest.mark.parametrize("call, error", [
-    ("sys.exit(3)", "exited with code 3"),
-    ("os._exit(0)", "exited with code 0 without a result"),
-])
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        ("sys.exit(3)", "exited with code 3"),
+        ("os._exit(0)", "exited with code 0 without a result"),
+    ],
+)
 def test_exit_without_result(sandbox, call, error):
     result = run(sandbox, f"import os, sys\ndef main():\n    print('bye')\n    {call}")
     assert result.error == error and not result.ok
@@ -471,7 +534,9 @@ def test_closed_result_pipe(sandbox):
 
 
 def test_garbage_on_result_pipe(sandbox):
-    result = run(sandbox, """
+    result = run(
+        sandbox,
+        """
         import os
         def main():
             for fd in range(3, 1 << 11):
@@ -480,7 +545,8 @@ def test_garbage_on_result_pipe(sandbox):
                 except OSError:
                     pass
             return 1
-        """)
+        """,
+    )
     assert result.error.startswith("result is not JSON: ")
     assert_clean_and_serving(sandbox)
 
@@ -613,8 +679,12 @@ asyncio.run(main())
 @pytest.mark.skipif(not ROOT or not shutil.which("/usr/bin/python3"), reason="needs root to switch to nobody")
 def test_degrades_without_root():
     """As an ordinary user: no uid switch, but a user namespace gives the rest where the kernel allows."""
-    check = subprocess.run(["/usr/bin/python3", "-c", "import sys; assert sys.version_info >= (3, 11)"],
-                           user=65534, group=65534, capture_output=True)
+    check = subprocess.run(
+        ["/usr/bin/python3", "-c", "import sys; assert sys.version_info >= (3, 11)"],
+        user=65534,
+        group=65534,
+        capture_output=True,
+    )
     if check.returncode:
         pytest.skip("no Python >= 3.11 that the user nobody can run")
     work = Path(tempfile.mkdtemp(prefix="sbx_nobody_"))
@@ -628,7 +698,13 @@ def test_degrades_without_root():
         mark = marker()
         out = subprocess.run(
             ["/usr/bin/python3", "-c", NOT_ROOT_SCRIPT, str(work), f"{work}/sbx_entry_nobody.py:run", mark],
-            user=65534, group=65534, capture_output=True, text=True, timeout=60, cwd=work)
+            user=65534,
+            group=65534,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=work,
+        )
         assert out.returncode == 0, out.stderr
         got = json.loads(out.stdout)
         report, results = got["report"], got["results"]
@@ -652,7 +728,9 @@ def test_without_namespaces_the_process_tree_still_dies(entry, monkeypatch):
         assert not (report["pid_namespace"] or report["network_off"] or report["private_tmp"])
         assert report["unprivileged_uid"] == ROOT
         mark = marker()
-        daemon = run(sb, """
+        daemon = run(
+            sb,
+            """
             import os, socket
             def main(mark):
                 if os.fork() == 0:
@@ -663,7 +741,9 @@ def test_without_namespaces_the_process_tree_still_dies(entry, monkeypatch):
                 os.wait()
                 open("left_behind", "w").close()
                 return os.path.abspath("left_behind")
-            """, mark=mark)
+            """,
+            mark=mark,
+        )
         assert daemon.ok and not os.path.exists(daemon.value)  # its files are removed too
         assert_clean_and_serving(sb, mark)
         if ROOT:  # otherwise nproc counts all of this user's processes

@@ -12,29 +12,29 @@ import textwrap
 import time
 
 import pytest
+from scripted_llm import Rule
 
 from qd.llm import LLMClient, LLMSettings, ModelSpec, tally
 from qd.llm.gateway import CallBudget, ModelGateway, call_index, candidate_key
 from qd.sandbox import Limits, ModelCallError, Sandbox
-from scripted_llm import Rule
 
 WALL_S = 2.0
 LIMITS = Limits(wall_s=WALL_S, cpu_s=5, memory_mb=768, file_mb=4, nproc=16, output_kb=4, output_cap_mb=4)
-ENTRY = '''
+ENTRY = """
 def run(text, **kwargs):
     ns = {}
     exec(compile(text, "agent", "exec"), ns)
     llm = kwargs.pop("llm", "absent")
     return ns["forward"](kwargs.get("task"), llm)
-'''
+"""
 ECHO = Rule("", reply=lambda body: "echo:" + body["messages"][-1]["content"][:40])
-TRYING = '''
+TRYING = """
 def attempt(llm, *args, **kw):
     try:
         return llm(*args, **kw)
     except Exception as e:  # the agent catches its refusals and goes on
         return f"{type(e).__name__}: {e}"
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +47,16 @@ def sandbox(tmp_path_factory):
 
 
 def client_for(server, cache_dir=None, models=(ModelSpec("m"),)) -> LLMClient:
-    return LLMClient(LLMSettings(base_url=server.base_url, models=models, cache_dir=cache_dir,
-                                 max_retries=0, timeout_s=30.0, seed=7))
+    return LLMClient(
+        LLMSettings(
+            base_url=server.base_url,
+            models=models,
+            cache_dir=cache_dir,
+            max_retries=0,
+            timeout_s=30.0,
+            seed=7,
+        )
+    )
 
 
 def agent(code: str) -> str:
@@ -70,6 +78,7 @@ async def still_serving(sb, client) -> None:
 
 def run(server, main, **client_settings):
     """``await main(client)`` with a fresh client of ``server`` (closed after)."""
+
     async def go():
         client = client_for(server, **client_settings)
         try:
@@ -85,14 +94,20 @@ def test_agent_calls_reach_the_host_model_and_are_counted(sandbox, scripted_llm)
 
     async def main(client):
         with tally() as proposal:
-            result, gateway = await run_agent(sandbox, client, """
+            result, gateway = await run_agent(
+                sandbox,
+                client,
+                """
                 def forward(task, llm):
                     a = llm("hello " + task)
                     b = llm([{"role": "system", "content": "be brief"}, {"role": "user", "content": "again"}],
                             temperature=0.25, max_tokens=5000, stop=["\\n"])
                     import qd.sandbox  # an entry can catch the host's name for the error
                     return [a, b, repr(llm), type(llm).Error is qd.sandbox.ModelCallError]
-                """, budget=CallBudget(max_tokens=64), task="there")
+                """,
+                budget=CallBudget(max_tokens=64),
+                task="there",
+            )
         return result, gateway, client.ledger, proposal
 
     result, gateway, ledger, proposal = run(server, main)
@@ -105,8 +120,13 @@ def test_agent_calls_reach_the_host_model_and_are_counted(sandbox, scripted_llm)
     assert first["seed"] != second["seed"]  # each call its own sample index
     assert [e["n"] for e in gateway.trace] == [0, 1]
     assert gateway.trace[0]["messages"] == first["messages"] and gateway.trace[1]["text"] == "twice"
-    assert gateway.trace[1]["sampling"] == {"temperature": 0.25, "max_tokens": 64, "stop": ["\n"], "model": None,
-                                            "top_logprobs": None}
+    assert gateway.trace[1]["sampling"] == {
+        "temperature": 0.25,
+        "max_tokens": 64,
+        "stop": ["\n"],
+        "model": None,
+        "top_logprobs": None,
+    }
     spent = sum(e["tokens_in"] + e["tokens_out"] for e in gateway.trace)
     assert gateway.calls == 2 and gateway.tokens == spent > 0
     assert all(e["model"] == "m" and not e["cached"] for e in gateway.trace)
@@ -121,14 +141,18 @@ def test_each_call_records_the_task_item_its_entry_named(sandbox, scripted_llm):
     server = scripted_llm([ECHO])
 
     async def main(client):
-        result, gateway = await run_agent(sandbox, client, """
+        result, gateway = await run_agent(
+            sandbox,
+            client,
+            """
             def forward(task, llm):
                 out = [llm("before")]
                 for item in (0, 1, "q-7", True, [2]):
                     llm.item = item
                     out.append(llm(f"on {item}"))
                 return out
-            """)
+            """,
+        )
         return result, gateway
 
     result, gateway = run(server, main)
@@ -140,15 +164,23 @@ def test_each_call_records_the_task_item_its_entry_named(sandbox, scripted_llm):
 def test_agent_picks_a_run_model_and_reads_logprobs(sandbox, scripted_llm):
     """``model=`` names one of the run's models (another is refused inside the agent);
     ``top_logprobs=`` answers {"text", "top_logprobs"}: what judges in evaluations read."""
-    server = scripted_llm([Rule("digit", reply="7", logprobs=[{"7": -0.1, "6": -2.5}]),
-                           Rule("", reply=lambda body: "model:" + body["model"])])
+    server = scripted_llm(
+        [
+            Rule("digit", reply="7", logprobs=[{"7": -0.1, "6": -2.5}]),
+            Rule("", reply=lambda body: "model:" + body["model"]),
+        ]
+    )
 
     async def main(client):
-        return await run_agent(sandbox, client, """
+        return await run_agent(
+            sandbox,
+            client,
+            """
             def forward(task, llm):
                 return [llm("which", model="n"), llm("which"), llm("digit", max_tokens=1, top_logprobs=2),
                         attempt(llm, "which", model="gpt-9"), attempt(llm, "x", top_logprobs=99)]
-            """)
+            """,
+        )
 
     (result, gateway) = run(server, main, models=(ModelSpec("m"), ModelSpec("n")))
     assert result.ok, result
@@ -168,8 +200,10 @@ def test_blocking_calls_from_a_thread_count_in_the_tally_of_their_making(scripte
         with tally() as proposal:
             gateway = ModelGateway(client, CallBudget(calls=2), 5)
         llm = gateway.blocking(asyncio.get_running_loop())
-        answers = [await asyncio.to_thread(llm, "q1"), await asyncio.to_thread(llm, [
-            {"role": "user", "content": "q2"}])]
+        answers = [
+            await asyncio.to_thread(llm, "q1"),
+            await asyncio.to_thread(llm, [{"role": "user", "content": "q2"}]),
+        ]
         with pytest.raises(ModelCallError, match=r"call budget spent \(2 calls"):
             await asyncio.to_thread(llm, "q3")
         with pytest.raises(RuntimeError, match="its own event loop"):
@@ -209,10 +243,15 @@ def test_call_budget_refuses_inside_the_agent(sandbox, scripted_llm):
     server = scripted_llm([ECHO])
 
     async def main(client):
-        return await run_agent(sandbox, client, """
+        return await run_agent(
+            sandbox,
+            client,
+            """
             def forward(task, llm):
                 return [attempt(llm, f"q{i}") for i in range(5)]
-            """, budget=CallBudget(calls=3))
+            """,
+            budget=CallBudget(calls=3),
+        )
 
     result, gateway = run(server, main)
     assert result.ok, result
@@ -242,20 +281,28 @@ def test_token_budget_and_bad_requests_refuse_inside_the_agent(sandbox, scripted
     server = scripted_llm([Rule("", reply="ok")])
 
     async def main(client):
-        return await run_agent(sandbox, client, """
+        return await run_agent(
+            sandbox,
+            client,
+            """
             def forward(task, llm):
                 return [attempt(llm, "x" * 200, max_tokens=20), attempt(llm, "x" * 200, max_tokens=20),
                         attempt(llm, "short", max_tokens=5),
                         attempt(llm, "x", temperature=3), attempt(llm, "x", top_p=0.5),
                         attempt(llm, [{"role": "robot", "content": "x"}]), attempt(llm, [], stop="no"),
                         attempt(llm, {"not": "json-able", "x": {1, 2}})]
-            """, budget=CallBudget(tokens=100, max_tokens=50))
+            """,
+            budget=CallBudget(tokens=100, max_tokens=50),
+        )
 
     result, gateway = run(server, main)
     assert result.ok, result
     v = result.value
     assert v[0] == "ok" and v[2] == "ok"  # 50 + 20 of 100; then 49 left: 50 + 20 no, 2 + 5 yes
-    assert v[1].startswith("ModelCallError: llm: token budget: this call may take ~70 tokens") and "49 of 100" in v[1]
+    assert (
+        v[1].startswith("ModelCallError: llm: token budget: this call may take ~70 tokens")
+        and "49 of 100" in v[1]
+    )
     assert v[3] == "ModelCallError: llm: temperature: 3 is not in [0, 2] (pass a number from 0 to 2)"
     assert v[4].startswith("ModelCallError: llm: top_p: not a sampling option")
     assert v[5].startswith("ModelCallError: llm: messages[0].role: 'robot' is not a role")
@@ -268,18 +315,26 @@ def test_calls_after_the_deadline_fail_inside_the_agent(sandbox, scripted_llm):
     server = scripted_llm([ECHO])
 
     async def main(client):
-        return await run_agent(sandbox, client, """
+        return await run_agent(
+            sandbox,
+            client,
+            """
             import time
             def forward(task, llm):
                 first = attempt(llm, "early")
                 time.sleep(0.6)   # past the gateway's 0.4 s, well within the sandbox's wall_s
                 return [first] + [attempt(llm, "late") for _ in range(3)]
-            """, budget=CallBudget(seconds=0.4))
+            """,
+            budget=CallBudget(seconds=0.4),
+        )
 
     result, gateway = run(server, main)
     assert result.ok, result
     assert result.value[0] == "echo:early"
-    assert result.value[1:] == ["ModelCallError: llm: time is up (no call starts after 0.4 s of the evaluation)"] * 3
+    assert (
+        result.value[1:]
+        == ["ModelCallError: llm: time is up (no call starts after 0.4 s of the evaluation)"] * 3
+    )
     assert server.stats()["requests"] == 1
 
 
@@ -287,10 +342,14 @@ def test_a_failed_model_call_fails_inside_the_agent(sandbox, scripted_llm):
     server = scripted_llm([Rule("bad", fault="500"), ECHO])
 
     async def main(client):
-        result, gateway = await run_agent(sandbox, client, """
+        result, gateway = await run_agent(
+            sandbox,
+            client,
+            """
             def forward(task, llm):
                 return [attempt(llm, "bad"), attempt(llm, "good")]
-            """)
+            """,
+        )
         return result, gateway, client.ledger.split("role")["agent"], client.down
 
     result, gateway, usage, down = run(server, main)
@@ -305,7 +364,10 @@ def test_threads_in_an_agent_get_their_own_answers(sandbox, scripted_llm):
     server = scripted_llm([ECHO], latency_s=0.05)
 
     async def main(client):
-        return await run_agent(sandbox, client, """
+        return await run_agent(
+            sandbox,
+            client,
+            """
             import threading
             def forward(task, llm):
                 got = {}
@@ -317,7 +379,8 @@ def test_threads_in_an_agent_get_their_own_answers(sandbox, scripted_llm):
                 for t in threads:
                     t.join()
                 return got
-            """)
+            """,
+        )
 
     result, _ = run(server, main)
     assert result.ok, result
@@ -336,8 +399,12 @@ def test_a_failing_handler_answers_with_its_error(sandbox):
     async def broken(request):
         raise KeyError("boom")
 
-    result = asyncio.run(sandbox.run(agent("def forward(task, llm):\n    return attempt(llm, 'x')"), calls=broken))
-    assert (result.ok, result.value) == (True, "ModelCallError: llm: the host failed: KeyError: 'boom'"), result
+    result = asyncio.run(
+        sandbox.run(agent("def forward(task, llm):\n    return attempt(llm, 'x')"), calls=broken)
+    )
+    assert (result.ok, result.value) == (True, "ModelCallError: llm: the host failed: KeyError: 'boom'"), (
+        result
+    )
 
 
 # -- hostile agents -----------------------------------------------------------------------------
@@ -373,14 +440,21 @@ async def hostile(sb, server, code, budget, **kw):
 
 def test_flood_of_calls_stays_within_the_budget(sandbox, scripted_llm):
     server = scripted_llm([ECHO])
-    result, gateway, took, lag, model_calls = asyncio.run(hostile(sandbox, server, """
+    result, gateway, took, lag, model_calls = asyncio.run(
+        hostile(
+            sandbox,
+            server,
+            """
         def forward(task, llm):
             while True:
                 try:
                     llm("flood")
                 except Exception:
                     pass
-        """, CallBudget(calls=4)))
+        """,
+            CallBudget(calls=4),
+        )
+    )
     assert result.error == f"timeout after {WALL_S} s (killed)"
     assert model_calls == 4 and gateway.calls == 4
     assert took < WALL_S + 1.5 and lag < 0.5, (took, lag)
@@ -389,7 +463,11 @@ def test_flood_of_calls_stays_within_the_budget(sandbox, scripted_llm):
 def test_flood_past_the_budget_is_answered_without_the_host(sandbox, scripted_llm):
     server = scripted_llm([ECHO])
     cpu = time.process_time()
-    result, gateway, took, lag, model_calls = asyncio.run(hostile(sandbox, server, """
+    result, gateway, took, lag, model_calls = asyncio.run(
+        hostile(
+            sandbox,
+            server,
+            """
         import time
         def forward(task, llm):
             errors, last, end = 0, None, time.monotonic() + 1.0
@@ -399,7 +477,10 @@ def test_flood_past_the_budget_is_answered_without_the_host(sandbox, scripted_ll
                 except llm.Error as e:
                     errors, last = errors + 1, str(e)
             return [errors, last]
-        """, CallBudget(calls=4)))
+        """,
+            CallBudget(calls=4),
+        )
+    )
     cpu = time.process_time() - cpu
     assert result.ok, result
     errors, last = result.value
@@ -410,23 +491,41 @@ def test_flood_past_the_budget_is_answered_without_the_host(sandbox, scripted_ll
 
 def test_huge_prompts_are_refused_or_kill_the_run(sandbox, scripted_llm):
     server = scripted_llm([ECHO])
-    two_mb, _, took, lag, model_calls = asyncio.run(hostile(sandbox, server, """
+    two_mb, _, took, lag, model_calls = asyncio.run(
+        hostile(
+            sandbox,
+            server,
+            """
         def forward(task, llm):
             return attempt(llm, "x" * (2 << 20))
-        """, CallBudget()))
+        """,
+            CallBudget(),
+        )
+    )
     assert two_mb.ok and two_mb.value.startswith("ModelCallError: llm: token budget"), two_mb
     assert model_calls == 0 and took < 2.0 and lag < 0.5
-    twenty_mb, gateway, took, lag, _ = asyncio.run(hostile(sandbox, server, """
+    twenty_mb, gateway, took, lag, _ = asyncio.run(
+        hostile(
+            sandbox,
+            server,
+            """
         def forward(task, llm):
             return attempt(llm, "x" * (20 << 20))
-        """, CallBudget()))
+        """,
+            CallBudget(),
+        )
+    )
     assert twenty_mb.error == "model call too large (> 4 MB)", twenty_mb
     assert gateway.trace == [] and took < 2.0 and lag < 0.5
 
 
 def test_calls_from_a_forked_child_stay_within_the_budget(sandbox, scripted_llm):
     server = scripted_llm([ECHO])
-    result, gateway, took, lag, model_calls = asyncio.run(hostile(sandbox, server, """
+    result, gateway, took, lag, model_calls = asyncio.run(
+        hostile(
+            sandbox,
+            server,
+            """
         import os, time
         def forward(task, llm):
             if os.fork() == 0:
@@ -434,43 +533,68 @@ def test_calls_from_a_forked_child_stay_within_the_budget(sandbox, scripted_llm)
                     attempt(llm, "from the grandchild")
             time.sleep(0.5)
             return "parent done"
-        """, CallBudget(calls=3)))
+        """,
+            CallBudget(calls=3),
+        )
+    )
     assert (result.ok, result.value) == (True, "parent done"), result
     assert model_calls <= 3 and gateway.calls <= 3
     assert took < WALL_S and lag < 0.5, (took, lag)
 
 
-@pytest.mark.parametrize("garbage, error", [
-    ("b'garbage!' * 100", "malformed model call"),
-    ("struct.pack('>cQI', b'L', 0, 6) + b'{bad}!'", "malformed model call"),
-    ("struct.pack('>cQI', b'L', 0, 8) + b'[1, 2]  '", "malformed model call"),
-    ("(lambda b: struct.pack('>cQI', b'L', 0, len(b)) + b)(b'{\"messages\": ' + b'[' * 900 + b']' * 900"
-     " + b', \"sampling\": {}}')", "malformed model call"),
-    ("struct.pack('>cQI', b'L', 0, 1 << 30)", "model call too large (> 4 MB)"),
-])
+@pytest.mark.parametrize(
+    "garbage, error",
+    [
+        ("b'garbage!' * 100", "malformed model call"),
+        ("struct.pack('>cQI', b'L', 0, 6) + b'{bad}!'", "malformed model call"),
+        ("struct.pack('>cQI', b'L', 0, 8) + b'[1, 2]  '", "malformed model call"),
+        (
+            "(lambda b: struct.pack('>cQI', b'L', 0, len(b)) + b)(b'{\"messages\": ' + b'[' * 900 + b']' * 900"
+            " + b', \"sampling\": {}}')",
+            "malformed model call",
+        ),
+        ("struct.pack('>cQI', b'L', 0, 1 << 30)", "model call too large (> 4 MB)"),
+    ],
+)
 def test_garbage_on_the_call_pipe_kills_the_run(sandbox, scripted_llm, garbage, error):
     server = scripted_llm([ECHO])
-    result, gateway, took, lag, model_calls = asyncio.run(hostile(sandbox, server, f"""
+    result, gateway, took, lag, model_calls = asyncio.run(
+        hostile(
+            sandbox,
+            server,
+            f"""
         import os, struct
         def forward(task, llm):
             os.write(llm.call_fd, {garbage})
             return llm("after the garbage")
-        """, CallBudget()))
+        """,
+            CallBudget(),
+        )
+    )
     assert result.error == error, result
     assert model_calls == 0 and took < 1.5 and lag < 0.5
 
 
 def test_agent_that_never_reads_its_answers_is_killed(sandbox, scripted_llm):
     server = scripted_llm([ECHO])
-    result, gateway, took, lag, model_calls = asyncio.run(hostile(sandbox, server, """
+    result, gateway, took, lag, model_calls = asyncio.run(
+        hostile(
+            sandbox,
+            server,
+            """
         import json, os, struct
         def forward(task, llm):
             body = json.dumps({"messages": "pipelined", "sampling": {}}).encode()
             frames = (struct.pack(">cQI", b"L", 0, len(body)) + body) * 200
             while True:
                 os.write(llm.call_fd, frames)
-        """, CallBudget(calls=4)))
-    assert result.error in ("agent does not read its model answers", f"timeout after {WALL_S} s (killed)"), result
+        """,
+            CallBudget(calls=4),
+        )
+    )
+    assert result.error in ("agent does not read its model answers", f"timeout after {WALL_S} s (killed)"), (
+        result
+    )
     assert model_calls == 4 and gateway.calls == 4
     assert took < WALL_S + 1.5 and lag < 0.5, (took, lag)
 
@@ -480,10 +604,14 @@ def test_a_hanging_model_call_ends_with_the_run(sandbox, scripted_llm):
 
     async def main(client):
         start = time.monotonic()
-        result, gateway = await run_agent(sandbox, client, """
+        result, gateway = await run_agent(
+            sandbox,
+            client,
+            """
             def forward(task, llm):
                 return llm("please hang")
-            """)
+            """,
+        )
         took = time.monotonic() - start
         for _ in range(100):  # the call's task is cancelled as the run ends
             if gateway.trace:
@@ -504,15 +632,22 @@ def test_a_call_under_way_when_the_time_is_up_fails_inside_the_agent(sandbox, sc
     server = scripted_llm([Rule("hang", fault="hang"), ECHO])
 
     async def main(client):
-        return await run_agent(sandbox, client, """
+        return await run_agent(
+            sandbox,
+            client,
+            """
             def forward(task, llm):
                 return [attempt(llm, "please hang"), attempt(llm, "and then?")]
-            """, budget=CallBudget(seconds=0.5))
+            """,
+            budget=CallBudget(seconds=0.5),
+        )
 
     result, gateway = run(server, main)
     assert result.ok, result
-    assert result.value == ["ModelCallError: llm: time is up (the call ran past 0.5 s of the evaluation)",
-                            "ModelCallError: llm: time is up (no call starts after 0.5 s of the evaluation)"]
+    assert result.value == [
+        "ModelCallError: llm: time is up (the call ran past 0.5 s of the evaluation)",
+        "ModelCallError: llm: time is up (no call starts after 0.5 s of the evaluation)",
+    ]
     assert 0.4 < result.seconds < WALL_S and gateway.calls == 1
 
 
@@ -550,7 +685,7 @@ def test_concurrent_runs_get_their_own_answers(sandbox, scripted_llm):
 
 def test_answers_json_round_trip(sandbox, scripted_llm):
     """Answers with every kind of character reach the agent unchanged."""
-    text = "é\u2028\n\"{}\\ \x00 end"
+    text = 'é\u2028\n"{}\\ \x00 end'
     server = scripted_llm([Rule("", reply=text)])
 
     async def main(client):

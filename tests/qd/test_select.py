@@ -60,14 +60,21 @@ def _curiosity(seed: int) -> select.Curiosity:
 
 
 @PROPERTY
-@given(mask=st.lists(st.booleans(), min_size=I * C, max_size=I * C), seed=st.integers(0, 2**16),
-       island=st.integers(0, I - 1))
+@given(
+    mask=st.lists(st.booleans(), min_size=I * C, max_size=I * C),
+    seed=st.integers(0, 2**16),
+    island=st.integers(0, I - 1),
+)
 def test_parents_are_filled_cells_of_the_island(mask, seed, island):
     state = _random_state(mask, seed)
     ids = np.asarray(state.genome_id)
     for rule in select.PARENT_RULES:
-        genome_id, cell = map(np.asarray, select.parents(
-            state, jax.random.key(seed), island, 32, rule, _curiosity(seed), temperature=0.5, k=3))
+        genome_id, cell = map(
+            np.asarray,
+            select.parents(
+                state, jax.random.key(seed), island, 32, rule, _curiosity(seed), temperature=0.5, k=3
+            ),
+        )
         if (ids[island] < 0).all():
             assert (genome_id == -1).all() and (cell == -1).all(), rule
         else:
@@ -76,8 +83,12 @@ def test_parents_are_filled_cells_of_the_island(mask, seed, island):
 
 
 @PROPERTY
-@given(mask=st.lists(st.booleans(), min_size=I * C, max_size=I * C), seed=st.integers(0, 2**16),
-       island=st.integers(0, I - 1), parent=st.lists(st.integers(-1, C - 1), min_size=32, max_size=32))
+@given(
+    mask=st.lists(st.booleans(), min_size=I * C, max_size=I * C),
+    seed=st.integers(0, 2**16),
+    island=st.integers(0, I - 1),
+    parent=st.lists(st.integers(-1, C - 1), min_size=32, max_size=32),
+)
 def test_inspirations_are_distinct_filled_elites_other_than_the_parent(mask, seed, island, parent):
     state = _random_state(mask, seed)
     ids = np.asarray(state.genome_id)
@@ -110,8 +121,9 @@ def test_inspirations_are_distinct_filled_elites_other_than_the_parent(mask, see
 @pytest.mark.parametrize("rule", select.PARENT_RULES)
 def test_parents_are_deterministic_for_a_key(rule):
     state = _random_state([True, False, True, True] * 8, 3)
-    picks = [np.asarray(select.parents(state, jax.random.key(k), 0, 32, rule, _curiosity(0))[1])
-             for k in (7, 7, 8)]
+    picks = [
+        np.asarray(select.parents(state, jax.random.key(k), 0, 32, rule, _curiosity(0))[1]) for k in (7, 7, 8)
+    ]
     np.testing.assert_array_equal(picks[0], picks[1])
     assert not np.array_equal(picks[0], picks[2])
 
@@ -120,8 +132,9 @@ def test_parents_are_deterministic_for_a_key(rule):
 def test_inspirations_are_deterministic_for_a_key(rule):
     state = _random_state([True, False, True, True] * 8, 3)
     parent = np.zeros(32, np.int32)
-    picks = [np.asarray(select.inspirations(state, jax.random.key(k), 0, parent, 3, rule)[1])
-             for k in (7, 7, 8)]
+    picks = [
+        np.asarray(select.inspirations(state, jax.random.key(k), 0, parent, 3, rule)[1]) for k in (7, 7, 8)
+    ]
     np.testing.assert_array_equal(picks[0], picks[1])
     if rule != "top":
         assert not np.array_equal(picks[0], picks[2])
@@ -195,8 +208,9 @@ def test_curiosity_update_adds_credit_per_parent_and_ignores_invalid():
 
 def test_curiosity_reset_restarts_the_entered_cells():
     cur = select.Curiosity(jnp.ones((I, C), jnp.float32))
-    cur = select.curiosity_reset(cur, np.asarray([0, 1, 1], np.int32), np.asarray([2, 4, 5], np.int32),
-                                 np.asarray([True, True, False]))
+    cur = select.curiosity_reset(
+        cur, np.asarray([0, 1, 1], np.int32), np.asarray([2, 4, 5], np.int32), np.asarray([True, True, False])
+    )
     expected = np.ones((I, C))
     expected[0, 2] = expected[1, 4] = 0.0
     np.testing.assert_array_equal(np.asarray(cur.score), expected)
@@ -211,8 +225,13 @@ def test_curiosity_shifts_parents_toward_credited_cells():
     np.testing.assert_allclose(before[:8], 1 / 8, atol=0.02)
     # Cell 2's children keep entering the archive; cell 5's never do.
     for _ in range(3):
-        cur = select.curiosity_update(cur, np.zeros(4, np.int32), np.asarray([2, 2, 5, 5], np.int32),
-                                      np.asarray([True, True, False, False]), np.ones(4, bool))
+        cur = select.curiosity_update(
+            cur,
+            np.zeros(4, np.int32),
+            np.asarray([2, 2, 5, 5], np.int32),
+            np.asarray([True, True, False, False]),
+            np.ones(4, bool),
+        )
     after = _frequency(select.parents(state, jax.random.key(2), 0, MANY, "curiosity", cur)[1])
     weight = np.exp(np.asarray(cur.score)[0, :8])
     np.testing.assert_allclose(after[:8], weight / weight.sum(), atol=0.02)
@@ -246,9 +265,9 @@ def test_novelty_parents_prefer_an_isolated_elite_beyond_the_pool():
     descriptor = rng.uniform(0, 1, (1, cells, D))
     descriptor[0, 17] = [30.0, 30.0]
     state = _state(fitness, descriptor)
-    picks = np.concatenate([
-        np.asarray(select.parents(state, jax.random.key(s), 0, 64, "novelty", k=3)[1]) for s in range(16)
-    ])
+    picks = np.concatenate(
+        [np.asarray(select.parents(state, jax.random.key(s), 0, 64, "novelty", k=3)[1]) for s in range(16)]
+    )
     count = np.bincount(picks, minlength=cells)
     assert count[17] > 0.2 * picks.size
     assert count[17] > 20 * np.delete(count, 17).max()
@@ -272,8 +291,9 @@ def test_uniform_inspirations_are_uniform_ordered_pairs():
     fitness = np.full((I, C), np.nan)
     fitness[0, [0, 2, 5, 9, 13]] = 0.0
     parent = np.full(MANY, 5, np.int32)
-    _, cell = map(np.asarray, select.inspirations(
-        _state(fitness), jax.random.key(5), 0, parent, 2, "uniform"))
+    _, cell = map(
+        np.asarray, select.inspirations(_state(fitness), jax.random.key(5), 0, parent, 2, "uniform")
+    )
     others = [0, 2, 9, 13]
     pairs = cell[:, 0] * C + cell[:, 1]
     expected = {a * C + b for a in others for b in others if a != b}
@@ -297,8 +317,10 @@ def test_distant_inspirations_are_drawn_in_proportion_to_distance():
 def test_island_inspirations_come_from_other_islands():
     fitness = np.full((3, C), np.nan)
     fitness[0, [1, 2]] = fitness[1, [4]] = fitness[2, [4, 7]] = 0.0
-    isl, cell = map(np.asarray, select.inspirations(
-        _state(fitness), jax.random.key(7), 1, np.full(32, 4, np.int32), 5, "islands"))
+    isl, cell = map(
+        np.asarray,
+        select.inspirations(_state(fitness), jax.random.key(7), 1, np.full(32, 4, np.int32), 5, "islands"),
+    )
     found = cell >= 0
     assert (found.sum(axis=1) == 4).all()  # 4 elites elsewhere, 5 asked
     got = {(a, c) for a, c in zip(isl[found], cell[found])}
@@ -308,8 +330,10 @@ def test_island_inspirations_come_from_other_islands():
 def test_island_inspirations_with_one_island_stay_home():
     fitness = np.full((1, C), np.nan)
     fitness[0, [1, 2, 3]] = 0.0
-    isl, cell = map(np.asarray, select.inspirations(
-        _state(fitness), jax.random.key(8), 0, np.full(32, 2, np.int32), 3, "islands"))
+    isl, cell = map(
+        np.asarray,
+        select.inspirations(_state(fitness), jax.random.key(8), 0, np.full(32, 2, np.int32), 3, "islands"),
+    )
     np.testing.assert_array_equal(np.sort(cell, axis=1), np.tile([-1, 1, 3], (32, 1)))
     np.testing.assert_array_equal(isl == 0, cell >= 0)
 
@@ -318,8 +342,10 @@ def test_selection_at_scale_is_jittable_without_large_temporaries():
     # C = 10,000 cells, 4 islands, 64-D descriptors, n = 64: no [n, C, D] temporary (164 MB).
     shape = jax.ShapeDtypeStruct
     state = qa.ArchiveState(
-        fitness=shape((4, 10_000), jnp.float32), descriptor=shape((4, 10_000, 64), jnp.float32),
-        genome_id=shape((4, 10_000), jnp.int32), threshold=shape((4, 10_000), jnp.float32),
+        fitness=shape((4, 10_000), jnp.float32),
+        descriptor=shape((4, 10_000, 64), jnp.float32),
+        genome_id=shape((4, 10_000), jnp.int32),
+        threshold=shape((4, 10_000), jnp.float32),
         threshold_min=shape((), jnp.float32),
     )
     key = jax.random.key(0)
@@ -341,23 +367,47 @@ def test_a_wave_row_is_what_the_unbatched_draws_give_its_keys(rule):
     parent_keys, inspire_keys = jax.random.split(jax.random.key(1), 4), jax.random.split(jax.random.key(2), 4)
     island, num_parents = np.asarray([0, 1, 1, 0]), np.asarray([1, 2, 2, 1])
     for inspiration_rule in select.INSPIRATION_RULES:
-        wave = jax.device_get(select.wave(state, parent_keys, inspire_keys, island, num_parents, children, widest,
-                                          rule, _curiosity(3), 0.7, 3, m, inspiration_rule))
+        wave = jax.device_get(
+            select.wave(
+                state,
+                parent_keys,
+                inspire_keys,
+                island,
+                num_parents,
+                children,
+                widest,
+                rule,
+                _curiosity(3),
+                0.7,
+                3,
+                m,
+                inspiration_rule,
+            )
+        )
         for r in range(4):
-            ids, cells = map(np.asarray, select.parents(state, parent_keys[r], int(island[r]), children * widest,
-                                                        rule, _curiosity(3), 0.7, 3))
+            ids, cells = map(
+                np.asarray,
+                select.parents(
+                    state, parent_keys[r], int(island[r]), children * widest, rule, _curiosity(3), 0.7, 3
+                ),
+            )
             np.testing.assert_array_equal(wave.genome_id[r], ids)
             np.testing.assert_array_equal(wave.cell[r], cells)
             first = cells[np.arange(children) * num_parents[r]]
-            source, spot = map(np.asarray, select.inspirations(state, inspire_keys[r], int(island[r]), first, m,
-                                                               inspiration_rule))
+            source, spot = map(
+                np.asarray,
+                select.inspirations(state, inspire_keys[r], int(island[r]), first, m, inspiration_rule),
+            )
             np.testing.assert_array_equal(wave.source[r], source)
             np.testing.assert_array_equal(wave.spot[r], spot)
 
 
 @PROPERTY
-@given(mask=st.lists(st.booleans(), min_size=I * C, max_size=I * C), seed=st.integers(0, 2**16),
-       island=st.lists(st.integers(0, I - 1), min_size=1, max_size=5))
+@given(
+    mask=st.lists(st.booleans(), min_size=I * C, max_size=I * C),
+    seed=st.integers(0, 2**16),
+    island=st.lists(st.integers(0, I - 1), min_size=1, max_size=5),
+)
 def test_host_uniform_waves_draw_filled_parents_and_distinct_other_inspirations(mask, seed, island):
     ids = np.asarray(_random_state(mask, seed).genome_id)
     island, m = np.asarray(island), 3
@@ -369,14 +419,18 @@ def test_host_uniform_waves_draw_filled_parents_and_distinct_other_inspirations(
     for r, i in enumerate(island):
         filled = int((ids[i] >= 0).sum())
         if not filled:
-            assert (picks.cell[r] == -1).all() and (picks.genome_id[r] == -1).all() and (picks.spot[r] == -1).all()
+            assert (
+                (picks.cell[r] == -1).all()
+                and (picks.genome_id[r] == -1).all()
+                and (picks.spot[r] == -1).all()
+            )
             continue
         np.testing.assert_array_equal(picks.genome_id[r], ids[i, picks.cell[r]])
         assert (picks.genome_id[r] >= 0).all()
         for j in range(4):
             got = picks.spot[r, j][picks.spot[r, j] >= 0].tolist()
             assert len(got) == len(set(got)) == min(m, filled - 1)
-            assert (picks.source[r, j][: len(got)] == i).all() and (picks.spot[r, j][len(got):] == -1).all()
+            assert (picks.source[r, j][: len(got)] == i).all() and (picks.spot[r, j][len(got) :] == -1).all()
             assert picks.cell[r, j * num_parents[r]] not in got and (ids[i, got] >= 0).all()
 
 
@@ -384,8 +438,9 @@ def test_host_uniform_waves_are_uniform():
     fitness = np.full((I, C), np.nan)
     fitness[0, [0, 2, 5, 9, 13]] = 0.0
     ids = np.asarray(_state(fitness).genome_id)
-    picks = select.wave_uniform(ids, np.random.default_rng(0), np.zeros(MANY // 8, np.int64),
-                                np.ones(MANY // 8, np.int64), 8, 1, 2)
+    picks = select.wave_uniform(
+        ids, np.random.default_rng(0), np.zeros(MANY // 8, np.int64), np.ones(MANY // 8, np.int64), 8, 1, 2
+    )
     expected = np.zeros(C)
     expected[[0, 2, 5, 9, 13]] = 0.2
     np.testing.assert_allclose(_frequency(picks.cell), expected, atol=0.02)
@@ -393,4 +448,6 @@ def test_host_uniform_waves_are_uniform():
     pairs = spot[:, 0] * C + spot[:, 1]
     expected_pairs = sorted(a * C + b for a in (0, 2, 9, 13) for b in (0, 2, 9, 13) if a != b)
     assert sorted(set(pairs.tolist())) == expected_pairs
-    np.testing.assert_allclose(np.bincount(pairs, minlength=C * C)[expected_pairs] / len(pairs), 1 / 12, atol=0.03)
+    np.testing.assert_allclose(
+        np.bincount(pairs, minlength=C * C)[expected_pairs] / len(pairs), 1 / 12, atol=0.03
+    )

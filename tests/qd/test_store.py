@@ -8,10 +8,20 @@ from qd.store import Candidate, Store
 
 def make(i: int, island: int = 0, valid: bool = True) -> Candidate:
     return Candidate(
-        kind="vector", island=island, fitness=float(i), descriptor=np.array([i, -i], np.float32),
-        valid=valid, vector=np.arange(3, dtype=np.float32) + i, parent_ids=[i - 1] if i else [],
-        operator="gaussian", metrics={"m": i}, error=None if valid else "boom",
-        tokens_in=i, tokens_out=2 * i, cost=0.5 * i, eval_seconds=0.01,
+        kind="vector",
+        island=island,
+        fitness=float(i),
+        descriptor=np.array([i, -i], np.float32),
+        valid=valid,
+        vector=np.arange(3, dtype=np.float32) + i,
+        parent_ids=[i - 1] if i else [],
+        operator="gaussian",
+        metrics={"m": i},
+        error=None if valid else "boom",
+        tokens_in=i,
+        tokens_out=2 * i,
+        cost=0.5 * i,
+        eval_seconds=0.01,
     )
 
 
@@ -96,13 +106,34 @@ def test_columns_come_a_page_at_a_time_in_id_or_parent_order(tmp_path):
     sorted scan an export groups siblings with, without holding the run."""
     parents = [[], [], [0], [1], [0, 1], [1], [0], []]
     with Store(tmp_path / "s.sqlite") as store:
-        store.add([Candidate(fitness=1.0, descriptor=np.zeros(2), valid=True, kind="text", text=str(i),
-                             parent_ids=p, island=0) for i, p in enumerate(parents)])
+        store.add(
+            [
+                Candidate(
+                    fitness=1.0,
+                    descriptor=np.zeros(2),
+                    valid=True,
+                    kind="text",
+                    text=str(i),
+                    parent_ids=p,
+                    island=0,
+                )
+                for i, p in enumerate(parents)
+            ]
+        )
         pages = list(store.columns(("id", "text"), page=3))
         assert [len(p) for p in pages] == [3, 3, 2]
         assert [row for p in pages for row in p] == [(i, str(i)) for i in range(8)]
         by_parent = [i for p in store.columns(("id",), page=2, by_parent=True) for (i,) in p]
-        assert by_parent == [0, 1, 7, 2, 4, 6, 3, 5]  # founders (no parent) first, then by first parent, then id
+        assert by_parent == [
+            0,
+            1,
+            7,
+            2,
+            4,
+            6,
+            3,
+            5,
+        ]  # founders (no parent) first, then by first parent, then id
         assert list(store.columns(("id",), kinds=("vector",))) == []
         with pytest.raises(ValueError, match="no column 'nope'"):
             list(store.columns(("nope",)))

@@ -6,23 +6,35 @@ import json
 
 import numpy as np
 import pytest
-
 from helpers import run_config, small_config, stored
+from scripted_llm import Rule
+
 from qd import archive
 from qd.contract import ConfigError
 from qd.plan import compose, plan
-from scripted_llm import Rule
 
 
 def config(base_url: str, *overrides: str):
-    return compose([
-        "experiment=function_fit", "llm.provider=server", f"llm.base_url={base_url}",
-        "llm.api_key_env=null", "llm.backoff_s=0.01", "llm.backoff_max_s=0.02", "llm.timeout_s=5",
-        "runner.progress=false", "runner.in_flight=1", "runner.workers=2",
-        "sandbox.wall_s=2", "sandbox.cpu_s=2", "operators.mix=[{name: rewrite}]",
-        # one cell per node count and per constant count: many cells to discover
-        "archive.bins=[80,12]", *overrides,
-    ])
+    return compose(
+        [
+            "experiment=function_fit",
+            "llm.provider=server",
+            f"llm.base_url={base_url}",
+            "llm.api_key_env=null",
+            "llm.backoff_s=0.01",
+            "llm.backoff_max_s=0.02",
+            "llm.timeout_s=5",
+            "runner.progress=false",
+            "runner.in_flight=1",
+            "runner.workers=2",
+            "sandbox.wall_s=2",
+            "sandbox.cpu_s=2",
+            "operators.mix=[{name: rewrite}]",
+            # one cell per node count and per constant count: many cells to discover
+            "archive.bins=[80,12]",
+            *overrides,
+        ]
+    )
 
 
 def new_cells():
@@ -47,8 +59,12 @@ def test_bandit_gives_the_clearly_better_arm_most_calls(tmp_path, scripted_llm, 
     # "bad" never answers with code (its children are invalid: no credit).
     good = new_cells()
     server = scripted_llm([Rule("", lambda r: good(r) if r["model"] == "good" else "Sorry, no code.")])
-    cfg = config(server.base_url, f"scheduler={rule}", "llm.models=[{name: good}, {name: bad}]",
-                 "runner.max_llm_calls=100")
+    cfg = config(
+        server.base_url,
+        f"scheduler={rule}",
+        "llm.models=[{name: good}, {name: bad}]",
+        "runner.max_llm_calls=100",
+    )
     run_config(cfg, tmp_path)
     calls = [c.model for c in stored(tmp_path) if c.model is not None]
     assert len(calls) == 100
@@ -67,6 +83,7 @@ def test_bandit_state_survives_a_resume(tmp_path, scripted_llm):
     pulls = sum(1 for e in events(tmp_path) if "arm" in e)
     run_config(config(server.base_url, *base, "runner.max_llm_calls=40"), tmp_path)
     from qd import checkpoint
+
     saved = checkpoint.load_arrays(tmp_path / "checkpoints")
     assert pulls == 20 and float(saved["bandit.0.pulls"].sum()) == 40.0
 
@@ -81,8 +98,13 @@ def test_meta_prompt_credit_goes_to_the_instruction_whose_children_improved(tmp_
         return good(request) if "ALPHA" in prompt else "Sorry, no code."
 
     server = scripted_llm([Rule("", reply)])
-    cfg_overrides = ["meta=evolve", "meta.seeds=['Use method ALPHA.', 'Use method BETA.']",
-                     "meta.evolve_every=10", "llm.models=[{name: scripted}]", "runner.max_llm_calls=40"]
+    cfg_overrides = [
+        "meta=evolve",
+        "meta.seeds=['Use method ALPHA.', 'Use method BETA.']",
+        "meta.evolve_every=10",
+        "llm.models=[{name: scripted}]",
+        "runner.max_llm_calls=40",
+    ]
     run_config(config(server.base_url, *cfg_overrides), tmp_path)
     rows = stored(tmp_path)
     instructions = {c.id: c for c in rows if c.kind == "instruction"}
@@ -134,10 +156,20 @@ def test_novelty_gate_skips_a_near_duplicate_and_never_a_distinct_child(tmp_path
         return distinct(request)
 
     server = scripted_llm([Rule("", reply)])
-    cfg = config(server.base_url, "llm.models=[{name: scripted, weight: 1}]", "llm.seed=0",
-                 "runner.max_llm_calls=30", "gate=embedding", "gate.resample=0")
-    assert plan(cfg).strategy.gate == {"threshold": 1.0, "against": ("elites", "parents"), "resample": 0,
-                                      "measure": "embedding"}
+    cfg = config(
+        server.base_url,
+        "llm.models=[{name: scripted, weight: 1}]",
+        "llm.seed=0",
+        "runner.max_llm_calls=30",
+        "gate=embedding",
+        "gate.resample=0",
+    )
+    assert plan(cfg).strategy.gate == {
+        "threshold": 1.0,
+        "against": ("elites", "parents"),
+        "resample": 0,
+        "measure": "embedding",
+    }
     run_config(cfg, tmp_path)
     children = [c for c in stored(tmp_path) if c.operator == "rewrite"]
     rejected = [c for c in children if c.error and c.error.startswith("novelty gate")]
@@ -161,9 +193,18 @@ def test_exact_duplicates_reuse_the_stored_evaluation(tmp_path, scripted_llm):
 
 
 def test_cycleqd_rotation_rebuilds_the_archive_with_every_stored_candidate(tmp_path):
-    cfg = compose(["experiment=skills", "cycle=skills", "cycle.every=1000", "cycle.bins=[8,8,8]",
-                   "runner.batch_size=100", "runner.max_evaluations=3500", "runner.progress=false",
-                   "runner.checkpoint_every=1000"])
+    cfg = compose(
+        [
+            "experiment=skills",
+            "cycle=skills",
+            "cycle.every=1000",
+            "cycle.bins=[8,8,8]",
+            "runner.batch_size=100",
+            "runner.max_evaluations=3500",
+            "runner.progress=false",
+            "runner.checkpoint_every=1000",
+        ]
+    )
     summary = run_config(cfg, tmp_path)
     rotations = [e for e in events(tmp_path) if e.get("event") == "rotate"]
     assert [e["phase"] for e in rotations] == [1, 2, 0]
@@ -172,13 +213,24 @@ def test_cycleqd_rotation_rebuilds_the_archive_with_every_stored_candidate(tmp_p
         assert e["placed"] == e["candidates"] >= 1000
     # The final archive is exactly the rebuild of the whole store in the last phase.
     from qd.search.cycle import CyclicObjective
+
     rows = stored(tmp_path)
     cycle = CyclicObjective.create(["skill_a", "skill_b", "skill_c"], [0] * 3, [1] * 3, [8] * 3, 1000)
     fitness, descriptor, valid, _ = cycle.score(0, [c.metrics for c in rows], [c.valid for c in rows])
     spec = cycle.spec(0)
-    expected = archive.rebuild(spec, 1, np.zeros(len(rows), np.int32), descriptor, fitness,
-                               np.asarray([c.id for c in rows]), valid, -np.inf, 1.0)
+    expected = archive.rebuild(
+        spec,
+        1,
+        np.zeros(len(rows), np.int32),
+        descriptor,
+        fitness,
+        np.asarray([c.id for c in rows]),
+        valid,
+        -np.inf,
+        1.0,
+    )
     from qd import checkpoint
+
     state, _, _ = checkpoint.load(tmp_path / "checkpoints")
     # rows after the last rotation were inserted incrementally: same elites as a rebuild
     np.testing.assert_array_equal(np.asarray(state.genome_id), np.asarray(expected.genome_id))
@@ -186,38 +238,51 @@ def test_cycleqd_rotation_rebuilds_the_archive_with_every_stored_candidate(tmp_p
 
 
 def test_island_reset_is_recorded_and_a_resume_replays_it(tmp_path):
-    cfg = small_config("islands=funsearch", "islands.count=4", "islands.reset_patience=96",
-                       "runner.max_evaluations=1280")
+    cfg = small_config(
+        "islands=funsearch", "islands.count=4", "islands.reset_patience=96", "runner.max_evaluations=1280"
+    )
     run_config(cfg, tmp_path / "a")
     resets = [e for e in events(tmp_path / "a") if e.get("event") == "reset"]
     assert resets and all(len(e["islands"]) == 2 for e in resets)
     # a fresh engine on the same store rebuilds the same archive from the store alone
     import shutil
+
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     shutil.rmtree(tmp_path / "b" / "checkpoints")
     from qd.run import build_engine
+
     engine = build_engine(cfg, tmp_path / "b")
     try:
         from qd import checkpoint
+
         live, _, _ = checkpoint.load(tmp_path / "a" / "checkpoints")
         np.testing.assert_array_equal(np.asarray(engine.state.archive.genome_id), np.asarray(live.genome_id))
     finally:
         engine.close()
 
 
-@pytest.mark.parametrize("overrides, field", [
-    (["islands.reset_patience=10"], "islands.reset_patience"),
-    (["select.inspirations=islands"], "select.inspirations"),
-    (["select.parents=greedy"], "select.parents"),
-    (["scheduler.rule=softmax"], "scheduler.rule"),
-    (["islands=ring4", "islands.mix=[{isoline: 1}, {isoline: 1}, {isoline: 1}, {isoline: 1}]",
-      "scheduler=ucb1"], "islands.mix"),
-    (["islands=ring4", "islands.mix=[{isoline: 1.0}]"], "islands.mix"),
-    (["meta=evolve"], "meta.enabled"),
-    (["gate=embedding"], "gate.enabled"),
-    (["cycle=skills", "cycle.bins=[8,8]"], "cycle.bins"),
-    (["cycle=skills", "archive=cvt"], "cycle.metrics"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (["islands.reset_patience=10"], "islands.reset_patience"),
+        (["select.inspirations=islands"], "select.inspirations"),
+        (["select.parents=greedy"], "select.parents"),
+        (["scheduler.rule=softmax"], "scheduler.rule"),
+        (
+            [
+                "islands=ring4",
+                "islands.mix=[{isoline: 1}, {isoline: 1}, {isoline: 1}, {isoline: 1}]",
+                "scheduler=ucb1",
+            ],
+            "islands.mix",
+        ),
+        (["islands=ring4", "islands.mix=[{isoline: 1.0}]"], "islands.mix"),
+        (["meta=evolve"], "meta.enabled"),
+        (["gate=embedding"], "gate.enabled"),
+        (["cycle=skills", "cycle.bins=[8,8]"], "cycle.bins"),
+        (["cycle=skills", "archive=cvt"], "cycle.metrics"),
+    ],
+)
 def test_unknown_combinations_fail_at_start_naming_the_field(overrides, field):
     cfg = compose(["experiment=skills", *overrides])
     with pytest.raises(ConfigError) as err:
@@ -231,10 +296,20 @@ def test_all_llm_strategies_together_on_the_real_llama_server(tmp_path, llama_se
     # instructions + the MiniLM gate, on SmolLM2: the run completes on budget,
     # every strategy leaves its trace, and a resume picks the state back up.
     overrides = [
-        "experiment=function_fit", "llm.provider=server", f"llm.base_url={llama_server.base_url}",
-        f"llm.models=[{{name: {llama_server.model}}}]", "llm.api_key_env=null", "runner.progress=false",
-        "runner.in_flight=2", "islands=ring4", "islands.migrate_every=4", "select.inspirations=islands",
-        "scheduler=ucb1", "scheduler.arms=operators", "meta=evolve", "meta.evolve_every=6",
+        "experiment=function_fit",
+        "llm.provider=server",
+        f"llm.base_url={llama_server.base_url}",
+        f"llm.models=[{{name: {llama_server.model}}}]",
+        "llm.api_key_env=null",
+        "runner.progress=false",
+        "runner.in_flight=2",
+        "islands=ring4",
+        "islands.migrate_every=4",
+        "select.inspirations=islands",
+        "scheduler=ucb1",
+        "scheduler.arms=operators",
+        "meta=evolve",
+        "meta.evolve_every=6",
         "gate=embedding",
     ]
     run_config(compose([*overrides, "runner.max_llm_calls=12"]), tmp_path)
@@ -247,22 +322,32 @@ def test_all_llm_strategies_together_on_the_real_llama_server(tmp_path, llama_se
     assert any(e.get("event") == "meta" for e in lines)
     assert {c.island for c in rows if c.kind == "text"} == {0, 1, 2, 3}
     instructions = [c for c in rows if c.kind == "instruction"]
-    assert instructions and all(c.operator in ("seed", "seed>hyper", "meta", "meta>hyper") for c in instructions)
+    assert instructions and all(
+        c.operator in ("seed", "seed>hyper", "meta", "meta>hyper") for c in instructions
+    )
     from qd import checkpoint
+
     saved = checkpoint.load_arrays(tmp_path / "checkpoints")
     assert float(saved["bandit.0.pulls"].sum()) == len(pulled)
 
 
 def test_per_island_models_send_each_island_to_its_own_model(tmp_path, scripted_llm):
     server = scripted_llm([Rule("", lambda r: new_cells()(r))])
-    cfg = config(server.base_url, "llm.models=[{name: a}, {name: b}]", "islands.count=2",
-                 "islands.models=[{a: 1}, {b: 1}]", "runner.max_llm_calls=8")
+    cfg = config(
+        server.base_url,
+        "llm.models=[{name: a}, {name: b}]",
+        "islands.count=2",
+        "islands.models=[{a: 1}, {b: 1}]",
+        "runner.max_llm_calls=8",
+    )
     run_config(cfg, tmp_path)
     children = [c for c in stored(tmp_path) if c.model is not None]
     assert len(children) == 8 and {(c.island, c.model) for c in children} == {(0, "a"), (1, "b")}
 
 
-def test_instruction_mutations_count_once_with_proposals_in_flight_and_across_a_resume(tmp_path, scripted_llm):
+def test_instruction_mutations_count_once_with_proposals_in_flight_and_across_a_resume(
+    tmp_path, scripted_llm
+):
     count = itertools.count()
 
     def reply(request: dict) -> str:
@@ -271,9 +356,18 @@ def test_instruction_mutations_count_once_with_proposals_in_flight_and_across_a_
         return f"```python\ndef f(x):\n    return x * x + {next(count) % 7}.0\n```"
 
     server = scripted_llm([Rule("", reply)])
-    overrides = ["llm.models=[{name: scripted}]", "runner.in_flight=2", "islands=ring4", "islands.migrate_every=4",
-                 "select.inspirations=islands", "operators=llm", "scheduler=ucb1", "scheduler.arms=operators",
-                 "meta=evolve", "meta.evolve_every=6"]
+    overrides = [
+        "llm.models=[{name: scripted}]",
+        "runner.in_flight=2",
+        "islands=ring4",
+        "islands.migrate_every=4",
+        "select.inspirations=islands",
+        "operators=llm",
+        "scheduler=ucb1",
+        "scheduler.arms=operators",
+        "meta=evolve",
+        "meta.evolve_every=6",
+    ]
     for budget in (24, 32):
         summary = run_config(config(server.base_url, *overrides, f"runner.max_llm_calls={budget}"), tmp_path)
         assert len([c for c in stored(tmp_path) if c.model is not None]) == budget == summary["llm"]["calls"]

@@ -4,15 +4,15 @@ import re
 
 import numpy as np
 import pytest
+from helpers import run_engine, stored
+from scripted_llm import Rule
 
 import genomes
-from helpers import run_engine, stored
 from operators.llm import make_llm_operator
 from qd.contract import ConfigError
 from qd.llm import LLMClient, LLMSettings, ModelSpec
 from qd.plan import compose, plan
 from qd.search.tiebreak import TIED, WON, PairwiseJudge
-from scripted_llm import Rule
 
 QUESTION = "Which slogan is louder?"
 
@@ -58,11 +58,19 @@ def engine(tmp_path, server, max_llm_calls):
     entry.write_text("def run(text):\n    return len(text)\n")
     task = SloganTask(f"{entry}:run")
     client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("m"),), seed=0))
-    return Engine(task=task, spec=archive.GridSpec((2,), (0.0,), (1.0,)),
-                  operators=[(make_llm_operator("rewrite", client, genome=genomes.of_task(task)), 1.0)],
-                  evaluator=StagedEvaluator(task, HostRunner(task.host_entry)), run_dir=tmp_path / "run",
-                  batch_size=1, in_flight=1, budget=Budget(max_llm_calls=max_llm_calls), progress=False, llm=client,
-                  strategy=Strategy(tiebreak=lambda llm: PairwiseJudge(QUESTION, client=llm)))
+    return Engine(
+        task=task,
+        spec=archive.GridSpec((2,), (0.0,), (1.0,)),
+        operators=[(make_llm_operator("rewrite", client, genome=genomes.of_task(task)), 1.0)],
+        evaluator=StagedEvaluator(task, HostRunner(task.host_entry)),
+        run_dir=tmp_path / "run",
+        batch_size=1,
+        in_flight=1,
+        budget=Budget(max_llm_calls=max_llm_calls),
+        progress=False,
+        llm=client,
+        strategy=Strategy(tiebreak=lambda llm: PairwiseJudge(QUESTION, client=llm)),
+    )
 
 
 def test_a_tie_goes_to_the_child_only_if_the_judge_prefers_it_in_both_orders(tmp_path, scripted_llm):
@@ -83,7 +91,9 @@ def test_a_tie_goes_to_the_child_only_if_the_judge_prefers_it_in_both_orders(tmp
         assert np.float32(c.fitness) == steps and c.metrics[TIED] == 1.0
     assert all(c.fitness == 1.0 for c in children if c.valid and not (c.metrics or {}).get(WON))
     elite = max((c for c in rows if c.valid), key=lambda c: (c.fitness, -c.id))
-    assert e.elites.table[0, 1].id == elite.id and elite.text.count("!") == max(c.text.count("!") for c in rows if c.valid)
+    assert e.elites.table[0, 1].id == elite.id and elite.text.count("!") == max(
+        c.text.count("!") for c in rows if c.valid
+    )
     calls = e.llm.ledger.split("role")
     assert calls["judge"].calls == len(judged) and sum(u.calls for u in calls.values()) <= 30
     e.close()
@@ -97,8 +107,13 @@ def test_a_tie_goes_to_the_child_only_if_the_judge_prefers_it_in_both_orders(tmp
 def test_the_judge_reads_the_answer_tokens_probabilities(scripted_llm):
     import asyncio
 
-    server = scripted_llm([Rule("first", "A", logprobs=[{"A": -1.2, " B": -0.4}]),
-                           Rule("", "A", logprobs=[{"A": -0.1, "B": -3.0}])])
+    server = scripted_llm(
+        [
+            Rule("first", "A", logprobs=[{"A": -1.2, " B": -0.4}]),
+            Rule("", "A", logprobs=[{"A": -0.1, "B": -3.0}]),
+        ]
+    )
+
     async def picks():
         client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("m"),), seed=0))
         judge = PairwiseJudge("Which is better?", client=client)
@@ -111,7 +126,11 @@ def test_the_judge_reads_the_answer_tokens_probabilities(scripted_llm):
 
 
 def test_tiebreak_config_is_checked():
-    p = plan(compose(["experiment=prompt_evolution", "tiebreak.enabled=true", "tiebreak.question=Which is clearer?"]))
+    p = plan(
+        compose(
+            ["experiment=prompt_evolution", "tiebreak.enabled=true", "tiebreak.question=Which is clearer?"]
+        )
+    )
     assert p.strategy.tiebreak == {"question": "Which is clearer?", "model": None}
     with pytest.raises(ConfigError, match="tiebreak.question"):
         plan(compose(["experiment=prompt_evolution", "tiebreak.enabled=true", "tiebreak.question=' '"]))

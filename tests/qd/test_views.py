@@ -57,12 +57,15 @@ def last_commit(path: Path) -> dict:
 
 # ----- qd show ----------------------------------------------------------------------
 
+
 def test_show_top_row_is_the_best_elite(text_run, capsys):
     best = max((c for c in stored(text_run) if c.valid), key=lambda c: c.fitness)  # no resets: it stays
     out = as_json(capsys, "show", text_run, "--top", 3)
     top = out["elites"][0]
     assert top["fitness"] == pytest.approx(best.fitness) and top["rank"] == 1
-    assert [r["fitness"] for r in out["elites"]] == sorted((r["fitness"] for r in out["elites"]), reverse=True)
+    assert [r["fitness"] for r in out["elites"]] == sorted(
+        (r["fitness"] for r in out["elites"]), reverse=True
+    )
     (c,) = [c for c in stored(text_run) if c.id == top["id"]]
     assert top["text"] == c.text and top["operator"] == c.operator and len(out["elites"]) == 3
     assert out["run"]["evaluations"] == len(stored(text_run)) and out["run"]["best_id"] == top["id"]
@@ -80,8 +83,9 @@ def test_show_island_cell_and_full(text_run, capsys):
     assert sorted(r["id"] for r in one) == sorted(snap.genome_id[1][snap.genome_id[1] >= 0].tolist())
     cell = one[0]["cell"]
     at = as_json(capsys, "show", text_run, "--cell", cell)["elites"]
-    assert {(r["island"], r["id"]) for r in at} == {(i, int(snap.genome_id[i, cell])) for i in range(2)
-                                                   if snap.genome_id[i, cell] >= 0}
+    assert {(r["island"], r["id"]) for r in at} == {
+        (i, int(snap.genome_id[i, cell])) for i in range(2) if snap.genome_id[i, cell] >= 0
+    }
     body = one[0]["text"].splitlines()[1]  # a program's second line: only --full prints it
     assert body not in run_cli(capsys, "show", text_run, "--island", 1)
     assert one[0]["text"].strip() in run_cli(capsys, "show", text_run, "--island", 1, "--full")
@@ -91,8 +95,11 @@ def test_show_id_prints_the_candidate_its_diff_and_answer(text_run, capsys):
     from qd.history import diff
 
     by_id = {c.id: c for c in stored(text_run)}
-    c = next(c for c in by_id.values() if c.parent_ids and c.text and c.text != by_id[c.parent_ids[0]].text
-             and c.response)
+    c = next(
+        c
+        for c in by_id.values()
+        if c.parent_ids and c.text and c.text != by_id[c.parent_ids[0]].text and c.response
+    )
     expected = diff(by_id[c.parent_ids[0]].text, c.text, f"#{c.parent_ids[0]}", f"#{c.id}")
     out = run_cli(capsys, "show", text_run, "--id", c.id)
     assert c.text in out and expected in out and c.response in out
@@ -106,6 +113,7 @@ def test_show_id_prints_the_candidate_its_diff_and_answer(text_run, capsys):
 
 
 # ----- qd lineage ------------------------------------------------------------------
+
 
 def test_lineage_follows_the_stores_parent_chain(text_run, capsys):
     by_id = {c.id: c for c in stored(text_run)}
@@ -136,14 +144,17 @@ def test_lineage_shows_an_evicted_ancestor(cvt_run, capsys):
 
 # ----- qd stats --------------------------------------------------------------------
 
+
 def test_stats_equal_the_store(text_run, capsys):
     groups = defaultdict(lambda: [0, 0, 0, 0.0])
     for c in stored(text_run):
         g = groups[(c.operator or "-", c.model or "-")]
         g[0], g[1], g[2], g[3] = g[0] + 1, g[1] + c.valid, g[2] + c.tokens_in + c.tokens_out, g[3] + c.cost
     out = as_json(capsys, "stats", text_run)
-    got = {(r["operator"], r["model"]): [r["candidates"], r["valid"], r["tokens"], r["cost"]]
-           for r in out["groups"]["operator,model"]}
+    got = {
+        (r["operator"], r["model"]): [r["candidates"], r["valid"], r["tokens"], r["cost"]]
+        for r in out["groups"]["operator,model"]
+    }
     assert got.keys() == groups.keys()
     for key, (n, valid, tokens, cost) in groups.items():
         assert got[key][:3] == [n, valid, tokens] and got[key][3] == pytest.approx(cost)
@@ -160,6 +171,7 @@ def test_stats_equal_the_store(text_run, capsys):
 
 # ----- qd compare ------------------------------------------------------------------
 
+
 def test_compare_a_multirun_by_setting(cvt_run, text_run, tmp_path, capsys):
     members = [(cvt_run, "seed=0"), (cvt_run, "seed=1"), (text_run, "seed=2"), (text_run, "seed=0")]
     multi = tmp_path / "multi"
@@ -167,7 +179,9 @@ def test_compare_a_multirun_by_setting(cvt_run, text_run, tmp_path, capsys):
         shutil.copytree(source, multi / str(k))
         (multi / str(k) / ".hydra").mkdir()
         extra = "- islands.count=2\n" if k == 3 else ""
-        (multi / str(k) / ".hydra" / "overrides.yaml").write_text(f"- runner.batch_size=32\n- {seed}\n{extra}")
+        (multi / str(k) / ".hydra" / "overrides.yaml").write_text(
+            f"- runner.batch_size=32\n- {seed}\n{extra}"
+        )
     (multi / "multirun.yaml").write_text("hydra: {}\n")
     out = as_json(capsys, "compare", multi)
     assert [r["name"] for r in out["runs"]] == [f"multi/{k}" for k in range(4)]
@@ -181,14 +195,24 @@ def test_compare_a_multirun_by_setting(cvt_run, text_run, tmp_path, capsys):
     assert one["setting"] == "runner.batch_size=32 islands.count=2" and one["runs"] == 1
     for key in ("best", "qd_score", "coverage"):
         values = [r[key] for r in out["runs"][:3]]
-        assert three[key] == pytest.approx({"median": np.median(values), "min": min(values), "max": max(values)})
+        assert three[key] == pytest.approx(
+            {"median": np.median(values), "min": min(values), "max": max(values)}
+        )
     text = run_cli(capsys, "compare", multi, text_run)
     assert "per setting" in text and f"\n{text_run.name} " in text
 
 
-@pytest.mark.parametrize("overrides, expected", [
-    (["seed=3", "archive=cvt"], ["archive=cvt"]), (["+seed=3"], []),
-    (["archive=grid", "++seed=1", "hydra.job.num=2", "runner.seed_x=2"], ["archive=grid", "runner.seed_x=2"])])
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["seed=3", "archive=cvt"], ["archive=cvt"]),
+        (["+seed=3"], []),
+        (
+            ["archive=grid", "++seed=1", "hydra.job.num=2", "runner.seed_x=2"],
+            ["archive=grid", "runner.seed_x=2"],
+        ),
+    ],
+)
 def test_setting_drops_only_the_seed(tmp_path, overrides, expected):
     (tmp_path / ".hydra").mkdir()
     (tmp_path / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
@@ -210,6 +234,7 @@ def test_wall_time_adds_up_the_sessions(sessions):
 
 # ----- errors, the entry point, a live run ------------------------------------------
 
+
 def test_bad_input_is_one_line_and_exit_code_2(text_run, tmp_path, capsys):
     for command in (["show"], ["lineage"], ["stats"]):
         err = fails(capsys, *command, tmp_path, *(["1"] if command == ["lineage"] else []))
@@ -223,9 +248,14 @@ def test_bad_input_is_one_line_and_exit_code_2(text_run, tmp_path, capsys):
 
 
 def test_the_qd_entry_point(cvt_run):
-    out = subprocess.run([sys.executable, "-m", "qd.cli", "show", str(cvt_run), "--top", "1", "--json"],
-                         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "qd.cli", "show", str(cvt_run), "--top", "1", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+    ).stdout
     best = max((c for c in stored(cvt_run) if c.valid), key=lambda c: c.fitness)
     assert json.loads(out)["elites"][0]["id"] == best.id
 

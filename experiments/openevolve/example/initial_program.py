@@ -14,4 +14,6 @@ def search(f, budget=200):
         if best is None or value < best[0]:
             best = (value, x, y)
     return best[1], best[2]
+
+
 # EVOLVE-BLOCK-END

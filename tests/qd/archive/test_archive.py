@@ -61,15 +61,11 @@ _index = jax.jit(lambda spec, x: spec.index(x), static_argnums=0)
 def test_grid_index_boundaries_go_to_the_upper_cell():
     spec = qa.GridSpec.create((4,), (0.0,), (1.0,))
     x = np.asarray([0.0, 0.2499, 0.25, 0.2501, 0.5, 0.75, 0.9999, 1.0], np.float32)
-    np.testing.assert_array_equal(
-        np.asarray(_index(spec, x[:, None])), [0, 0, 1, 1, 2, 3, 3, 3]
-    )
+    np.testing.assert_array_equal(np.asarray(_index(spec, x[:, None])), [0, 0, 1, 1, 2, 3, 3, 3])
     # A range that does not start at 0 and whose boundaries are not exact in f32.
     spec = qa.GridSpec.create((5,), (-1.0,), (1.0,))
     x = np.asarray([-1.0, -0.6, -0.2, 0.2, 0.6, 1.0, -0.61, 0.59], np.float32)
-    np.testing.assert_array_equal(
-        np.asarray(_index(spec, x[:, None])), [0, 1, 2, 3, 4, 4, 0, 3]
-    )
+    np.testing.assert_array_equal(np.asarray(_index(spec, x[:, None])), [0, 1, 2, 3, 4, 4, 0, 3])
 
 
 def test_grid_index_clips_out_of_bounds_descriptors_into_edge_cells():
@@ -87,9 +83,7 @@ def test_grid_index_clips_out_of_bounds_descriptors_into_edge_cells():
         ],
         np.float32,
     )
-    expected = np.ravel_multi_index(
-        ([0, 0, 3, 3, 3, 0, 3, 0], [1, 1, 1, 1, 0, 2, 0, 2]), (4, 3)
-    )
+    expected = np.ravel_multi_index(([0, 0, 3, 3, 3, 0, 3, 0], [1, 1, 1, 1, 0, 2, 0, 2]), (4, 3))
     np.testing.assert_array_equal(np.asarray(_index(spec, x)), expected)
 
 
@@ -106,14 +100,12 @@ def test_grid_index_is_c_order_ravel_of_per_axis_cells(data):
     spec = data.draw(st.sampled_from(INDEX_SPECS))
     n = 16  # fixed batch: one compile per spec
     coords = np.stack(
-        [np.asarray(data.draw(st.lists(st.integers(0, b - 1), min_size=n, max_size=n)))
-         for b in spec.bins],
+        [np.asarray(data.draw(st.lists(st.integers(0, b - 1), min_size=n, max_size=n))) for b in spec.bins],
         axis=1,
     )
     # Anywhere inside the cell, away from its edges.
     frac = np.asarray(
-        data.draw(st.lists(st.floats(0.01, 0.99), min_size=n * len(spec.bins),
-                           max_size=n * len(spec.bins)))
+        data.draw(st.lists(st.floats(0.01, 0.99), min_size=n * len(spec.bins), max_size=n * len(spec.bins)))
     ).reshape(n, -1)
     lower, upper = np.asarray(spec.lower), np.asarray(spec.upper)
     width = (upper - lower) / np.asarray(spec.bins)
@@ -132,8 +124,7 @@ def test_grid_index_matches_pyribs_index_of(data):
     span = upper - lower
     x = np.stack(
         [
-            np.asarray(data.draw(st.lists(st.floats(lo - s, hi + s, width=32),
-                                          min_size=n, max_size=n)))
+            np.asarray(data.draw(st.lists(st.floats(lo - s, hi + s, width=32), min_size=n, max_size=n)))
             for lo, hi, s in zip(lower, upper, span)
         ],
         axis=1,
@@ -144,11 +135,11 @@ def test_grid_index_matches_pyribs_index_of(data):
     scaled = np.asarray(spec.bins) * (x.astype(np.float64) - lower) / span
     assume_clear = np.abs(scaled - np.round(scaled)) > 1e-4
     x = x[np.all(assume_clear, axis=1)]
-    x = np.concatenate([x, np.broadcast_to(lower, (n - len(x), len(lower)))]).astype(
-        np.float32
-    )
+    x = np.concatenate([x, np.broadcast_to(lower, (n - len(x), len(lower)))]).astype(np.float32)
     archive = ribs_archives.GridArchive(
-        solution_dim=1, dims=spec.bins, ranges=list(zip(lower, upper)),
+        solution_dim=1,
+        dims=spec.bins,
+        ranges=list(zip(lower, upper)),
         dtype=np.float32,
     )
     np.testing.assert_array_equal(np.asarray(_index(spec, x)), archive.index_of(x))
@@ -223,8 +214,7 @@ def test_one_call_for_16_islands_equals_16_single_island_archives():
     for i in range(16):
         mask = island == i
         single = qa.init(SPEC, islands=1)
-        single, single_result = qa.insert(SPEC, single, 0, x[mask], fitness[mask],
-                                          ids[mask])
+        single, single_result = qa.insert(SPEC, single, 0, x[mask], fitness[mask], ids[mask])
         for field in ("status", "improvement", "cell", "displaced_id"):
             np.testing.assert_array_equal(
                 np.asarray(getattr(result, field))[mask],
@@ -242,15 +232,13 @@ _POINTS = [tuple(_centre(SPEC, c)) for c in (0, 3, 7, 19)] + [(-5.0, 9.0), (0.0,
 @st.composite
 def _island_batches(draw):
     # Learning rate 1 only (one compile); soft thresholds still follow the batch rule.
-    learning_rate, threshold_min = draw(st.sampled_from([(1.0, -math.inf),
-                                                         (1.0, -5.0)]))
+    learning_rate, threshold_min = draw(st.sampled_from([(1.0, -math.inf), (1.0, -5.0)]))
     candidate = st.tuples(
         st.integers(-1, NUM_ISLANDS),  # -1 and 16 are out of range
         st.sampled_from(_POINTS),
         st.integers(-3, 3).map(float),
     )
-    batches = draw(st.lists(st.lists(candidate, min_size=1, max_size=64),
-                            min_size=1, max_size=3))
+    batches = draw(st.lists(st.lists(candidate, min_size=1, max_size=64), min_size=1, max_size=3))
     return learning_rate, threshold_min, batches
 
 
@@ -262,9 +250,12 @@ def test_multi_island_insert_matches_one_pyribs_archive_per_island(case):
     state = qa.init(SPEC, islands=NUM_ISLANDS, threshold_min=threshold_min)
     archives = [
         ribs_archives.GridArchive(
-            solution_dim=1, dims=SPEC.bins, ranges=list(zip(SPEC.lower, SPEC.upper)),
+            solution_dim=1,
+            dims=SPEC.bins,
+            ranges=list(zip(SPEC.lower, SPEC.upper)),
             learning_rate=None if threshold_min == -math.inf else learning_rate,
-            threshold_min=threshold_min, dtype=np.float32,
+            threshold_min=threshold_min,
+            dtype=np.float32,
         )
         for _ in range(NUM_ISLANDS)
     ]
@@ -276,8 +267,7 @@ def test_multi_island_insert_matches_one_pyribs_archive_per_island(case):
         ids = np.arange(next_id, next_id + len(batch), dtype=np.int32)
         next_id += len(batch)
         before = np.asarray(state.genome_id).copy()
-        state, result = qa.insert(SPEC, state, island, x, fitness, ids,
-                                  learning_rate=learning_rate)
+        state, result = qa.insert(SPEC, state, island, x, fitness, ids, learning_rate=learning_rate)
         result = _host(result)
         after = np.asarray(state.genome_id)
         in_range = (island >= 0) & (island < NUM_ISLANDS)
@@ -288,11 +278,9 @@ def test_multi_island_insert_matches_one_pyribs_archive_per_island(case):
             mask = island == i
             if not mask.any():
                 continue
-            expected = archives[i].add(ids[mask, None].astype(np.float32),
-                                       fitness[mask], x[mask])
+            expected = archives[i].add(ids[mask, None].astype(np.float32), fitness[mask], x[mask])
             np.testing.assert_array_equal(result.status[mask], expected["status"])
-            np.testing.assert_allclose(result.improvement[mask], expected["value"],
-                                       rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(result.improvement[mask], expected["value"], rtol=1e-5, atol=1e-5)
         # displaced_id: exactly the previous elites of the cells whose elite changed.
         changed = (after != before) & (before >= 0)
         displaced = result.displaced_id[result.displaced_id >= 0]
@@ -304,21 +292,18 @@ def test_multi_island_insert_matches_one_pyribs_archive_per_island(case):
         data = archive.data()
         order = np.argsort(data["index"])
         np.testing.assert_array_equal(mine.cell, data["index"][order])
-        np.testing.assert_array_equal(mine.genome_id,
-                                      data["solution"][order, 0].astype(np.int64))
-        np.testing.assert_allclose(mine.threshold, data["threshold"][order],
-                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(mine.genome_id, data["solution"][order, 0].astype(np.int64))
+        np.testing.assert_allclose(mine.threshold, data["threshold"][order], rtol=1e-5, atol=1e-5)
         total += len(archive)
         fitness_sum += float(np.sum(data["objective"]))
     stats = _host(qa.stats(state, -2.0))
     assert stats.num_elites[-1] == total
     assert stats.num_elites[:-1].tolist() == [len(a) for a in archives]
     np.testing.assert_allclose(stats.coverage[-1], total / (NUM_ISLANDS * 20))
-    np.testing.assert_allclose(stats.qd_score[-1], fitness_sum + 2.0 * total,
-                               rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(stats.norm_qd_score[-1],
-                               (fitness_sum + 2.0 * total) / (NUM_ISLANDS * 20),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(stats.qd_score[-1], fitness_sum + 2.0 * total, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        stats.norm_qd_score[-1], (fitness_sum + 2.0 * total) / (NUM_ISLANDS * 20), rtol=1e-5, atol=1e-5
+    )
 
 
 # ------------------------------------------------------------------ sample/elites
@@ -333,8 +318,9 @@ def _filled(cells_by_island, islands, fitness=1.0):
             island.append(i)
             x.append(_centre(SPEC, cell))
             ids.append(100 * i + j)
-    state, result = qa.insert(SPEC, state, np.asarray(island), np.asarray(x),
-                              np.full(len(ids), fitness), np.asarray(ids))
+    state, result = qa.insert(
+        SPEC, state, np.asarray(island), np.asarray(x), np.full(len(ids), fitness), np.asarray(ids)
+    )
     assert np.all(np.asarray(result.status) == qa.NEW_CELL)
     return state
 
@@ -364,8 +350,7 @@ def test_sample_draws_only_filled_cells_uniformly():
 def test_elites_lists_filled_cells_with_their_data():
     state = qa.init(SPEC, islands=ISLANDS, threshold_min=-math.inf)
     x = np.asarray([[0.9, 1.9], [-0.9, 0.1], [-0.95, 0.05]], np.float32)
-    state, _ = qa.insert(SPEC, state, np.asarray([1, 1, 1]), x, [4.0, 2.0, 3.0],
-                         [7, 8, 9])
+    state, _ = qa.insert(SPEC, state, np.asarray([1, 1, 1]), x, [4.0, 2.0, 3.0], [7, 8, 9])
     mine = qa.elites(state, 1)
     assert mine.cell.tolist() == [0, 19]
     assert mine.genome_id.tolist() == [9, 7]
@@ -394,8 +379,7 @@ def test_ring_migration_sends_island_i_to_i_plus_1_in_the_same_cell():
     # a single elite, so its second migrant is an empty cell and is not sent.
     state, result = qa.migrate(SPEC, state, KEY, "ring", 2)
     # Migrants come source island-major, then target, then rank.
-    np.testing.assert_array_equal(np.asarray(result.status),
-                                  [qa.NEW_CELL, qa.NOT_ADDED] * 4)
+    np.testing.assert_array_equal(np.asarray(result.status), [qa.NEW_CELL, qa.NOT_ADDED] * 4)
     for i in range(4):
         target = (i + 1) % 4
         mine = qa.elites(state, target)
@@ -414,17 +398,14 @@ def test_complete_migration_sends_to_every_other_island():
     assert _island_sets(state) == [{0, 100, 200, 300}] * 4
     for island in range(4):  # every elite sits in its original cell
         mine = qa.elites(state, island)
-        assert dict(zip(mine.genome_id.tolist(), mine.cell.tolist())) == {
-            0: 1, 100: 6, 200: 11, 300: 16
-        }
+        assert dict(zip(mine.genome_id.tolist(), mine.cell.tolist())) == {0: 1, 100: 6, 200: 11, 300: 16}
 
 
 def test_random_migration_sends_to_one_other_island():
     state = _filled({0: [1], 1: [6], 2: [11], 3: [16]}, islands=ISLANDS)
     for seed in range(3):
         key = jax.random.key(seed)
-        migrated, _ = qa.migrate(SPEC, jax.tree_util.tree_map(jnp.copy, state), key,
-                                 "random", 2)
+        migrated, _ = qa.migrate(SPEC, jax.tree_util.tree_map(jnp.copy, state), key, "random", 2)
         sets = _island_sets(migrated)
         for source in range(4):
             holders = [i for i in range(4) if 100 * source in sets[i]]
@@ -459,8 +440,7 @@ def test_migrants_only_replace_worse_elites():
 
 def test_migration_sends_the_top_k_elites():
     state = qa.init(SPEC, islands=ISLANDS)
-    state, _ = qa.insert(SPEC, state, 0, _centres(SPEC, [2, 4, 6]), [1.0, 3.0, 2.0],
-                         [10, 11, 12])
+    state, _ = qa.insert(SPEC, state, 0, _centres(SPEC, [2, 4, 6]), [1.0, 3.0, 2.0], [10, 11, 12])
     state, _ = qa.migrate(SPEC, state, KEY, "ring", 2)
     assert sorted(qa.elites(state, 1).genome_id.tolist()) == [11, 12]
     assert qa.elites(state, 0).genome_id.tolist() == [10, 11, 12]
@@ -476,8 +456,7 @@ def test_migration_with_one_island_changes_nothing():
     state = _filled({0: [1, 2]}, islands=1)
     expected = jax.tree_util.tree_map(np.asarray, state)
     state, result = qa.migrate(SPEC, state, KEY, "ring", 1)
-    for got, want in zip(jax.tree_util.tree_leaves(state),
-                         jax.tree_util.tree_leaves(expected)):
+    for got, want in zip(jax.tree_util.tree_leaves(state), jax.tree_util.tree_leaves(expected)):
         np.testing.assert_array_equal(np.asarray(got), want)
     assert np.asarray(result.status).size == 0
 
@@ -507,14 +486,14 @@ def test_migration_works_with_a_cvt_spec():
 def test_reset_empties_only_the_masked_islands():
     state = qa.init(SPEC, islands=ISLANDS, threshold_min=-5.0)
     island = np.asarray([0, 1, 2, 2])
-    state, _ = qa.insert(SPEC, state, island, _centres(SPEC, [1, 1, 1, 4]),
-                         [1.0, 2.0, 3.0, 4.0], [1, 2, 3, 4])
+    state, _ = qa.insert(
+        SPEC, state, island, _centres(SPEC, [1, 1, 1, 4]), [1.0, 2.0, 3.0, 4.0], [1, 2, 3, 4]
+    )
     kept = {i: qa.elites(state, i) for i in (0, 1)}
     state = qa.reset(state, jnp.asarray([False, False, True, False]))
     for i in (0, 1):
         for field in kept[i]._fields:
-            np.testing.assert_array_equal(getattr(qa.elites(state, i), field),
-                                          getattr(kept[i], field))
+            np.testing.assert_array_equal(getattr(qa.elites(state, i), field), getattr(kept[i], field))
     assert qa.elites(state, 2).cell.size == 0
     np.testing.assert_array_equal(np.asarray(state.genome_id)[2], -1)
     assert np.all(np.isneginf(np.asarray(state.fitness)[2]))
@@ -535,7 +514,8 @@ def test_reset_empties_only_the_masked_islands():
 def _rebuild_case(draw):
     points = [tuple(_centre(SPEC, c)) for c in (0, 5, 13)] + [(3.0, -1.0)]
     candidate = st.tuples(
-        st.integers(0, ISLANDS - 1), st.sampled_from(points),
+        st.integers(0, ISLANDS - 1),
+        st.sampled_from(points),
         st.integers(-2, 2).map(float),
         st.booleans().map(lambda b: b or None),  # None: valid, False: invalid
     )
@@ -560,11 +540,13 @@ def test_rebuild_equals_sequential_inserts_whatever_the_batching(case):
         if hi - lo > 64:  # keep sequential batches in one padding bucket
             for mid in range(lo, hi, 64):
                 top = min(mid + 64, hi)
-                state, _ = qa.insert(SPEC, state, island[mid:top], x[mid:top],
-                                     fitness[mid:top], ids[mid:top], valid[mid:top])
+                state, _ = qa.insert(
+                    SPEC, state, island[mid:top], x[mid:top], fitness[mid:top], ids[mid:top], valid[mid:top]
+                )
         else:
-            state, _ = qa.insert(SPEC, state, island[lo:hi], x[lo:hi],
-                                 fitness[lo:hi], ids[lo:hi], valid[lo:hi])
+            state, _ = qa.insert(
+                SPEC, state, island[lo:hi], x[lo:hi], fitness[lo:hi], ids[lo:hi], valid[lo:hi]
+            )
     rebuilt = qa.rebuild(SPEC, ISLANDS, island, x, fitness, ids, valid)
     for got, want in zip(rebuilt, state):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
@@ -572,8 +554,7 @@ def test_rebuild_equals_sequential_inserts_whatever_the_batching(case):
 
 def test_rebuild_with_soft_thresholds_equals_one_batch():
     x = np.zeros((3, 2), np.float32)
-    rebuilt = qa.rebuild(SPEC, 1, 0, x, [1.0, 3.0, 2.0], [10, 11, 12],
-                         threshold_min=-5.0, learning_rate=0.5)
+    rebuilt = qa.rebuild(SPEC, 1, 0, x, [1.0, 3.0, 2.0], [10, 11, 12], threshold_min=-5.0, learning_rate=0.5)
     mine = qa.elites(rebuilt, 0)
     assert mine.genome_id.tolist() == [11] and mine.threshold.tolist() == [1.125]
 
@@ -641,8 +622,12 @@ def test_batches_in_one_padding_bucket_share_a_compile():
     rng = np.random.default_rng(0)
 
     def batch(n):
-        return (rng.integers(0, 2, n), rng.uniform(0, 1, (n, 1)),
-                rng.normal(size=n), rng.integers(0, 1000, n))
+        return (
+            rng.integers(0, 2, n),
+            rng.uniform(0, 1, (n, 1)),
+            rng.normal(size=n),
+            rng.integers(0, 1000, n),
+        )
 
     with _count_insert_compiles() as first:
         state, result = qa.insert(spec, state, *batch(10))
@@ -679,10 +664,13 @@ def test_insert_donates_the_state_and_returns_a_new_one():
 def test_insert_batch_is_traceable_and_matches_insert():
     rng = np.random.default_rng(3)
     n = 8
-    args = (rng.integers(0, ISLANDS, n).astype(np.int32),
-            rng.uniform(-1, 2, (n, 2)).astype(np.float32),
-            rng.integers(-2, 3, n).astype(np.float32),
-            np.arange(n, dtype=np.int32), np.ones(n, bool))
+    args = (
+        rng.integers(0, ISLANDS, n).astype(np.int32),
+        rng.uniform(-1, 2, (n, 2)).astype(np.float32),
+        rng.integers(-2, 3, n).astype(np.float32),
+        np.arange(n, dtype=np.int32),
+        np.ones(n, bool),
+    )
     traced = jax.jit(lambda s, *a: qa.insert_batch(SPEC, s, *a))
     state_a, result_a = traced(qa.init(SPEC, islands=ISLANDS), *args)
     state_b, result_b = qa.insert(SPEC, qa.init(SPEC, islands=ISLANDS), *args)
@@ -696,11 +684,14 @@ def test_insert_device_runs_and_matches_insert():
     assert qa.insert_device is insert_module.insert_device
     rng = np.random.default_rng(5)
     n = 24  # repeats cells and islands, so batch-local winners are exercised
-    args = (rng.integers(0, ISLANDS, n).astype(np.int32),
-            rng.uniform(-1.2, 2.2, (n, 2)).astype(np.float32),  # some out of bounds
-            rng.integers(-3, 4, n).astype(np.float32),  # ties within a cell
-            np.arange(100, 100 + n, dtype=np.int32), rng.random(n) < 0.8)
-    before = [(a[: n // 2], a[n // 2:]) for a in args]
+    args = (
+        rng.integers(0, ISLANDS, n).astype(np.int32),
+        rng.uniform(-1.2, 2.2, (n, 2)).astype(np.float32),  # some out of bounds
+        rng.integers(-3, 4, n).astype(np.float32),  # ties within a cell
+        np.arange(100, 100 + n, dtype=np.int32),
+        rng.random(n) < 0.8,
+    )
+    before = [(a[: n // 2], a[n // 2 :]) for a in args]
     # Soft (CMA-MAE) thresholds, so the static learning rate matters too.
     state_host = qa.init(SPEC, islands=ISLANDS, threshold_min=-5.0)
     state_dev = qa.init(SPEC, islands=ISLANDS, threshold_min=-5.0)
@@ -713,11 +704,13 @@ def test_insert_device_runs_and_matches_insert():
         assert old_dev.fitness.is_deleted()  # the state was donated
         assert {int(s) for s in np.asarray(got.status)} >= {qa.NOT_ADDED, qa.NEW_CELL}
         for name in qa.InsertResult._fields:
-            np.testing.assert_array_equal(np.asarray(getattr(got, name)),
-                                          np.asarray(getattr(want, name)), err_msg=name)
+            np.testing.assert_array_equal(
+                np.asarray(getattr(got, name)), np.asarray(getattr(want, name)), err_msg=name
+            )
         for name in qa.ArchiveState._fields:
-            np.testing.assert_array_equal(np.asarray(getattr(state_dev, name)),
-                                          np.asarray(getattr(state_host, name)), err_msg=name)
+            np.testing.assert_array_equal(
+                np.asarray(getattr(state_dev, name)), np.asarray(getattr(state_host, name)), err_msg=name
+            )
     assert int(np.sum(np.asarray(got.status) == qa.IMPROVED)) > 0  # all three outcomes seen
 
 
@@ -743,7 +736,8 @@ def _compiled_insert(name: str, batch: int = 64) -> str:
     fn = getattr(insert_module, name)
     state = jax.eval_shape(lambda: qa.init(BIG_SPEC, islands=1))
     lowered = fn.lower(
-        BIG_SPEC, state,
+        BIG_SPEC,
+        state,
         jax.ShapeDtypeStruct((batch,), jnp.int32),
         jax.ShapeDtypeStruct((batch, 2), jnp.float32),
         jax.ShapeDtypeStruct((batch,), jnp.float32),
@@ -758,10 +752,13 @@ def _kernels(hlo: str) -> list[str]:
     """The ops of the entry computation that run work (fusions, conditionals,
     copies, ...), i.e. everything but parameters, constants and views."""
     free = {"parameter", "constant", "bitcast", "tuple", "get-tuple-element"}
-    entry = hlo[hlo.index("\nENTRY"):]
+    entry = hlo[hlo.index("\nENTRY") :]
     entry = entry[: entry.index("\n}")]
-    ops = [re.search(r"\s([a-z][a-z0-9-]*)\(", line.split("=", 1)[1])
-           for line in entry.splitlines()[1:] if "=" in line]
+    ops = [
+        re.search(r"\s([a-z][a-z0-9-]*)\(", line.split("=", 1)[1])
+        for line in entry.splitlines()[1:]
+        if "=" in line
+    ]
     return [op.group(1) for op in ops if op and op.group(1) not in free]
 
 
@@ -813,10 +810,10 @@ def _brute_force_novelty(archive: np.ndarray, queries: np.ndarray, k: int):
 
 @PROPERTY
 @given(
-    entries=st.lists(st.tuples(st.floats(-10, 10, width=32), st.floats(-10, 10, width=32)),
-                     max_size=16),
-    queries=st.lists(st.tuples(st.floats(-10, 10, width=32), st.floats(-10, 10, width=32)),
-                     min_size=8, max_size=8),
+    entries=st.lists(st.tuples(st.floats(-10, 10, width=32), st.floats(-10, 10, width=32)), max_size=16),
+    queries=st.lists(
+        st.tuples(st.floats(-10, 10, width=32), st.floats(-10, 10, width=32)), min_size=8, max_size=8
+    ),
     k=st.sampled_from([1, 3, 5]),
 )
 def test_novelty_is_mean_distance_to_k_nearest(entries, queries, k):
@@ -828,30 +825,30 @@ def test_novelty_is_mean_distance_to_k_nearest(entries, queries, k):
         descriptor[:m] = entries
     fitness = np.where(np.arange(batch) < m, 0.0, np.nan).astype(np.float32)
     # Threshold -inf: everything with a finite fitness is added (NaN rows are not).
-    state, added, _ = qa.novelty_add(state, descriptor, fitness,
-                                     np.arange(batch, dtype=np.int32), -np.inf, 1)
+    state, added, _ = qa.novelty_add(state, descriptor, fitness, np.arange(batch, dtype=np.int32), -np.inf, 1)
     assert np.asarray(added).tolist() == [i < m for i in range(batch)]
     queries = np.asarray(queries, np.float32)
     score = np.asarray(qa.novelty(state, queries, k))
     # float32 distances (|a|^2 + |b|^2 - 2ab) cannot order neighbours closer than ~1e-4 of each
     # other: the k nearest may swap, moving the mean by up to that much (found by hypothesis:
     # entries 0 and 1.9e-5 apart, query on one of them).
-    np.testing.assert_allclose(score, _brute_force_novelty(descriptor[:m], queries, k),
-                               rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(score, _brute_force_novelty(descriptor[:m], queries, k), rtol=1e-5, atol=1e-4)
 
 
 def test_novelty_add_gates_on_the_threshold():
     state = qa.novelty_init(8, 1)
     state, added, score = qa.novelty_add(
-        state, np.asarray([[0.0], [10.0]], np.float32), np.zeros(2, np.float32),
-        np.asarray([0, 1], np.int32), 1.0, 1,
+        state,
+        np.asarray([[0.0], [10.0]], np.float32),
+        np.zeros(2, np.float32),
+        np.asarray([0, 1], np.int32),
+        1.0,
+        1,
     )
     assert np.asarray(added).tolist() == [True, True]  # empty archive: +inf novelty
     candidates = np.asarray([[0.5], [5.0], [20.0], [30.0], [40.0], [40.0]], np.float32)
     fitness = np.asarray([1.0, 1.0, 1.0, np.nan, 1.0, 1.0], np.float32)
-    state, added, score = qa.novelty_add(
-        state, candidates, fitness, np.arange(2, 8, dtype=np.int32), 1.0, 1
-    )
+    state, added, score = qa.novelty_add(state, candidates, fitness, np.arange(2, 8, dtype=np.int32), 1.0, 1)
     np.testing.assert_allclose(np.asarray(score), [0.5, 5.0, 10.0, 20.0, 30.0, 30.0])
     # Below threshold: no; NaN fitness: no; two identical novel candidates are both
     # judged against the archive before the batch, so both enter.
@@ -868,8 +865,12 @@ def test_novelty_archive_is_a_ring_buffer_once_full():
     for start in range(0, 6, 2):  # 3 batches of 2, always novel (threshold -inf)
         ids = np.asarray([start, start + 1], np.int32)
         state, added, _ = qa.novelty_add(
-            state, ids[:, None].astype(np.float32), np.zeros(2, np.float32), ids,
-            -np.inf, 1,
+            state,
+            ids[:, None].astype(np.float32),
+            np.zeros(2, np.float32),
+            ids,
+            -np.inf,
+            1,
         )
         assert np.asarray(added).all()
     assert int(state.count) == 6
@@ -884,8 +885,12 @@ def test_novelty_batch_larger_than_capacity_keeps_the_latest():
     state = qa.novelty_init(4, 1)
     ids = np.arange(6, dtype=np.int32)
     state, added, _ = qa.novelty_add(
-        state, ids[:, None].astype(np.float32), np.zeros(6, np.float32), ids,
-        -np.inf, 1,
+        state,
+        ids[:, None].astype(np.float32),
+        np.zeros(6, np.float32),
+        ids,
+        -np.inf,
+        1,
     )
     assert np.asarray(added).all() and int(state.count) == 6
     # The latest additions win their slots (slot = insertion number mod capacity).
@@ -917,8 +922,14 @@ def test_union_stats_merge_islands_cell_by_cell():
     spec = qa.GridSpec((4,), (0.0,), (1.0,))
     state = qa.init(spec, islands=3)
     # cell 0 on islands 0 and 1 (a migrant copy), cell 2 on island 2
-    state, _ = qa.insert(spec, state, np.array([0, 1, 2]), np.array([[0.1], [0.1], [0.6]]),
-                              np.array([2.0, 3.0, 5.0]), np.array([0, 1, 2]))
+    state, _ = qa.insert(
+        spec,
+        state,
+        np.array([0, 1, 2]),
+        np.array([[0.1], [0.1], [0.6]]),
+        np.array([2.0, 3.0, 5.0]),
+        np.array([0, 1, 2]),
+    )
     u = qa.union_stats(state, 1.0)
     assert float(u.num_elites[0]) == 2 and float(u.coverage[0]) == 0.5
     assert float(u.qd_score[0]) == (3.0 - 1.0) + (5.0 - 1.0)  # best per cell, minus the offset

@@ -122,9 +122,7 @@ def test_lattice_ties_matmul_path() -> None:
     axes = [np.arange(4)] * 5
     lattice = np.stack(np.meshgrid(*axes), -1).reshape(-1, 5).astype(np.float32)
     centroids = lattice[rng.permutation(len(lattice))]
-    x = np.concatenate(
-        [centroids[:100] + np.float32(0.5), rng.uniform(-1, 4, (100, 5))]
-    ).astype(np.float32)
+    x = np.concatenate([centroids[:100] + np.float32(0.5), rng.uniform(-1, 4, (100, 5))]).astype(np.float32)
     spec = check_exact(centroids, x)
     assert not spec.grid_shape
 

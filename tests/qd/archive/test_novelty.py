@@ -35,8 +35,9 @@ def _brute_force_knn(query, query_group, stored, stored_group, k):
 def _assert_same_knn(dist, ref, rtol=1e-6, atol=1e-6):
     dist = np.sort(np.asarray(dist), axis=1)
     np.testing.assert_array_equal(np.isinf(dist), np.isinf(ref))
-    np.testing.assert_allclose(np.where(np.isinf(dist), 0, dist), np.where(np.isinf(ref), 0, ref),
-                               rtol=rtol, atol=atol)
+    np.testing.assert_allclose(
+        np.where(np.isinf(dist), 0, dist), np.where(np.isinf(ref), 0, ref), rtol=rtol, atol=atol
+    )
 
 
 # ---------------------------------------------------------------------- k-NN core
@@ -83,9 +84,13 @@ def test_knn_memory_is_bounded_at_scale():
     # 1,024 queries x 100,000 stored x 384-D: a [B, N, D] difference would be 157 GB
     # and a [B, N] distance matrix 410 MB.
     lowered = _knn.lower(
-        jax.ShapeDtypeStruct((1024, 384), np.float32), jax.ShapeDtypeStruct((1024,), np.int32),
-        jax.ShapeDtypeStruct((100_000, 384), np.float32), jax.ShapeDtypeStruct((100_000,), np.int32),
-        15, 1024, 8192,
+        jax.ShapeDtypeStruct((1024, 384), np.float32),
+        jax.ShapeDtypeStruct((1024,), np.int32),
+        jax.ShapeDtypeStruct((100_000, 384), np.float32),
+        jax.ShapeDtypeStruct((100_000,), np.int32),
+        15,
+        1024,
+        8192,
     )
     memory = lowered.compile().memory_analysis()
     assert memory.temp_size_in_bytes < 300 * 2**20, memory
@@ -95,8 +100,9 @@ def test_novelty_of_a_ring_buffer_matches_brute_force():
     rng = np.random.default_rng(1)
     state = qa.novelty_init(64, 5)
     entries = rng.normal(size=(40, 5)).astype(np.float32)
-    state, _, _ = qa.novelty_add(state, entries, np.zeros(40, np.float32),
-                                 np.arange(40, dtype=np.int32), -np.inf, 3)
+    state, _, _ = qa.novelty_add(
+        state, entries, np.zeros(40, np.float32), np.arange(40, dtype=np.int32), -np.inf, 3
+    )
     query = rng.normal(size=(7, 5)).astype(np.float32)
     ref = _brute_force_knn(query, np.zeros(7), entries, np.zeros(40), 3).mean(axis=1)
     np.testing.assert_allclose(np.asarray(qa.novelty(state, query, 3)), ref, rtol=1e-5)
@@ -120,8 +126,14 @@ def _reference_insert(spec, arrays, island, descriptor, fitness, genome_id, vali
     cell = np.zeros(size, int)
     score = np.full(size, np.nan)
     nearest = np.full(size, -1)
-    ok = [bool(valid[b]) and genome_id[b] >= 0 and np.isfinite(fitness[b])
-          and np.all(np.isfinite(descriptor[b])) and 0 <= island[b] < num_islands for b in range(size)]
+    ok = [
+        bool(valid[b])
+        and genome_id[b] >= 0
+        and np.isfinite(fitness[b])
+        and np.all(np.isfinite(descriptor[b]))
+        and 0 <= island[b] < num_islands
+        for b in range(size)
+    ]
     for b in range(size):
         if not ok[b]:
             continue
@@ -146,13 +158,17 @@ def _reference_insert(spec, arrays, island, descriptor, fitness, genome_id, vali
                     best = max(rivals, key=lambda b: (fitness[b], -b))
                     is_elite[best] = True
                     replaced[i, slot] = True
-                    fit[i, slot], desc[i, slot], ids[i, slot] = fitness[best], descriptor[best], genome_id[best]
+                    fit[i, slot], desc[i, slot], ids[i, slot] = (
+                        fitness[best],
+                        descriptor[best],
+                        genome_id[best],
+                    )
     for i in range(num_islands):
         free = sorted((s for s in range(capacity) if not replaced[i, s]), key=lambda s: (id0[i, s], s))
         mine = [b for b in range(size) if novel[b] and island[b] == i]
         for b in mine:
             status[b] = 2
-        kept = mine[max(len(mine) - len(free), 0):]
+        kept = mine[max(len(mine) - len(free), 0) :]
         for slot, b in zip(free, kept):
             is_elite[b] = True
             cell[b] = slot
@@ -166,8 +182,13 @@ def _arrays(state):
 
 def _candidates(draw_batch, next_id):
     island, desc, fit, valid = (np.asarray(x) for x in zip(*draw_batch))
-    return (island.astype(np.int32), np.asarray(desc.tolist(), np.float32), fit.astype(np.float32),
-            np.arange(next_id, next_id + len(fit), dtype=np.int32), valid.astype(bool))
+    return (
+        island.astype(np.int32),
+        np.asarray(desc.tolist(), np.float32),
+        fit.astype(np.float32),
+        np.arange(next_id, next_id + len(fit), dtype=np.int32),
+        valid.astype(bool),
+    )
 
 
 CANDIDATE = st.tuples(
@@ -185,8 +206,9 @@ CANDIDATE = st.tuples(
     local_competition=st.booleans(),
 )
 def test_insert_matches_the_reference(batches, threshold, local_competition):
-    spec = qa.NoveltySpec(capacity=5, descriptor_dim=2, k=2, threshold=threshold,
-                          local_competition=local_competition)
+    spec = qa.NoveltySpec(
+        capacity=5, descriptor_dim=2, k=2, threshold=threshold, local_competition=local_competition
+    )
     state = qa.init(spec, 2)
     arrays = _arrays(state)
     next_id = 0
@@ -209,8 +231,15 @@ SPEC_1D = qa.NoveltySpec(capacity=4, descriptor_dim=1, k=1, threshold=1.0)
 
 
 def _insert(spec, state, descriptor, fitness, ids, island=0, valid=None):
-    return qa.insert(spec, state, island, np.asarray(descriptor, np.float32).reshape(len(ids), -1),
-                     np.asarray(fitness, np.float32), np.asarray(ids, np.int32), valid)
+    return qa.insert(
+        spec,
+        state,
+        island,
+        np.asarray(descriptor, np.float32).reshape(len(ids), -1),
+        np.asarray(fitness, np.float32),
+        np.asarray(ids, np.int32),
+        valid,
+    )
 
 
 def test_pure_novelty_adds_only_novel_candidates():
@@ -280,9 +309,15 @@ def test_islands_are_independent():
 
 def test_invalid_candidates_never_enter():
     state = qa.init(SPEC_1D, 2)
-    state, r = _insert(SPEC_1D, state, [0.0, np.nan, 20.0, 30.0, 40.0, 50.0],
-                       [np.nan, 1, 1, 1, np.inf, 1], [0, 1, 2, -1, 4, 5],
-                       island=[0, 0, 0, 0, 0, 7], valid=[True, True, False, True, True, True])
+    state, r = _insert(
+        SPEC_1D,
+        state,
+        [0.0, np.nan, 20.0, 30.0, 40.0, 50.0],
+        [np.nan, 1, 1, 1, np.inf, 1],
+        [0, 1, 2, -1, 4, 5],
+        island=[0, 0, 0, 0, 0, 7],
+        valid=[True, True, False, True, True, True],
+    )
     assert r.status.tolist() == [0] * 6 and not r.is_elite.any()
     assert (np.asarray(state.genome_id) == -1).all()
 
@@ -291,8 +326,7 @@ def test_sample_and_stats_work_on_a_novelty_archive():
     spec = qa.NoveltySpec(capacity=8, descriptor_dim=2, k=3, threshold=0.0)
     state = qa.init(spec, 2)
     rng = np.random.default_rng(0)
-    state, _ = qa.insert(spec, state, [0, 0, 0, 1], rng.random((4, 2)), [1.0, 2.0, 3.0, 4.0],
-                         np.arange(4))
+    state, _ = qa.insert(spec, state, [0, 0, 0, 1], rng.random((4, 2)), [1.0, 2.0, 3.0, 4.0], np.arange(4))
     stats = qa.stats(state)
     np.testing.assert_allclose(stats.coverage, [3 / 8, 1 / 8, 4 / 16])
     np.testing.assert_allclose(stats.qd_score, [6.0, 4.0, 10.0])
@@ -308,7 +342,7 @@ def test_rebuild_replays_in_id_order():
     fit, ids = rng.random(n).astype(np.float32), np.arange(n, dtype=np.int32)
     state = qa.init(spec, 2)
     for s in range(0, n, 8):
-        state, _ = qa.insert(spec, state, island[s:s + 8], desc[s:s + 8], fit[s:s + 8], ids[s:s + 8])
+        state, _ = qa.insert(spec, state, island[s : s + 8], desc[s : s + 8], fit[s : s + 8], ids[s : s + 8])
     perm = rng.permutation(n)  # the store's order does not matter, only the ids
     rebuilt = qa.novelty_rebuild(spec, 2, island[perm], desc[perm], fit[perm], ids[perm], batch_size=8)
     for ours, ref in zip(_arrays(rebuilt), _arrays(state)):
@@ -317,7 +351,11 @@ def test_rebuild_replays_in_id_order():
 
 def test_spec_is_static_and_validated():
     spec = qa.NoveltySpec(100, 3, 5, 0.1, True)
-    assert spec.num_cells == 100 and spec.descriptor_dim == 3 and hash(spec) == hash(qa.NoveltySpec(100, 3, 5, 0.1, True))
+    assert (
+        spec.num_cells == 100
+        and spec.descriptor_dim == 3
+        and hash(spec) == hash(qa.NoveltySpec(100, 3, 5, 0.1, True))
+    )
     with pytest.raises(ValueError, match="k must be >= 1"):
         qa.NoveltySpec(10, 2, 0)
 
@@ -330,10 +368,17 @@ def test_matches_pyribs_proximity_archive_while_capacity_does_not_bind(local_com
     from ribs.archives import ProximityArchive
 
     rng = np.random.default_rng(7 + local_competition)
-    spec = qa.NoveltySpec(capacity=256, descriptor_dim=2, k=3, threshold=0.08,
-                          local_competition=local_competition)
-    ribs = ProximityArchive(solution_dim=1, measure_dim=2, k_neighbors=3, novelty_threshold=0.08,
-                            local_competition=local_competition, dtype=np.float64)
+    spec = qa.NoveltySpec(
+        capacity=256, descriptor_dim=2, k=3, threshold=0.08, local_competition=local_competition
+    )
+    ribs = ProximityArchive(
+        solution_dim=1,
+        measure_dim=2,
+        k_neighbors=3,
+        novelty_threshold=0.08,
+        local_competition=local_competition,
+        dtype=np.float64,
+    )
     state = qa.init(spec, 1)
     next_id = 0
     for batch in range(6):

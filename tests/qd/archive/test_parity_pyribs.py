@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import math
 
+import jax
 import numpy as np
 import pytest
-import jax
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -68,8 +68,7 @@ SOFT_SETTINGS = [
     (0.1, 0.0),
 ]
 UNIT_RATE_SETTINGS = [(1.0, -math.inf), (1.0, -5.0), (1.0, 0.0)]
-SETTINGS_BY_GRID = {"5x4": SOFT_SETTINGS, "10": UNIT_RATE_SETTINGS,
-                    "3x3x3": UNIT_RATE_SETTINGS}
+SETTINGS_BY_GRID = {"5x4": SOFT_SETTINGS, "10": UNIT_RATE_SETTINGS, "3x3x3": UNIT_RATE_SETTINGS}
 
 QD_SCORE_OFFSETS = [-7.0, 1.5]
 FITNESS_LEVELS = (0.0, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0)  # small: ties are frequent
@@ -79,20 +78,15 @@ def _axis_values(bins: int, lower: float, upper: float) -> list[float]:
     """Cell boundaries, cell centres, the bounds and points beyond them."""
     width = upper - lower
     inside = [lower + width * j / (2 * bins) for j in range(2 * bins + 1)]
-    outside = [lower - 3 * width, lower - 0.01 * width, upper + 0.01 * width,
-               upper + 3 * width]
+    outside = [lower - 3 * width, lower - 0.01 * width, upper + 0.01 * width, upper + 3 * width]
     return inside + outside
 
 
 def _point(bins, ranges) -> st.SearchStrategy:
-    return st.tuples(
-        *(st.sampled_from(_axis_values(b, lo, hi)) for b, (lo, hi) in zip(bins, ranges))
-    )
+    return st.tuples(*(st.sampled_from(_axis_values(b, lo, hi)) for b, (lo, hi) in zip(bins, ranges)))
 
 
-def _batches(
-    point: st.SearchStrategy, max_batches: int = 4, max_size: int = 100
-) -> st.SearchStrategy:
+def _batches(point: st.SearchStrategy, max_batches: int = 4, max_size: int = 100) -> st.SearchStrategy:
     """A pool of 1..6 points, then 1..max_batches batches of 1..max_size candidates,
     each a pool point and an integer fitness in [-3, 3]."""
     levels = len(FITNESS_LEVELS)
@@ -104,8 +98,7 @@ def _batches(
         # to generate than a tuple, and it still shrinks towards small values.
         candidate = st.integers(0, len(pool) * levels - 1)
         batches = draw(
-            st.lists(st.lists(candidate, min_size=1, max_size=max_size),
-                     min_size=1, max_size=max_batches)
+            st.lists(st.lists(candidate, min_size=1, max_size=max_size), min_size=1, max_size=max_batches)
         )
         return [
             (
@@ -160,23 +153,19 @@ def _assert_same_stats(state, archive, offset, compare_obj_max):
     theirs = archive.stats
     for entry in (0, -1):  # the island and the global entry (one island)
         assert float(mine.num_elites[entry]) == theirs.num_elites
-        np.testing.assert_allclose(float(mine.coverage[entry]), theirs.coverage,
-                                   rtol=1e-6)
-        np.testing.assert_allclose(float(mine.qd_score[entry]), theirs.qd_score,
-                                   rtol=1e-5, atol=1e-4)
-        np.testing.assert_allclose(float(mine.norm_qd_score[entry]),
-                                   theirs.norm_qd_score, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(float(mine.coverage[entry]), theirs.coverage, rtol=1e-6)
+        np.testing.assert_allclose(float(mine.qd_score[entry]), theirs.qd_score, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(
+            float(mine.norm_qd_score[entry]), theirs.norm_qd_score, rtol=1e-5, atol=1e-5
+        )
         if theirs.num_elites == 0:
             assert theirs.obj_max is None and theirs.obj_mean is None
             assert float(mine.max_fitness[entry]) == -np.inf
             assert np.isnan(float(mine.mean_fitness[entry]))
             continue
-        np.testing.assert_allclose(float(mine.mean_fitness[entry]), theirs.obj_mean,
-                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(float(mine.mean_fitness[entry]), theirs.obj_mean, rtol=1e-5, atol=1e-5)
         # qd reports the best *current* elite, which always exists in pyribs's data.
-        assert float(mine.max_fitness[entry]) == pytest.approx(
-            float(np.max(archive.data("objective")))
-        )
+        assert float(mine.max_fitness[entry]) == pytest.approx(float(np.max(archive.data("objective"))))
         if compare_obj_max:
             assert float(mine.max_fitness[entry]) == pytest.approx(float(theirs.obj_max))
 
@@ -188,15 +177,11 @@ def _run_parity(spec, archive, state, batches, learning_rate, offset, compare_ob
         ids = np.arange(next_id, next_id + n, dtype=np.int32)
         next_id += n
         expected = archive.add(ids[:, None].astype(np.float32), fitness, descriptor)
-        state, result = qa.insert(
-            spec, state, 0, descriptor, fitness, ids, learning_rate=learning_rate
-        )
+        state, result = qa.insert(spec, state, 0, descriptor, fitness, ids, learning_rate=learning_rate)
         result = jax.device_get(result)
         np.testing.assert_array_equal(result.cell, archive.index_of(descriptor))
         np.testing.assert_array_equal(result.status, expected["status"])
-        np.testing.assert_allclose(
-            result.improvement, expected["value"], rtol=1e-5, atol=1e-5
-        )
+        np.testing.assert_allclose(result.improvement, expected["value"], rtol=1e-5, atol=1e-5)
     _assert_same_elites(state, archive)
     _assert_same_stats(state, archive, offset, compare_obj_max)
 
@@ -212,9 +197,7 @@ def test_grid_index_matches_pyribs_on_the_generated_points():
         axes = [_axis_values(b, lo, hi) for b, (lo, hi) in zip(bins, ranges)]
         points = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, len(bins))
         points = points.astype(np.float32)
-        np.testing.assert_array_equal(
-            np.asarray(jax.jit(spec.index)(points)), archive.index_of(points)
-        )
+        np.testing.assert_array_equal(np.asarray(jax.jit(spec.index)(points)), archive.index_of(points))
 
 
 @st.composite
@@ -237,12 +220,16 @@ def test_grid_archive_matches_pyribs(case):
     spec = qa.GridSpec.create(bins, [r[0] for r in ranges], [r[1] for r in ranges])
     state = qa.init(spec, islands=1, threshold_min=threshold_min)
     archive = _ribs_grid(
-        bins, ranges, None if threshold_min == -math.inf else learning_rate,
-        threshold_min, offset,
+        bins,
+        ranges,
+        None if threshold_min == -math.inf else learning_rate,
+        threshold_min,
+        offset,
     )
     # pyribs's obj_max is a running max: only trustworthy for an elitist archive.
-    _run_parity(spec, archive, state, batches, learning_rate, offset,
-                compare_obj_max=threshold_min == -math.inf)
+    _run_parity(
+        spec, archive, state, batches, learning_rate, offset, compare_obj_max=threshold_min == -math.inf
+    )
 
 
 def test_known_cma_mae_batch_example():
@@ -256,8 +243,7 @@ def test_known_cma_mae_batch_example():
     archive = _ribs_grid(bins, ranges, 0.5, -5.0, 0.0)
     info = archive.add(ids[:, None].astype(np.float32), fitness, descriptor)
     state = qa.init(spec, islands=1, threshold_min=-5.0)
-    state, result = qa.insert(spec, state, 0, descriptor, fitness, ids,
-                              learning_rate=0.5)
+    state, result = qa.insert(spec, state, 0, descriptor, fitness, ids, learning_rate=0.5)
 
     np.testing.assert_array_equal(info["status"], [2, 2, 2])
     np.testing.assert_array_equal(np.asarray(result.status), [2, 2, 2])
@@ -294,8 +280,7 @@ def test_obj_max_is_current_max_unlike_pyribs_running_max(learning_rate, history
         ids = np.arange(next_id, next_id + len(batch), dtype=np.int32)
         next_id += len(batch)
         archive.add(ids[:, None].astype(np.float32), fitness, descriptor)
-        state, result = qa.insert(spec, state, 0, descriptor, fitness, ids,
-                                  learning_rate=learning_rate)
+        state, result = qa.insert(spec, state, 0, descriptor, fitness, ids, learning_rate=learning_rate)
         assert np.asarray(result.status).max() > 0
 
     worse = history[-1][0]
@@ -304,8 +289,7 @@ def test_obj_max_is_current_max_unlike_pyribs_running_max(learning_rate, history
     assert qa.elites(state, 0).fitness.tolist() == [worse]
     assert float(qa.stats(state).max_fitness[-1]) == worse  # current max
     # Everything else agrees.
-    np.testing.assert_allclose(float(qa.stats(state).mean_fitness[-1]),
-                               archive.stats.obj_mean)
+    np.testing.assert_allclose(float(qa.stats(state).mean_fitness[-1]), archive.stats.obj_mean)
     _assert_same_elites(state, archive)
 
 
@@ -327,16 +311,20 @@ def test_pyribs_raises_on_invalid_candidates_where_qd_masks_them():
     for descriptor, f, island, valid in bad_cases:
         archive = _ribs_grid(bins, ranges, None, -math.inf, 0.0)
         with pytest.raises(ValueError):
-            archive.add(np.zeros((1, 1), np.float32), np.asarray([f], np.float32),
-                        descriptor)
+            archive.add(np.zeros((1, 1), np.float32), np.asarray([f], np.float32), descriptor)
 
     # qd: each of those, plus valid=False and an out-of-range island, is masked.
     bad_cases += [(good, 1.0, 0, False), (good, 1.0, 1, True), (good, 1.0, -1, True)]
     for descriptor, f, island, valid in bad_cases:
         state = qa.init(spec, islands=1)
         state, result = qa.insert(
-            spec, state, np.asarray([island]), descriptor, np.asarray([f]),
-            np.asarray([7]), valid=np.asarray([valid]),
+            spec,
+            state,
+            np.asarray([island]),
+            descriptor,
+            np.asarray([f]),
+            np.asarray([7]),
+            valid=np.asarray([valid]),
         )
         assert int(result.status[0]) == qa.NOT_ADDED
         assert float(result.improvement[0]) == 0.0
@@ -369,7 +357,12 @@ def test_invalid_candidate_never_blocks_a_valid_one_in_its_cell():
     fitness2 = np.asarray([100.0, np.nan, 2.0], np.float32)
     descriptor2 = np.asarray([cell_point, [np.nan, 0.1], cell_point], np.float32)
     state, result = qa.insert(
-        spec, state, 0, descriptor2, fitness2, np.asarray([6, 7, 8]),
+        spec,
+        state,
+        0,
+        descriptor2,
+        fitness2,
+        np.asarray([6, 7, 8]),
         np.asarray([False, True, True]),
     )
     np.testing.assert_array_equal(np.asarray(result.status), [0, 0, 1])
@@ -377,8 +370,15 @@ def test_invalid_candidate_never_blocks_a_valid_one_in_its_cell():
     assert qa.elites(state, 0).genome_id.tolist() == [8]
 
 
-_INVALID_KINDS = ["valid_false", "nan_fitness", "inf_fitness", "nan_descriptor",
-                  "inf_descriptor", "island_high", "island_low"]
+_INVALID_KINDS = [
+    "valid_false",
+    "nan_fitness",
+    "inf_fitness",
+    "nan_descriptor",
+    "inf_descriptor",
+    "island_high",
+    "island_low",
+]
 
 
 @SETTINGS
@@ -394,15 +394,17 @@ def test_masked_candidates_equal_pyribs_fed_only_the_valid_ones(batches, soft, d
     spec = qa.GridSpec.create(bins, [r[0] for r in ranges], [r[1] for r in ranges])
     state = qa.init(spec, islands=1, threshold_min=threshold_min)
     archive = _ribs_grid(
-        bins, ranges, None if threshold_min == -math.inf else learning_rate,
-        threshold_min, 0.0,
+        bins,
+        ranges,
+        None if threshold_min == -math.inf else learning_rate,
+        threshold_min,
+        0.0,
     )
     next_id = 0
     for descriptor, fitness in batches:
         n = len(fitness)
         kinds = data.draw(
-            st.lists(st.sampled_from([None] * 3 + _INVALID_KINDS), min_size=n,
-                     max_size=n),
+            st.lists(st.sampled_from([None] * 3 + _INVALID_KINDS), min_size=n, max_size=n),
             label="invalid kinds",
         )
         good = np.asarray([k is None for k in kinds])
@@ -427,7 +429,13 @@ def test_masked_candidates_equal_pyribs_fed_only_the_valid_ones(batches, soft, d
             elif kind == "island_low":
                 island[i] = -3
         state, result = qa.insert(
-            spec, state, island, qd_descriptor, qd_fitness, ids, valid,
+            spec,
+            state,
+            island,
+            qd_descriptor,
+            qd_fitness,
+            ids,
+            valid,
             learning_rate=learning_rate,
         )
         status = np.asarray(result.status)
@@ -435,12 +443,9 @@ def test_masked_candidates_equal_pyribs_fed_only_the_valid_ones(batches, soft, d
         assert np.all(status[~good] == 0)
         assert np.all(improvement[~good] == 0.0)
         if good.any():
-            expected = archive.add(
-                ids[good, None].astype(np.float32), fitness[good], descriptor[good]
-            )
+            expected = archive.add(ids[good, None].astype(np.float32), fitness[good], descriptor[good])
             np.testing.assert_array_equal(status[good], expected["status"])
-            np.testing.assert_allclose(improvement[good], expected["value"],
-                                       rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(improvement[good], expected["value"], rtol=1e-5, atol=1e-5)
     _assert_same_elites(state, archive)
     _assert_same_stats(state, archive, 0.0, compare_obj_max=threshold_min == -math.inf)
 
@@ -506,12 +511,10 @@ def test_cvt_spec_geometry_and_index_match_pyribs(cvt_spec):
     state = qa.init(cvt_spec, islands=1)
     n = len(CVT_POOL)
     assert n <= 64
-    _, result = qa.insert(cvt_spec, state, 0, CVT_POOL, np.zeros(n, np.float32),
-                          np.arange(n, dtype=np.int32))
+    _, result = qa.insert(cvt_spec, state, 0, CVT_POOL, np.zeros(n, np.float32), np.arange(n, dtype=np.int32))
     np.testing.assert_array_equal(np.asarray(result.cell), archive.index_of(CVT_POOL))
     # Each centroid is its own cell.
-    np.testing.assert_array_equal(np.asarray(result.cell)[:CVT_CELLS],
-                                  np.arange(CVT_CELLS))
+    np.testing.assert_array_equal(np.asarray(result.cell)[:CVT_CELLS], np.arange(CVT_CELLS))
 
 
 @st.composite
@@ -528,8 +531,7 @@ def _cvt_case(draw):
 def test_cvt_archive_matches_pyribs(cvt_spec, case):
     learning_rate, threshold_min, offset, batches = case
     state = qa.init(cvt_spec, islands=1, threshold_min=threshold_min)
-    archive = _ribs_cvt(
-        None if threshold_min == -math.inf else learning_rate, threshold_min, offset
+    archive = _ribs_cvt(None if threshold_min == -math.inf else learning_rate, threshold_min, offset)
+    _run_parity(
+        cvt_spec, archive, state, batches, learning_rate, offset, compare_obj_max=threshold_min == -math.inf
     )
-    _run_parity(cvt_spec, archive, state, batches, learning_rate, offset,
-                compare_obj_max=threshold_min == -math.inf)
