@@ -15,7 +15,7 @@ Setup (both systems, same run of this script):
   the same numbers in its worker (imports the candidate file, as OpenEvolve's own
   examples do), ``feature_dimensions: [a, b]``, 20 bins.
 * qd: built as ``qd-run`` builds a text run, directly (there is no trivial text
-  experiment config): ``Engine(task, GridSpec, [(make_llm_operator("rewrite", client), 1)],
+  experiment config): ``qd.build(task=..., spec=GridSpec, operators=[(make_llm_operator("rewrite", client), 1)],
   StagedEvaluator(task, Sandbox(entry, workers=W, limits=Limits())), batch_size=1,
   in_flight=C, budget=Budget(max_evaluations=N), llm=client, checkpoint_every=50,
   progress=False)`` with ``LLMClient(LLMSettings(base_url, (ModelSpec("scripted"),),
@@ -325,7 +325,7 @@ def _build_qd(
     import operators.llm
     import qd.archive
     from qd.evaluator import StagedEvaluator
-    from qd.loop import Budget, Engine
+    from qd import Budget, Settings, build
     from qd.sandbox import Limits, Sandbox
 
     task = LineTask()
@@ -334,18 +334,17 @@ def _build_qd(
         if in_process_eval
         else Sandbox(task.sandbox_entry, workers=workers, limits=Limits())
     )
-    return Engine(
+    return build(
         task=task,
         spec=qd.archive.GridSpec((LATTICE, LATTICE), (0.0, 0.0), (LATTICE / 2, LATTICE / 2)),
         operators=[(operators.llm.make_llm_operator("rewrite", client), 1.0)],
         evaluator=StagedEvaluator(task, sandbox),
         run_dir=run_dir,
-        batch_size=1,
-        in_flight=concurrency,
         budget=Budget(max_evaluations=candidates),
         llm=client,
-        checkpoint_every=checkpoint_every,
-        progress=False,
+        settings=Settings(
+            batch_size=1, in_flight=concurrency, checkpoint_every=checkpoint_every, progress=False
+        ),
         on_commit=on_commit,
     )
 

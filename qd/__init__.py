@@ -21,6 +21,8 @@ _API = {
     "Elite": "qd.api",
     "Engine": "qd.loop",
     "Budget": "qd.budget",
+    "Settings": "qd.api",
+    "Run": "qd.api",
 }
 __all__ = sorted(_API)
 

@@ -15,6 +15,16 @@ overrides), ``build`` is what ``qd-run`` builds (validated once into a plan, so
 a bad field fails here with the CLI's one-line error), and ``on_commit`` sees
 each ``commit`` event of ``events.jsonl`` (``qd.events``) as it is written:
 benchmarks and notebooks follow a run through it instead of patching the engine.
+
+``build`` also takes the parts themselves, with no config at all: a task object, an archive
+spec, operators (built, or names of LLM operators), an LLM client, a budget and the driver's
+settings (``qd.assembly.Settings``); what is not given gets the defaults the experiments use
+(MAP-Elites, the task's own evaluation: in process for a numeric task, its ``host_entry`` on
+the host or its ``sandbox_entry`` in the sandbox for a text task). Such a run uses the host
+loop; the device loop is built from a config.
+
+    run = qd.build(run_dir="runs/mine", task=MyTask(), spec=qd.archive.GridSpec((10,), (0.0,), (1.0,)),
+                   llm=client, operators=["rewrite"], budget=qd.Budget(max_llm_calls=40))
 """
 
 from __future__ import annotations
@@ -24,25 +34,163 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from qd.budget import Budget
+from qd.assembly import Run, Settings
 from qd.contract import Candidate
-from qd.loop import Engine
+from qd.paths import conf_dir
 from qd.plan import compose, plan
 
-__all__ = ["Elite", "build", "compose", "elites", "plan"]
+__all__ = ["Elite", "Run", "Settings", "build", "compose", "elites", "plan"]
 
 
-def build(cfg: DictConfig, run_dir: str | Path, *, on_commit: Callable[[dict], Any] | None = None) -> Engine:
-    """The run ``qd-run`` would make of ``cfg`` in ``run_dir`` (a resume if it holds one).
+def build(
+    cfg: DictConfig | None = None,
+    run_dir: str | Path | None = None,
+    *,
+    on_commit: Callable[[dict], Any] | None = None,
+    task: Any = None,
+    spec: Any = None,
+    operators: list[Any] | None = None,
+    evaluator: Any = None,
+    llm: Any = None,
+    describer: Any = None,
+    strategy: Any = None,
+    budget: Budget = Budget(),
+    settings: Settings = Settings(),
+) -> Run:
+    """The run ``qd-run`` would make of ``cfg`` in ``run_dir`` (a resume if it holds one), or,
+    with no ``cfg``, the run of the parts given (see the module doc).
 
-    Starts what the run needs (for text tasks the LLM server and the sandbox);
-    ``Engine.close`` stops them. The config is saved as ``config.yaml`` beside the
-    store, as ``qd-run`` does, so ``qd-run resume=RUN_DIR`` continues it.
+    Starts what the run needs (for a config's text task the LLM server and the sandbox);
+    ``close`` stops them. A config is saved as ``config.yaml`` beside the store, as ``qd-run``
+    does, so ``qd-run resume=RUN_DIR`` continues it; a run of parts resumes by building it
+    again with the same parts.
     """
-    from qd.run import build_engine
+    if run_dir is None:
+        raise TypeError("qd.build: run_dir is required (the folder the run writes)")
+    if cfg is not None:
+        from qd.run import build_engine
 
-    return build_engine(cfg, Path(run_dir), on_commit=on_commit)
+        return build_engine(cfg, Path(run_dir), on_commit=on_commit)
+    return _run_of_parts(
+        Path(run_dir),
+        task=task,
+        spec=spec,
+        operators=operators,
+        evaluator=evaluator,
+        llm=llm,
+        describer=describer,
+        strategy=strategy,
+        budget=budget,
+        settings=settings,
+        on_commit=on_commit,
+    )
+
+
+def _run_of_parts(
+    run_dir: Path,
+    *,
+    task: Any,
+    spec: Any,
+    operators: list[Any] | None,
+    evaluator: Any,
+    llm: Any,
+    strategy: Any,
+    on_commit: Callable[[dict], Any] | None,
+    **parts: Any,
+) -> Run:
+    """``build`` without a config: the defaults filled in, then ``qd.assembly.assemble`` and the host loop."""
+    from qd.assembly import assemble
+    from qd.loop import Engine
+    from qd.rundir import write_results
+    from qd.search.strategy import Strategy
+
+    if task is None or spec is None:
+        raise TypeError("qd.build: without a config, give task= and spec= (and llm= for a text task)")
+    text = task.kind != "vector"
+    if text and llm is None:
+        raise TypeError("qd.build: a text task needs llm= (a qd.llm.LLMClient, or a ChatClient to wrap)")
+    client = _client(llm) if text else None
+    ops = _operators(task, operators, client)
+    evaluator = evaluator if evaluator is not None else _evaluator(task, parts["settings"])
+    _save_geometry(run_dir, task, spec, ops, parts["settings"])
+    engine = Engine(
+        assemble(
+            task=task,
+            spec=spec,
+            operators=ops,
+            evaluator=evaluator,
+            run_dir=run_dir,
+            llm=client,
+            strategy=strategy or Strategy(),
+            on_commit=on_commit,
+            **parts,
+        )
+    )
+    engine.on_close(lambda: write_results(run_dir))  # elites.jsonl and best.<ext>, as qd-run's
+    return engine
+
+
+def _save_geometry(run_dir: Path, task: Any, spec: Any, ops: list[Any], settings: Settings) -> None:
+    """What the run's readers (``qd.elites``, ``qd show``, ``qd explore``) need beside the store."""
+    from qd import archive
+    from qd.rundir import Geometry
+
+    text = task.kind != "vector"
+    kinds = [op[0].genome.name for op in ops if isinstance(op, tuple) and hasattr(op[0], "genome")]
+    genome = (kinds[0] if kinds else "text") if text else None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    Geometry.of_spec(spec, settings.islands, genome, settings.learning_rate, settings.threshold_min).save(
+        run_dir
+    )
+    if not isinstance(spec, (archive.GridSpec, archive.NoveltySpec)):
+        np.save(run_dir / "centroids.npy", np.asarray(spec.centroids, np.float32))
+
+
+def _client(llm: Any) -> Any:
+    """The run's client: qd's ``LLMClient`` as given, or a caller's ``ChatClient`` wrapped in
+    qd's ledger, budget and cache (so ``max_llm_calls`` binds for it too)."""
+    from qd.llm import LLMClient
+
+    return llm if isinstance(llm, LLMClient) else LLMClient.wrapping(llm)
+
+
+def _operators(task: Any, operators: list[Any] | None, client: Any) -> list[Any]:
+    """(operator, weight) pairs: built operators as given, names built (LLM operators on the run's
+    client for text tasks, numeric ones within the task's bounds); the default: one rewrite or
+    one Gaussian operator."""
+    from operators import make_llm_operator, make_numeric_operator
+
+    def made(op: Any) -> Any:
+        if not isinstance(op, str):
+            return op
+        if client is not None:
+            return make_llm_operator(op, client)
+        # a numeric operator by name takes the settings of its config (conf/operators/NAME.yaml)
+        params = OmegaConf.to_container(OmegaConf.load(conf_dir() / "operators" / f"{op}.yaml").mix[0])
+        params = {k: v for k, v in params.items() if k not in ("name", "weight")}
+        return make_numeric_operator(op, *getattr(task, "genome_bounds", (-np.inf, np.inf)), **params)
+
+    default = ["rewrite"] if client is not None else ["gaussian"]
+    return [
+        (made(op[0]), op[1]) if isinstance(op, tuple) else op if hasattr(op, "weight") else (made(op), 1.0)
+        for op in (operators or default)
+    ]
+
+
+def _evaluator(task: Any, settings: Settings) -> Any:
+    """The task's own evaluation: in process (numeric), or its stages on the host or in the sandbox."""
+    from qd.evaluator import HostRunner, InProcessEvaluator, StagedEvaluator
+
+    if task.kind == "vector":
+        return InProcessEvaluator(task)
+    if getattr(task, "host_entry", None) is not None:
+        return StagedEvaluator(task, HostRunner(task.host_entry))
+    from qd.sandbox import Sandbox
+
+    return StagedEvaluator(task, Sandbox(task.sandbox_entry))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,7 +46,7 @@ class Spending:
         self.budget, self.evaluations, self.spent = budget, evaluations, spent
         self.calls_per_child = calls_per_child
         self.reserved = 0  # children (and gate resamples) started and not yet committed
-        self.stopping = False  # set by the driver: reserve nothing more
+        self.stopping = False  # the driver stopped: reserve nothing more
 
     def size(self, batch_size: int) -> int:
         """Children the next proposal may have: the batch size, cut to what the budgets leave."""
@@ -66,6 +66,10 @@ class Spending:
     def reserve(self, units: int) -> None:
         """Holds ``units`` children (or resamples) until :meth:`commit` releases them."""
         self.reserved += units
+
+    def stop(self) -> None:
+        """The run is stopping: no gate resample may reserve another call."""
+        self.stopping = True
 
     def try_reserve_call(self) -> bool:
         """Reserves one more LLM call (a gate resample) if the budgets leave room."""

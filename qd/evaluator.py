@@ -117,8 +117,9 @@ class HostRunner:
     needs for them (a connection's address lookup runs there).
     """
 
-    def __init__(self, entry: str, workers: int = 4):
-        self.entry, self.fn = entry, load_entry(entry)
+    def __init__(self, entry: str | Callable[..., Any], workers: int = 4):
+        # A callable is a Python caller's own trusted function (``qd.build`` from objects).
+        self.entry, self.fn = entry, entry if callable(entry) else load_entry(entry)
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="qd-host-entry")
 
     async def run(self, text: str, args: dict | None = None, *, calls: Any = None) -> Any:

@@ -42,14 +42,18 @@ class Offers:
 
 
 class Placement:
-    """The run's placement rule and its current tessellation (``spec``).
+    """The run's placement rule, as functions of the run state: the tessellation a state's archive
+    is built on (:meth:`spec`), and state -> state steps that place, refit and rotate.
+
+    The numbers that change (the CycleQD phase the archive was built in, the describer's fit
+    count, the valid candidates stored) live in ``RunState.counters``; this object holds only
+    the rule (describer, CycleQD objective) and a memo of the last tessellation it derived.
 
     Args:
         spec: the configured tessellation (a CycleQD run starts from its phase 0 grid).
         describer: a ``descriptors.base.Descriptor`` or None (the task's descriptors).
         cycle: a ``qd.search.cycle.CyclicObjective`` or None.
         kind: the task's candidate kind (``vector``/``text``): what a rebuild re-places.
-        valid: valid candidates already stored (a fitted describer's schedule counts them).
     """
 
     def __init__(
@@ -61,35 +65,45 @@ class Placement:
         islands: int,
         learning_rate: float,
         seed: int,
-        valid: int = 0,
     ):
         self.describer, self.cycle, self.kind = describer, cycle, kind
-        self.islands, self.learning_rate, self.seed, self.valid = islands, learning_rate, seed, valid
+        self.islands, self.learning_rate, self.seed = islands, learning_rate, seed
         self.fitted = describer is not None and is_fitted_kind(describer)
         self.calls_per_child = getattr(describer, "calls_per_item", 0)
-        self.spec = cycle.spec(0) if cycle is not None else spec
-        self.built_phase = 0  # the CycleQD phase the archive's grid and fitness belong to
-        self.fits = 0  # describer fits: a child described under an older fit is described again
+        self._base = cycle.spec(0) if cycle is not None else spec
+        self._memo: tuple[tuple[int, int], Any] | None = None  # (phase, fits) -> tessellation
 
-    def resume(self, state: RunState) -> None:
-        """Takes the checkpointed describer fit and the phase's grid."""
-        self.fits = state.counters.fits
-        if self.fitted and self.fits:
-            self.describer.load_state_dict(state.describer)
-            self._use_describer_cells()
+    def spec(self, state: RunState | None = None) -> Any:
+        """The tessellation of ``state``'s archive (None: a new run's): the CycleQD phase's grid,
+        a fitted describer's own cells, or the configured spec."""
+        at = (state.counters.phase, state.counters.fits) if state is not None else (0, 0)
+        if self._memo is None or self._memo[0] != at:
+            self._memo = at, self._derive(*at)
+        return self._memo[1]
+
+    def _derive(self, phase: int, fits: int) -> Any:
         if self.cycle is not None:
-            self.built_phase = self.phase(state)
-            self.spec = self.cycle.spec(self.built_phase)
+            return self.cycle.spec(phase)
+        cell_spec = getattr(self.describer, "cell_spec", None)
+        own = cell_spec() if self.fitted and fits and callable(cell_spec) else None
+        return self._base if own is None else own
+
+    def resume(self, state: RunState) -> RunState:
+        """A loaded checkpoint's state, with the describer's fit taken back and the CycleQD
+        phase its archive was built in (a checkpoint is written after any due rotation)."""
+        if self.fitted and state.counters.fits:
+            self.describer.load_state_dict(state.describer)
+        return state.count(phase=self.phase(state)) if self.cycle is not None else state
 
     def phase(self, state: RunState) -> int:
         return self.cycle.phase(state.counters.insertions)
 
     def rotation_due(self, state: RunState) -> bool:
         """CycleQD: the phase changed since the archive was built."""
-        return self.cycle is not None and self.phase(state) != self.built_phase
+        return self.cycle is not None and self.phase(state) != state.counters.phase
 
-    def refit_due(self) -> bool:
-        return self.fitted and self.describer.needs_fit(self.valid)
+    def refit_due(self, state: RunState) -> bool:
+        return self.fitted and self.describer.needs_fit(state.counters.valid)
 
     async def describe(self, candidates: list[Candidate]) -> None:
         """Places each evaluated, valid text candidate with the describer (in place).
@@ -106,8 +120,9 @@ class Placement:
             if not ok:
                 c.valid, c.error = False, f"descriptor: {error}"
 
-    def offers(self, candidates: list[Candidate], state: RunState) -> Offers:
-        """The insert's arrays; under CycleQD, fitness and descriptors from the phase's metrics first."""
+    def offers(self, candidates: list[Candidate], state: RunState) -> tuple[RunState, Offers]:
+        """The insert's arrays, and the state counting the valid ones; under CycleQD, fitness and
+        descriptors from the phase's metrics first."""
         if self.cycle is not None:
             fitness, descriptor, valid, errors = self.cycle.score(
                 self.phase(state), [c.metrics for c in candidates], [c.valid for c in candidates]
@@ -116,8 +131,8 @@ class Placement:
                 c.fitness, c.descriptor = float(f), d
                 if error is not None:
                     c.valid, c.error = False, error
-        self.valid += sum(c.valid for c in candidates)
-        return Offers(candidates, self.spec.descriptor_dim)
+        state = state.count(valid=state.counters.valid + sum(c.valid for c in candidates))
+        return state, Offers(candidates, self.spec(state).descriptor_dim)
 
     async def refit(self, store: Any, state: RunState) -> tuple[RunState, dict[str, Any]]:
         """Fits the describer on every valid stored candidate, then rebuilds the archive."""
@@ -126,8 +141,6 @@ class Placement:
         items = [Item(c.text, c.fitness, c.metrics, c.id) for c in stored]
         fits = state.counters.fits + 1
         await self.describer.fit(items, np.random.default_rng([self.seed, fits - 1]))
-        self.fits = fits
-        self._use_describer_cells()
         out = await self.describer.describe(items)
         fitness = np.asarray([c.fitness for c in stored], np.float32)
         state = state.count(fits=fits)  # the fitted state is checkpointed with it (the driver's upkeep)
@@ -148,7 +161,7 @@ class Placement:
         fitness, descriptor, valid, _ = self.cycle.score(
             phase, [c.metrics for c in stored], [c.valid for c in stored]
         )
-        self.spec, self.built_phase = self.cycle.spec(phase), phase
+        state = state.count(phase=phase)
         state, placed = self.rebuild(store, state, [c.id for c in stored], fitness, descriptor, valid)
         return state, {
             "event": "rotate",
@@ -165,9 +178,10 @@ class Placement:
         """A fresh archive from every placement in the store's history (candidates,
         migrations, resets) with these per-candidate values, in one batched insert.
         Returns the state and how many placements were valid."""
+        spec = self.spec(state)
         row = {int(i): j for j, i in enumerate(ids)}
-        offers = store.placements(-1, self.spec.descriptor_dim)
-        dim, n = self.spec.descriptor_dim, len(ids)
+        offers = store.placements(-1, spec.descriptor_dim)
+        dim, n = spec.descriptor_dim, len(ids)
         # Row n is a placeholder for offers of candidates not among ``ids``: never placed.
         take = np.asarray([row.get(int(i), n) for i in offers["id"]], np.int64)
         offered = np.vstack([np.asarray(descriptor, np.float32).reshape(n, dim), np.full((1, dim), np.nan)])[
@@ -176,7 +190,7 @@ class Placement:
         score = np.append(np.asarray(fitness, np.float32).reshape(-1), np.nan)[take].astype(np.float32)
         ok = offers["valid"] & np.append(np.asarray(valid, bool).reshape(-1), False)[take]
         rebuilt = archive.rebuild(
-            self.spec,
+            spec,
             self.islands,
             offers["island"],
             offered,
@@ -186,20 +200,13 @@ class Placement:
             float(state.archive.threshold_min),
             self.learning_rate,
         )
-        shape = (self.islands, self.spec.num_cells)
+        shape = (self.islands, spec.num_cells)
         state = state._replace(
             archive=rebuilt,
             islands=island_ops.init(*shape)._replace(migrant=jnp.asarray(_migrant_cells(rebuilt, offers))),
             curiosity=select.curiosity_init(*shape),  # cells mean something else now
         )
         return state, int(np.sum(np.isfinite(offered).all(1) & ok))
-
-    def _use_describer_cells(self) -> None:
-        """Takes the describer's own tessellation (CVT centroids fitted in embedding space)."""
-        cell_spec = getattr(self.describer, "cell_spec", None)
-        spec = cell_spec() if callable(cell_spec) else None
-        if spec is not None:
-            self.spec = spec
 
 
 def _migrant_cells(state: archive.ArchiveState, offers: dict[str, np.ndarray]) -> np.ndarray:

@@ -56,6 +56,7 @@ class Ticket:
     picks: select.Picks | None
     keys: Callable[[np.ndarray], jax.Array] = dataclasses.field(repr=False)
     op_data: np.ndarray = dataclasses.field(repr=False)
+    fits: int = 0  # the describer fits when it started: described under an older fit, it is redone
 
     @property
     def op_key(self) -> jax.Array:
@@ -135,7 +136,16 @@ class Wave:
                 p.genome_id[row, :n], p.cell[row, :n], p.source[row, :size, :m], p.spot[row, :size, :m]
             )
         return Ticket(
-            seq, int(self.island[row]), size, arm, founding, int(seeds[row]), picks, self._keys, op_data[row]
+            seq,
+            int(self.island[row]),
+            size,
+            arm,
+            founding,
+            int(seeds[row]),
+            picks,
+            self._keys,
+            op_data[row],
+            self._state.counters.fits,
         )
 
 
@@ -178,7 +188,8 @@ class VectorProposer:
         op = self.arms[t.arm].operator
         parents = np.full((t.size, 2), -1, np.int64)
         if t.founding:
-            # Founders: the task's initial genomes, varied once (as pyribs's emitters start from x0 plus noise).
+            # Founders: the task's initial genomes, varied once
+            # (as pyribs's emitters start from x0 plus noise).
             initial = self.task.initial(np.random.default_rng(t.genome_seed), t.size)
             parent_ids = np.zeros((t.size, 0), np.int64)
             genomes, name = np.repeat(np.asarray(initial)[:, None], op.num_parents, axis=1), f"init+{op.name}"
@@ -336,7 +347,7 @@ class TextProposer:
             else:
                 drafts, parents = await self._children(t, shown)
             candidates = await self._evaluate(t.island, drafts)
-            fits = self.placement.fits if self.placement.fitted else None
+            fits = t.fits if self.placement.fitted else None
             await self.placement.describe(candidates)
         reserved = t.size + sum(d.resample + d.extra_calls for d in drafts)
         return Proposal(

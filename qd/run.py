@@ -103,7 +103,8 @@ def build_llm(p: Plan, run_dir: Path, stack: contextlib.ExitStack) -> Any:
 
 
 def _build_evaluator(p: Plan, client: Any) -> Any:
-    """The plan's evaluator; a task whose evaluation calls the model gets ``client`` within ``p.eval_budget``."""
+    """The plan's evaluator; a task whose evaluation calls the model gets ``client``, within
+    ``p.eval_budget``."""
     r = p.cfg.runner
     if p.evaluator == "pool":
         params = OmegaConf.to_container(p.cfg.experiment.params, resolve=True)
@@ -144,6 +145,7 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
         engine = build(p, spec, build_operators(p), run_dir, on_commit)
         engine.on_close(lambda: write_results(run_dir))
         return engine
+    from qd.assembly import Settings, assemble
     from qd.loop import Engine  # the host loop (and the model client) load only for host runs
 
     with contextlib.ExitStack() as stack:
@@ -151,28 +153,32 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
         evaluator = _build_evaluator(p, client)
         stack.callback(getattr(evaluator, "close", lambda: None))
         arms = build_arms(p.strategy, [op for op, _ in build_operators(p, client)])
-        engine = Engine(
+        settings = Settings(
+            islands=cfg.islands.count,
+            batch_size=r.batch_size,
+            in_flight=r.in_flight,
+            checkpoint_every=r.checkpoint_every,
+            seed=cfg.seed,
+            initial_population=r.initial_population,
+            qd_offset=cfg.archive.qd_offset,
+            progress=r.progress,
+            learning_rate=cfg.archive.learning_rate,
+            threshold_min=cfg.archive.threshold_min,
+        )
+        parts = assemble(
             task=p.task,
             spec=spec,
             operators=arms,
             evaluator=evaluator,
             run_dir=run_dir,
-            islands=cfg.islands.count,
-            batch_size=r.batch_size,
-            in_flight=r.in_flight,
-            budget=p.budget,
-            checkpoint_every=r.checkpoint_every,
-            seed=cfg.seed,
-            learning_rate=cfg.archive.learning_rate,
-            threshold_min=cfg.archive.threshold_min,
-            qd_offset=cfg.archive.qd_offset,
-            progress=r.progress,
             llm=client,
-            initial_population=r.initial_population,
             describer=p.describer,
             strategy=build_strategy(p.strategy),
+            budget=p.budget,
+            settings=settings,
             on_commit=on_commit,
         )
+        engine = Engine(parts)
         engine.on_close(stack.pop_all().close)
     engine.on_close(lambda: write_results(run_dir))  # every run ends with its elites.jsonl and best.<ext>
     return engine

@@ -65,6 +65,51 @@ class Geometry:
     loop: str = "host"
 
     @classmethod
+    def of_spec(
+        cls,
+        spec: Any,
+        islands: int,
+        genome: str | None,
+        learning_rate: float = 1.0,
+        threshold_min: float = float("-inf"),
+    ) -> Geometry:
+        """The geometry of a run built from Python objects: all of it is in the spec (a CVT's
+        centroids are saved beside it by :func:`save_spec`)."""
+        from qd import archive
+
+        dim, cells = int(spec.descriptor_dim), int(spec.num_cells)
+        if isinstance(spec, archive.GridSpec):
+            kind, bins, lower, upper = "grid", tuple(map(int, spec.bins)), spec.lower, spec.upper
+        elif isinstance(spec, archive.NoveltySpec):
+            kind, bins, lower, upper = "novelty", (), (0.0,) * dim, (1.0,) * dim
+        else:
+            c = np.asarray(spec.centroids)
+            kind, bins, lower, upper = "cvt", (), tuple(c.min(0)), tuple(c.max(0))
+        novelty = (
+            {
+                "k": int(spec.k),
+                "threshold": float(spec.threshold),
+                "local_competition": bool(spec.local_competition),
+            }
+            if kind == "novelty"
+            else None
+        )
+        return cls(
+            kind=kind,
+            islands=int(islands),
+            cells=cells,
+            dim=dim,
+            bins=bins,
+            lower=tuple(map(float, lower)),
+            upper=tuple(map(float, upper)),
+            axes=tuple(f"d{i}" for i in range(dim)),
+            learning_rate=float(learning_rate),
+            threshold_min=float(threshold_min),
+            novelty=novelty,
+            genome=genome,
+        )
+
+    @classmethod
     def of_plan(cls, p: Any, spec: Any) -> Geometry:
         """The geometry of a planned run (``qd.plan.Plan``) whose tessellation is ``spec``."""
         a, g = p.cfg.archive, p.geometry
@@ -152,19 +197,20 @@ class RunDir:
     """A run directory opened read-only (see the module doc).
 
     Raises:
-        RunDirError: ``path`` has no ``config.yaml`` or no ``store.sqlite``.
+        RunDirError: ``path`` has no ``store.sqlite``, or neither ``config.yaml`` nor ``archive.json``.
     """
 
     def __init__(self, path: str | Path):
         from qd.store import Store
 
         self.path = Path(path)
-        for name in ("config.yaml", "store.sqlite"):
-            if not (self.path / name).is_file():
-                raise RunDirError(
-                    f"{self.path}: no {name}; pass a run directory made by qd-run "
-                    "(its path is printed as run_dir=... at the end of a run)"
-                )
+        if not _is_run(self.path):
+            described = (self.path / "config.yaml").is_file() or (self.path / GEOMETRY).is_file()
+            missing = "store.sqlite" if described else "config.yaml"
+            raise RunDirError(
+                f"{self.path}: no {missing}; pass a run directory made by qd-run or qd.build "
+                "(its path is printed as run_dir=... at the end of a run)"
+            )
         self.store = Store(self.path / "store.sqlite", readonly=True)
         self._geometry: Geometry | None = None
         self._spec: Any = None
@@ -449,7 +495,10 @@ def runs_in(path: str | Path) -> list[Path]:
 
 
 def _is_run(path: Path) -> bool:
-    return (path / "config.yaml").is_file() and (path / "store.sqlite").is_file()
+    """A store, and how to read it: the config (``qd-run``) or the archive's geometry (``qd.build``
+    from Python objects, which has no config)."""
+    described = (path / "config.yaml").is_file() or (path / GEOMETRY).is_file()
+    return described and (path / "store.sqlite").is_file()
 
 
 # Overrides that do not make a setting: the seed (runs that differ only in it repeat one

@@ -32,6 +32,9 @@ class Counters(NamedTuple):
         proposals: proposals started: fixes each one's island and place in the key stream.
         fits: describer fits so far.
         insertions: candidates offered to the archive: CycleQD's phase clock.
+        valid: valid candidates stored (a fitted describer's schedule counts them; recounted from
+            the store when a run is built).
+        phase: the CycleQD phase the archive's grid and fitness belong to.
     """
 
     batches: int = 0
@@ -40,6 +43,8 @@ class Counters(NamedTuple):
     proposals: int = 0
     fits: int = 0
     insertions: int = 0
+    valid: int = 0
+    phase: int = 0
 
 
 class RunState(NamedTuple):
@@ -53,6 +58,7 @@ class RunState(NamedTuple):
     counters: Counters = Counters()
     meta: dict | None = None  # operators.meta.InstructionPool.state_dict()
     describer: dict[str, np.ndarray] | None = None  # a fitted describer's state_dict()
+    founding: tuple[int, ...] = ()  # founder proposals in flight per island (none survive a restart)
 
     def count(self, **changes: Any) -> RunState:
         """The state with some counters replaced."""
@@ -75,6 +81,7 @@ def init(
         curiosity=select.curiosity_init(*shape),
         bandits=tuple(b.init(num_arms) for b in bandits),
         key=jax.random.key(seed),
+        founding=(0,) * num_islands,
     )
 
 
@@ -126,4 +133,5 @@ def load(directory: Path, fresh: RunState) -> RunState | None:
         counters=counters,
         meta=saved_counters.get("meta") or None,
         describer=checkpoint.part(saved, "describer.") or None,
+        founding=fresh.founding,
     )

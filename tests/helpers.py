@@ -117,27 +117,29 @@ def evaluate_in_sandbox(task, texts: list[str]):
 def text_engine(cfg: DictConfig, path: Path, describer, stack, spec=None):
     """A function_fit-style engine from ``cfg`` with ``describer`` placing candidates
     (default archive: an 8-cell grid on [0, 1] per descriptor axis)."""
-    from qd import archive
-    from qd.loop import Budget, Engine
+    from qd import Budget, Settings, archive, build
     from qd.plan import plan
     from qd.run import _build_evaluator, build_llm, build_operators
 
     p = plan(cfg)
     client = build_llm(p, path, stack)
     d = describer.dim
-    return Engine(
+    settings = Settings(
+        batch_size=1,
+        in_flight=4,
+        checkpoint_every=5,
+        progress=False,
+        initial_population=cfg.runner.initial_population,
+    )
+    return build(
         task=p.task,
         spec=spec or archive.GridSpec((8,) * d, (0.0,) * d, (1.0,) * d),
         operators=build_operators(p, client),
         evaluator=_build_evaluator(p, client),
         run_dir=path,
-        batch_size=1,
-        in_flight=4,
         budget=Budget(max_llm_calls=cfg.runner.max_llm_calls),
-        checkpoint_every=5,
-        progress=False,
+        settings=settings,
         llm=client,
-        initial_population=cfg.runner.initial_population,
         describer=describer,
     )
 

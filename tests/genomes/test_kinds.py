@@ -243,23 +243,21 @@ def test_a_kind_registered_outside_qd_runs_through_the_engine(tmp_path, scripted
     from qd import archive
     from qd.evaluator import HostRunner, StagedEvaluator
     from qd.llm import LLMClient, LLMSettings, ModelSpec
-    from qd.loop import Budget, Engine
+    from qd import Budget, Settings, build
 
     entry = tmp_path / "haiku_entry.py"
     entry.write_text("def run(text):\n    return len(text.split())\n")
     server = scripted_llm([Rule("", haiku_answer)])
     task = HaikuTask(f"{entry}:run")
     client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("m"),), seed=0))
-    engine = Engine(
+    engine = build(
         task=task,
         spec=archive.GridSpec((4,), (0.0,), (1.0,)),
         operators=[(make_llm_operator("rewrite", client, genome=genomes.of_task(task)), 1.0)],
         evaluator=StagedEvaluator(task, HostRunner(task.host_entry)),
         run_dir=tmp_path / "run",
-        batch_size=1,
-        in_flight=2,
         budget=Budget(max_llm_calls=8),
-        progress=False,
+        settings=Settings(batch_size=1, in_flight=2, progress=False),
         llm=client,
     )
     run_engine(engine)

@@ -51,23 +51,21 @@ class SloganTask:
 def engine(tmp_path, server, max_llm_calls):
     from qd import archive
     from qd.evaluator import HostRunner, StagedEvaluator
-    from qd.loop import Budget, Engine
+    from qd import Budget, Settings, build
     from qd.search.strategy import Strategy
 
     entry = tmp_path / "slogan_entry.py"
     entry.write_text("def run(text):\n    return len(text)\n")
     task = SloganTask(f"{entry}:run")
     client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("m"),), seed=0))
-    return Engine(
+    return build(
         task=task,
         spec=archive.GridSpec((2,), (0.0,), (1.0,)),
         operators=[(make_llm_operator("rewrite", client, genome=genomes.of_task(task)), 1.0)],
         evaluator=StagedEvaluator(task, HostRunner(task.host_entry)),
         run_dir=tmp_path / "run",
-        batch_size=1,
-        in_flight=1,
         budget=Budget(max_llm_calls=max_llm_calls),
-        progress=False,
+        settings=Settings(batch_size=1, in_flight=1, progress=False),
         llm=client,
         strategy=Strategy(tiebreak=lambda llm: PairwiseJudge(QUESTION, client=llm)),
     )

@@ -1,0 +1,260 @@
+"""The composition root: every run's parts are built here, once, and handed to a driver.
+
+A run is made of built parts: the store it writes, the placement rule, the search step, the
+proposer, the budget ledger, the event log and the report, plus the run state they pass along
+(loaded from the checkpoint and the store rows after it). :func:`assemble` builds those parts
+from Python objects (a task, an archive spec, operators, an evaluator, a chat client) and
+returns them as one frozen :class:`Parts`; the host driver (``qd.loop.Engine``) only runs
+them, and opens or builds nothing itself. Hydra's config is one front door to this module
+(``qd.run.build_engine`` turns a plan into these arguments), ``qd.build(task=..., ...)``
+another; both return a :class:`Run`, the interface the host and device drivers share.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from qd import archive
+from qd import state as run_state
+from qd.budget import Budget, Spending
+from qd.elite_table import EliteTable
+from qd.errors import CheckpointError
+from qd.events import EventLog
+from qd.llm import Ledger
+from qd.placement import Placement
+from qd.proposers import TextProposer, VectorProposer
+from qd.report import Report
+from qd.search import islands as island_ops
+from qd.search.gate import DuplicateIndex
+from qd.search.scheduler import make_bandit
+from qd.search.step import SearchStep
+from qd.search.strategy import Arm, Strategy
+from qd.store import Store
+
+
+@runtime_checkable
+class Run(Protocol):
+    """What a built run offers its caller, whichever driver runs it (host or device loop)."""
+
+    def run(self) -> dict[str, Any]:
+        """Runs until a budget is spent or a stop is asked for; the final summary."""
+        ...
+
+    def summary(self) -> dict[str, Any]:
+        """The run so far."""
+        ...
+
+    def on_close(self, fn: Callable[[], Any]) -> None:
+        """Registers ``fn()`` to run at :meth:`close` (stopping a server the run started)."""
+        ...
+
+    def close(self) -> None:
+        """Closes the store and the evaluator, then the ``on_close`` callbacks."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The driver's numbers: how many islands, how much in flight, how often it checkpoints.
+
+    Attributes:
+        islands: the island count.
+        batch_size: children per proposal at most.
+        in_flight: proposals running at once.
+        commit_group: proposals per wave at most (None: half of ``in_flight``).
+        checkpoint_every: proposals committed between checkpoints.
+        seed: the run's seed (every random draw comes from its key).
+        initial_population: founder children in flight at most per empty island.
+        qd_offset: subtracted from each elite's fitness in the QD score.
+        progress: draw a progress line on the terminal.
+    """
+
+    islands: int = 1
+    batch_size: int = 64
+    in_flight: int = 1
+    commit_group: int | None = None
+    checkpoint_every: int = 10
+    seed: int = 0
+    initial_population: int = 8
+    qd_offset: float = 0.0
+    progress: bool = True
+    learning_rate: float = 1.0
+    threshold_min: float = -np.inf
+
+    @property
+    def group(self) -> int:
+        return max(1, self.commit_group or self.in_flight // 2)
+
+    @property
+    def founder_proposals(self) -> int:
+        return max(1, -(-self.initial_population // self.batch_size))
+
+
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """Everything the host driver runs, built (see the module doc); ``state`` is where it starts."""
+
+    settings: Settings
+    task: Any
+    evaluator: Any
+    llm: Any
+    store: Store
+    placement: Placement
+    search: SearchStep
+    proposer: Any
+    spending: Spending
+    events: EventLog
+    report: Report
+    elites: EliteTable
+    strategy: Strategy
+    state: run_state.RunState
+    checkpoints: Path
+    meta: Any = None
+    tiebreak: Any = None
+    on_commit: Callable[[dict], Any] | None = None
+
+
+def arms_of(operators: list[Any]) -> tuple[list[Arm], np.ndarray]:
+    """The operators as arms (an ``Arm``, or an (operator, weight) pair), and their weights."""
+    arms = [a if isinstance(a, Arm) else Arm(a[0], None, float(a[1])) for a in operators]
+    weights = np.asarray([a.weight for a in arms], np.float64)
+    if len(weights) == 0 or np.any(weights < 0) or weights.sum() <= 0:
+        raise ValueError("operators.mix: need at least one operator with a positive weight")
+    return arms, weights
+
+
+def assemble(
+    *,
+    task: Any,
+    spec: Any,
+    operators: list[Any],
+    evaluator: Any,
+    run_dir: str | Path,
+    llm: Any = None,
+    describer: Any = None,
+    strategy: Strategy = Strategy(),
+    budget: Budget = Budget(),
+    settings: Settings = Settings(),
+    on_commit: Callable[[dict], Any] | None = None,
+) -> Parts:
+    """A run's parts in ``run_dir``, resumed from its checkpoint and store if it holds a run.
+
+    Args:
+        task: initial genomes and evaluator (a numeric ``Task`` or a ``TextTask``).
+        spec: archive tessellation (GridSpec / CVTSpec / NoveltySpec).
+        operators: the arms, as ``qd.search.strategy.Arm``s or (operator, weight) pairs.
+        evaluator: async ``evaluator(genomes) -> Evaluation``.
+        llm: the run's ``qd.llm.LLMClient`` (text tasks).
+        describer: a ``descriptors.base.Descriptor`` placing text candidates (None: the task's own
+            descriptors). Its ``dim`` must match ``spec``.
+        strategy: islands, selection, scheduler, meta-prompts, novelty gate, cyclic objectives
+            and tie judge (``qd.search.strategy``; the default is plain MAP-Elites).
+        on_commit: called with each ``commit`` event (``qd.events``) as it is written.
+    """
+    arms, weights = arms_of(operators)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    store = Store(run_dir / "store.sqlite")
+    text, s = task.kind != "vector", settings
+    meta = strategy.meta(store) if strategy.meta is not None else None
+    gate = strategy.gate(store) if strategy.gate is not None else None
+    tiebreak = strategy.tiebreak(llm) if strategy.tiebreak is not None else None
+    if callable(getattr(describer, "attach", None)):
+        describer.attach(store, llm)
+    placement = Placement(spec, describer, strategy.cycle, task.kind, s.islands, s.learning_rate, s.seed)
+    bandits = strategy.scheduler or (make_bandit("fixed", len(arms), weights=weights),)
+    search = SearchStep(strategy, arms, bandits, s.islands, s.learning_rate, s.qd_offset, meta)
+    fresh = run_state.init(placement.spec(), s.islands, bandits, len(arms), s.seed, s.threshold_min)
+    state = _resumed(run_dir / "checkpoints", fresh, placement, meta, s.islands)
+    state = state.count(valid=store.count(valid=True, kind=task.kind))
+    spent = Ledger.from_rows(store.llm_calls())  # committed LLM calls: what budgets count
+    if llm is not None:
+        llm.ledger.merge(spent)
+    per_child = (
+        1
+        + placement.calls_per_child
+        + getattr(evaluator, "model_calls", 0)
+        + getattr(tiebreak, "calls_per_item", 0)
+    )
+    spending = Spending(budget, store.count(kind=task.kind), spent, per_child if text else 0)
+    proposer = (
+        TextProposer(
+            task,
+            arms,
+            evaluator,
+            placement=placement,
+            spending=spending,
+            store=store,
+            duplicates=DuplicateIndex(store),
+            gate=gate,
+            meta=meta,
+            batch_size=s.batch_size,
+        )
+        if text
+        else VectorProposer(task, arms, evaluator)
+    )
+    state = replay(store, placement.spec(state), state, s.learning_rate)
+    cells = not isinstance(spec, archive.NoveltySpec)
+    report = Report(s.islands, s.qd_offset, s.islands > 1 and cells, llm, describer, cells=cells)
+    elites = EliteTable.from_store(state.archive, store, None if text else task.genome_dim)
+    report.refresh(state.archive)
+    return Parts(
+        settings=s,
+        task=task,
+        evaluator=evaluator,
+        llm=llm,
+        store=store,
+        placement=placement,
+        search=search,
+        proposer=proposer,
+        spending=spending,
+        events=EventLog(run_dir / "events.jsonl"),
+        report=report,
+        elites=elites,
+        strategy=strategy,
+        state=state,
+        checkpoints=run_dir / "checkpoints",
+        meta=meta,
+        tiebreak=tiebreak,
+        on_commit=on_commit,
+    )
+
+
+def _resumed(
+    directory: Path, fresh: run_state.RunState, placement: Placement, meta: Any, islands: int
+) -> run_state.RunState:
+    """The checkpointed state (``fresh`` if none), with the placement and pool it implies."""
+    loaded = run_state.load(directory, fresh)
+    if loaded is None:
+        return fresh
+    loaded = placement.resume(loaded)
+    if meta is not None and loaded.meta:
+        meta.load_state_dict(loaded.meta)
+    shape, want = loaded.archive.fitness.shape, (islands, placement.spec(loaded).num_cells)
+    if shape != want:
+        raise CheckpointError(
+            f"checkpoint in {directory} holds {shape[0]} islands x {shape[1]} cells but the config "
+            f"asks for {want[0]} x {want[1]}; resume with the run's own config.yaml"
+        )
+    return loaded
+
+
+def replay(store: Store, spec: Any, state: run_state.RunState, learning_rate: float) -> run_state.RunState:
+    """``state`` with every store row (and migration) newer than its checkpoint inserted.
+
+    Islands reset after the checkpoint restart empty; then one batched insert, so after
+    ``kill -9`` each evaluated candidate counts once.
+    """
+    c = state.counters
+    offers = store.placements(c.last_id, spec.descriptor_dim)
+    if not (len(offers["id"]) or len(offers["reset"])):
+        return state
+    a, isl, _ = island_ops.replay(spec, state.archive, state.islands, offers, learning_rate)
+    return state._replace(archive=a, islands=isl).count(
+        last_id=store.last_id(), batches=c.batches + 1, insertions=c.insertions + len(offers["id"])
+    )
