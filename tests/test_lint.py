@@ -32,4 +32,5 @@ def ruff() -> list[str]:
 def test_ruff_passes(command):
     # from the root, so pyproject.toml's [tool.ruff] applies; --no-cache: the suite writes nothing there
     proc = subprocess.run([*ruff(), *command], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, f"ruff {' '.join(command)} failed:\n{proc.stdout}{proc.stderr}"
+    if proc.returncode != 0:
+        pytest.fail(f"ruff {' '.join(command)} failed:\n{proc.stdout}{proc.stderr}", pytrace=False)
