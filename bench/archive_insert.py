@@ -491,7 +491,8 @@ def qd_small_batch_breakdown(quick: bool) -> dict[str, float]:
     _, result = core(spec, jax.tree.map(jnp.copy, holder["state"]), isl_d, *dev[0], ok_d, 1.0)
     jax.block_until_ready(result)
     timed(
-        f"slicing the {len(result)} device result arrays `x[:n]` (what `insert()` avoids with one packed transfer)",
+        f"slicing the {len(result)} device result arrays `x[:n]` "
+        "(what `insert()` avoids with one packed transfer)",
         lambda k: jax.block_until_ready(tuple(x[:n] for x in result)),
     )
     return out

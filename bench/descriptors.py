@@ -273,8 +273,8 @@ def bench_reinsert(args) -> str:
             f"| qd `rebuild` | {qd_s:.2f} | {', '.join(f'{t:.2f}' for t in timing['qd']['times'])} | "
             f"{timing['qd']['first_s']:.2f} | {n / qd_s / 1e6:.2f} M | 1 |",
             f"| pyribs `CVTArchive.add` | {ribs_s:.2f} | "
-            f"{', '.join(f'{t:.2f}' for t in timing['pyribs']['times'])} | {timing['pyribs']['first_s']:.2f} | "
-            f"{n / ribs_s / 1e6:.2f} M | {ribs_s / qd_s:.2f}x |",
+            f"{', '.join(f'{t:.2f}' for t in timing['pyribs']['times'])} | {timing['pyribs']['first_s']:.2f} "
+            f"| {n / ribs_s / 1e6:.2f} M | {ribs_s / qd_s:.2f}x |",
             "",
             f"Same elites: **{'yes' if same else 'NO'}** ({len(qd_cells):,} filled cells in each; identical "
             "(cell, genome id, fitness) in every cell; fitness ties go to the first candidate in both).",

@@ -39,8 +39,8 @@ NAIVE = (
 import sqlite3, sys
 import pandas as pd
 db = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
-frame = pd.read_sql("SELECT id, parent_ids, island, operator, model, prompt, response, text, fitness, valid, error "
-                    "FROM candidates ORDER BY id", db)
+frame = pd.read_sql("SELECT id, parent_ids, island, operator, model, prompt, response, text, fitness, "
+                    "valid, error FROM candidates ORDER BY id", db)
 frame.to_parquet(sys.argv[2])
 print(len(frame))
 """

@@ -52,7 +52,8 @@ itself each cost the main process per candidate.
 
 Usage::
 
-    python bench/llm_loop.py                              # 1000 candidates, C 8 64 256, OpenEvolve 8 64, 3 repeats
+    python bench/llm_loop.py                              # 1000 candidates, C 8 64 256, OpenEvolve 8 64,
+                                                          # 3 repeats
     python bench/llm_loop.py --candidates 200 --concurrency 8 --openevolve 8 --repeats 1   # smoke run
     python bench/llm_loop.py --results bench/RESULTS.md   # also write the section
     python bench/llm_loop.py --profile 8                  # also cProfile one extra qd run at C=8
@@ -737,11 +738,11 @@ def table(groups: dict[tuple[str, int], list[dict]], latency_s: float) -> str:
         engine = _rng(runs, "engine_cpu_ms", 2) + ("" if system != "qd" else f"; {q}")
         sb = _med(runs, "sandbox_s_median")
         lines.append(
-            f"| {system} | {c} | {_fmt(_med(runs, 'candidates'), 0)} ({_fmt(llm, 0)}) | {_rng(runs, 'wall_s', 2)} "
-            f"| {_rng(runs, 'cand_per_s')} | {c / latency_s:,.0f} | {_rng(runs, 'of_ideal', 2)} "
-            f"| {_fmt(_med(runs, 'max_in_flight'), 0)} | {engine} | {_fmt(_med(runs, 'total_cpu_ms'), 2)} "
-            f"| {'n/m' if sb is None else f'{1e3 * sb:.1f} ms'} | {_fmt(_med(runs, 'sandbox_cpu_ms'), 2)} "
-            f"| {_fmt(_med(runs, 'server_cpu_s'), 2)} |"
+            f"| {system} | {c} | {_fmt(_med(runs, 'candidates'), 0)} ({_fmt(llm, 0)}) | "
+            f"{_rng(runs, 'wall_s', 2)} | {_rng(runs, 'cand_per_s')} | {c / latency_s:,.0f} | "
+            f"{_rng(runs, 'of_ideal', 2)} | {_fmt(_med(runs, 'max_in_flight'), 0)} | {engine} | "
+            f"{_fmt(_med(runs, 'total_cpu_ms'), 2)} | {'n/m' if sb is None else f'{1e3 * sb:.1f} ms'} | "
+            f"{_fmt(_med(runs, 'sandbox_cpu_ms'), 2)} | {_fmt(_med(runs, 'server_cpu_s'), 2)} |"
         )
     return "\n".join(lines)
 
@@ -797,8 +798,8 @@ def _print_run(rep: int, r: dict) -> None:
         print(
             f"  [{rep}] OpenEvolve P={r['concurrency']}: {r['candidates']} cand ({r['requests']} LLM) in "
             f"{r['wall_s']:.2f}s = {r['cand_per_s']:.1f}/s (steady {_fmt(r['steady_per_s'])}/s), of ideal "
-            f"{r['of_ideal']:.2f}, max in flight {r['max_in_flight']}, main CPU {r['engine_cpu_ms']:.2f} ms/cand, "
-            f"total CPU {r['total_cpu_ms']:.2f} ms/cand, load {r['load']}",
+            f"{r['of_ideal']:.2f}, max in flight {r['max_in_flight']}, main CPU {r['engine_cpu_ms']:.2f} "
+            f"ms/cand, total CPU {r['total_cpu_ms']:.2f} ms/cand, load {r['load']}",
             flush=True,
         )
         return
@@ -806,9 +807,10 @@ def _print_run(rep: int, r: dict) -> None:
     print(
         f"  [{rep}] {r['system']} C={r['concurrency']}: {r['candidates']} cand ({r['requests']} LLM) in "
         f"{r['wall_s']:.2f}s = {r['cand_per_s']:.1f}/s, of ideal {r['of_ideal']:.2f}, max in flight "
-        f"{r['max_in_flight']}, engine CPU {r['engine_cpu_ms']:.2f} ms/cand (q1 {_fmt(r['engine_cpu_q1_ms'], 2)}, "
-        f"q4 {_fmt(r['engine_cpu_q4_ms'], 2)}), sandbox {_fmt(sb and 1e3 * sb, 2)} ms/eval, "
-        f"{_fmt(r['sandbox_cpu_ms'], 2)} ms CPU/eval, valid {r['valid']}, load {r['load']}"
+        f"{r['max_in_flight']}, engine CPU {r['engine_cpu_ms']:.2f} ms/cand (q1 "
+        f"{_fmt(r['engine_cpu_q1_ms'], 2)}, q4 {_fmt(r['engine_cpu_q4_ms'], 2)}), sandbox "
+        f"{_fmt(sb and 1e3 * sb, 2)} ms/eval, {_fmt(r['sandbox_cpu_ms'], 2)} ms CPU/eval, valid "
+        f"{r['valid']}, load {r['load']}"
         + (f", errors {r['errors']}" if r["errors"] else "")
         + (f", stop: {r['stop_reason']}" if r["stop_reason"] else ""),
         flush=True,
@@ -994,20 +996,21 @@ def main(argv: list[str] | None = None) -> None:
                 else ""
             ),
             f"- Versions: {versions('jax', 'openai', 'httpx', 'httpx2', 'openevolve')}",
-            f"- Setup: scripted OpenAI-compatible server (`tests/scripted_llm.py`, own process, fresh per run), "
-            f"{args.latency * 1e3:.0f} ms latency, every answer a small python block; {args.candidates} candidates "
-            f"per qd run, {oe_n} iterations per OpenEvolve run; {args.repeats} repeat(s), median [min, max]. "
-            f"qd: batch 1, in_flight = llm.concurrency = C, `rewrite` operator, `StagedEvaluator` on "
-            f"`qd.sandbox.Sandbox(workers={args.workers}, limits=Limits())`, checkpoint every "
-            f"{args.checkpoint_every} batches; store, events and checkpoints included; jit warm (the warm-up run, "
-            f"first of the process, took {_fmt(warmup and warmup['s'], 2)} s). OpenEvolve "
-            f"{_oe_version() if args.openevolve else ''}: parallel_evaluations = C, full rewrites, its evaluator "
-            f"runs in its worker processes (no sandbox), defaults otherwise. Details in the script's docstring.",
+            "- Setup: scripted OpenAI-compatible server (`tests/scripted_llm.py`, own process, fresh per "
+            f"run), {args.latency * 1e3:.0f} ms latency, every answer a small python block; "
+            f"{args.candidates} candidates per qd run, {oe_n} iterations per OpenEvolve run; {args.repeats} "
+            "repeat(s), median [min, max]. qd: batch 1, in_flight = llm.concurrency = C, `rewrite` operator, "
+            f"`StagedEvaluator` on `qd.sandbox.Sandbox(workers={args.workers}, limits=Limits())`, checkpoint "
+            f"every {args.checkpoint_every} batches; store, events and checkpoints included; jit warm (the "
+            f"warm-up run, first of the process, took {_fmt(warmup and warmup['s'], 2)} s). OpenEvolve "
+            f"{_oe_version() if args.openevolve else ''}: parallel_evaluations = C, full rewrites, its "
+            "evaluator runs in its worker processes (no sandbox), defaults otherwise. Details in the "
+            "script's docstring.",
             "- Columns: candidates = evaluated programs (qd: store rows, its seeds included; OpenEvolve: "
-            "children + the initial program), (LLM) = chat requests the server answered; of ideal = LLM calls x "
-            "latency / C / wall; engine CPU = the main process's `time.process_time()` per candidate (qd: also over "
-            "the first and last quarter of its steady part, candidates C to N - C, to show whether it grows "
-            "with the store; OpenEvolve: its controller, whose workers make the calls and "
+            "children + the initial program), (LLM) = chat requests the server answered; of ideal = LLM "
+            "calls x latency / C / wall; engine CPU = the main process's `time.process_time()` per candidate "
+            "(qd: also over the first and last quarter of its steady part, candidates C to N - C, to show "
+            "whether it grows with the store; OpenEvolve: its controller, whose workers make the calls and "
             "evaluations); total CPU = main + sandbox or worker processes (not the server); sandbox = median "
             "`SandboxResult.seconds` and the sandbox processes' CPU per evaluation.",
             "",
@@ -1031,19 +1034,19 @@ def main(argv: list[str] | None = None) -> None:
             ]
         if probe:
             lines += [
-                f"Sandbox alone (trivial program, {probe['workers']} workers, {probe['calls']} calls, median of "
-                f"{len(probes)}): one at a time {probe['seq_wall_ms']:.2f} ms per call as the caller sees it, "
-                f"`SandboxResult.seconds` {probe['seq_seconds_ms']:.2f} ms, CPU {probe['seq_main_cpu_ms']:.2f} ms "
-                f"(loop process) + {probe['seq_sandbox_cpu_ms']:.2f} ms (sandbox processes) per call; all at once "
-                f"{probe['par_per_s']:,.0f} evaluations/s, CPU {probe['par_main_cpu_ms']:.2f} + "
-                f"{probe['par_sandbox_cpu_ms']:.2f} ms per call.",
+                f"Sandbox alone (trivial program, {probe['workers']} workers, {probe['calls']} calls, median "
+                f"of {len(probes)}): one at a time {probe['seq_wall_ms']:.2f} ms per call as the caller sees "
+                f"it, `SandboxResult.seconds` {probe['seq_seconds_ms']:.2f} ms, CPU "
+                f"{probe['seq_main_cpu_ms']:.2f} ms (loop process) + {probe['seq_sandbox_cpu_ms']:.2f} ms "
+                f"(sandbox processes) per call; all at once {probe['par_per_s']:,.0f} evaluations/s, CPU "
+                f"{probe['par_main_cpu_ms']:.2f} + {probe['par_sandbox_cpu_ms']:.2f} ms per call.",
                 "",
             ]
         lines += ["Targets:", "", *goals, ""]
         if profile:
             lines += [
-                f"cProfile of one qd run at C={args.profile} (the loop thread's CPU time, `time.thread_time`, "
-                f"sorted by own time; "
+                f"cProfile of one qd run at C={args.profile} (the loop thread's CPU time, "
+                "`time.thread_time`, sorted by own time; "
                 f"{profile['cand_per_s']:.1f} cand/s, {profile['engine_cpu_ms']:.2f} ms CPU per candidate "
                 "under the profiler):",
                 "",

@@ -16,12 +16,12 @@ budget and batch size, over the same seeds:
 * qd: the real engine on the host loop, ``qd.run.build_engine(cfg, run_dir)`` from a
   config composed like the tests do (``experiment=sphere operators=gaussian
   runner.loop=host`` with batch B, the same budget, ``runner.progress=false``; the
-  device loop, which ``auto`` picks for this task, is ``bench/sphere_loops.py``'s) in a temporary run dir, then ``engine.run()``
-  and ``engine.close()``. Everything a real run does is included: every candidate
-  committed to SQLite, one events.jsonl line per insert batch, a checkpoint every
-  ``runner.checkpoint_every`` batches. ``runner.in_flight`` defaults to 1 here
-  (one batch at a time, the same sequential algorithm as pyribs's ask/tell); the
-  config default (2) is run as an extra variant.
+  device loop, which ``auto`` picks for this task, is ``bench/sphere_loops.py``'s) in
+  a temporary run dir, then ``engine.run()`` and ``engine.close()``. Everything a real
+  run does is included: every candidate committed to SQLite, one events.jsonl line per
+  insert batch, a checkpoint every ``runner.checkpoint_every`` batches.
+  ``runner.in_flight`` defaults to 1 here (one batch at a time, the same sequential
+  algorithm as pyribs's ask/tell); the config default (2) is run as an extra variant.
 
 QD score follows pyribs (sum of elite fitness, offset 0). pyribs's curve is read
 from ``archive.stats`` after each ``tell``; qd's from its ``events.jsonl`` (one line
@@ -544,7 +544,7 @@ def render(runs, marks, evals, batch, seeds, variant, profile_text, micro, cmd, 
     noise_ok, faster, overlap, spread, diff = verdict(pf, qf, pw, qw)
     met = noise_ok and faster
     out.append(
-        f"**MAP-Elites reaches pyribs's QD score within seed noise in less wall-clock time: "
+        "**MAP-Elites reaches pyribs's QD score within seed noise in less wall-clock time: "
         f"{'met' if met else 'missed'}** (final QD score qd {statistics.median(qf):,.0f} "
         f"[{min(qf):,.0f}, {max(qf):,.0f}] vs pyribs {statistics.median(pf):,.0f} "
         f"[{min(pf):,.0f}, {max(pf):,.0f}]: median diff {diff:+,.0f}, max seed spread {spread:,.0f}, "
@@ -552,7 +552,8 @@ def render(runs, marks, evals, batch, seeds, variant, profile_text, micro, cmd, 
         f"{'within' if noise_ok else 'NOT within'} seed noise; wall clock qd "
         f"{statistics.median(qw):.2f}s vs pyribs {statistics.median(pw):.2f}s median = "
         f"{statistics.median(qw) / statistics.median(pw):.2f}x -> qd {'faster' if faster else 'slower'}; "
-        f"process CPU time qd/pyribs {statistics.median([r['cpu_s'] for r in q]) / statistics.median([r['cpu_s'] for r in p]):.2f}x)."
+        "process CPU time qd/pyribs "
+        f"{statistics.median([r['cpu_s'] for r in q]) / statistics.median([r['cpu_s'] for r in p]):.2f}x)."
     )
     out.append("")
     if profile_text:

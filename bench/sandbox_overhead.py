@@ -135,8 +135,8 @@ def main() -> None:
                 for k in ("latency", "child", "cpu", "caller_cpu", "rate")
             }
             rows.append(
-                f"| sandbox, workers={workers} | {ms(med['latency'])} | {ms(med['child'])} | {ms(med['cpu'])} "
-                f"| {ms(med['caller_cpu'])} | {med['rate']:.0f}/s |"
+                f"| sandbox, workers={workers} | {ms(med['latency'])} | {ms(med['child'])} | "
+                f"{ms(med['cpu'])} | {ms(med['caller_cpu'])} | {med['rate']:.0f}/s |"
             )
         fork = statistics.median(statistics.median(fork_latencies(args.runs)) for _ in range(args.repeats))
         rows.append(f"| bare fork + exit + wait | {ms(fork)} | | | | |")

@@ -48,7 +48,8 @@ Usage::
     python bench/smol_quality.py                          # 60 calls, seeds 0 1 2
     python bench/smol_quality.py --calls 10 --seeds 0     # smoke run
     python bench/smol_quality.py --results bench/RESULTS.md --json /tmp/bsq_out.json
-    python bench/smol_quality.py --render /tmp/bsq_out.json --results bench/RESULTS.md   # report again, no runs
+    python bench/smol_quality.py --render /tmp/bsq_out.json --results bench/RESULTS.md
+                                                          # report again, no runs
 """
 
 from __future__ import annotations
@@ -646,12 +647,14 @@ def report(results: list[dict[str, Any]], meta: dict[str, Any], results_md: Path
         if g["descriptor_mismatch"]:
             check += f", {g['descriptor_mismatch']} stored descriptors differ"
         lines.append(
-            f"| {r['system']} | {r['seed']} | {r['answered']} + {r['failed_calls']} | {_fmt(r['valid_frac'], 2)} | "
-            f"{_fmt(g.get('best_seed'))} | {_fmt(g['best'])} | {_fmt(g['qd_score'], 2)} | {g['cells']} | {g['programs']} ({g['seeds']}) | "
-            f"{r['wall_s']:.0f} | {check} | {r['load'][0]} → {r['load'][1]} |"
+            f"| {r['system']} | {r['seed']} | {r['answered']} + {r['failed_calls']} | "
+            f"{_fmt(r['valid_frac'], 2)} | {_fmt(g.get('best_seed'))} | {_fmt(g['best'])} | "
+            f"{_fmt(g['qd_score'], 2)} | {g['cells']} | {g['programs']} ({g['seeds']}) | {r['wall_s']:.0f} | "
+            f"{check} | {r['load'][0]} → {r['load'][1]} |"
         )
     med = [
-        "| system | runs | LLM calls answered | valid / answered | best fitness | QD score | cells | wall s |",
+        "| system | runs | LLM calls answered | valid / answered | best fitness | QD score | cells "
+        "| wall s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for system in meta["systems"]:
@@ -660,8 +663,10 @@ def report(results: list[dict[str, Any]], meta: dict[str, Any], results_md: Path
             continue
         med.append(
             f"| {system} | {len(rs)} | {_fmt(_med([r['answered'] for r in rs]), 0)} | "
-            f"{_fmt(_med([r['valid_frac'] for r in rs]), 2)} | {_fmt(_med([r['grid']['best'] for r in rs]))} | "
-            f"{_fmt(_med([r['grid']['qd_score'] for r in rs]), 2)} | {_fmt(_med([r['grid']['cells'] for r in rs]), 1)} | "
+            f"{_fmt(_med([r['valid_frac'] for r in rs]), 2)} | "
+            f"{_fmt(_med([r['grid']['best'] for r in rs]))} | "
+            f"{_fmt(_med([r['grid']['qd_score'] for r in rs]), 2)} | "
+            f"{_fmt(_med([r['grid']['cells'] for r in rs]), 1)} | "
             f"{_fmt(_med([r['wall_s'] for r in rs]), 0)} |"
         )
     invalid = []
@@ -698,35 +703,37 @@ def report(results: list[dict[str, Any]], meta: dict[str, Any], results_md: Path
         [
             TITLE,
             "",
-            f"- Command: `{meta['command'].strip()}` ({meta['total_s'] / 60:.0f} min in all), commit {meta['commit']}",
+            f"- Command: `{meta['command'].strip()}` ({meta['total_s'] / 60:.0f} min in all), "
+            f"commit {meta['commit']}",
             f"- Date: {started:%Y-%m-%d %H:%M} UTC",
-            f"- Machine: {os.cpu_count()} cores ({platform.machine()}), Linux {platform.release()}, shared with "
-            f"other jobs; 1-min load {meta['load_start']} at the start, {meta['load_end']} at the end, "
-            f"{min(loads)}-{max(loads)} around the runs. Quality (after a fixed number of LLM calls) does not "
-            "depend on the load; wall time does (each SmolLM2 call is CPU-bound).",
+            f"- Machine: {os.cpu_count()} cores ({platform.machine()}), Linux {platform.release()}, shared "
+            f"with other jobs; 1-min load {meta['load_start']} at the start, {meta['load_end']} at the end, "
+            f"{min(loads)}-{max(loads)} around the runs. Quality (after a fixed number of LLM calls) does "
+            "not depend on the load; wall time does (each SmolLM2 call is CPU-bound).",
             f"- Versions: {meta['versions']}",
-            f"- Setup: one embedded llama.cpp server (`EmbeddedServer`, SmolLM2-135M-Instruct, n_ctx 2048) shared by "
-            f"all runs, one run at a time; budget {meta['calls']} LLM calls per run; seeds "
-            f"{' '.join(map(str, meta['seeds']))}; target `{meta['target']}`. qd: `experiment=function_fit` as "
-            f"configured (operators {CONF['mix']}, temperature {CONF['temperature']:g}, "
-            f"max_tokens {CONF['max_tokens']}, concurrency {CONF['concurrency']}, in_flight {CONF['in_flight']}, "
-            "its sandbox), `runner.max_llm_calls` = budget. OpenEvolve: "
-            f"`max_iterations` = budget, {'diff-based evolution (its default)' if meta['oe_diff'] else 'full rewrites'}, "
-            f"the same system message (the task description), temperature, max_tokens, {CONCURRENCY} parallel "
-            "evaluations, "
-            "its MAP-Elites over the same code metrics, the same seed programs as qd's run with that seed (its "
-            "first as the initial program, the others as islands 1..4's), an evaluator that scores exactly as "
-            "qd's cascade does (candidate in a "
-            "limited child interpreter), defaults otherwise. Each run in a fresh child process. Details in the "
-            "script's docstring.",
-            "- LLM calls are counted from the server's access log: answered (200) + rejected (OpenEvolve's prompts "
-            "outgrow the 2048-token context; llama.cpp answers 400 at once and OpenEvolve retries 3 times). "
-            "Valid / answered = valid LLM-written programs per answered call.",
-            "- Quality, one formula for both: every valid program of the run (seeds included), descriptors from "
-            "`descriptors.code_metrics` (AST nodes 0..80, numeric constants 0..12; 10 x 6 grid, edges clipped, qd's "
-            "`GridSpec.index`), best fitness per cell; QD score = Σ(f + 100) over filled cells (max 60 x 100). "
-            "Fitness = -min(RMSE on 64 held-out points, 100); the seeds score -2.033 (x*x), -5.139 (2x+1), -5.150 (0.0), -5.326 (x); best seed = the best a run started from. "
-            "Wall s = `engine.run()` / `controller.run()`.",
+            "- Setup: one embedded llama.cpp server (`EmbeddedServer`, SmolLM2-135M-Instruct, n_ctx 2048) "
+            f"shared by all runs, one run at a time; budget {meta['calls']} LLM calls per run; seeds "
+            f"{' '.join(map(str, meta['seeds']))}; target `{meta['target']}`. qd: `experiment=function_fit` "
+            f"as configured (operators {CONF['mix']}, temperature {CONF['temperature']:g}, "
+            f"max_tokens {CONF['max_tokens']}, concurrency {CONF['concurrency']}, in_flight "
+            f"{CONF['in_flight']}, its sandbox), `runner.max_llm_calls` = budget. OpenEvolve: "
+            "`max_iterations` = budget, "
+            f"{'diff-based evolution (its default)' if meta['oe_diff'] else 'full rewrites'}, the same "
+            f"system message (the task description), temperature, max_tokens, {CONCURRENCY} parallel "
+            "evaluations, its MAP-Elites over the same code metrics, the same seed programs as qd's run with "
+            "that seed (its first as the initial program, the others as islands 1..4's), an evaluator that "
+            "scores exactly as qd's cascade does (candidate in a "
+            "limited child interpreter), defaults otherwise. Each run in a fresh child process. Details in "
+            "the script's docstring.",
+            "- LLM calls are counted from the server's access log: answered (200) + rejected (OpenEvolve's "
+            "prompts outgrow the 2048-token context; llama.cpp answers 400 at once and OpenEvolve retries 3 "
+            "times). Valid / answered = valid LLM-written programs per answered call.",
+            "- Quality, one formula for both: every valid program of the run (seeds included), descriptors "
+            "from `descriptors.code_metrics` (AST nodes 0..80, numeric constants 0..12; 10 x 6 grid, edges "
+            "clipped, qd's `GridSpec.index`), best fitness per cell; QD score = Σ(f + 100) over filled cells "
+            "(max 60 x 100). Fitness = -min(RMSE on 64 held-out points, 100); the seeds score -2.033 (x*x), "
+            "-5.139 (2x+1), -5.150 (0.0), -5.326 (x); best seed = the best a run started from. Wall s = "
+            "`engine.run()` / `controller.run()`.",
             "",
             *lines,
             "",

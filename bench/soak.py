@@ -40,13 +40,14 @@ the verdict; after qd-run exits, any of its processes still alive are reported
 (and killed).
 
 Verdict ("flat"): resident memory grows at most 20 MB per hour after minute 5
-(least-squares slope over the samples after minute 5; for runs under 10 minutes
-the samples after the first 20% (at least after the first evaluation) are used and
-the figure is not conclusive), and descriptors, threads and processes unchanged after
-that warm-up (min/max shown). Processes are those alive for more than 5 s (the sandbox's per-evaluation forks come and go); a
-descriptor or process count that varies is still called steady when its baseline (the
-minimum over the last third of the samples) is not above the one over the first third:
-a leak raises the baseline, an HTTP connection or fork caught mid-flight only a peak.
+(least-squares slope over the samples after minute 5; for runs under 10 minutes the
+samples after the first 20% (at least after the first evaluation) are used and the
+figure is not conclusive), and descriptors, threads and processes unchanged after that
+warm-up (min/max shown). Processes are those alive for more than 5 s (the sandbox's
+per-evaluation forks come and go); a descriptor or process count that varies is still
+called steady when its baseline (the minimum over the last third of the samples) is
+not above the one over the first third: a leak raises the baseline, an HTTP connection
+or fork caught mid-flight only a peak.
 
 Usage::
 
@@ -447,7 +448,8 @@ def verdict(samples: list[dict], minutes: float) -> tuple[dict, list[str]]:
             if lo == hi
             else f"baseline grows ({first_min} -> {last_min})"
             if grows
-            else f"steady: baseline {first_min} in the first third and {last_min} in the last, transient peaks only"
+            else f"steady: baseline {first_min} in the first third and {last_min} in the last, "
+            "transient peaks only"
         )
         lines.append(
             f"- {name}: {lo}..{hi} after warm-up (warm-up max {res[key]['warmup_max']}): **{state}**"
@@ -589,9 +591,11 @@ def main(argv: list[str] | None = None) -> int:
             samples.append(s)
             rate = s.get("evals_per_s")
             print(
-                f"  {int(s['t'] // 60):3d}:{int(s['t'] % 60):02d} {s['rss_mb']:8.1f} {s['children_rss_mb']:11.1f} "
-                f"{s['fds']:4d} {s['threads']:4d} {s['procs']:6d} {s['store_mb']:9.2f} {s['cache_mb']:9.2f} "
-                f"{s['evals'] if s['evals'] is not None else '-':>7} {'-' if rate is None else f'{rate:.2f}':>8}",
+                f"  {int(s['t'] // 60):3d}:{int(s['t'] % 60):02d} {s['rss_mb']:8.1f} "
+                f"{s['children_rss_mb']:11.1f} {s['fds']:4d} {s['threads']:4d} {s['procs']:6d} "
+                f"{s['store_mb']:9.2f} {s['cache_mb']:9.2f} "
+                f"{s['evals'] if s['evals'] is not None else '-':>7} "
+                f"{'-' if rate is None else f'{rate:.2f}':>8}",
                 flush=True,
             )
     except KeyboardInterrupt:
@@ -652,12 +656,13 @@ def main(argv: list[str] | None = None) -> int:
             TITLE,
             "",
             f"- Command: `{command.strip()}`, commit {commit()}",
-            f"- Date: {started:%Y-%m-%d %H:%M} UTC; {res['duration_s'] / 60:.1f} min sampled every {interval:g} s",
-            f"- Machine: {os.cpu_count()} cores ({platform.machine()}), Linux {platform.release()}, shared; 1-min load "
-            f"average {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end",
+            f"- Date: {started:%Y-%m-%d %H:%M} UTC; {res['duration_s'] / 60:.1f} min sampled every "
+            f"{interval:g} s",
+            f"- Machine: {os.cpu_count()} cores ({platform.machine()}), Linux {platform.release()}, shared; "
+            f"1-min load average {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end",
             f"- Versions: {versions('jax', 'openai', 'httpx', 'hydra-core')}",
-            "- Setup: scripted server (`tests/scripted_llm.py`, own process, no latency, bodies not kept), answers "
-            "derived from each request's seed (varied valid f(x), ~10% invalid), "
+            "- Setup: scripted server (`tests/scripted_llm.py`, own process, no latency, bodies not kept), "
+            "answers derived from each request's seed (varied valid f(x), ~10% invalid), "
             + (
                 f"{_every(args.fault_every)} a fault ({', '.join(FAULT_KINDS)} in turn)"
                 if args.fault_every > 0
@@ -668,12 +673,12 @@ def main(argv: list[str] | None = None) -> int:
             .replace(str(run_dir), "RUN")
             .replace(server.base_url, "URL")
             + "`",
-            "- Columns: rss = qd-run's VmRSS; workers = the sum over its lasting descendants (sandbox workers); "
-            f"fds = entries of /proc/PID/fd; procs = descendants alive for more than {LONG_LIVED_S:g} s (per-evaluation "
-            "forks in flight excluded; all live descendants are in the JSON as procs_all); store = store.sqlite + WAL; "
-            "cache = llm_cache/ (one file per call, grows by design); evals/s over the interval before the sample; "
-            "(stopping): taken after the time budget ran out, while qd-run drained and closed, left out of the "
-            "verdict.",
+            "- Columns: rss = qd-run's VmRSS; workers = the sum over its lasting descendants (sandbox "
+            "workers); fds = entries of /proc/PID/fd; procs = descendants alive for more than "
+            f"{LONG_LIVED_S:g} s (per-evaluation forks in flight excluded; all live descendants are in the "
+            "JSON as procs_all); store = store.sqlite + WAL; cache = llm_cache/ (one file per call, grows by "
+            "design); evals/s over the interval before the sample; (stopping): taken after the time budget "
+            "ran out, while qd-run drained and closed, left out of the verdict.",
             "",
             table(samples, max_rows=14),
             "",

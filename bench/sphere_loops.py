@@ -298,8 +298,8 @@ def main(argv: list[str] | None = None) -> dict:
         ),
         "",
         f"- after compilation: qd/pyribs **{rate['qd device'] / rate['pyribs']:.2f}x** (target >= 5x), "
-        f"qd/QDax **{rate['qd device'] / rate['QDax']:.2f}x** (target >= 2x); the fused loop alone (as QDax's "
-        f"row runs): qd/pyribs **{rate['qd fused loop alone'] / rate['pyribs']:.2f}x**, "
+        f"qd/QDax **{rate['qd device'] / rate['QDax']:.2f}x** (target >= 2x); the fused loop alone (as "
+        f"QDax's row runs): qd/pyribs **{rate['qd fused loop alone'] / rate['pyribs']:.2f}x**, "
         f"qd/QDax **{rate['qd fused loop alone'] / rate['QDax']:.2f}x**",
         f"- whole process (median of {args.processes}, fresh interpreter, no compilation cache): pyribs "
         f"{med([p['pyribs'] for p in procs])} s, qd {med([p['qd'] for p in procs])} s: "

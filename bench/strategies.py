@@ -91,7 +91,8 @@ for _p in (HERE, ROOT):  # ROOT first: bench/descriptors.py must not shadow the 
         sys.path.insert(0, str(_p))
 
 TITLES = {
-    "arm": "## Search strategies on arm: 1 vs 4 vs 16 islands, pyribs beside (bench/strategies.py --part arm)",
+    "arm": "## Search strategies on arm: 1 vs 4 vs 16 islands, pyribs beside "
+    "(bench/strategies.py --part arm)",
     "llm": "## Search strategies on function_fit with SmolLM2: islands, inspirations, bandit, meta-prompts "
     "(bench/strategies.py --part llm)",
 }
@@ -307,8 +308,9 @@ def run_arm(args: argparse.Namespace, argv: list[str]) -> tuple[list[dict[str, A
             results.append(r)
             u = r["union"]
             print(
-                f"seed {seed} {r['system']:36s} union qd_score {u['qd_score']:9.1f} coverage {u['coverage']:.4f} "
-                f"best {u['best']:.4f}  own {r['own_global']['qd_score']:10.1f}  wall {r['wall_s']:.1f}s",
+                f"seed {seed} {r['system']:36s} union qd_score {u['qd_score']:9.1f} coverage "
+                f"{u['coverage']:.4f} best {u['best']:.4f}  own {r['own_global']['qd_score']:10.1f}  wall "
+                f"{r['wall_s']:.1f}s",
                 flush=True,
             )
     meta = {
@@ -346,12 +348,14 @@ def report_arm(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         u = [r["union"] for r in rs]
         qd = "island_coverage_mean" in rs[0]
         lines.append(
-            f"| {system} | {rs[0]['islands']} | {len(rs)} | {_med_range([x['qd_score'] for x in u], ',.0f')} | "
-            f"{_med_range([100 * x['coverage'] for x in u], '.2f')} | {_med_range([x['best'] for x in u], '.4f')} | "
+            f"| {system} | {rs[0]['islands']} | {len(rs)} | {_med_range([x['qd_score'] for x in u], ',.0f')} "
+            f"| {_med_range([100 * x['coverage'] for x in u], '.2f')} | "
+            f"{_med_range([x['best'] for x in u], '.4f')} | "
             f"{_med([r['own_global']['qd_score'] for r in rs]):,.0f} / "
             f"{_med([100 * r['own_global']['coverage'] for r in rs]):.2f} | "
             + (
-                f"{_med([100 * r['island_coverage_mean'] for r in rs]):.2f} | {_med([r['migrations'] for r in rs]):,.0f} | "
+                f"{_med([100 * r['island_coverage_mean'] for r in rs]):.2f} | "
+                f"{_med([r['migrations'] for r in rs]):,.0f} | "
                 if qd
                 else "- | - | "
             )
@@ -387,28 +391,32 @@ def report_arm(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         [
             TITLES["arm"],
             "",
-            f"- Command: `{meta['command'].strip()}` ({meta['total_s'] / 60:.1f} min in all), commit {meta['commit']}",
+            f"- Command: `{meta['command'].strip()}` ({meta['total_s'] / 60:.1f} min in all), "
+            f"commit {meta['commit']}",
             *_note(meta),
             *_reruns(meta),
             f"- Date: {started:%Y-%m-%d %H:%M} UTC",
-            f"- Machine: {_machine()}; 1-min load {meta['load_start']} at the start, {meta['load_end']} at the end.",
+            f"- Machine: {_machine()}; 1-min load {meta['load_start']} at the start, "
+            f"{meta['load_end']} at the end.",
             f"- Versions: {meta['versions']}",
-            f"- Setup: `experiment=arm` (12-DoF planar arm, 100 x 100 grid over [-1, 1]^2, fitness = -variance of "
-            f"the joint angles), Iso+LineDD (iso_sigma {meta['iso_sigma']:g}, line_sigma {meta['line_sigma']:g}), "
-            f"batch {meta['batch']}, {meta['evals']:,} evaluations per run whatever the island count (qd: one "
-            f"proposal of {meta['batch']} per island in turn, in_flight {meta['in_flight']}); seeds "
-            f"{' '.join(map(str, meta['seeds']))}. qd: `qd.plan.compose` + `build_engine` with `experiment=arm "
-            "islands=X runner.progress=false seed=S` (`conf/islands/`: ring4 = 4 islands, top-1 elite to the next "
-            "every 200 insertions per island; ring16 = 16 islands, top-2 every 200; with batches of 256 that is once "
-            "per batch, as an island's count restarts when it sends), store, events and checkpoints included. pyribs: GridArchive 100 x 100 + one IsoLineEmitter (same sigmas, 256 uniform initial "
-            "solutions, genome bounds [-pi, pi]) + Scheduler, ask/evaluate/tell, same `task.evaluate`.",
+            "- Setup: `experiment=arm` (12-DoF planar arm, 100 x 100 grid over [-1, 1]^2, fitness = "
+            f"-variance of the joint angles), Iso+LineDD (iso_sigma {meta['iso_sigma']:g}, line_sigma "
+            f"{meta['line_sigma']:g}), batch {meta['batch']}, {meta['evals']:,} evaluations per run whatever "
+            f"the island count (qd: one proposal of {meta['batch']} per island in turn, in_flight "
+            f"{meta['in_flight']}); seeds {' '.join(map(str, meta['seeds']))}. qd: `qd.plan.compose` + "
+            "`build_engine` with `experiment=arm islands=X runner.progress=false seed=S` (`conf/islands/`: "
+            "ring4 = 4 islands, top-1 elite to the next every 200 insertions per island; ring16 = 16 "
+            "islands, top-2 every 200; with batches of 256 that is once per batch, as an island's count "
+            "restarts when it sends), store, events and checkpoints included. pyribs: GridArchive 100 x 100 "
+            "+ one IsoLineEmitter (same sigmas, 256 uniform initial solutions, genome bounds [-pi, pi]) + "
+            "Scheduler, ask/evaluate/tell, same `task.evaluate`.",
             "- Quality = the union over islands: best fitness per cell over every stored valid candidate "
             "(qd's `GridSpec.index`; pyribs's elites through the same function); QD score = Σ(f + π²) over "
-            "filled cells (π² = the worst possible fitness, so max 10,000 x π²); coverage = filled / 10,000 (the "
-            'arm reaches a disc, about 78% of the square). qd\'s own `summary()["global"]` is not a union: it '
-            "treats I islands as one archive of I x 10,000 cells (QD score summed over islands, coverage over "
-            "I x 10,000 cells), shown as a check with the arm config's qd_offset 0. Cells: median [min, max] "
-            "over seeds.",
+            "filled cells (π² = the worst possible fitness, so max 10,000 x π²); coverage = filled / 10,000 "
+            '(the arm reaches a disc, about 78% of the square). qd\'s own `summary()["global"]` is not a '
+            "union: it treats I islands as one archive of I x 10,000 cells (QD score summed over islands, "
+            "coverage over I x 10,000 cells), shown as a check with the arm config's qd_offset 0. Cells: "
+            "median [min, max] over seeds.",
             check,
             "",
             *lines,
@@ -622,8 +630,8 @@ def report_llm(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         r["meta_calls"] = sum(i["llm"] for i in r["instructions"])
     lines = [
         "| strategy | seed | LLM calls: answered + rejected | of which instruction rewrites | "
-        "valid / answered | best fitness | QD score | cells | programs (seeds) | LLM children by operator (valid) | "
-        "migrations | wall s | check |",
+        "valid / answered | best fitness | QD score | cells | programs (seeds) | LLM children by operator "
+        "(valid) | migrations | wall s | check |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
     ]
     for r in results:
@@ -648,7 +656,8 @@ def report_llm(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"{g['programs']} ({g['seeds']}) | {ops} | {mig} | {r['wall_s']:.0f} | {check} |"
         )
     med = [
-        "| strategy | runs | LLM calls answered | valid / answered | best fitness | QD score | cells | wall s |",
+        "| strategy | runs | LLM calls answered | valid / answered | best fitness | QD score | cells "
+        "| wall s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for system in meta["systems"]:
@@ -697,32 +706,35 @@ def report_llm(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         [
             TITLES["llm"],
             "",
-            f"- Command: `{meta['command'].strip()}` ({meta['total_s'] / 60:.0f} min in all), commit {meta['commit']}",
+            f"- Command: `{meta['command'].strip()}` ({meta['total_s'] / 60:.0f} min in all), "
+            f"commit {meta['commit']}",
             *_note(meta),
             *_reruns(meta),
             f"- Date: {started:%Y-%m-%d %H:%M} UTC",
-            f"- Machine: {_machine()}; 1-min load {meta['load_start']} at the start, {meta['load_end']} at the end, "
-            f"{min(loads)}-{max(loads)} around the runs.",
+            f"- Machine: {_machine()}; 1-min load {meta['load_start']} at the start, {meta['load_end']} at "
+            f"the end, {min(loads)}-{max(loads)} around the runs.",
             f"- Versions: {meta['versions']}",
-            f"- Setup: one embedded llama.cpp server (SmolLM2-135M-Instruct, n_ctx 2048) shared by all runs, one run at "
-            f"a time, each in a fresh child process; budget {meta['calls']} LLM calls per run (`runner.max_llm_calls`, "
-            f"instruction rewrites included); seeds {' '.join(map(str, meta['seeds']))}; `experiment=function_fit` "
-            f"(temperature {c['temperature']:g}, max_tokens {c['max_tokens']}, concurrency {c['concurrency']}, "
-            f"in_flight {c['in_flight']}, its sandbox) plus, per strategy:",
+            "- Setup: one embedded llama.cpp server (SmolLM2-135M-Instruct, n_ctx 2048) shared by all runs, "
+            f"one run at a time, each in a fresh child process; budget {meta['calls']} LLM calls per run "
+            "(`runner.max_llm_calls`, instruction rewrites included); seeds "
+            f"{' '.join(map(str, meta['seeds']))}; `experiment=function_fit` (temperature "
+            f"{c['temperature']:g}, max_tokens {c['max_tokens']}, concurrency {c['concurrency']}, in_flight "
+            f"{c['in_flight']}, its sandbox) plus, per strategy:",
             *(
                 f"  - `{name}`: `{' '.join(STRATEGIES[name])}`"
                 for name in meta["systems"]
                 if name in STRATEGIES
             ),
             f"  - {peer}",
-            "- LLM calls counted from the server's access log (answered 200 + rejected), qd's ledger as a check. "
-            "Valid / answered = valid LLM-written programs per answered call (an instruction rewrite is an answered "
-            "call that writes no program).",
-            "- Quality, one formula for every row, over the union of the islands: every valid program of the run "
-            "(seeds included), `descriptors.code_metrics` (AST nodes 0..80, numeric constants 0..12; 10 x 6 grid), best "
-            "fitness per cell, QD score = Σ(f + 100) over filled cells (max 6,000). Fitness = -min(RMSE on 64 "
-            'held-out points, 100); the seeds score -2.033 (x*x) to -5.326. qd\'s `summary()["global"]` sums the '
-            "islands' QD scores (a cell counted once per island), shown only as a check. Medians [min, max] over seeds.",
+            "- LLM calls counted from the server's access log (answered 200 + rejected), qd's ledger as a "
+            "check. Valid / answered = valid LLM-written programs per answered call (an instruction rewrite "
+            "is an answered call that writes no program).",
+            "- Quality, one formula for every row, over the union of the islands: every valid program of the "
+            "run (seeds included), `descriptors.code_metrics` (AST nodes 0..80, numeric constants 0..12; 10 "
+            "x 6 grid), best fitness per cell, QD score = Σ(f + 100) over filled cells (max 6,000). Fitness "
+            "= -min(RMSE on 64 held-out points, 100); the seeds score -2.033 (x*x) to -5.326. qd's "
+            '`summary()["global"]` sums the islands\' QD scores (a cell counted once per island), shown only '
+            "as a check. Medians [min, max] over seeds.",
             "",
             *lines,
             "",
@@ -784,7 +796,8 @@ def merge(dumps: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, 
 def _reruns(meta: dict[str, Any]) -> list[str]:
     return [
         f"- Rerun: `{r['command'].strip()}` ({r['total_s'] / 60:.0f} min, {r['started'][:16]} UTC, commit "
-        f"{r['commit']}) gave {', '.join(r['runs'])} (in place of any earlier run of the same strategy and seed)"
+        f"{r['commit']}) gave {', '.join(r['runs'])} "
+        "(in place of any earlier run of the same strategy and seed)"
         + (f": {r['note']}" if r.get("note") else "")
         for r in meta.get("reruns", [])
     ]

@@ -24,7 +24,8 @@ def pytest_configure(config):
 
 @pytest.fixture
 def scripted_llm():
-    """Factory: ``scripted_llm(rules, latency_s=..., in_process=...)`` -> a started ScriptedLLM, stopped after the test."""
+    """Factory: ``scripted_llm(rules, latency_s=..., in_process=...)`` -> a started ScriptedLLM,
+    stopped after the test."""
     from scripted_llm import ScriptedLLM
 
     servers: list[ScriptedLLM] = []

@@ -69,7 +69,8 @@ class FakeClient:
 
 
 def evaluate_on_host(task, base_url: str, texts: list[str], budget, models: tuple[str, ...] = ("scripted",)):
-    """``task``'s evaluation of ``texts`` through the real host runner and model gateway, asking ``base_url``."""
+    """``task``'s evaluation of ``texts`` through the real host runner and model gateway,
+    asking ``base_url``."""
     import asyncio
 
     from qd.evaluator import HostRunner, StagedEvaluator

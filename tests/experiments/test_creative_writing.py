@@ -156,8 +156,9 @@ def test_table_runs_every_arm_at_one_budget_and_reports_both_judges_and_agreemen
 # AUC floors of the embedded SmolLM2-135M judges a run uses (quality, genre, tone; the held-out judge is
 # measured by every table) on the first text of each of the 8 (genre x tone x quality) groups of the shipped
 # labels (24 calls): the minimum measured over the 3 such subsets x 3 few-shot orders (the shipped one and two
-# shuffled), less a margin of 0.1 (README, "Judges against labels"). Minima measured: quality 0.19, genre 0.63,
-# tone 0.5: the quality judge is at chance, so its floor only guards that every answer parses (missing == 0).
+# shuffled), less a margin of 0.1 (README, "Judges against labels"). Minima measured: quality 0.19,
+# genre 0.63, tone 0.5: the quality judge is at chance, so its floor only guards that every answer parses
+# (missing == 0).
 FLOORS = {"quality": 0.08, "genre": 0.52, "tone": 0.4}
 
 

@@ -1,4 +1,5 @@
-"""Reasoning problems (agent_design/problems.py), the seed agents and the Promptbreeder material: no model needed."""
+"""Reasoning problems (agent_design/problems.py), the seed agents and the Promptbreeder material:
+no model needed."""
 
 import ast
 import importlib.util

@@ -1,5 +1,6 @@
-"""red_team end to end: attacks are data sent to a guarded target, rule breaks are checked exactly, attacks are
-placed by technique x rule targeted, near copies are rejected unevaluated, and a pairwise judge settles ties."""
+"""red_team end to end: attacks are data sent to a guarded target, rule breaks are checked exactly,
+attacks are placed by technique x rule targeted, near copies are rejected unevaluated, and a pairwise
+judge settles ties."""
 
 import asyncio
 import json
@@ -44,7 +45,8 @@ def longer_wins(request: dict) -> str:
 
 
 def attacker(request: dict) -> str:
-    """The scripted operator: every third answer a near copy of the parent (rejected by BLEU), else a new attack."""
+    """The scripted operator: every third answer a near copy of the parent (rejected by BLEU),
+    else a new attack."""
     seed = int(request.get("seed") or 0)
     parent = re.findall(r"```text\n(.*?)```", request["messages"][-1]["content"], re.S)
     if seed % 3 == 0 and parent:

@@ -274,7 +274,10 @@ def test_a_failed_fallback_call_keeps_the_answered_diff():
 
 
 def test_unknown_operator():
-    expected = r"^name: unknown operator 'mutate' \(use one of \['crossover', 'diff', 'inspiration', 'meta_agent', 'rewrite'\]\)$"
+    expected = (
+        r"^name: unknown operator 'mutate' "
+        r"\(use one of \['crossover', 'diff', 'inspiration', 'meta_agent', 'rewrite'\]\)$"
+    )
     with pytest.raises(ValueError, match=expected):
         make_llm_operator("mutate", FakeClient())
 

@@ -146,7 +146,8 @@ def fmt(value: Any) -> str:
 
 
 def override(steps: tuple[Step, ...], value: Any) -> str:
-    """One override setting the field to ``value``; lists get one entry, with placeholders for its mandatory fields."""
+    """One override setting the field to ``value``; lists get one entry, with placeholders for its
+    mandatory fields."""
     *parents, leaf = steps
     key = []
     for i, s in enumerate(parents):

@@ -35,7 +35,8 @@ def read(path, fmt):
 
 
 def mtimes(run_dir):
-    """Each file's mtime and size; not SQLite's shared-memory index, which every reader of a WAL store maps."""
+    """Each file's mtime and size; not SQLite's shared-memory index, which every reader of a WAL store
+    maps."""
     return {
         p: (p.stat().st_mtime_ns, p.stat().st_size)
         for p in run_dir.rglob("*")

@@ -113,7 +113,8 @@ LIFELINES = """
                      start_new_session=True)
     # a module that starts a program of its own, in its group: killed with the group
     subprocess.Popen(lifeline.module_command(
-        "timeit", ["-n1", "-r1", "import subprocess, time; subprocess.Popen(['sleep', '61']); time.sleep(60)"]),
+        "timeit",
+        ["-n1", "-r1", "import subprocess, time; subprocess.Popen(['sleep', '61']); time.sleep(60)"]),
         start_new_session=True)
     # a plain fork watching from a thread (as a pool worker does)
     if os.fork() == 0:

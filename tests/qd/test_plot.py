@@ -29,7 +29,8 @@ class Cube:
     def evaluate(self, g):
         x = np.asarray(g, np.float64)
         d = np.stack([x[:, :2].sum(1), x[:, 2:4].sum(1), x[:, 4:].sum(1)], 1)
-        return Evaluation((100 - (x * x).sum(1)).astype(np.float32), d.astype(np.float32), np.isfinite(x).all(1))
+        fitness = (100 - (x * x).sum(1)).astype(np.float32)
+        return Evaluation(fitness, d.astype(np.float32), np.isfinite(x).all(1))
 
 
 def make_task(**params):

@@ -60,7 +60,8 @@ def test_bad_llm_config_fails_before_any_server_starts(tmp_path, override, messa
         ),
         (
             "experiment=nope",
-            "experiment: no config 'nope' (available: agent_design, agent_team, arm, circle_packing, creative_writing, function_fit, openevolve, prompt_evolution, red_team, skills, sphere)",
+            "experiment: no config 'nope' (available: agent_design, agent_team, arm, circle_packing, "
+            "creative_writing, function_fit, openevolve, prompt_evolution, red_team, skills, sphere)",
         ),
         ("archive.bins=[10]", "archive.bins: has 1 entries but the task has 2 descriptors"),
         ("islands.topology=star", "islands.topology: unknown topology 'star'"),
@@ -146,5 +147,6 @@ def test_resume_of_a_missing_run_is_a_one_line_error(tmp_path):
     proc = qd_run(f"resume={tmp_path / 'nothing'}", cwd=tmp_path, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"qd-run: error: resume: {tmp_path / 'nothing'} has no config.yaml (pass a run directory made by qd-run)"
+        f"qd-run: error: resume: {tmp_path / 'nothing'} has no config.yaml "
+        "(pass a run directory made by qd-run)"
     ]

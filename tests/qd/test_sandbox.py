@@ -563,7 +563,10 @@ def test_huge_return_value(sandbox):
 
 
 def test_parallel_runs_share_the_workers(sandbox):
-    code = "import time\ndef main(i):\n    start = time.time()\n    time.sleep(0.3)\n    return [i, start, time.time()]"
+    code = (
+        "import time\ndef main(i):\n    start = time.time()\n    time.sleep(0.3)\n"
+        "    return [i, start, time.time()]"
+    )
 
     async def many():
         return await asyncio.gather(*(sandbox.run(code, {"i": i}) for i in range(8)))

@@ -169,7 +169,8 @@ def test_openevolve_reads_an_evaluation_result_and_named_metric_descriptors(tmp_
         "    spec = importlib.util.spec_from_file_location('p', program_path)\n"
         "    p = importlib.util.module_from_spec(spec)\n    spec.loader.exec_module(p)\n"
         "    x = p.value()\n"
-        "    return types.SimpleNamespace(metrics={'x': x, 'half': x / 2, 'note': 'ok'}, artifacts={'log': b'ran'})\n"
+        "    return types.SimpleNamespace(metrics={'x': x, 'half': x / 2, 'note': 'ok'},\n"
+        "                                 artifacts={'log': b'ran'})\n"
     )
     program = tmp_path / "initial_program.py"
     program.write_text("def value():\n    return 4.0\n")
