@@ -105,10 +105,11 @@ class SearchStep:
         gain = child_credit(result, fitness, self.qd_offset)
         if self.strategy.selection.parents == "curiosity":
             state = self._curiosity(state, proposals, result)
-        if self.meta is not None:
+        if self.meta is not None:  # the pool is paid, and the state holds what it now knows
             for instruction, g in zip((i for p in proposals for i in p.instructions), gain):
                 if instruction is not None:
                     self.meta.credit(instruction, float(g))
+            state = state._replace(meta=self.meta.state_dict())
         credits, start = [], 0
         for p in proposals:
             state, credit = self._pay_arm(state, p, gain[start : start + len(p.candidates)])

@@ -102,3 +102,13 @@ def test_a_text_run_from_python_objects_stops_at_its_call_budget(tmp_path, scrip
     assert elites and all(e.candidate.kind == "text" for e in elites)
     founders = {f"def f(x):\n    return x + {i}\n" for i in range(2)}
     assert any(e.candidate.text not in founders for e in elites)  # a child of the model entered
+
+
+def test_the_host_and_device_drivers_meet_the_run_protocol():
+    from qd.device.driver import DeviceEngine
+    from qd.loop import Engine
+
+    members = [m for m in vars(Run) if not m.startswith("_")]
+    assert sorted(members) == ["close", "on_close", "run", "summary"]
+    for driver in (Engine, DeviceEngine):
+        assert all(callable(getattr(driver, m, None)) for m in members), driver
