@@ -1,17 +1,23 @@
 """The run's model access: one client (``client``) and the embedded llama.cpp server (``server``).
 
 Every LLM call qd makes goes through ``LLMClient``: the concurrency limit,
-retries, timeouts, the response cache, the failure policy and the ledger of
-calls, tokens and cost by (role, model) (``ledger``). The client's names are
-imported on first use: ``openai`` takes ~0.7 s to import, which runs that never
-call a model should not pay.
+retries, timeouts, the response cache (``cache``), the failure policy and the
+ledger of calls, tokens and cost by (role, model) (``ledger``). What carries a
+call is its transport (``transport``): the OpenAI-compatible endpoint of
+``llm.base_url`` (``http``, over ``loopback`` for a server on this machine), or
+a ``ChatClient`` the caller brings, wrapped as ``ChatTransport(chat)``. Only the
+HTTP transport imports ``openai`` (~0.7 s), on the first client built without
+a transport of its own, which runs that never call a model should not pay.
 """
 
 from qd.contract import CallFailed, Completion, LLMDown, LLMError
+from qd.llm.client import LLMClient, LLMSettings, ModelSpec
 from qd.llm.ledger import ROLES, Ledger, Usage, tally
+from qd.llm.transport import ChatTransport, Reply, Retryable, Transport
 
 __all__ = [
     "CallFailed",
+    "ChatTransport",
     "Completion",
     "LLMDown",
     "LLMError",
@@ -20,15 +26,9 @@ __all__ = [
     "LLMClient",
     "LLMSettings",
     "ModelSpec",
+    "Reply",
+    "Retryable",
+    "Transport",
     "Usage",
     "tally",
 ]
-_CLIENT = ("LLMClient", "LLMSettings", "ModelSpec")
-
-
-def __getattr__(name: str) -> object:
-    if name in _CLIENT:
-        from qd.llm import client
-
-        return getattr(client, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -165,7 +165,8 @@ class Ledger:
         }
 
     def rows(self) -> list[tuple]:
-        """(role, model, calls, cached, failed, retries, tokens_in, tokens_out, cost) per cell, for the store."""
+        """One row per cell, for the store:
+        (role, model, calls, cached, failed, retries, tokens_in, tokens_out, cost)."""
         return [(*key, *dataclasses.astuple(u)) for key, u in self.cells.items()]
 
     @classmethod

@@ -10,6 +10,7 @@ import pytest
 from helpers import run_config, stored
 from scripted_llm import Rule
 
+from qd.contract import Completion
 from qd.plan import compose
 
 PERFECT = "```python\ndef f(x):\n    return x * x + 0.5 * x + 2.0\n```"
@@ -76,6 +77,47 @@ def test_parents_feedback_reaches_later_prompts(tmp_path, scripted_llm):
     prompts = "\n".join(json.dumps(r["messages"]) for r in server.requests)
     assert "rmse_held_out" in prompts  # the parent's metrics
     assert "def f(x)" in prompts and "f(-3) = 9.5" in prompts  # program and task
+
+
+class Programs:
+    """A ChatClient the caller brings: a plain class, no HTTP, answering ``ANSWERS`` by sample."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def pick_model(self, rng):
+        return "scripted"
+
+    async def complete(
+        self,
+        messages,
+        *,
+        model=None,
+        temperature=None,
+        max_tokens=None,
+        sample_index=0,
+        stop=None,
+        role="operator",
+    ):
+        self.calls += 1
+        return Completion(ANSWERS[sample_index % len(ANSWERS)], model, 50, 20, 0.0, False, "stop", 0.0)
+
+
+def test_a_callers_chat_client_runs_in_the_ledger_and_stops_at_max_llm_calls(tmp_path, monkeypatch):
+    """Wrapped as ``LLMClient(settings, transport=ChatTransport(chat))``, a caller's client is held to
+    ``runner.max_llm_calls`` and priced by ``llm.models`` like the endpoint; the endpoint is never asked."""
+    from qd import run
+    from qd.llm import ChatTransport, LLMClient
+
+    chat = Programs()
+    monkeypatch.setattr(
+        run, "build_llm", lambda p, run_dir, stack: LLMClient(p.llm.settings, transport=ChatTransport(chat))
+    )
+    summary = run_config(config("http://127.0.0.1:9/v1", "runner.max_llm_calls=6"), tmp_path)
+    children = [c for c in stored(tmp_path) if c.operator == "rewrite"]
+    assert chat.calls == 6 == summary["llm"]["calls"] == len(children)
+    assert all(c.cost == pytest.approx((50 * 1.0 + 20 * 2.0) / 1e6) for c in children)
+    assert max(c.fitness for c in children if c.valid) == pytest.approx(0.0, abs=1e-9)  # PERFECT, scored
 
 
 def test_rerun_with_the_cache_replays_the_run_exactly_without_the_server(tmp_path, scripted_llm):

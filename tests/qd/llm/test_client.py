@@ -1,4 +1,4 @@
-"""qd.llm against the scripted server: retries, faults, ledger, concurrency, cache, keys."""
+"""qd.llm.LLMClient over HTTP, against the scripted server: retries, faults, ledger, cache, keys."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scripted_llm import Rule
 
-from qd.llm import CallFailed, Completion, Ledger, LLMClient, LLMDown, LLMError, LLMSettings, ModelSpec, tally
+from qd.llm import CallFailed, LLMClient, LLMDown, LLMError, LLMSettings, ModelSpec, tally
 
 MSG = [{"role": "user", "content": "hello"}]
 RETRIED = ["429", "500", "hang", "bad_json", "empty_choices", "wrong_shape", "close_connection"]
@@ -306,6 +306,12 @@ def test_missing_key_env_var(monkeypatch):
         LLMClient(settings("http://127.0.0.1:9/v1", api_key_env="QD_TEST_LLM_KEY"))
 
 
+def test_no_base_url_is_refused_before_openai_picks_its_own():
+    """openai falls back to OPENAI_BASE_URL or its own API: an endpoint nobody configured."""
+    with pytest.raises(LLMError, match=r"^llm: no base_url \(set llm.base_url, or bring a ChatClient\)"):
+        LLMClient(settings(None))
+
+
 def test_key_never_leaks(scripted_llm, monkeypatch, caplog, tmp_path):
     secret = "sk-test-SECRET-0123456789"
     monkeypatch.setenv("QD_TEST_LLM_KEY", secret)
@@ -329,19 +335,6 @@ def test_key_never_leaks(scripted_llm, monkeypatch, caplog, tmp_path):
         assert secret not in text
 
 
-def test_ledger_rows_round_trip():
-    led = Ledger()
-    led.add(Completion("t", "m", 3, 4, 0.5, False, "stop", 0.1))
-    led.add(Completion("t", "m", 3, 4, 0.5, True, "stop", 0.1), role="judge")
-    led.fail("operator", "m")
-    led.retry("operator", "m")
-    led.in_flight = 2
-    restored = Ledger.from_rows(json.loads(json.dumps(led.rows())))
-    assert restored.in_flight == 0  # nothing is in flight after a restart
-    assert restored.as_dict() == {**led.as_dict(), "in_flight": 0}
-    assert restored.as_dict()["per_role"]["judge"]["cached"] == 1
-
-
 def test_scripted_server_in_its_own_process(scripted_llm):
     """The benchmark runs the server in a separate process; the client must see the same behaviour."""
     server = scripted_llm([Rule("", fault="500", times=1), Rule("", reply="from afar")], in_process=True)
@@ -358,28 +351,3 @@ def test_a_failed_call_is_not_cached_and_is_asked_again(scripted_llm, tmp_path):
         run(LLMClient(s), call())
     (again,) = run(LLMClient(s), call())
     assert (again.text, again.cached, server.stats()["requests"]) == ("second time", False, 2)
-
-
-def test_loopback_requests_built_from_the_kept_one_are_what_openai_builds():
-    """Only the first chat request is built by openai; later ones reuse its URL and headers
-    with their own body: byte for byte what openai itself would have sent."""
-    import openai
-    from openai._models import FinalRequestOptions
-
-    from qd.llm.client import _LoopbackOpenAI
-
-    kwargs = dict(base_url="http://127.0.0.1:9/v1", api_key="sk-test", max_retries=0, timeout=5.0)
-    lean, plain = _LoopbackOpenAI(**kwargs), openai.AsyncOpenAI(**kwargs)
-    for body in ({"model": "m", "messages": [{"role": "user", "content": "é 1"}]}, {"model": "m", "seed": 7}):
-        options = FinalRequestOptions.construct(method="post", url="/chat/completions", json_data=body)
-        got, want = lean._build_request(options), plain._build_request(options)
-        assert (got.method, got.url, got.extensions) == (want.method, want.url, want.extensions)
-        assert sorted(got.headers.raw) == sorted(want.headers.raw)
-        assert (
-            got.read() == want.read() == json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-        )
-    assert len(lean._kept) == 1
-    extra = FinalRequestOptions.construct(
-        method="post", url="/chat/completions", json_data={"a": 1}, headers={"x-extra": "1"}
-    )
-    assert lean._build_request(extra).headers["x-extra"] == "1" and len(lean._kept) == 1  # built by openai

@@ -1,0 +1,183 @@
+"""An OpenAI-compatible chat endpoint over HTTP: ``LLMClient``'s default transport.
+
+One ``openai.AsyncOpenAI`` client per run, with the library's own retries off
+(the client retries, so that every attempt is counted in the ledger) and a
+server on this machine reached through ``qd.llm.loopback``. One attempt sends
+the request to the raw endpoint and reads the body itself: what the server
+answers is turned into a :class:`~qd.llm.transport.Reply`, or into the failure
+the client acts on (retry, fail the call, or go down), with the fix in its message.
+Only this module and ``loopback`` import ``openai`` (~0.7 s), so a run whose
+model client is the caller's never pays for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx2  # openai's HTTP library
+import numpy as np
+import openai
+from openai._models import FinalRequestOptions  # what ``AsyncOpenAI.post`` builds
+
+from qd.contract import CallFailed, LLMDown, LLMError
+from qd.llm.loopback import LoopbackHTTP, LoopbackOpenAI
+from qd.llm.transport import Reply, Retryable, one_line
+
+_DUMMY_KEY = "sk-no-key"  # local servers ignore the key but the client requires one
+_RETRY_STATUS = {408, 409, 429}  # plus every 5xx
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def _top_logprobs(logprobs: Any) -> list[dict[str, float]] | None:
+    """``choices[0].logprobs.content[i].top_logprobs`` as one {token: logprob} per position.
+
+    None when absent or not in the OpenAI shape: the text is still good, so the
+    reply is not retried; the caller falls back to it. A token listed twice (two
+    ids, one string) gets the total probability of both.
+    """
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list):
+        return None
+    positions: list[dict[str, float]] = []
+    for entry in content:
+        alternatives = entry.get("top_logprobs") if isinstance(entry, dict) else None
+        if not isinstance(alternatives, list):
+            return None
+        top: dict[str, float] = {}
+        for alt in alternatives:
+            if not (
+                isinstance(alt, dict)
+                and isinstance(alt.get("token"), str)
+                and isinstance(alt.get("logprob"), (int, float))
+            ):
+                return None
+            token, lp = alt["token"], float(alt["logprob"])
+            top[token] = float(np.logaddexp(top[token], lp)) if token in top else lp
+        positions.append(top)
+    return positions
+
+
+def _estimate_tokens(text: str) -> int:
+    """~4 characters per token: used only when a server omits ``usage``."""
+    return max(1, len(text) // 4) if text else 0
+
+
+def _malformed(cause: str) -> Retryable:
+    return Retryable("sent malformed replies", cause, "is llm.base_url an OpenAI-compatible /v1 endpoint?")
+
+
+def _parse(body: bytes, request: dict) -> Reply:
+    """Text, finish reason and token counts out of a reply body, or :class:`Retryable` saying why
+    it is malformed. Missing ``usage`` is estimated (~4 characters a token) so budgets still move."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise _malformed("body is not JSON") from None
+    if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+        raise _malformed("no 'choices' list")
+    if not data["choices"]:
+        raise _malformed("empty 'choices'")
+    choice = data["choices"][0]
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict) or not isinstance(message.get("content"), str):
+        raise _malformed("no message content")
+    text = message["content"]
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    t_in = usage.get("prompt_tokens")
+    t_out = usage.get("completion_tokens")
+    if not isinstance(t_in, int):
+        t_in = _estimate_tokens("".join(str(m.get("content", "")) for m in request["messages"]))
+    if not isinstance(t_out, int):
+        t_out = _estimate_tokens(text)
+    top = _top_logprobs(choice.get("logprobs")) if request.get("logprobs") else None
+    return Reply(text, choice.get("finish_reason"), t_in, t_out, top)
+
+
+class HTTPTransport:
+    """Chat requests to ``base_url``, an OpenAI-compatible ``/v1`` endpoint.
+
+    The key is read from the env var named ``api_key_env`` (None: a dummy key,
+    which local servers ignore) and never kept anywhere but the openai client.
+    ``timeout_s`` is a backstop (the client's per-attempt limit comes first; it
+    also catches a server that trickles bytes and never trips a read timeout).
+    Remote endpoints keep openai's own HTTP client (TLS, HTTP/2, proxy env vars).
+    """
+
+    def __init__(self, base_url: str | None, api_key_env: str | None, timeout_s: float):
+        if not base_url:  # openai would fall back to OPENAI_BASE_URL or its own API
+            raise LLMError("llm: no base_url (set llm.base_url, or bring a ChatClient)")
+        if api_key_env is None:
+            key = _DUMMY_KEY
+        else:
+            key = os.environ.get(api_key_env, "")
+            if not key:
+                raise LLMError(f"llm: env var {api_key_env} is not set (export it or set llm.api_key_env)")
+        self.where, self.api_key_env, self.timeout_s = base_url, api_key_env, timeout_s
+        options = dict(base_url=base_url, api_key=key, max_retries=0, timeout=timeout_s + 1.0)
+        url = urlsplit(base_url)
+        if url.hostname in _LOOPBACK and url.scheme == "http":
+            self._client: openai.AsyncOpenAI = LoopbackOpenAI(**options, http_client=LoopbackHTTP())
+        else:
+            self._client = openai.AsyncOpenAI(**options)
+        self._chat = FinalRequestOptions.construct(
+            method="post", url="/chat/completions", json_data=None, content=None, files=None
+        )
+
+    async def send(self, request: dict, *, sample_index: int, role: str) -> Reply:
+        """One round trip (``sample_index`` and ``role`` are already in the request's seed, or nowhere)."""
+        try:
+            # The raw endpoint (openai's documented way to skip its typed-params transform,
+            # which costs more CPU than the rest of the call): we parse and check the body.
+            # ``request()`` with options copied from kept ones (``post`` builds them anew: ~70 us).
+            raw = await self._client.request(
+                httpx2.Response, self._chat.model_copy(update={"json_data": request})
+            )
+            body = raw.content
+        except openai.APITimeoutError:
+            raise Retryable.timed_out(self.timeout_s) from None
+        except openai.APIConnectionError as err:
+            raise Retryable(
+                "unreachable",
+                type(err.__cause__ or err).__name__,
+                "is the server running? check llm.base_url",
+            ) from None
+        except openai.APIStatusError as err:
+            raise self._status_failure(err, request["model"]) from None
+        return _parse(body, request)
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    def _status_failure(self, err: openai.APIStatusError, model: str) -> Exception:
+        """What an HTTP error status means: retry it, fail the call, or the server is out of reach."""
+        code, url = err.status_code, self.where
+        if code in _RETRY_STATUS or code >= 500:
+            after = err.response.headers.get("retry-after")
+            try:
+                retry_after = float(after) if after else None
+            except ValueError:
+                retry_after = None
+            if code == 429:
+                return Retryable(
+                    "rate-limited", "HTTP 429", "lower llm.concurrency or raise llm.max_retries", retry_after
+                )
+            fix = "check the server's log; raise llm.max_retries if it is flaky"
+            return Retryable("failed", f"HTTP {code}", fix, retry_after)
+        detail = one_line(err.message.removeprefix(f"Error code: {code} - "))
+        # A refused key or model: no retry and no other prompt fixes these, so the run stops.
+        if code in (401, 403):
+            env = self.api_key_env
+            where = f"the key in env var {env}" if env else "llm.api_key_env: the server wants a key"
+            return LLMDown(f"llm: {url} refused the API key (HTTP {code}: {detail}) (check {where})")
+        if code == 404:
+            return LLMDown(
+                f"llm: {url} answered HTTP 404 for model {model!r} ({detail}) "
+                "(check llm.models names and that llm.base_url ends in /v1)"
+            )
+        return CallFailed(
+            f"llm: {url} rejected the request (HTTP {code}: {detail}) "
+            "(check llm.max_tokens and the prompt length)"
+        )
