@@ -187,8 +187,8 @@ def _check_entries(task: Any, path: Path) -> None:
 
 
 def load_module(path: str | Path, module_name: str) -> Any:
-    """The module at ``path``, imported once as ``sys.modules[module_name]``: how experiments
-    (folders, not packages) import their own files and each other's."""
+    """The module at ``path``, imported once as ``sys.modules[module_name]``: how an experiment
+    (a folder, not a package) imports its own files; shared code is a module of the package."""
     module = sys.modules.get(module_name)
     if module is None:
         spec = importlib.util.spec_from_file_location(module_name, path)

@@ -44,7 +44,8 @@ def team_json(*instructions: str, merge: str = "sequential", model=None) -> str:
         ),
         (team_json("x", model="gpt-9"), "roles[0].model"),
         (
-            '{"merge": "vote", "roles": [{"name": "a", "instructions": "x"}, {"name": "A", "instructions": "y"}]}',
+            '{"merge": "vote", "roles": '
+            '[{"name": "a", "instructions": "x"}, {"name": "A", "instructions": "y"}]}',
             "roles[1].name",
         ),
     ],
@@ -226,7 +227,7 @@ def test_the_table_scores_best_team_founder_and_best_hand_designed_agent_held_ou
         ]
     )
     table = load_module(EXPERIMENT / "table.py", "experiments_agent_team_table")
-    result = table.heldout.main(
+    result = table.design_table.main(
         "agent_team",
         [
             "--base-url",
@@ -259,8 +260,9 @@ def test_the_table_scores_best_team_founder_and_best_hand_designed_agent_held_ou
 
 
 # SmolLM2-135M's duplicate check vs judge_agreement.LABELLED (12 pairs; both orders x 5 subsets = 10 numbers):
-# measured 3 times on 2026-12-01, the same each time (greedy): 0.50 on all pairs and on either half, 0.33-0.44 on
-# the subsets with more duplicates than distinct pairs (it says yes 17% of the time). Floor: 0.33 - 0.08.
+# measured 3 times on 2026-12-01, the same each time (greedy): 0.50 on all pairs and on either half,
+# 0.33-0.44 on the subsets with more duplicates than distinct pairs (it says yes 17% of the time).
+# Floor: 0.33 - 0.08.
 AGREEMENT_FLOOR = 0.25
 
 
