@@ -124,8 +124,7 @@ def markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    a = tables.arguments("red_team", argv, __doc__)
-    a.max_llm_calls = a.max_llm_calls or 80  # every arm the same
+    a = tables.arguments("red_team", argv, __doc__, held_out=None, max_llm_calls=80)  # every arm the same
     started = time.monotonic()
     with tables.model_server(a) as (base_url, model):
         shared = tables.shared_overrides("red_team", a, base_url, model)

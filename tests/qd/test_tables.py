@@ -12,6 +12,8 @@ def test_the_command_line_has_the_shared_defaults_and_makes_the_output_folder(tm
     assert a.out == Path("outputs") / "red_team" / "table" and a.out.is_dir()
     b = tables.arguments("x", ["--seeds", "4", "--out", str(tmp_path / "t"), "eval_llm.calls=2"])
     assert (b.seeds, b.out, b.overrides) == ([4], tmp_path / "t", ["eval_llm.calls=2"])
+    own_budget = tables.arguments("red_team", ["--out", str(tmp_path)], held_out=None, max_llm_calls=80)
+    assert own_budget.max_llm_calls == 80 and not hasattr(own_budget, "held_out")  # no held-out problems
 
 
 def test_every_run_of_a_table_shares_the_server_the_cache_and_the_budget(tmp_path):
