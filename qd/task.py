@@ -163,7 +163,8 @@ def load_task(name: str, params: dict[str, Any]) -> Task:
     except TypeError as e:
         fix = (
             f"a task file gets the params (and archive) of the experiment it runs under: pick one that fits "
-            f"with experiment=NAME, or give {path.name} its own experiment yaml with --config-dir (docs/tasks.md)"
+            f"with experiment=NAME, or give {path.name} its own experiment yaml with --config-dir "
+            "(docs/tasks.md)"
             if is_task_file(name)
             else f"see {path}"
         )
