@@ -163,7 +163,8 @@ def load_task(name: str, params: dict[str, Any]) -> Task:
     except TypeError as e:
         fix = (
             f"a task file gets the params (and archive) of the experiment it runs under: pick one that fits "
-            f"with experiment=NAME, or give {path.name} its own experiment yaml with --config-dir (docs/tasks.md)"
+            f"with experiment=NAME, or give {path.name} its own experiment yaml with --config-dir "
+            "(docs/tasks.md)"
             if is_task_file(name)
             else f"see {path}"
         )
@@ -187,8 +188,8 @@ def _check_entries(task: Any, path: Path) -> None:
 
 
 def load_module(path: str | Path, module_name: str) -> Any:
-    """The module at ``path``, imported once as ``sys.modules[module_name]``: how experiments
-    (folders, not packages) import their own files and each other's."""
+    """The module at ``path``, imported once as ``sys.modules[module_name]``: how an experiment
+    (a folder, not a package) imports its own files; shared code is a module of the package."""
     module = sys.modules.get(module_name)
     if module is None:
         spec = importlib.util.spec_from_file_location(module_name, path)

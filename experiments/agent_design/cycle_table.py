@@ -19,7 +19,7 @@ reached during the run. Written to ``<out>/table.json``; the Markdown is printed
     python experiments/agent_design/cycle_table.py --seeds 0 1 2 --max-llm-calls 90
     python experiments/agent_design/cycle_table.py --base-url http://host:8000/v1 --model NAME
 
-See ``heldout.py`` for the options they share.
+See ``qd.design_table`` for the options they share (``qd.tables``).
 """
 
 from __future__ import annotations
@@ -33,12 +33,11 @@ from typing import Any
 
 import numpy as np
 
+from qd import tables
 from qd.heldout import bootstrap, held_out_scores
 from qd.plan import compose
 from qd.store import Store
-from qd.task import load_module, load_task
-
-runs_of = load_module(Path(__file__).resolve().parent / "table_runs.py", "experiments_table_runs")
+from qd.task import load_task
 
 ARMS = {"fixed": [], "cycleqd": ["cycle=agent_skills"]}
 FAMILIES = ("arithmetic", "knights")
@@ -108,19 +107,17 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    a = runs_of.arguments("agent_design", argv, __doc__, Path("outputs") / "agent_design" / "cycle_table", 16)
-    with runs_of.model_server(a) as (base_url, model):
-        shared = runs_of.shared_overrides("agent_design", a, base_url, model)
-        runs = {
-            arm: runs_of.run_seeds([*shared, *extra], a.seeds, a.out / arm) for arm, extra in ARMS.items()
-        }
+    a = tables.arguments("agent_design", argv, __doc__, Path("outputs") / "agent_design" / "cycle_table", 16)
+    with tables.model_server(a) as (base_url, model):
+        shared = tables.shared_overrides("agent_design", a, base_url, model)
+        runs = {arm: tables.run_seeds([*shared, *extra], a.seeds, a.out / arm) for arm, extra in ARMS.items()}
         summaries = {
             arm: [run_summary(a.out / arm / f"seed{r['seed']}") for r in rs] for arm, rs in runs.items()
         }
         cfg = compose(shared)
         task = load_task("agent_design", {**cfg.experiment.params, "held_out_items": a.held_out})
         found = [(arm, i, s) for arm, ss in summaries.items() for i, s in enumerate(ss) if s["best"]]
-        client = runs_of.client_for(cfg, a, base_url, model)
+        client = tables.client_for(cfg, a, base_url, model)
         scores = asyncio.run(held_out_scores(cfg, task, [s["best"]["text"] for _, _, s in found], client))
         by_arm: dict[str, list] = {arm: [] for arm in ARMS}
         for (arm, i, s), scored in zip(found, scores):

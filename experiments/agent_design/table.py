@@ -2,14 +2,12 @@
 
     python experiments/agent_design/table.py --seeds 0 1 2 --max-llm-calls 250
 
-See ``heldout.py`` (beside this file) for what is measured and the options.
+See ``qd.design_table`` for what is measured and the options.
 """
 
 import sys
-from pathlib import Path
 
-from qd.task import load_module
+from qd import design_table
 
 if __name__ == "__main__":
-    heldout = load_module(Path(__file__).resolve().parent / "heldout.py", "experiments_heldout")
-    heldout.main("agent_design", sys.argv[1:])
+    design_table.main("agent_design", sys.argv[1:])

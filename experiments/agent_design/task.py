@@ -1,7 +1,7 @@
 """Agent design (ADAS, Meta Agent Search): evolve LLM agents, Python code defining ``forward(task, llm)``.
 
 An agent answers short reasoning problems generated offline by a seeded generator
-and checked exactly (``problems.py``): multi-step arithmetic word problems and
+and checked exactly (``qd.reasoning.problems``): multi-step arithmetic word problems and
 Knights-and-Knaves puzzles. It runs in the sandbox; its model calls go through
 the sandbox's channel to the run's model client, within ``eval_llm``'s budget.
 
@@ -29,15 +29,15 @@ from typing import Any
 import numpy as np
 
 from descriptors.code_metrics import code_metrics
+from qd.reasoning.task import ReasoningTask
 from qd.task import Scored, Stage, load_module
 
 _HERE = Path(__file__).resolve().parent
-reasoning = load_module(_HERE / "reasoning.py", "experiments_agent_design_reasoning")
 seeds = load_module(_HERE / "seeds.py", "experiments_agent_design_seeds")
 
 
 @dataclasses.dataclass
-class AgentDesignTask(reasoning.ReasoningTask):
+class AgentDesignTask(ReasoningTask):
     item_seconds: float = 120.0
     genome: str = "agent"
 

@@ -21,11 +21,10 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from qd.reasoning import problems
 from qd.task import load_module
 
-_HERE = Path(__file__).resolve().parent
-team = load_module(_HERE / "team.py", "experiments_agent_team_team")
-problems = load_module(_HERE.parent / "agent_design" / "problems.py", "experiments_agent_design_problems")
+team = load_module(Path(__file__).resolve().parent / "team.py", "experiments_agent_team_team")
 
 _PREVIOUS_CHARS = 600  # the previous role's answer as shown to the next (a 2,048-token model)
 
@@ -51,8 +50,8 @@ def duplicate(t, llm) -> str | None:
 
 
 def vote_key(question: str, answer: str) -> str | None:
-    """The answer as ``problems.check`` reads it (its last number, or every islander's role), from the question
-    alone: the islanders are the question's speakers."""
+    """The answer as ``problems.check`` reads it (its last number, or every islander's role), from the
+    question alone: the islanders are the question's speakers."""
     family = "knights" if "knights always tell the truth" in question.lower() else "arithmetic"
     names = sorted(set(re.findall(r"\b([A-Z]) says:", question)))
     stub = ", ".join(f"{n}: knight" for n in names)  # only its names are read

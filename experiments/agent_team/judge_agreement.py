@@ -19,13 +19,11 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+from qd import tables
 from qd.llm import LLMClient
 from qd.task import load_module
 
 team = load_module(Path(__file__).resolve().parent / "team.py", "experiments_agent_team_team")
-table_runs = load_module(
-    Path(__file__).resolve().parents[1] / "agent_design" / "table_runs.py", "experiments_table_runs"
-)
 
 Role = team.Role
 # (role, role, duplicate?): duplicates say the same job in other words; distinct ones do different jobs.
@@ -128,4 +126,4 @@ async def measure(client: LLMClient) -> dict:
 
 
 if __name__ == "__main__":
-    table_runs.measurement(measure, __doc__)
+    tables.measurement(measure, __doc__)

@@ -13,20 +13,17 @@ fewer calls per problem, then the first) on the held-out problems. Held-out accu
 bootstrap interval over the problems. Everything goes to ``<out>/table.json`` (the model calls spent
 choosing the hand-designed agent under ``baselines``); the Markdown table is printed. Without
 ``--base-url`` the embedded llama.cpp server (SmolLM2-135M) is started once. The rest is
-``experiments/agent_design/heldout.py``'s.
+``qd.design_table``'s.
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
+from qd import design_table
 from qd.heldout import held_out_scores
-from qd.task import load_module, load_task
-
-_HERE = Path(__file__).resolve().parent
-heldout = load_module(_HERE.parent / "agent_design" / "heldout.py", "experiments_heldout")
+from qd.task import load_task
 
 
 async def best_hand_designed_agent(cfg: Any, task: Any, client: Any, held_out: int) -> tuple[list, dict]:
@@ -57,4 +54,4 @@ async def best_hand_designed_agent(cfg: Any, task: Any, client: Any, held_out: i
 
 
 if __name__ == "__main__":
-    heldout.main("agent_team", sys.argv[1:], baselines=best_hand_designed_agent, doc=__doc__)
+    design_table.main("agent_team", sys.argv[1:], baselines=best_hand_designed_agent, doc=__doc__)

@@ -4,7 +4,7 @@ A genome is a ``team`` (``team.py``): roles, each with its instructions and mode
 and how their answers are merged (``sequential`` refinement or ``vote``). It is
 data: ``entry.py`` reads it with ``json.loads`` and runs it on the host, each
 role's call through the evaluation's model gateway. The problems are
-``experiments/agent_design/problems.py``'s (generated offline, checked exactly);
+``qd.reasoning.problems``' (generated offline, checked exactly);
 the held-out ones come from other templates and are used only by ``table.py``.
 
 - **Initial population**: one expert agent (a single-role team, ``FOUNDER``), as
@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from qd.reasoning.task import ReasoningTask
 from qd.task import Scored, Stage, load_module
 
 _HERE = Path(__file__).resolve().parent
-reasoning = load_module(_HERE.parent / "agent_design" / "reasoning.py", "experiments_agent_design_reasoning")
 team = load_module(_HERE / "team.py", "experiments_agent_team_team")
 
 FOUNDER = (
@@ -39,7 +39,8 @@ FOUNDER = (
             "roles": [
                 {
                     "name": "expert",
-                    "instructions": "You are an expert at arithmetic and logic puzzles. Think step by step, check each step, "
+                    "instructions": "You are an expert at arithmetic and logic puzzles. "
+                    "Think step by step, check each step, "
                     "then end with a last line 'Answer: <final answer>'.",
                     "model": None,
                 }
@@ -52,7 +53,7 @@ FOUNDER = (
 
 
 @dataclasses.dataclass
-class AgentTeamTask(reasoning.ReasoningTask):
+class AgentTeamTask(ReasoningTask):
     solver_max_tokens: int = 96
     model_names: Any = ()  # the run's models (``llm.models``: names or {name: ...}); a role may name one
     genome: str = "team"
@@ -67,7 +68,8 @@ class AgentTeamTask(reasoning.ReasoningTask):
             "Design a team of LLM agents that answers short reasoning problems: arithmetic word problems "
             "(answer: a number) and Knights-and-Knaves puzzles (answer like 'A: knight, B: knave'). "
             f"Example problem: {example} "
-            'A team is a JSON object: "merge" is "sequential" (each role sees the previous role\'s answer and '
+            'A team is a JSON object: "merge" is "sequential" '
+            "(each role sees the previous role's answer and "
             'improves it) or "vote" (the majority answer of the roles wins); "roles" is a list of 1 to 4 '
             '{"name": ..., "instructions": ..., "model": null}, each role with a different job. '
             "The score is the fraction answered correctly; each role costs one model call per problem."

@@ -33,7 +33,6 @@ it goes to ``<out>/table.json``; the Markdown tables are printed.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import json
@@ -47,6 +46,7 @@ from omegaconf import OmegaConf
 
 from descriptors import Item, make_descriptor
 from descriptors.ai_feedback import AIFeedbackDescriptor
+from qd import tables
 from qd.heldout import bootstrap
 from qd.llm import LLMClient
 from qd.plan import compose, plan
@@ -231,39 +231,10 @@ def markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--max-llm-calls", type=int, default=80, help="per arm and seed, every call counted")
-    ap.add_argument(
-        "--base-url", default=None, help="an OpenAI-compatible server (default: the embedded one)"
-    )
-    ap.add_argument("--model", default=None, help="the model name on --base-url")
-    ap.add_argument("--api-key-env", default=None)
-    ap.add_argument("--out", type=Path, default=Path("outputs") / "creative_writing" / "table")
-    ap.add_argument("overrides", nargs="*", help="more qd-run overrides for every arm")
-    a = ap.parse_args(argv)
-    a.out.mkdir(parents=True, exist_ok=True)
+    a = tables.arguments("creative_writing", argv, __doc__, held_out=None, max_llm_calls=80)
     started = time.monotonic()
-    server = None
-    if a.base_url is None:
-        from qd.llm.server import EmbeddedServer
-
-        server = EmbeddedServer(log_path=a.out / "llm_server.log").start()
-        base_url, model = server.base_url, server.model
-    else:
-        base_url, model = a.base_url, a.model
-    try:
-        shared = [
-            "experiment=creative_writing",
-            "llm.provider=server",
-            f"llm.base_url={base_url}",
-            f"llm.models=[{{name: '{model}'}}]",
-            f"llm.api_key_env={a.api_key_env or 'null'}",
-            "runner.progress=false",
-            f"llm.cache_dir={a.out / 'llm_cache'}",
-            f"runner.max_llm_calls={a.max_llm_calls}",
-            *a.overrides,
-        ]
+    with tables.model_server(a) as (base_url, model):
+        shared = tables.shared_overrides("creative_writing", a, base_url, model)
         runs = []
         for seed in a.seeds:
             for arm in ARMS:
@@ -278,7 +249,7 @@ def main(argv: list[str] | None = None) -> dict:
         result = {
             "experiment": "creative_writing",
             "model": model,
-            "base_url": base_url if server is None else "embedded",
+            "base_url": base_url if a.base_url else "embedded",
             "seeds": a.seeds,
             "max_llm_calls": a.max_llm_calls,
             **measured,
@@ -291,9 +262,6 @@ def main(argv: list[str] | None = None) -> dict:
         (a.out / "table.json").write_text(json.dumps(result, indent=2))
         print(markdown(result))
         return result
-    finally:
-        if server is not None:
-            server.stop()
 
 
 if __name__ == "__main__":

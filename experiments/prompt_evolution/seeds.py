@@ -1,20 +1,11 @@
 """Promptbreeder material: the hand-written starting task-prompts and the fixed solver.
 
 A task-prompt is the system message given to a fixed solver model before each
-problem from ``experiments/agent_design/problems.py`` (loaded by file path,
-once: experiment folders are not packages). Every prompt is one line and short:
-the solver is a 2,048-token model.
+problem (``qd.reasoning.problems``). Every prompt is one line and short: the
+solver is a 2,048-token model.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
-
-from qd.task import load_module
-
-reasoning_problems = load_module(
-    Path(__file__).resolve().parents[1] / "agent_design" / "problems.py", "experiments_agent_design_problems"
-)  # problems(), check(), extract(), Problem
 
 SEED_PROMPTS: list[str] = [
     "Solve the problem. Give only the final answer.",

@@ -2,16 +2,12 @@
 
     python experiments/prompt_evolution/table.py --seeds 0 1 2 --max-llm-calls 250
 
-See ``experiments/agent_design/heldout.py`` for what is measured and the options.
+See ``qd.design_table`` for what is measured and the options.
 """
 
 import sys
-from pathlib import Path
 
-from qd.task import load_module
+from qd import design_table
 
 if __name__ == "__main__":
-    heldout = load_module(
-        Path(__file__).resolve().parents[1] / "agent_design" / "heldout.py", "experiments_heldout"
-    )
-    heldout.main("prompt_evolution", sys.argv[1:])
+    design_table.main("prompt_evolution", sys.argv[1:])

@@ -2,7 +2,7 @@
 
 A genome is a task-prompt: one short instruction, sent as the system message to
 the run's model (the fixed solver) before each problem of a search batch. The
-problems are ``experiments/agent_design/problems.py``'s, generated offline and
+problems are ``qd.reasoning.problems``', generated offline and
 checked exactly; the held-out problems come from other templates and are used
 only by ``table.py``, after a run.
 
@@ -25,15 +25,15 @@ from typing import Any
 
 import numpy as np
 
+from qd.reasoning.task import ReasoningTask
 from qd.task import Scored, Stage, load_module
 
 _HERE = Path(__file__).resolve().parent
-reasoning = load_module(_HERE.parent / "agent_design" / "reasoning.py", "experiments_agent_design_reasoning")
 seeds = load_module(_HERE / "seeds.py", "experiments_prompt_evolution_seeds")
 
 
 @dataclasses.dataclass
-class PromptEvolutionTask(reasoning.ReasoningTask):
+class PromptEvolutionTask(ReasoningTask):
     search_items: int = 8
     solver_max_tokens: int = 160
     genome: str = "prompt"
@@ -45,7 +45,8 @@ class PromptEvolutionTask(reasoning.ReasoningTask):
     def describe(self, example: str) -> str:
         return (
             "Write the instruction (system prompt) a small language model follows to solve short reasoning "
-            "problems: arithmetic word problems (answer: a number) and Knights-and-Knaves puzzles (answer like "
+            "problems: arithmetic word problems (answer: a number) and Knights-and-Knaves puzzles "
+            "(answer like "
             f"'A: knight, B: knave'). Example problem: {example} "
             "The score is the fraction the model answers correctly with the instruction."
         )

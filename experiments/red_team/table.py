@@ -32,13 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from qd import tables
 from qd.heldout import bootstrap
 from qd.search.gate import evaluated
 from qd.store import Store
-from qd.task import load_module
 
-_HERE = Path(__file__).resolve().parent
-table_runs = load_module(_HERE.parent / "agent_design" / "table_runs.py", "experiments_table_runs")
 ARMS = {"qd archive": [], "no archive": ["archive.bins=[1,1]"]}
 GRID = 12  # technique x rule targeted cells
 
@@ -126,15 +124,14 @@ def markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    a = table_runs.arguments("red_team", argv, __doc__)
-    a.max_llm_calls = a.max_llm_calls or 80  # every arm the same
+    a = tables.arguments("red_team", argv, __doc__, held_out=None, max_llm_calls=80)  # every arm the same
     started = time.monotonic()
-    with table_runs.model_server(a) as (base_url, model):
-        shared = table_runs.shared_overrides("red_team", a, base_url, model)
+    with tables.model_server(a) as (base_url, model):
+        shared = tables.shared_overrides("red_team", a, base_url, model)
         runs: dict[str, list[dict]] = {}
         for name, overrides in ARMS.items():
             out = a.out / name.replace(" ", "_")
-            runs[name] = table_runs.run_seeds([*shared, *overrides], a.seeds, out)
+            runs[name] = tables.run_seeds([*shared, *overrides], a.seeds, out)
             for r in runs[name]:
                 r["rows"] = attacks(out / f"seed{r['seed']}")
                 r["final"] = final_archive(r["rows"], single=bool(overrides))

@@ -8,12 +8,12 @@ from helpers import run_config, stored
 from scripted_llm import Rule
 
 from qd.plan import compose
+from qd.reasoning import problems as PROBLEMS
 from qd.task import load_module
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 
-PROBLEMS = load_module(EXPERIMENTS / "agent_design" / "problems.py", "experiments_agent_design_problems")
 KNIGHTS = {
     p.question: p.answer
     for split in ("search", "held_out")

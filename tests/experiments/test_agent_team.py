@@ -227,7 +227,7 @@ def test_the_table_scores_best_team_founder_and_best_hand_designed_agent_held_ou
         ]
     )
     table = load_module(EXPERIMENT / "table.py", "experiments_agent_team_table")
-    result = table.heldout.main(
+    result = table.design_table.main(
         "agent_team",
         [
             "--base-url",

@@ -9,15 +9,13 @@ class makes the search stage, the founders and the held-out problems from them.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from qd.contract import ConfigError
-from qd.task import Scored, Stage, load_module
-
-problems = load_module(Path(__file__).resolve().parent / "problems.py", "experiments_agent_design_problems")
+from qd.reasoning import problems
+from qd.task import Scored, Stage
 
 
 @dataclasses.dataclass

@@ -1,4 +1,5 @@
-"""Seeded, exactly-checkable reasoning problems for the agent-design and prompt-evolution experiments.
+"""Seeded, exactly-checkable reasoning problems for the agent_design, agent_team and prompt_evolution
+experiments.
 
 Two families, each with several surface templates; the ``held_out`` split uses
 templates the ``search`` split never shows (other stories and operation orders
@@ -10,8 +11,9 @@ the generator's phrasing does not carry over:
 - ``knights``: Knights-and-Knaves puzzles with 2 or 3 islanders, one statement
   each, kept only when exactly one assignment of roles is consistent.
 
-Standard library only: imported on the host and inside the sandbox. Nothing is
-downloaded; everything is generated from the seed.
+Standard library only, so any process can import it cheaply. The problems are
+generated and checked on the host: a sandboxed entry sees the questions only.
+Nothing is downloaded; everything is generated from the seed.
 
     problems("search", 20, seed=0)       # 10 arithmetic + 10 knights, interleaved
     check(p, "The answer is 17.")        # exact after normalisation, never raises
@@ -133,7 +135,8 @@ def _arith_baking(rng):  # a * (b + c)
         ]
     )
     return (
-        f"One {food} needs {a} {unit}. {name} makes {b} {foods} in the morning and {c} more in the afternoon. "
+        f"One {food} needs {a} {unit}. "
+        f"{name} makes {b} {foods} in the morning and {c} more in the afternoon. "
         f"How many {unit} does {pron} use in total?"
     ), a * (b + c)
 
@@ -226,8 +229,8 @@ def _format_roles(v: dict[str, bool]) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _knights_space(split: str, size: int) -> dict[str, dict[str, list[str]]]:
-    """template -> answer -> sorted questions: every puzzle of ``size`` islanders, statement kinds from ``split``,
-    with exactly one consistent assignment, filed under each statement kind it uses."""
+    """template -> answer -> sorted questions: every puzzle of ``size`` islanders, statement kinds from
+    ``split``, with exactly one consistent assignment, filed under each statement kind it uses."""
     names = ["A", "B", "C"][:size]
     options = []  # per speaker: (kind, text, truth)
     for s in names:
@@ -253,7 +256,8 @@ def _knights_space(split: str, size: int) -> dict[str, dict[str, list[str]]]:
 
 
 def _knights_puzzle(rng: random.Random, split: str, template: str) -> tuple[str, str]:
-    """A unique-solution puzzle using statement kind ``template``; answers drawn uniformly, then the puzzle."""
+    """A unique-solution puzzle using statement kind ``template``; answers drawn uniformly, then the
+    puzzle."""
     by_answer = _knights_space(split, rng.choice((2, 3)))[template]
     answer = rng.choice(sorted(by_answer))
     return rng.choice(by_answer[answer]), answer
@@ -399,7 +403,8 @@ def extract(problem: Problem, answer: object) -> str | None:
 
 
 def check(problem: Problem, answer: object) -> bool:
-    """Exact match after normalisation: arithmetic compares the last number in the text, knights every role."""
+    """Exact match after normalisation: arithmetic compares the last number in the text, knights every
+    role."""
     try:
         got = extract(problem, answer)
         return got is not None and got == problem.answer

@@ -30,13 +30,22 @@ def arguments(
     argv: Sequence[str] | None,
     doc: str | None = None,
     default_out: Path | None = None,
-    held_out: int = 24,
+    held_out: int | None = 24,
+    max_llm_calls: int | None = None,
 ) -> argparse.Namespace:
-    """The options every table takes (seeds, budget, held-out size, server, output, overrides)."""
+    """The options every table takes (seeds, budget, server, output, overrides), and the held-out size
+    where the table scores held-out problems (``held_out`` not None). A table without a budget of its
+    own (``max_llm_calls`` None) runs to the experiment's."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--max-llm-calls", type=int, default=None, help="per run (default: the experiment's)")
-    ap.add_argument("--held-out", type=int, default=held_out, help="held-out problems")
+    ap.add_argument(
+        "--max-llm-calls",
+        type=int,
+        default=max_llm_calls,
+        help=f"per run, every call counted (default: {max_llm_calls or 'the experiment config'})",
+    )
+    if held_out is not None:
+        ap.add_argument("--held-out", type=int, default=held_out, help="held-out problems")
     ap.add_argument(
         "--base-url", default=None, help="an OpenAI-compatible server (default: the embedded one)"
     )

@@ -1,4 +1,4 @@
-"""The tables of the agent and prompt experiments: the best design each run found,
+"""The table of the agent and prompt experiments: the best design each run found,
 against every hand-designed one, on held-out problems.
 
 For each run seed, the experiment runs to the same model-call budget; then the
@@ -14,6 +14,8 @@ to ``<out>/table.json``; the Markdown table is printed.
     python experiments/agent_design/table.py --base-url http://host:8000/v1 --model NAME
 
 Without ``--base-url`` it starts the embedded llama.cpp server (SmolLM2-135M) once.
+``experiments/{agent_design,prompt_evolution,agent_team}/table.py`` call ``main``;
+the scoring itself is ``qd.heldout``'s, the command line and runs ``qd.tables``'.
 """
 
 from __future__ import annotations
@@ -25,12 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from qd import tables
 from qd.heldout import bootstrap, held_out_scores
 from qd.plan import compose
 from qd.store import Store
-from qd.task import Scored, load_module, load_task
-
-table_runs = load_module(Path(__file__).resolve().parent / "table_runs.py", "experiments_table_runs")
+from qd.task import Scored, load_task
 
 
 def best_design(run_dir: Path) -> dict | None:
@@ -77,12 +78,13 @@ def main(
 ) -> dict:
     """Runs the seeds, scores held out, writes ``table.json`` and prints the table.
 
-    ``await baselines(cfg, task, client, held_out) -> (rows, info)``: more designs to score beside the task's own
-    hand-designed ones (rows: ``(name, source, Scored, search accuracy)``; ``info`` goes to the JSON)."""
-    a = table_runs.arguments(experiment, argv, doc or __doc__)
-    with table_runs.model_server(a) as (base_url, model):
-        shared = table_runs.shared_overrides(experiment, a, base_url, model)
-        runs = table_runs.run_seeds(shared, a.seeds, a.out)
+    ``await baselines(cfg, task, client, held_out) -> (rows, info)``: more designs to score beside the
+    task's own hand-designed ones (rows: ``(name, source, Scored, search accuracy)``; ``info`` goes to
+    the JSON)."""
+    a = tables.arguments(experiment, argv, doc or __doc__)
+    with tables.model_server(a) as (base_url, model):
+        shared = tables.shared_overrides(experiment, a, base_url, model)
+        runs = tables.run_seeds(shared, a.seeds, a.out)
         found = []
         for r in runs:
             best = best_design(a.out / f"seed{r['seed']}")
@@ -93,7 +95,7 @@ def main(
         task = load_task(experiment, {**cfg.experiment.params, "held_out_items": a.held_out})
         hand = task.hand_designed()
         texts = [text for _, text in hand] + [best["text"] for _, best in found]
-        client = table_runs.client_for(cfg, a, base_url, model)
+        client = tables.client_for(cfg, a, base_url, model)
         started = time.monotonic()
 
         async def score() -> tuple[list[Scored], tuple[list, Any]]:  # one event loop for the client's calls
