@@ -112,7 +112,7 @@ def _run_of_parts(
     text = task.kind != "vector"
     if text and llm is None:
         raise TypeError("qd.build: a text task needs llm= (a qd.llm.LLMClient, or a ChatClient to wrap)")
-    client = _client(llm) if text else None
+    client = _client(llm, run_dir) if text else None
     ops = _operators(task, operators, client)
     evaluator = evaluator if evaluator is not None else _evaluator(task, parts["settings"])
     _save_geometry(run_dir, task, spec, ops, parts["settings"])
@@ -149,12 +149,18 @@ def _save_geometry(run_dir: Path, task: Any, spec: Any, ops: list[Any], settings
         np.save(run_dir / "centroids.npy", np.asarray(spec.centroids, np.float32))
 
 
-def _client(llm: Any) -> Any:
+def _client(llm: Any, run_dir: Path) -> Any:
     """The run's client: qd's ``LLMClient`` as given, or a caller's ``ChatClient`` wrapped in
-    qd's ledger, budget and cache (so ``max_llm_calls`` binds for it too)."""
-    from qd.llm import LLMClient
+    qd's ledger, budget, retries and response cache (in the run's ``llm_cache/``, as a config's
+    run keeps it), so ``max_llm_calls`` binds for it too and a rerun replays it."""
+    from qd.llm import ChatTransport, LLMClient, LLMSettings, ModelSpec
 
-    return llm if isinstance(llm, LLMClient) else LLMClient.wrapping(llm)
+    if isinstance(llm, LLMClient):
+        return llm
+    settings = LLMSettings(
+        base_url=None, models=(ModelSpec(type(llm).__name__),), cache_dir=str(run_dir / "llm_cache")
+    )
+    return LLMClient(settings, transport=ChatTransport(llm))
 
 
 def _operators(task: Any, operators: list[Any] | None, client: Any) -> list[Any]:

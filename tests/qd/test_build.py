@@ -112,3 +112,39 @@ def test_the_host_and_device_drivers_meet_the_run_protocol():
     assert sorted(members) == ["close", "on_close", "run", "summary"]
     for driver in (Engine, DeviceEngine):
         assert all(callable(getattr(driver, m, None)) for m in members), driver
+
+
+class Answers:
+    """A caller's own ChatClient (no HTTP): a new program for every call."""
+
+    def __init__(self):
+        self.calls = 0
+
+    async def complete(
+        self, messages, *, model, temperature, max_tokens, sample_index, stop=None, role="mutate"
+    ):
+        from qd.contract import Completion
+
+        self.calls += 1
+        body = "\n".join(f"    y = y + {self.calls * k}" for k in range(1, 4))
+        text = f"```python\ndef f(x):\n    y = x\n{body}\n    return y\n```"
+        return Completion(text, model, 10, 20, 0.0, False, "stop", 0.01)
+
+
+def test_a_callers_chat_client_is_wrapped_in_the_ledger_budget_and_cache(tmp_path):
+    chat = Answers()
+    run_dir = tmp_path / "own"
+    run = qd.build(
+        run_dir=run_dir,
+        task=Digits(),
+        spec=archive.GridSpec((6,), (0.0,), (1.0,)),
+        llm=chat,
+        budget=qd.Budget(max_llm_calls=5),
+        settings=Settings(batch_size=1, in_flight=1, initial_population=1, progress=False),
+    )
+    try:
+        summary = run.run()
+    finally:
+        run.close()
+    assert chat.calls == 5 and summary["llm"]["calls"] == 5  # the budget bound the caller's client
+    assert any((run_dir / "llm_cache").rglob("*"))  # and its answers are cached for a replay
