@@ -200,6 +200,7 @@ def enter_namespaces() -> dict[str, bool]:
 
 
 def succeeds(fn, *args) -> bool:
+    """Whether ``fn(*args)`` ran without an OSError: each part of the isolation is optional."""
     try:
         fn(*args)
         return True

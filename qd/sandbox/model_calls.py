@@ -26,6 +26,7 @@ from .protocol import (
     one_line,
     pack,
     read_frame,
+    take_frame,
     write_all,
 )
 
@@ -159,13 +160,10 @@ class CallChannel:
                 return "malformed model call"
             if size > self.cap_mb << 20:
                 return f"model call too large (> {self.cap_mb} MB)"
-            end = HEADER.size + size
-            if len(self.inbox) < end:
+            if (taken := take_frame(self.inbox)) is None:
                 break
-            body = bytes(self.inbox[HEADER.size : end])
-            del self.inbox[:end]
             try:
-                call = json.loads(body)
+                call = json.loads(taken[2])
                 if not (
                     isinstance(call, dict)
                     and call.keys() - {"item"} == {"messages", "sampling"}

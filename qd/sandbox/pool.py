@@ -39,7 +39,6 @@ from qd.sandbox.protocol import (
     CALL,
     CANCEL,
     FINAL,
-    HEADER,
     HELLO,
     INIT,
     RUN,
@@ -47,6 +46,7 @@ from qd.sandbox.protocol import (
     encode,
     one_line,
     pack,
+    take_frame,
 )
 
 _WORKER = Path(__file__).with_name("worker.py")
@@ -281,13 +281,8 @@ class _Worker:
             self.ended = True
             raise _WorkerDied("worker exited")
         self.buf += chunk
-        while len(self.buf) >= HEADER.size:
-            kind, run_id, size = HEADER.unpack_from(self.buf)
-            end = HEADER.size + size
-            if len(self.buf) < end:
-                break
-            body = bytes(self.buf[HEADER.size : end])
-            del self.buf[:end]
+        while (frame := take_frame(self.buf)) is not None:
+            kind, run_id, body = frame
             if kind == CALL:
                 self._call(run_id, body)
                 continue

@@ -39,6 +39,20 @@ def encode(kind: bytes, run_id: int, obj) -> bytes:
     return pack(kind, run_id, json.dumps(obj).encode())
 
 
+def take_frame(buf: bytearray):
+    """The first frame in ``buf`` as (kind, run id, body), removed from it; None while it is
+    incomplete (a non-blocking reader appends what it reads and takes frames out)."""
+    if len(buf) < HEADER.size:
+        return None
+    kind, run_id, size = HEADER.unpack_from(buf)
+    end = HEADER.size + size
+    if len(buf) < end:
+        return None
+    body = bytes(buf[HEADER.size : end])
+    del buf[:end]
+    return kind, run_id, body
+
+
 def read_frame(fd: int):
     """Next frame from the blocking ``fd`` as (kind, run id, body), or None at EOF."""
     head = read_exact(fd, HEADER.size)

@@ -17,7 +17,7 @@ import pytest
 
 from qd.sandbox import Limits, Sandbox
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 LIMITS = Limits(wall_s=1.5, cpu_s=5, memory_mb=512, file_mb=4, nproc=16, output_kb=4, output_cap_mb=1)
 ENTRY = """
 def run(text, **args):
@@ -563,7 +563,10 @@ def test_huge_return_value(sandbox):
 
 
 def test_parallel_runs_share_the_workers(sandbox):
-    code = "import time\ndef main(i):\n    start = time.time()\n    time.sleep(0.3)\n    return [i, start, time.time()]"
+    code = (
+        "import time\ndef main(i):\n    start = time.time()\n    time.sleep(0.3)\n"
+        "    return [i, start, time.time()]"
+    )
 
     async def many():
         return await asyncio.gather(*(sandbox.run(code, {"i": i}) for i in range(8)))
