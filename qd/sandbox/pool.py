@@ -102,6 +102,27 @@ class _RunCalls:
     def __init__(self, handler: Calls, context: contextvars.Context):
         self.handler, self.context, self.tasks = handler, context, set()
 
+    async def answer(self, body: bytes) -> tuple[bytes, dict]:
+        """The answer frame's kind and body for the model call ``body``; a handler that fails, or
+        gives no answer, answers with the error."""
+        n, kind = None, ANSWER
+        try:
+            request = json.loads(body)
+            n = request["n"]
+            got = await self.handler(request)
+            if isinstance(got, dict) and isinstance(got.get("text"), str) and "error" not in got:
+                answer = {"n": n, "text": got["text"]}
+                if isinstance(got.get("top_logprobs"), list):
+                    answer["top_logprobs"] = got["top_logprobs"]
+            elif isinstance(got, dict) and "error" in got:
+                answer = {"n": n, "error": one_line(str(got["error"]))}
+                kind = FINAL if got.get("final") is True else ANSWER
+            else:
+                answer = {"n": n, "error": "llm: the host's handler gave no answer (a bug on the host)"}
+        except Exception as e:
+            answer = {"n": n, "error": one_line(f"llm: the host failed: {type(e).__name__}: {e}")}
+        return kind, answer
+
     def end(self) -> None:
         """The run is over: cancel what is still being answered (its answers would be dropped)."""
         for task in self.tasks:
@@ -303,24 +324,9 @@ class _Worker:
         task.add_done_callback(run.tasks.discard)
 
     async def _answer(self, run_id: int, run: _RunCalls, body: bytes) -> None:
-        """Ask the run's handler, send its answer; a handler that fails answers with the error."""
-        n, kind = None, ANSWER
-        try:
-            request = json.loads(body)
-            n = request["n"]
-            got = await run.handler(request)
-            if isinstance(got, dict) and isinstance(got.get("text"), str) and "error" not in got:
-                answer = {"n": n, "text": got["text"]}
-                if isinstance(got.get("top_logprobs"), list):
-                    answer["top_logprobs"] = got["top_logprobs"]
-            elif isinstance(got, dict) and "error" in got:
-                answer = {"n": n, "error": one_line(str(got["error"]))}
-                kind = FINAL if got.get("final") is True else ANSWER
-            else:
-                answer = {"n": n, "error": "llm: the host's handler gave no answer (a bug on the host)"}
-        except Exception as e:
-            answer = {"n": n, "error": one_line(f"llm: the host failed: {type(e).__name__}: {e}")}
-        if self.calls.get(run_id) is run:  # a late answer (the run has ended) is dropped
+        """Ask the run's handler, send its answer (a late one, for a run that has ended, is dropped)."""
+        kind, answer = await run.answer(body)
+        if self.calls.get(run_id) is run:
             self.write(encode(kind, run_id, answer))
 
     async def _expect(self, key: Any) -> bytes:
