@@ -32,7 +32,7 @@ from typing import Any
 
 from qd.contract import ChatClient, LLMError
 from qd.llm.ledger import counting, current_tally
-from qd.sandbox.worker import ModelCallError, answer_of
+from qd.sandbox.protocol import ModelCallError, answer_of
 
 MAX_CALLS = 4096  # per evaluation: a call's number takes 12 bits of its sample index
 KEY_BITS = 48

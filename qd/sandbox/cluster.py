@@ -254,8 +254,8 @@ class RaySandbox:
                 if node not in self._lost:
                     self._lost.add(node)
                     print(
-                        f"qd: ray: lost node {node} of {len(self._actors)} ({type(e).__name__}); its evaluations "
-                        "are retried once on the others",
+                        f"qd: ray: lost node {node} of {len(self._actors)} ({type(e).__name__}); "
+                        "its evaluations are retried once on the others",
                         file=sys.stderr,
                         flush=True,
                     )

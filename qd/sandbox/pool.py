@@ -27,7 +27,6 @@ import itertools
 import json
 import os
 import select
-import struct
 import subprocess
 import sys
 import time
@@ -35,12 +34,22 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from qd.sandbox.protocol import (
+    ANSWER,
+    CALL,
+    CANCEL,
+    FINAL,
+    HELLO,
+    INIT,
+    RUN,
+    RUN_CALLS,
+    encode,
+    one_line,
+    pack,
+    take_frame,
+)
+
 _WORKER = Path(__file__).with_name("worker.py")
-_HEADER = struct.Struct(">cQI")  # kind, run id, body length; the same in worker.py
-# frames to the worker: the init, a run, a run whose entry gets ``llm``, a cancel, a model call's
-# answer, and a final answer (the worker gives its error to every later call of the run itself)
-_INIT, _RUN, _RUN_CALLS, _CANCEL, _ANSWER, _FINAL = b"I", b"R", b"M", b"C", b"A", b"F"
-_HELLO, _CALL = b"H", b"L"  # frames from it: the hello, replies (b"R") and model calls, by run id
 _UID_BASE, _UID_SPAN = 61000, 4000  # children of root run as uid/gid 61000 + n, one per worker
 _UIDS = itertools.count()
 _READ_BYTES = 1 << 16  # per read of the worker's replies: a larger buffer is a fresh mmap every time
@@ -93,20 +102,32 @@ class _RunCalls:
     def __init__(self, handler: Calls, context: contextvars.Context):
         self.handler, self.context, self.tasks = handler, context, set()
 
+    async def answer(self, body: bytes) -> tuple[bytes, dict]:
+        """The answer frame's kind and body for the model call ``body``; a handler that fails, or
+        gives no answer, answers with the error."""
+        n, kind = None, ANSWER
+        try:
+            request = json.loads(body)
+            n = request["n"]
+            got = await self.handler(request)
+            if isinstance(got, dict) and isinstance(got.get("text"), str) and "error" not in got:
+                answer = {"n": n, "text": got["text"]}
+                if isinstance(got.get("top_logprobs"), list):
+                    answer["top_logprobs"] = got["top_logprobs"]
+            elif isinstance(got, dict) and "error" in got:
+                answer = {"n": n, "error": one_line(str(got["error"]))}
+                kind = FINAL if got.get("final") is True else ANSWER
+            else:
+                answer = {"n": n, "error": "llm: the host's handler gave no answer (a bug on the host)"}
+        except Exception as e:
+            answer = {"n": n, "error": one_line(f"llm: the host failed: {type(e).__name__}: {e}")}
+        return kind, answer
+
     def end(self) -> None:
         """The run is over: cancel what is still being answered (its answers would be dropped)."""
         for task in self.tasks:
             task.cancel()
         self.tasks.clear()
-
-
-def _one_line(text: str, limit: int = 500) -> str:
-    return " ".join(text.split())[:limit]
-
-
-def _frame(kind: bytes, run_id: int, obj: Any) -> bytes:
-    body = json.dumps(obj).encode()
-    return _HEADER.pack(kind, run_id, len(body)) + body
 
 
 def _check_entry(entry: str) -> str:
@@ -155,8 +176,8 @@ class _Worker:
         self.buf, self.hello, self.ended = bytearray(), None, False
         self.out = bytearray()  # written to the worker's stdin when it has room, in order
         self.loop: asyncio.AbstractEventLoop | None = None  # the one whose reader reads rfd
-        self.waiting: dict[Any, asyncio.Future] = {}  # _HELLO or a run id
-        os.write(self.wfd, _frame(_INIT, 0, self.init))
+        self.waiting: dict[Any, asyncio.Future] = {}  # HELLO or a run id
+        os.write(self.wfd, encode(INIT, 0, self.init))
         try:  # room for any usual request, so that sending one never waits
             fcntl.fcntl(self.wfd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
         except OSError:
@@ -281,18 +302,13 @@ class _Worker:
             self.ended = True
             raise _WorkerDied("worker exited")
         self.buf += chunk
-        while len(self.buf) >= _HEADER.size:
-            kind, run_id, size = _HEADER.unpack_from(self.buf)
-            end = _HEADER.size + size
-            if len(self.buf) < end:
-                break
-            body = bytes(self.buf[_HEADER.size : end])
-            del self.buf[:end]
-            if kind == _CALL:
+        while (frame := take_frame(self.buf)) is not None:
+            kind, run_id, body = frame
+            if kind == CALL:
                 self._call(run_id, body)
                 continue
-            if kind == _HELLO:
-                self.hello, run_id = json.loads(body), _HELLO
+            if kind == HELLO:
+                self.hello, run_id = json.loads(body), HELLO
             fut = self.waiting.pop(run_id, None)  # none for a cancelled run
             if fut is not None and not fut.done():
                 fut.set_result(body)
@@ -308,25 +324,10 @@ class _Worker:
         task.add_done_callback(run.tasks.discard)
 
     async def _answer(self, run_id: int, run: _RunCalls, body: bytes) -> None:
-        """Ask the run's handler, send its answer; a handler that fails answers with the error."""
-        n, kind = None, _ANSWER
-        try:
-            request = json.loads(body)
-            n = request["n"]
-            got = await run.handler(request)
-            if isinstance(got, dict) and isinstance(got.get("text"), str) and "error" not in got:
-                answer = {"n": n, "text": got["text"]}
-                if isinstance(got.get("top_logprobs"), list):
-                    answer["top_logprobs"] = got["top_logprobs"]
-            elif isinstance(got, dict) and "error" in got:
-                answer = {"n": n, "error": _one_line(str(got["error"]))}
-                kind = _FINAL if got.get("final") is True else _ANSWER
-            else:
-                answer = {"n": n, "error": "llm: the host's handler gave no answer (a bug on the host)"}
-        except Exception as e:
-            answer = {"n": n, "error": _one_line(f"llm: the host failed: {type(e).__name__}: {e}")}
-        if self.calls.get(run_id) is run:  # a late answer (the run has ended) is dropped
-            self.write(_frame(kind, run_id, answer))
+        """Ask the run's handler, send its answer (a late one, for a run that has ended, is dropped)."""
+        kind, answer = await run.answer(body)
+        if self.calls.get(run_id) is run:
+            self.write(encode(kind, run_id, answer))
 
     async def _expect(self, key: Any) -> bytes:
         """The body of the next frame for ``key``."""
@@ -344,7 +345,7 @@ class _Worker:
 
     def cancel(self, run_id: int) -> None:
         """Ask the worker to kill run ``run_id``; its late reply finds no one waiting."""
-        self.write(_HEADER.pack(_CANCEL, run_id, 0))
+        self.write(pack(CANCEL, run_id, b""))
 
     def check_hello(self) -> dict:
         """The worker's report; ValueError when its entry cannot be used."""
@@ -364,7 +365,7 @@ class _Worker:
         if self.hello is None:
             try:
                 async with asyncio.timeout(_START_TIMEOUT_S):
-                    await self._expect(_HELLO)
+                    await self._expect(HELLO)
             except (_WorkerDied, TimeoutError) as e:
                 self.stop()
                 raise self.no_hello(e) from None
@@ -421,14 +422,14 @@ class Sandbox:
         running when the run ends are cancelled."""
         run_id = next(self._ids)
         if calls is None:
-            request = _frame(_RUN, run_id, {"text": text, "args": args or {}})  # TypeError: the caller's
+            request = encode(RUN, run_id, {"text": text, "args": args or {}})  # TypeError: the caller's
         else:
             if not callable(calls):
                 raise TypeError(f"calls: {calls!r} is not callable (pass an async calls(request) -> dict)")
             if args and "llm" in args:
                 raise ValueError("args: 'llm' is the model callable's name when calls= is given (rename it)")
             run_calls = _RunCalls(calls, contextvars.copy_context())
-            request = _frame(_RUN_CALLS, run_id, {"text": text, "args": args or {}, "llm": True})
+            request = encode(RUN_CALLS, run_id, {"text": text, "args": args or {}, "llm": True})
         worker = await self._acquire()
         if worker is None:
             return _failed("sandbox closed")

@@ -17,7 +17,7 @@ import pytest
 
 from qd.sandbox import Limits, Sandbox
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 LIMITS = Limits(wall_s=1.5, cpu_s=5, memory_mb=512, file_mb=4, nproc=16, output_kb=4, output_cap_mb=1)
 ENTRY = """
 def run(text, **args):

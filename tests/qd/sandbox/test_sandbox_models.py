@@ -549,8 +549,8 @@ def test_calls_from_a_forked_child_stay_within_the_budget(sandbox, scripted_llm)
         ("struct.pack('>cQI', b'L', 0, 6) + b'{bad}!'", "malformed model call"),
         ("struct.pack('>cQI', b'L', 0, 8) + b'[1, 2]  '", "malformed model call"),
         (
-            "(lambda b: struct.pack('>cQI', b'L', 0, len(b)) + b)(b'{\"messages\": ' + b'[' * 900"
-            " + b']' * 900 + b', \"sampling\": {}}')",
+            "(lambda b: struct.pack('>cQI', b'L', 0, len(b)) + b)"
+            "(b'{\"messages\": ' + b'[' * 900 + b']' * 900 + b', \"sampling\": {}}')",
             "malformed model call",
         ),
         ("struct.pack('>cQI', b'L', 0, 1 << 30)", "model call too large (> 4 MB)"),

@@ -1,0 +1,112 @@
+"""The sandbox's frame protocol, defined once for the host (``pool``) and the worker.
+
+The host and a worker talk in frames over the worker's stdin/stdout: a header (kind,
+run id, body length) and a JSON body. A run's child talks to its worker the same way
+over its model-call pipes. This module is the only place the header and the kinds are
+written, and the only place an answer frame is turned into what ``llm(...)`` gives its
+caller (``answer_of``, ``ModelCallError``), whether the caller is an entry in the
+sandbox or trusted host code (``qd.llm.gateway``).
+
+Standard library only, and no import of its siblings: the worker loads it under
+``python -I`` without ``qd`` (see ``worker.py``), and the host imports it as
+``qd.sandbox.protocol``.
+"""
+
+import json
+import os
+import struct
+
+HEADER = struct.Struct(">cQI")  # kind, run id, body length
+CHUNK = 1 << 16  # bytes per read of a pipe
+
+# Frames from the host: the init (the first frame), a run, a run whose entry gets ``llm``,
+# a cancel, the answer to a model call ({"n", "text"} or {"n", "error"}), and a final answer
+# ({"n", "error"}: the same error for every later call of the run, answered by the worker).
+INIT, RUN, RUN_CALLS, CANCEL, ANSWER, FINAL = b"I", b"R", b"M", b"C", b"A", b"F"
+# Frames to the host: the hello, a run's reply, a model call ({"n", "messages", "sampling"}).
+# A child writes CALL frames ({"messages", "sampling"}, run id 0) on its call pipe; its worker
+# writes the host's ANSWER frames, as they came, on its answer pipe.
+HELLO, REPLY, CALL = b"H", b"R", b"L"
+
+
+def pack(kind: bytes, run_id: int, body: bytes) -> bytes:
+    """One frame: ``body`` (JSON already encoded) behind its header."""
+    return HEADER.pack(kind, run_id, len(body)) + body
+
+
+def encode(kind: bytes, run_id: int, obj) -> bytes:
+    """One frame: ``obj`` as JSON behind its header."""
+    return pack(kind, run_id, json.dumps(obj).encode())
+
+
+def take_frame(buf: bytearray):
+    """The first frame in ``buf`` as (kind, run id, body), removed from it; None while it is
+    incomplete (a non-blocking reader appends what it reads and takes frames out)."""
+    if len(buf) < HEADER.size:
+        return None
+    kind, run_id, size = HEADER.unpack_from(buf)
+    end = HEADER.size + size
+    if len(buf) < end:
+        return None
+    body = bytes(buf[HEADER.size : end])
+    del buf[:end]
+    return kind, run_id, body
+
+
+def read_frame(fd: int):
+    """Next frame from the blocking ``fd`` as (kind, run id, body), or None at EOF."""
+    head = read_exact(fd, HEADER.size)
+    if head is None:
+        return None
+    kind, run_id, size = HEADER.unpack(head)
+    body = read_exact(fd, size)
+    return None if body is None else (kind, run_id, body)
+
+
+def read_exact(fd: int, n: int):
+    """``n`` bytes from ``fd``, or None at EOF before them."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to the blocking ``fd``."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_frame(fd: int, kind: bytes, run_id: int, obj) -> None:
+    write_all(fd, encode(kind, run_id, obj))
+
+
+def one_line(text: str, limit: int = 500) -> str:
+    """``text`` on one line, at most ``limit`` characters: errors cross the pipes as one line."""
+    return " ".join(text.split())[:limit]
+
+
+def exception_line(exc: BaseException) -> str:
+    """``Type: message`` of ``exc`` on one line (just the type when its message will not print)."""
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:
+        text = type(exc).__name__
+    return one_line(text)
+
+
+class ModelCallError(RuntimeError):
+    """A model call that did not succeed: refused by the evaluation's budget, invalid, failed
+    on the host, or cut off because the evaluation is ending. The message is one line."""
+
+
+def answer_of(answer: dict):
+    """What ``llm(...)`` returns for a successful answer frame: the text, or with ``top_logprobs=``
+    the dict ``{"text", "top_logprobs"}`` (per generated token, {token: logprob})."""
+    if "top_logprobs" in answer:
+        return {"text": answer["text"], "top_logprobs": answer["top_logprobs"]}
+    return answer["text"]
