@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import math
 import signal
 import time
 from collections.abc import Callable
@@ -90,8 +89,6 @@ class Engine:
         budget: Budget = Budget(),
         checkpoint_every: int = 10,
         seed: int = 0,
-        learning_rate: float = 1.0,
-        threshold_min: float = -math.inf,
         qd_offset: float = 0.0,
         progress: bool = True,
         llm: Any = None,
@@ -114,7 +111,7 @@ class Engine:
         )
         self.islands, self.batch_size, self.in_flight = islands, batch_size, in_flight
         self.group = max(1, commit_group or in_flight // 2)
-        self.checkpoint_every, self.seed, self.learning_rate = checkpoint_every, seed, learning_rate
+        self.checkpoint_every, self.seed = checkpoint_every, seed
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ckpt_dir, self._closers, self._progress_enabled = self.run_dir / "checkpoints", [], progress
@@ -125,22 +122,19 @@ class Engine:
         self.tiebreak = strategy.tiebreak(llm) if strategy.tiebreak is not None else None
         if callable(getattr(describer, "attach", None)):
             describer.attach(self.store, llm)
-        text, cells = task.kind != "vector", not isinstance(spec, archive.NoveltySpec)
+        text, cells = task.kind != "vector", archive.has_cells(spec)
         self.placement = Placement(
             spec,
             describer,
             strategy.cycle,
             task.kind,
             islands,
-            learning_rate,
             seed,
             valid=self.store.count(valid=True, kind=task.kind),
         )
         bandits = strategy.scheduler or (make_bandit("fixed", len(arms), weights=weights),)
-        self.search = SearchStep(strategy, arms, bandits, islands, learning_rate, qd_offset, self.meta)
-        self.state = self._load(
-            run_state.init(self.placement.spec, islands, bandits, len(arms), seed, threshold_min)
-        )
+        self.search = SearchStep(strategy, arms, bandits, islands, qd_offset, self.meta)
+        self.state = self._load(run_state.init(self.placement.spec, islands, bandits, len(arms), seed))
         spent = Ledger.from_rows(self.store.llm_calls())  # committed LLM calls: what budgets count
         if llm is not None:
             llm.ledger.merge(spent)
@@ -198,9 +192,7 @@ class Engine:
         offers = self.store.placements(c.last_id, self.placement.spec.descriptor_dim)
         if len(offers["id"]) or len(offers["reset"]):
             # Islands reset after the checkpoint restart empty; then one batched insert.
-            a, isl, _ = island_ops.replay(
-                self.placement.spec, self.state.archive, self.state.islands, offers, self.learning_rate
-            )
+            a, isl, _ = island_ops.replay(self.placement.spec, self.state.archive, self.state.islands, offers)
             self.state = self.state._replace(archive=a, islands=isl).count(
                 last_id=self.store.last_id(),
                 batches=c.batches + 1,
@@ -320,7 +312,6 @@ class Engine:
             offers.fitness,
             ids,
             offers.valid,
-            self.learning_rate,
         )
         self.elites.enter(offers.island, result, candidates)
         self.proposer.committed(candidates)

@@ -59,15 +59,15 @@ class Placement:
         cycle: Any,
         kind: str,
         islands: int,
-        learning_rate: float,
         seed: int,
         valid: int = 0,
     ):
         self.describer, self.cycle, self.kind = describer, cycle, kind
-        self.islands, self.learning_rate, self.seed, self.valid = islands, learning_rate, seed, valid
+        self.islands, self.seed, self.valid = islands, seed, valid
         self.fitted = describer is not None and is_fitted_kind(describer)
         self.calls_per_child = getattr(describer, "calls_per_item", 0)
-        self.spec = cycle.spec(0) if cycle is not None else spec
+        self.run_spec = spec  # its CMA-MAE settings hold for every phase's grid and fitted cells
+        self.spec = archive.with_thresholds(cycle.spec(0), spec) if cycle is not None else spec
         self.built_phase = 0  # the CycleQD phase the archive's grid and fitness belong to
         self.fits = 0  # describer fits: a child described under an older fit is described again
 
@@ -79,7 +79,7 @@ class Placement:
             self._use_describer_cells()
         if self.cycle is not None:
             self.built_phase = self.phase(state)
-            self.spec = self.cycle.spec(self.built_phase)
+            self.spec = archive.with_thresholds(self.cycle.spec(self.built_phase), self.run_spec)
 
     def phase(self, state: RunState) -> int:
         return self.cycle.phase(state.counters.insertions)
@@ -148,7 +148,7 @@ class Placement:
         fitness, descriptor, valid, _ = self.cycle.score(
             phase, [c.metrics for c in stored], [c.valid for c in stored]
         )
-        self.spec, self.built_phase = self.cycle.spec(phase), phase
+        self.spec, self.built_phase = archive.with_thresholds(self.cycle.spec(phase), self.run_spec), phase
         state, placed = self.rebuild(store, state, [c.id for c in stored], fitness, descriptor, valid)
         return state, {
             "event": "rotate",
@@ -183,8 +183,6 @@ class Placement:
             score,
             offers["id"],
             ok,
-            float(state.archive.threshold_min),
-            self.learning_rate,
         )
         shape = (self.islands, self.spec.num_cells)
         state = state._replace(
@@ -199,7 +197,7 @@ class Placement:
         cell_spec = getattr(self.describer, "cell_spec", None)
         spec = cell_spec() if callable(cell_spec) else None
         if spec is not None:
-            self.spec = spec
+            self.spec = archive.with_thresholds(spec, self.run_spec)
 
 
 def _migrant_cells(state: archive.ArchiveState, offers: dict[str, np.ndarray]) -> np.ndarray:

@@ -87,8 +87,8 @@ class Geometry:
             upper=tuple(map(float, g.upper)),
             axes=axis_names(p),
             own_cells=bool(g.own_cells),
-            learning_rate=float(a.learning_rate),
-            threshold_min=float(a.threshold_min),
+            learning_rate=float(spec.learning_rate),
+            threshold_min=float(spec.threshold_min),
             novelty=novelty,
             genome=p.genome.name if p.genome is not None else None,
             loop=p.loop,
@@ -248,17 +248,16 @@ class RunDir:
             from qd import archive
 
             g = self.geometry
+            cma_mae = {"learning_rate": g.learning_rate, "threshold_min": g.threshold_min}
             if g.kind == "grid":
-                self._spec = archive.GridSpec(g.bins, g.lower, g.upper)
+                self._spec = archive.GridSpec(g.bins, g.lower, g.upper, **cma_mae)
             elif g.kind == "novelty":
                 n = g.novelty
                 self._spec = archive.NoveltySpec(
-                    g.cells, g.dim, n["k"], n["threshold"], n["local_competition"]
+                    g.cells, g.dim, n["k"], n["threshold"], n["local_competition"], **cma_mae
                 )
             elif (c := self.centroids()) is not None:
-                from qd.archive.cvt import CVTSpec
-
-                self._spec = CVTSpec(c)
+                self._spec = archive.CVTSpec(c, **cma_mae)
         return self._spec
 
     def version(self) -> tuple:
@@ -295,11 +294,11 @@ class RunDir:
         last_id = checkpoint_id
         if spec is not None and counters.get("loop") != "device":  # the device loop stores at its checkpoints
             if state is None:
-                state = archive.init(spec, g.islands, g.dim, g.threshold_min)
+                state = archive.init(spec, g.islands)
             offers = self.store.placements(checkpoint_id, g.dim)
             if len(offers["id"]) or len(offers["reset"]):
                 istate = island_ops.init(g.islands, g.cells)
-                state, _, _ = island_ops.replay(spec, state, istate, offers, g.learning_rate)
+                state, _, _ = island_ops.replay(spec, state, istate, offers)
                 last_id = self.store.last_id()
         if state is None:  # nothing placed yet
             return Snapshot(
