@@ -172,7 +172,7 @@ def test_report_running_sums_equal_a_full_recomputation(seed, threshold_min):
     from qd.report import Report
 
     rng = np.random.default_rng(seed)
-    spec = archive.GridSpec((5, 5), (0.0, 0.0), (1.0, 1.0), threshold_min=threshold_min)
+    spec = archive.GridSpec((5, 5), (0.0, 0.0), (1.0, 1.0), learning_rate=0.5, threshold_min=threshold_min)
     state = archive.init(spec, 3)
     running, full = Report(3, 0.5, True, cells=True), Report(3, 0.5, True)
     running.refresh(state)
@@ -188,7 +188,6 @@ def test_report_running_sums_equal_a_full_recomputation(seed, threshold_min):
             fitness,
             np.arange(n) + 100 * step,
             rng.random(n) > 0.2,
-            0.5,
         )
         running.inserted(state, island, fitness, result)
         full.inserted(state, island, fitness, result)  # not a cell report: reads the archive
