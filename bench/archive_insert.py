@@ -479,16 +479,16 @@ def qd_small_batch_breakdown(quick: bool) -> dict[str, float]:
         return out
 
     def core_np(k):
-        holder["state"], r = core(spec, holder["state"], isl, *data[k], ok, 1.0)
+        holder["state"], r = core(spec, holder["state"], isl, *data[k], ok)
         jax.block_until_ready((holder["state"], r))
 
     def core_dev(k):
-        holder["state"], r = core(spec, holder["state"], isl_d, *dev[k], ok_d, 1.0)
+        holder["state"], r = core(spec, holder["state"], isl_d, *dev[k], ok_d)
         jax.block_until_ready((holder["state"], r))
 
     timed("jitted core, numpy inputs (no padding, no result slicing)", core_np)
     timed("jitted core, device-resident inputs", core_dev)
-    _, result = core(spec, jax.tree.map(jnp.copy, holder["state"]), isl_d, *dev[0], ok_d, 1.0)
+    _, result = core(spec, jax.tree.map(jnp.copy, holder["state"]), isl_d, *dev[0], ok_d)
     jax.block_until_ready(result)
     timed(
         f"slicing the {len(result)} device result arrays `x[:n]` "
@@ -516,7 +516,6 @@ def qd_compiled_insert(name: str, bins=(1000, 1000), batch=1024) -> str:
             np.zeros(batch, np.float32),
             np.zeros(batch, np.int32),
             np.ones(batch, bool),
-            1.0,
         )
         .compile()
         .as_text()

@@ -97,7 +97,7 @@ def bench_insert(bins: tuple[int, int], batch: int, calls: int, repeats: int) ->
     def qd_calls():
         state = box["state"]
         for c in range(calls):
-            state, _ = archive.insert_device(spec, state, island, desc[c], fit[c], ids[c], valid, 1.0)
+            state, _ = archive.insert_device(spec, state, island, desc[c], fit[c], ids[c], valid)
         box["state"] = jax.block_until_ready(state)
 
     first, median = timed(qd_calls, repeats)

@@ -135,7 +135,7 @@ def build_run(path: Path, side: int, islands: int, candidates: int, seed: int = 
                 },
             )
         offers = store.placements(-1, 2)
-        state = archive.init(spec, islands, 2, float("-inf"))
+        state = archive.init(spec, islands)
         state, _, _ = island_ops.replay(spec, state, island_ops.init(islands, side * side), offers)
         checkpoint.save(
             path / "checkpoints",

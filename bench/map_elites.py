@@ -426,8 +426,8 @@ def micro_measurements(batch: int) -> list[tuple[str, float]]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     spec = qa.GridSpec(BINS, (RANGE[0],) * 2, (RANGE[1],) * 2)
-    state = qa.init(spec, 1, 2, -np.inf)
-    state, _ = qa.insert(spec, state, 0, d, f, np.arange(batch), None, 1.0)
+    state = qa.init(spec, 1, 2)
+    state, _ = qa.insert(spec, state, 0, d, f, np.arange(batch), None)
     s = qa.stats(state, 0.0)
     fields = qa.ArchiveStats._fields
     per_element = ms(lambda: [{k: float(getattr(s, k)[i]) for k in fields} for i in range(2)])

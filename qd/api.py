@@ -36,8 +36,8 @@ from typing import Any, Callable
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from qd.budget import Budget
 from qd.assembly import Run, Settings
+from qd.budget import Budget
 from qd.contract import Candidate
 from qd.paths import conf_dir
 from qd.plan import compose, plan
@@ -135,17 +135,14 @@ def _run_of_parts(
 
 def _save_geometry(run_dir: Path, task: Any, spec: Any, ops: list[Any], settings: Settings) -> None:
     """What the run's readers (``qd.elites``, ``qd show``, ``qd explore``) need beside the store."""
-    from qd import archive
     from qd.rundir import Geometry
 
     text = task.kind != "vector"
     kinds = [op[0].genome.name for op in ops if isinstance(op, tuple) and hasattr(op[0], "genome")]
     genome = (kinds[0] if kinds else "text") if text else None
     run_dir.mkdir(parents=True, exist_ok=True)
-    Geometry.of_spec(spec, settings.islands, genome, settings.learning_rate, settings.threshold_min).save(
-        run_dir
-    )
-    if not isinstance(spec, (archive.GridSpec, archive.NoveltySpec)):
+    Geometry.of_spec(spec, settings.islands, genome).save(run_dir)
+    if spec.kind == "cvt":
         np.save(run_dir / "centroids.npy", np.asarray(spec.centroids, np.float32))
 
 

@@ -83,8 +83,6 @@ class Settings:
     initial_population: int = 8
     qd_offset: float = 0.0
     progress: bool = True
-    learning_rate: float = 1.0
-    threshold_min: float = -np.inf
 
     @property
     def group(self) -> int:
@@ -166,10 +164,10 @@ def assemble(
     tiebreak = strategy.tiebreak(llm) if strategy.tiebreak is not None else None
     if callable(getattr(describer, "attach", None)):
         describer.attach(store, llm)
-    placement = Placement(spec, describer, strategy.cycle, task.kind, s.islands, s.learning_rate, s.seed)
+    placement = Placement(spec, describer, strategy.cycle, task.kind, s.islands, s.seed)
     bandits = strategy.scheduler or (make_bandit("fixed", len(arms), weights=weights),)
-    search = SearchStep(strategy, arms, bandits, s.islands, s.learning_rate, s.qd_offset, meta)
-    fresh = run_state.init(placement.spec(), s.islands, bandits, len(arms), s.seed, s.threshold_min)
+    search = SearchStep(strategy, arms, bandits, s.islands, s.qd_offset, meta)
+    fresh = run_state.init(placement.spec(), s.islands, bandits, len(arms), s.seed)
     state = _resumed(run_dir / "checkpoints", fresh, placement, meta, s.islands)
     state = state.count(valid=store.count(valid=True, kind=task.kind))
     spent = Ledger.from_rows(store.llm_calls())  # committed LLM calls: what budgets count
@@ -198,8 +196,8 @@ def assemble(
         if text
         else VectorProposer(task, arms, evaluator)
     )
-    state = replay(store, placement.spec(state), state, s.learning_rate)
-    cells = not isinstance(spec, archive.NoveltySpec)
+    state = replay(store, placement.spec(state), state)
+    cells = archive.has_cells(spec)
     report = Report(s.islands, s.qd_offset, s.islands > 1 and cells, llm, describer, cells=cells)
     elites = EliteTable.from_store(state.archive, store, None if text else task.genome_dim)
     report.refresh(state.archive)
@@ -244,7 +242,7 @@ def _resumed(
     return loaded
 
 
-def replay(store: Store, spec: Any, state: run_state.RunState, learning_rate: float) -> run_state.RunState:
+def replay(store: Store, spec: Any, state: run_state.RunState) -> run_state.RunState:
     """``state`` with every store row (and migration) newer than its checkpoint inserted.
 
     Islands reset after the checkpoint restart empty; then one batched insert, so after
@@ -254,7 +252,7 @@ def replay(store: Store, spec: Any, state: run_state.RunState, learning_rate: fl
     offers = store.placements(c.last_id, spec.descriptor_dim)
     if not (len(offers["id"]) or len(offers["reset"])):
         return state
-    a, isl, _ = island_ops.replay(spec, state.archive, state.islands, offers, learning_rate)
+    a, isl, _ = island_ops.replay(spec, state.archive, state.islands, offers)
     return state._replace(archive=a, islands=isl).count(
         last_id=store.last_id(), batches=c.batches + 1, insertions=c.insertions + len(offers["id"])
     )

@@ -76,7 +76,7 @@ def pages(run: RunDir, names: tuple[str, ...] = (), page: int = PAGE) -> Iterato
     no finite fitness, or a novelty archive, whose cells are not fixed) and ``entered``
     (it beat its cell's elite, or found the cell empty, when it was stored, judged against
     the candidates before it on its island; a CMA-MAE threshold below the elite
-    (``archive.learning_rate`` < 1) is not modelled, and migrations and resets are not
+    (a CMA-MAE learning rate below 1) is not modelled, and migrations and resets are not
     replayed); and the store's columns ``names`` as lists. ``run.on_read`` is told the progress.
     """
     extra = tuple(n for n in names if n not in _SCAN)

@@ -35,8 +35,8 @@ import numpy as np
 
 from qd import archive
 from qd import state as run_state
-from qd.budget import Budget, Spending
 from qd.assembly import Parts
+from qd.budget import Budget, Spending
 from qd.elite_table import ArchiveView, EliteTable
 from qd.llm import Ledger
 from qd.progress import RunProgress
@@ -184,7 +184,6 @@ class Engine:
             offers.fitness,
             ids,
             offers.valid,
-            self.settings.learning_rate,
         )
         self.elites.enter(offers.island, result, candidates)
         self.proposer.committed(candidates)

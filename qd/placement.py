@@ -63,14 +63,13 @@ class Placement:
         cycle: Any,
         kind: str,
         islands: int,
-        learning_rate: float,
         seed: int,
     ):
         self.describer, self.cycle, self.kind = describer, cycle, kind
-        self.islands, self.learning_rate, self.seed = islands, learning_rate, seed
+        self.islands, self.seed = islands, seed
         self.fitted = describer is not None and is_fitted_kind(describer)
         self.calls_per_child = getattr(describer, "calls_per_item", 0)
-        self._base = cycle.spec(0) if cycle is not None else spec
+        self._base = spec  # its CMA-MAE settings hold for every phase's grid and fitted cells
         self._memo: tuple[tuple[int, int], Any] | None = None  # (phase, fits) -> tessellation
 
     def spec(self, state: RunState | None = None) -> Any:
@@ -83,10 +82,10 @@ class Placement:
 
     def _derive(self, phase: int, fits: int) -> Any:
         if self.cycle is not None:
-            return self.cycle.spec(phase)
+            return archive.with_thresholds(self.cycle.spec(phase), self._base)
         cell_spec = getattr(self.describer, "cell_spec", None)
         own = cell_spec() if self.fitted and fits and callable(cell_spec) else None
-        return self._base if own is None else own
+        return self._base if own is None else archive.with_thresholds(own, self._base)
 
     def resume(self, state: RunState) -> RunState:
         """A loaded checkpoint's state, with the describer's fit taken back and the CycleQD
@@ -197,8 +196,6 @@ class Placement:
             score,
             offers["id"],
             ok,
-            float(state.archive.threshold_min),
-            self.learning_rate,
         )
         shape = (self.islands, spec.num_cells)
         state = state._replace(

@@ -38,21 +38,22 @@ def build_spec(p: Plan, run_dir: Path):
     placeholder centroids: nothing is placed before its first fit.
     """
     a, g = p.cfg.archive, p.geometry
+    cma_mae = {"learning_rate": a.learning_rate, "threshold_min": a.threshold_min}
     if a.kind == "grid":
-        return archive.GridSpec(tuple(g.bins), tuple(g.lower), tuple(g.upper))
+        return archive.GridSpec(tuple(g.bins), tuple(g.lower), tuple(g.upper), **cma_mae)
     if a.kind == "novelty":
-        return archive.NoveltySpec(a.capacity, g.dim, a.k, a.novelty_threshold, a.local_competition)
-    from qd.archive.cvt import CVTSpec, cvt_centroids
-
+        return archive.NoveltySpec(
+            a.capacity, g.dim, a.k, a.novelty_threshold, a.local_competition, **cma_mae
+        )
     if g.own_cells:
-        return CVTSpec(np.zeros((a.cells, g.dim), np.float32))
+        return archive.CVTSpec(np.zeros((a.cells, g.dim), np.float32), **cma_mae)
     path = run_dir / "centroids.npy"
     if path.exists():
         centroids = np.load(path)
     else:
-        centroids = cvt_centroids(a.cells, list(g.lower), list(g.upper), a.cvt_samples, a.cvt_seed)
+        centroids = archive.cvt_centroids(a.cells, list(g.lower), list(g.upper), a.cvt_samples, a.cvt_seed)
         np.save(path, centroids)
-    return CVTSpec(centroids)
+    return archive.CVTSpec(centroids, **cma_mae)
 
 
 def build_operators(p: Plan, client: Any = None) -> list[tuple[Any, float]]:
@@ -162,8 +163,6 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
             initial_population=r.initial_population,
             qd_offset=cfg.archive.qd_offset,
             progress=r.progress,
-            learning_rate=cfg.archive.learning_rate,
-            threshold_min=cfg.archive.threshold_min,
         )
         parts = assemble(
             task=p.task,

@@ -65,46 +65,29 @@ class Geometry:
     loop: str = "host"
 
     @classmethod
-    def of_spec(
-        cls,
-        spec: Any,
-        islands: int,
-        genome: str | None,
-        learning_rate: float = 1.0,
-        threshold_min: float = float("-inf"),
-    ) -> Geometry:
+    def of_spec(cls, spec: Any, islands: int, genome: str | None) -> Geometry:
         """The geometry of a run built from Python objects: all of it is in the spec (a CVT's
-        centroids are saved beside it by :func:`save_spec`)."""
-        from qd import archive
-
-        dim, cells = int(spec.descriptor_dim), int(spec.num_cells)
-        if isinstance(spec, archive.GridSpec):
-            kind, bins, lower, upper = "grid", tuple(map(int, spec.bins)), spec.lower, spec.upper
-        elif isinstance(spec, archive.NoveltySpec):
-            kind, bins, lower, upper = "novelty", (), (0.0,) * dim, (1.0,) * dim
-        else:
+        centroids are saved beside it, as ``centroids.npy``)."""
+        dim, kind = int(spec.descriptor_dim), spec.kind
+        bins, lower, upper, novelty = (), (0.0,) * dim, (1.0,) * dim, None
+        if kind == "grid":
+            bins, lower, upper = tuple(map(int, spec.bins)), spec.lower, spec.upper
+        elif kind == "cvt":
             c = np.asarray(spec.centroids)
-            kind, bins, lower, upper = "cvt", (), tuple(c.min(0)), tuple(c.max(0))
-        novelty = (
-            {
-                "k": int(spec.k),
-                "threshold": float(spec.threshold),
-                "local_competition": bool(spec.local_competition),
-            }
-            if kind == "novelty"
-            else None
-        )
+            lower, upper = tuple(c.min(0)), tuple(c.max(0))
+        else:
+            novelty = {"k": spec.k, "threshold": spec.threshold, "local_competition": spec.local_competition}
         return cls(
             kind=kind,
             islands=int(islands),
-            cells=cells,
+            cells=int(spec.num_cells),
             dim=dim,
             bins=bins,
             lower=tuple(map(float, lower)),
             upper=tuple(map(float, upper)),
             axes=tuple(f"d{i}" for i in range(dim)),
-            learning_rate=float(learning_rate),
-            threshold_min=float(threshold_min),
+            learning_rate=float(spec.learning_rate),
+            threshold_min=float(spec.threshold_min),
             novelty=novelty,
             genome=genome,
         )
@@ -132,8 +115,8 @@ class Geometry:
             upper=tuple(map(float, g.upper)),
             axes=axis_names(p),
             own_cells=bool(g.own_cells),
-            learning_rate=float(a.learning_rate),
-            threshold_min=float(a.threshold_min),
+            learning_rate=float(spec.learning_rate),
+            threshold_min=float(spec.threshold_min),
             novelty=novelty,
             genome=p.genome.name if p.genome is not None else None,
             loop=p.loop,
@@ -294,17 +277,16 @@ class RunDir:
             from qd import archive
 
             g = self.geometry
+            cma_mae = {"learning_rate": g.learning_rate, "threshold_min": g.threshold_min}
             if g.kind == "grid":
-                self._spec = archive.GridSpec(g.bins, g.lower, g.upper)
+                self._spec = archive.GridSpec(g.bins, g.lower, g.upper, **cma_mae)
             elif g.kind == "novelty":
                 n = g.novelty
                 self._spec = archive.NoveltySpec(
-                    g.cells, g.dim, n["k"], n["threshold"], n["local_competition"]
+                    g.cells, g.dim, n["k"], n["threshold"], n["local_competition"], **cma_mae
                 )
             elif (c := self.centroids()) is not None:
-                from qd.archive.cvt import CVTSpec
-
-                self._spec = CVTSpec(c)
+                self._spec = archive.CVTSpec(c, **cma_mae)
         return self._spec
 
     def version(self) -> tuple:
@@ -341,11 +323,11 @@ class RunDir:
         last_id = checkpoint_id
         if spec is not None and counters.get("loop") != "device":  # the device loop stores at its checkpoints
             if state is None:
-                state = archive.init(spec, g.islands, g.dim, g.threshold_min)
+                state = archive.init(spec, g.islands)
             offers = self.store.placements(checkpoint_id, g.dim)
             if len(offers["id"]) or len(offers["reset"]):
                 istate = island_ops.init(g.islands, g.cells)
-                state, _, _ = island_ops.replay(spec, state, istate, offers, g.learning_rate)
+                state, _, _ = island_ops.replay(spec, state, istate, offers)
                 last_id = self.store.last_id()
         if state is None:  # nothing placed yet
             return Snapshot(

@@ -70,13 +70,12 @@ class RunState(NamedTuple):
         return self._replace(key=key), sub
 
 
-def init(
-    spec: Any, num_islands: int, bandits: tuple[Any, ...], num_arms: int, seed: int, threshold_min: float
-) -> RunState:
-    """A new run's state: empty archive, fresh bookkeeping, the key of ``seed``."""
+def init(spec: Any, num_islands: int, bandits: tuple[Any, ...], num_arms: int, seed: int) -> RunState:
+    """A new run's state: empty archive (at the spec's ``threshold_min``), fresh bookkeeping,
+    the key of ``seed``."""
     shape = (num_islands, spec.num_cells)
     return RunState(
-        archive=archive.init(spec, num_islands, spec.descriptor_dim, threshold_min),
+        archive=archive.init(spec, num_islands),
         islands=island_ops.init(*shape),
         curiosity=select.curiosity_init(*shape),
         bandits=tuple(b.init(num_arms) for b in bandits),

@@ -25,9 +25,11 @@ from qd.archive.cells import (
     insert_device,
     padded_size,
 )
-from qd.archive.cvt import CVTSpec, cvt_centroids
+from qd.archive.centroid_index import CentroidIndex
+from qd.archive.centroids import cvt_centroids
+from qd.archive.cvt import CVTSpec
 from qd.archive.grid import GridSpec
-from qd.archive.kinds import insert, rebuild
+from qd.archive.kinds import KINDS, ArchiveKind, has_cells, insert, kind_of, rebuild
 from qd.archive.migration import TOPOLOGIES, Migrants, migrate, select_migrants
 from qd.archive.novelty import (
     NoveltySpec,
@@ -42,17 +44,20 @@ from qd.archive.novelty import (
     novelty_rebuild,
 )
 from qd.archive.select import Elites, elites, sample
-from qd.archive.state import ArchiveState, init, reset
+from qd.archive.state import ArchiveState, init, reset, with_thresholds
 from qd.archive.stats import ArchiveStats, stats, union_stats
 
 __all__ = [
+    "ArchiveKind",
     "ArchiveState",
     "ArchiveStats",
     "CVTSpec",
+    "CentroidIndex",
     "Elites",
     "GridSpec",
     "IMPROVED",
     "InsertResult",
+    "KINDS",
     "Migrants",
     "NEW_CELL",
     "NOT_ADDED",
@@ -62,10 +67,12 @@ __all__ = [
     "archive_novelty",
     "cvt_centroids",
     "elites",
+    "has_cells",
     "init",
     "insert",
     "insert_batch",
     "insert_device",
+    "kind_of",
     "knn",
     "migrate",
     "novelty",
@@ -81,4 +88,5 @@ __all__ = [
     "select_migrants",
     "stats",
     "union_stats",
+    "with_thresholds",
 ]

@@ -78,7 +78,6 @@ def insert(
     fitness: jax.Array,
     genome_id: jax.Array,
     valid: jax.Array | None = None,
-    learning_rate: float = 1.0,
 ) -> tuple[ArchiveState, InsertResult]:
     """Inserts a batch of B candidates; ``state`` is donated (do not reuse it).
 
@@ -90,14 +89,15 @@ def insert(
         fitness: f32[B].
         genome_id: i32[B], the candidates' store ids.
         valid: bool[B]; False for failed evaluations. Defaults to all True.
-        learning_rate: CMA-MAE threshold learning rate; used only when the
-            archive's ``threshold_min`` is finite (pyribs's rule).
+    The spec's ``learning_rate`` is used only when the archive's ``threshold_min`` is
+    finite (pyribs's CMA-MAE rule).
+
     Returns:
         The new state (on device) and an InsertResult of host (numpy) arrays of
         length B. Inside other jitted code use :func:`insert_batch` instead.
     """
     batch = padded_batch(state, island, descriptor, fitness, genome_id, valid)
-    new_state, packed = _insert_packed(spec, state, *batch, float(learning_rate))
+    new_state, packed = _insert_packed(spec, state, *batch)
     return new_state, unpack_result(packed, np.asarray(fitness).size)
 
 
@@ -159,7 +159,6 @@ def insert_batch(
     fitness: jax.Array,
     genome_id: jax.Array,
     valid: jax.Array,
-    learning_rate: float = 1.0,
 ) -> tuple[ArchiveState, InsertResult]:
     """The traceable insert (no padding, no donation): use inside other jitted code."""
     num_islands, num_cells = state.fitness.shape
@@ -226,7 +225,7 @@ def insert_batch(
             first + size + 2,
             fitness,
             old_threshold,
-            learning_rate,
+            spec.learning_rate,
         ),
         lambda: best_threshold,
     )
@@ -285,11 +284,11 @@ def _insert_and_pack(*args) -> tuple[ArchiveState, jax.Array]:
     return state, jnp.stack([r.status, improvement, r.cell, r.displaced_id, r.is_elite.astype(jnp.int32)])
 
 
-insert_device = jax.jit(insert_batch, static_argnums=(7,), donate_argnums=(1,))
+insert_device = jax.jit(insert_batch, donate_argnums=(1,))
 insert_device.__doc__ = """Jitted :func:`insert_batch` with ``state`` donated, for batches already on
 the device (e.g. GPU): no padding, no host transfer; results stay on device.
-Args as :func:`insert_batch` (``learning_rate`` positional, static)."""
-_insert_packed = jax.jit(_insert_and_pack, static_argnums=(7,), donate_argnums=(1,))
+Args as :func:`insert_batch`."""
+_insert_packed = jax.jit(_insert_and_pack, donate_argnums=(1,))
 
 
 def rebuild(
@@ -300,17 +299,14 @@ def rebuild(
     fitness: jax.Array,
     genome_id: jax.Array,
     valid: jax.Array | None = None,
-    threshold_min: float = -np.inf,
-    learning_rate: float = 1.0,
 ) -> ArchiveState:
     """A fresh archive holding the elites of all given candidates, in one insert.
 
     Used when descriptors change (a refit projection) and to check a resumed run
     against its store. With ``threshold_min = -inf`` the result does not depend on
-    how the candidates were batched originally; with soft thresholds it equals a
-    single-batch history.
+    how the candidates were batched originally; with soft thresholds (the spec's
+    ``threshold_min`` finite) it equals a single-batch history.
 
     Args: as :func:`insert`, arrays of length N.
     """
-    state = init(spec, islands, spec.descriptor_dim, threshold_min)
-    return insert(spec, state, island, descriptor, fitness, genome_id, valid, learning_rate)[0]
+    return insert(spec, init(spec, islands), island, descriptor, fitness, genome_id, valid)[0]

@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from qd.archive.state import check_thresholds
 from qd.contract import ConfigError
 
 
@@ -27,17 +29,26 @@ class GridSpec:
         upper: (D,) upper bound per dimension.
         epsilon: added before flooring, as pyribs does, so a descriptor exactly on a
             boundary lands in the upper cell despite float rounding.
+        learning_rate, threshold_min: the CMA-MAE settings every spec carries
+            (:func:`qd.archive.state.check_thresholds`); defaults: plain MAP-Elites.
 
     Bad arguments raise ConfigError naming the argument (``bins``, ``upper``); the
     config layer puts it under the config section they came from.
     """
 
+    kind: ClassVar[str] = "grid"  # the run directory's name for it (``archive.json``)
+
     bins: tuple[int, ...]
     lower: tuple[float, ...]
     upper: tuple[float, ...]
     epsilon: float = 1e-6
+    learning_rate: float = 1.0
+    threshold_min: float = -math.inf
 
     def __post_init__(self) -> None:
+        thresholds = check_thresholds(self.learning_rate, self.threshold_min)
+        object.__setattr__(self, "learning_rate", thresholds[0])
+        object.__setattr__(self, "threshold_min", thresholds[1])
         object.__setattr__(self, "bins", tuple(int(b) for b in self.bins))
         object.__setattr__(self, "lower", tuple(float(x) for x in self.lower))
         object.__setattr__(self, "upper", tuple(float(x) for x in self.upper))
@@ -49,10 +60,11 @@ class GridSpec:
             )
         if any(b < 1 for b in self.bins):
             raise ConfigError("bins", f"every entry must be >= 1, got {list(self.bins)}")
-        if any(u <= l for l, u in zip(self.lower, self.upper)):
+        if any(hi <= lo for lo, hi in zip(self.lower, self.upper)):
             raise ConfigError(
                 "upper",
-                f"must exceed lower in every dimension, got lower={list(self.lower)} upper={list(self.upper)}",
+                f"must exceed lower in every dimension, "
+                f"got lower={list(self.lower)} upper={list(self.upper)}",
             )
 
     @classmethod

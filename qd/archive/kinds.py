@@ -1,72 +1,121 @@
-"""Insert and rebuild for any archive kind: cells (grid, CVT) or novelty.
+"""Insert and rebuild for any archive kind, through one table chosen per spec.
 
-The engine calls these and never asks which kind of archive it has; jitted code
-(island migration and resets) uses the traceable :func:`insert_batch`.
+A kind is an :class:`ArchiveKind`, a NamedTuple of pure functions (as optax's
+``GradientTransformation`` is a pair of them); :data:`KINDS` maps each spec type to
+its kind, and :func:`kind_of` is the one lookup. The engine, islands and resume call
+:func:`insert`, :func:`insert_batch` and :func:`rebuild` here and never ask which kind
+of archive they have; a new kind is one entry in :data:`KINDS`.
 """
 
 from __future__ import annotations
 
-import jax
-import numpy as np
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
+import jax
+
+from qd.archive import cells, novelty
 from qd.archive.cells import InsertResult
-from qd.archive.cells import insert as cell_insert
-from qd.archive.cells import insert_batch as cell_insert_batch
-from qd.archive.cells import rebuild as cell_rebuild
-from qd.archive.novelty import NoveltySpec, novelty_insert, novelty_insert_batch, novelty_rebuild
+from qd.archive.cvt import CVTSpec
+from qd.archive.grid import GridSpec
+from qd.archive.novelty import NoveltySpec
 from qd.archive.state import ArchiveState
+
+Insert = Callable[..., tuple[ArchiveState, InsertResult]]
+
+
+class ArchiveKind(NamedTuple):
+    """The functions of one kind of archive; each takes the spec first.
+
+    Attributes:
+        insert: ``(spec, state, island, descriptor, fitness, genome_id, valid)`` ->
+            ``(state, InsertResult)`` on the host: pads the batch, donates ``state``,
+            returns host arrays (see :func:`qd.archive.cells.insert`).
+        insert_batch: the same, traceable, for use inside other jitted code (no
+            padding, no donation, ``valid`` required).
+        rebuild: ``(spec, islands, island, descriptor, fitness, genome_id, valid)`` ->
+            a fresh state holding all given candidates.
+        has_cells: a cell index names the same niche on every island (grid, CVT), so
+            islands can be merged cell by cell (:func:`qd.archive.union_stats`) and a
+            cell can be drawn; False for slots of an unstructured archive (novelty).
+    """
+
+    insert: Insert
+    insert_batch: Insert
+    rebuild: Callable[..., ArchiveState]
+    has_cells: bool
+
+
+CELLS = ArchiveKind(cells.insert, cells.insert_batch, cells.rebuild, has_cells=True)
+
+
+def _novelty_insert(*args: Any) -> tuple[ArchiveState, InsertResult]:
+    """:func:`qd.archive.novelty.novelty_insert` without its novelty scores."""
+    return novelty.novelty_insert(*args)[:2]
+
+
+def _novelty_insert_batch(*args: Any) -> tuple[ArchiveState, InsertResult]:
+    """:func:`qd.archive.novelty.novelty_insert_batch` without its novelty scores."""
+    return novelty.novelty_insert_batch(*args)[:2]
+
+
+NOVELTY = ArchiveKind(_novelty_insert, _novelty_insert_batch, novelty.novelty_rebuild, has_cells=False)
+
+# The kind of each spec type; a spec's kind is found by its type (or a base class's).
+KINDS: dict[type, ArchiveKind] = {GridSpec: CELLS, CVTSpec: CELLS, NoveltySpec: NOVELTY}
+
+
+def kind_of(spec: Any) -> ArchiveKind:
+    """The :class:`ArchiveKind` of ``spec``: its type's entry in :data:`KINDS`."""
+    for cls in type(spec).__mro__:
+        if cls in KINDS:
+            return KINDS[cls]
+    raise TypeError(f"{type(spec).__name__} is not an archive spec: no entry in qd.archive.kinds.KINDS")
+
+
+def has_cells(spec: Any) -> bool:
+    """Whether ``spec``'s cells are niches shared by all islands (see :class:`ArchiveKind`)."""
+    return kind_of(spec).has_cells
 
 
 def insert(
-    spec,
+    spec: Any,
     state: ArchiveState,
     island: jax.Array | int,
     descriptor: jax.Array,
     fitness: jax.Array,
     genome_id: jax.Array,
     valid: jax.Array | None = None,
-    learning_rate: float = 1.0,
 ) -> tuple[ArchiveState, InsertResult]:
-    """Inserts a batch: a NoveltySpec goes to :func:`qd.archive.novelty.novelty_insert`
-    (``learning_rate`` unused), a cell spec (GridSpec, CVTSpec) to
-    :func:`qd.archive.cells.insert`; args and results as there."""
-    if isinstance(spec, NoveltySpec):
-        return novelty_insert(spec, state, island, descriptor, fitness, genome_id, valid)[:2]
-    return cell_insert(spec, state, island, descriptor, fitness, genome_id, valid, learning_rate)
+    """Inserts a batch into an archive of any kind; ``state`` is donated. Args and
+    results as :func:`qd.archive.cells.insert`; CMA-MAE settings come from the spec."""
+    return kind_of(spec).insert(spec, state, island, descriptor, fitness, genome_id, valid)
 
 
 def insert_batch(
-    spec,
+    spec: Any,
     state: ArchiveState,
     island: jax.Array,
     descriptor: jax.Array,
     fitness: jax.Array,
     genome_id: jax.Array,
     valid: jax.Array,
-    learning_rate: float = 1.0,
 ) -> tuple[ArchiveState, InsertResult]:
     """The traceable :func:`insert` (no padding, no donation), for use inside other
-    jitted code: dispatches on the spec's type at trace time."""
-    if isinstance(spec, NoveltySpec):
-        return novelty_insert_batch(spec, state, island, descriptor, fitness, genome_id, valid)[:2]
-    return cell_insert_batch(spec, state, island, descriptor, fitness, genome_id, valid, learning_rate)
+    jitted code: the kind is chosen at trace time."""
+    return kind_of(spec).insert_batch(spec, state, island, descriptor, fitness, genome_id, valid)
 
 
 def rebuild(
-    spec,
+    spec: Any,
     islands: int,
     island: jax.Array,
     descriptor: jax.Array,
     fitness: jax.Array,
     genome_id: jax.Array,
     valid: jax.Array | None = None,
-    threshold_min: float = -np.inf,
-    learning_rate: float = 1.0,
 ) -> ArchiveState:
     """A fresh archive holding all given candidates (see :func:`qd.archive.cells.rebuild`
-    and :func:`qd.archive.novelty.novelty_rebuild`)."""
-    if isinstance(spec, NoveltySpec):
-        return novelty_rebuild(spec, islands, island, descriptor, fitness, genome_id, valid, threshold_min)
-    return cell_rebuild(
-        spec, islands, island, descriptor, fitness, genome_id, valid, threshold_min, learning_rate
-    )
+    and :func:`qd.archive.novelty.novelty_rebuild`), its empty cells at the spec's
+    ``threshold_min``."""
+    return kind_of(spec).rebuild(spec, islands, island, descriptor, fitness, genome_id, valid)

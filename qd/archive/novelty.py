@@ -3,7 +3,8 @@
 * :func:`novelty` and :func:`novelty_add` score descriptors against a standalone
   ring buffer (:class:`NoveltyState`).
 * :class:`NoveltySpec` makes the island archive (:class:`ArchiveState`, C = capacity
-  slots) a novelty archive: :func:`insert` and :func:`rebuild` dispatch on it, so a
+  slots) a novelty archive: its entry in :data:`qd.archive.kinds.KINDS` routes
+  :func:`~qd.archive.kinds.insert` and :func:`~qd.archive.kinds.rebuild` here, so a
   run is pure novelty search or novelty search with local competition
   (pyribs's ``ProximityArchive``, with the deviations listed on :class:`NoveltySpec`).
 
@@ -21,7 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import NamedTuple
+import math
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +31,7 @@ import numpy as np
 from jax import lax
 
 from qd.archive.cells import InsertResult, padded_batch, unpack_result
-from qd.archive.state import ArchiveState, init
+from qd.archive.state import ArchiveState, check_thresholds, init
 
 # Block sizes of the k-NN search, measured on XLA:CPU (1,024 queries x 100k x 384-D,
 # medians of 3): 4.4 s, as with chunks of 4,096; chunks of 16,384 5.2 s; chunking over
@@ -264,8 +266,8 @@ class NoveltySpec:
       novelty where pyribs reports the threshold. No threshold decay.
     * Invalid candidates (``valid=False``, NaN/inf fitness or descriptor, negative
       id, island out of range) are masked out instead of raising.
-    * CMA-MAE thresholds do not apply: ``learning_rate`` and ``threshold_min`` are
-      ignored and a slot's threshold is its fitness.
+    * CMA-MAE thresholds do not apply: ``learning_rate`` is ignored, ``threshold_min``
+      only fills the thresholds of empty slots, and a slot's threshold is its fitness.
 
     Attributes:
         capacity: slots per island (the archive's C, ``num_cells``).
@@ -273,13 +275,19 @@ class NoveltySpec:
         k: neighbours in the novelty score.
         threshold: novelty needed to be added.
         local_competition: let non-novel candidates replace a worse nearest neighbour.
+        learning_rate, threshold_min: the CMA-MAE settings every spec carries
+            (:func:`qd.archive.state.check_thresholds`), unused here (see above).
     """
+
+    kind: ClassVar[str] = "novelty"  # the run directory's name for it (``archive.json``)
 
     capacity: int
     descriptor_dim: int
     k: int = 15
     threshold: float = 0.0
     local_competition: bool = False
+    learning_rate: float = 1.0
+    threshold_min: float = -math.inf
 
     def __post_init__(self) -> None:
         for name in ("capacity", "descriptor_dim", "k"):
@@ -288,6 +296,9 @@ class NoveltySpec:
                 raise ValueError(f"NoveltySpec.{name} must be >= 1, got {getattr(self, name)}")
         object.__setattr__(self, "threshold", float(self.threshold))
         object.__setattr__(self, "local_competition", bool(self.local_competition))
+        thresholds = check_thresholds(self.learning_rate, self.threshold_min)
+        object.__setattr__(self, "learning_rate", thresholds[0])
+        object.__setattr__(self, "threshold_min", thresholds[1])
 
     @property
     def num_cells(self) -> int:
@@ -473,7 +484,6 @@ def novelty_rebuild(
     fitness: jax.Array,
     genome_id: jax.Array,
     valid: jax.Array | None = None,
-    threshold_min: float = -np.inf,
     batch_size: int = 1024,
 ) -> ArchiveState:
     """A fresh novelty archive from all given candidates, replayed in batches of
@@ -487,7 +497,7 @@ def novelty_rebuild(
     descriptor = np.asarray(descriptor, np.float32).reshape(n, spec.descriptor_dim)[order]
     fitness = np.asarray(fitness, np.float32).reshape(-1)[order]
     valid = np.ones(n, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[order]
-    state = init(spec, islands, spec.descriptor_dim, threshold_min)
+    state = init(spec, islands)
     for s in range(0, n, batch_size):
         part = slice(s, s + batch_size)
         state = novelty_insert(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import NamedTuple, Protocol
 
 import jax
@@ -12,11 +14,42 @@ from qd.contract import ConfigError
 EMPTY_ID = -1
 
 
+def check_thresholds(learning_rate: float, threshold_min: float) -> tuple[float, float]:
+    """A spec's CMA-MAE settings as floats, validated once when the spec is made.
+
+    Every spec carries them (so inserts, rebuilds, migration and resume read one value,
+    the spec's): ``learning_rate`` in [0, 1] (1: MAP-Elites) and ``threshold_min``, the
+    threshold of an empty cell (-inf: hard thresholds, the learning rate unused).
+    """
+    learning_rate, threshold_min = float(learning_rate), float(threshold_min)
+    if not 0.0 <= learning_rate <= 1.0:
+        raise ConfigError("learning_rate", f"must be in [0, 1], got {learning_rate}")
+    if math.isnan(threshold_min) or threshold_min == math.inf:
+        raise ConfigError("threshold_min", f"must be a number below +inf, got {threshold_min}")
+    return learning_rate, threshold_min
+
+
+def with_thresholds(spec: CellSpec, source: CellSpec) -> CellSpec:
+    """``spec`` with ``source``'s CMA-MAE settings: for cells a run adopts mid-run (a
+    CycleQD phase's grid, a describer's fitted CVT), which keep the run's settings."""
+    return dataclasses.replace(spec, learning_rate=source.learning_rate, threshold_min=source.threshold_min)
+
+
 class CellSpec(Protocol):
-    """What the archive needs from a tessellation (GridSpec, CVTSpec)."""
+    """What the archive needs from a spec (GridSpec, CVTSpec, NoveltySpec)."""
 
     @property
     def num_cells(self) -> int: ...
+
+    @property
+    def learning_rate(self) -> float:
+        """CMA-MAE threshold learning rate (1: MAP-Elites); see :func:`check_thresholds`."""
+        ...
+
+    @property
+    def threshold_min(self) -> float:
+        """Threshold of an empty cell (-inf: hard thresholds)."""
+        ...
 
     @property
     def descriptor_dim(self) -> int: ...
@@ -35,8 +68,9 @@ class ArchiveState(NamedTuple):
         genome_id: i32[I, C]; the elite's store id, -1 where empty.
         threshold: f32[I, C]; acceptance threshold (CMA-MAE). With the default
             ``threshold_min = -inf`` it equals ``fitness``.
-        threshold_min: f32[]; threshold of an empty cell. When finite, thresholds
-            follow pyribs's CMA-MAE batch rule with the insert's learning rate.
+        threshold_min: f32[]; threshold of an empty cell, the spec's ``threshold_min``
+            (kept in the state so jitted resets and checkpoints carry it). When finite,
+            thresholds follow pyribs's CMA-MAE batch rule with the spec's learning rate.
     """
 
     fitness: jax.Array
@@ -54,13 +88,9 @@ class ArchiveState(NamedTuple):
         return self.fitness.shape[1]
 
 
-def init(
-    spec: CellSpec,
-    islands: int = 1,
-    descriptor_dim: int | None = None,
-    threshold_min: float = -jnp.inf,
-) -> ArchiveState:
-    """An empty archive for ``islands`` islands over the cells of ``spec``."""
+def init(spec: CellSpec, islands: int = 1, descriptor_dim: int | None = None) -> ArchiveState:
+    """An empty archive for ``islands`` islands over the cells of ``spec``, its empty
+    cells at the spec's ``threshold_min``."""
     dim = spec.descriptor_dim if descriptor_dim is None else descriptor_dim
     if dim != spec.descriptor_dim:
         raise ConfigError(
@@ -71,6 +101,7 @@ def init(
     if islands < 1:
         raise ValueError(f"islands must be >= 1, got {islands}")
     shape = (islands, spec.num_cells)
+    threshold_min = spec.threshold_min
     return ArchiveState(
         fitness=jnp.full(shape, -jnp.inf, jnp.float32),
         descriptor=jnp.zeros((*shape, dim), jnp.float32),

@@ -356,8 +356,6 @@ def build(
         per_island,
         p.task.genome_dim,
         initial,
-        cfg.archive.learning_rate,
-        cfg.archive.threshold_min,
         Migration(migrate, cfg.islands.topology, cfg.islands.migrants) if migrate and islands > 1 else None,
     )
     return DeviceEngine(

@@ -177,14 +177,13 @@ def device_loop(
     per_island: int,
     genome_dim: int,
     initial: np.ndarray,
-    learning_rate: float = 1.0,
-    threshold_min: float = -np.inf,
     migration: Migration | None = None,
 ) -> DeviceLoop:
     """The ``init`` and jitted ``run`` of a device run (see :class:`DeviceLoop`).
 
     ``initial``: f32[N, G] the task's starting genomes; every island evaluates
     them (the first ``per_island`` of them) as its first generation.
+    The archive's CMA-MAE settings are the spec's.
     """
     num_parents = max(op.num_parents for op in operators)
     batch = islands * per_island
@@ -194,9 +193,7 @@ def device_loop(
 
     def place(state: DeviceState, island, genome, fitness, descriptor, valid, ids, parents, migrants=False):
         """Inserts the candidates; winners' genomes and parents go to their cells."""
-        archive, result = insert_batch(
-            spec, state.archive, island, descriptor, fitness, ids, valid, learning_rate
-        )
+        archive, result = insert_batch(spec, state.archive, island, descriptor, fitness, ids, valid)
         cells = state.archive.num_cells
         target = jnp.where(result.is_elite, island * cells + result.cell, islands * cells)
         genomes = state.genomes.reshape(islands * cells, genome_dim).at[target].set(genome, mode="drop")
@@ -309,8 +306,8 @@ def device_loop(
                 fitness=np.full(shape, -np.inf, np.float32),
                 descriptor=np.zeros((*shape, dim), np.float32),
                 genome_id=np.full(shape, EMPTY_ID, np.int32),
-                threshold=np.full(shape, threshold_min, np.float32),
-                threshold_min=np.float32(threshold_min),
+                threshold=np.full(shape, spec.threshold_min, np.float32),
+                threshold_min=np.float32(spec.threshold_min),
             ),
             genomes=np.zeros((*shape, genome_dim), np.float32),
             parents=np.full((*shape, num_parents), -1, np.int32),

@@ -116,7 +116,7 @@ def record(
     return IslandState(migrant, best, stale, istate.since_migration + offers)
 
 
-@functools.partial(jax.jit, static_argnames=("topology", "k", "every", "learning_rate"), donate_argnums=(1,))
+@functools.partial(jax.jit, static_argnames=("topology", "k", "every"), donate_argnums=(1,))
 def migrate(
     spec,
     state: ArchiveState,
@@ -125,7 +125,6 @@ def migrate(
     topology: str,
     k: int,
     every: int,
-    learning_rate: float = 1.0,
 ) -> tuple[ArchiveState, IslandState, Migrants, InsertResult]:
     """Islands offered ``every`` candidates since they last sent send copies of their
     top-``k`` non-migrant elites to their targets (``qd.archive.TOPOLOGIES``).
@@ -143,9 +142,7 @@ def migrate(
     sending = (istate.since_migration >= every) & (state.num_islands >= 2)
     eligible = (state.genome_id >= 0) & ~istate.migrant
     m = select_migrants(state, key, topology, k, eligible, sending)
-    state, result = kinds.insert_batch(
-        spec, state, m.island, m.descriptor, m.fitness, m.genome_id, m.valid, learning_rate
-    )
+    state, result = kinds.insert_batch(spec, state, m.island, m.descriptor, m.fitness, m.genome_id, m.valid)
     return (
         state,
         IslandState(
@@ -159,14 +156,13 @@ def migrate(
     )
 
 
-@functools.partial(jax.jit, static_argnames=("learning_rate",), donate_argnums=(1,))
+@functools.partial(jax.jit, donate_argnums=(1,))
 def reset_stagnant(
     spec,
     state: ArchiveState,
     istate: IslandState,
     key: jax.Array,
     patience: int | jax.Array,
-    learning_rate: float = 1.0,
 ) -> tuple[ArchiveState, IslandState, jax.Array, Migrants, InsertResult]:
     """Empties the weakest floor(I/2) islands once ``stale >= patience`` (I >= 2).
 
@@ -211,7 +207,6 @@ def reset_stagnant(
             m.fitness,
             m.genome_id,
             m.valid,
-            learning_rate,
         )
 
     def unchanged(state: ArchiveState) -> tuple[ArchiveState, InsertResult]:
@@ -240,7 +235,6 @@ def replay(
     state: ArchiveState,
     istate: IslandState,
     offers: dict[str, np.ndarray],
-    learning_rate: float = 1.0,
 ) -> tuple[ArchiveState, IslandState, InsertResult]:
     """Applies ``Store.placements(after_id)`` to the archive checkpointed at ``after_id``:
     first empties the islands reset in that range, then inserts the remaining offers
@@ -264,7 +258,6 @@ def replay(
         offers["fitness"],
         offers["id"],
         offers["valid"],
-        learning_rate,
     )
     istate = record(
         istate, state, offers["island"], result, np.ones(len(offers["id"]), bool), offers["migrated"]

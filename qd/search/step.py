@@ -68,12 +68,11 @@ class SearchStep:
         arms: list[Any],
         bandits: tuple[Any, ...],
         islands: int,
-        learning_rate: float,
         qd_offset: float,
         meta: Any = None,
     ):
         self.strategy, self.arms, self.bandits, self.islands = strategy, arms, bandits, islands
-        self.learning_rate, self.qd_offset, self.meta = learning_rate, qd_offset, meta
+        self.qd_offset, self.meta = qd_offset, meta
 
     def _bandit_of(self, island: int) -> int:
         return island if len(self.bandits) > 1 else 0
@@ -174,14 +173,13 @@ class SearchStep:
                 policy.topology,
                 policy.migrants,
                 policy.migrate_every,
-                self.learning_rate,
             )
             state = self._moved(state._replace(archive=a, islands=isl), m, result)
             moves.append(Move(m, result))
         if policy.reset_patience and int(state.islands.stale) >= policy.reset_patience:
             state, key = state.split()
             a, isl, reset, m, result = island_ops.reset_stagnant(
-                spec, state.archive, state.islands, key, policy.reset_patience, self.learning_rate
+                spec, state.archive, state.islands, key, policy.reset_patience
             )
             state = state._replace(archive=a, islands=isl)
             reset = np.asarray(reset)

@@ -35,11 +35,11 @@ SMALL = [
 ]
 
 
-def small_loop(islands=1, keep_ops=None, initial=None):
+def small_loop(islands=1, keep_ops=None, initial=None, spec=None):
     from operators import make_numeric_operator
 
     task = load_task("sphere", {"dim": 10})
-    spec = archive.GridSpec((20, 20), (-26.0, -26.0), (26.0, 26.0))
+    spec = spec or archive.GridSpec((20, 20), (-26.0, -26.0), (26.0, 26.0))
     ops = keep_ops or [make_numeric_operator("gaussian", sigma=0.5)]
     loop = device_loop(
         spec,
@@ -107,16 +107,26 @@ def test_the_archive_is_the_map_elites_archive_of_every_candidate(predraw, monke
         np.testing.assert_array_equal(np.asarray(state.genomes)[i, c], by_id[int(ids[i, c])])
 
 
+def _assert_same_archive(got: archive.ArchiveState, want: archive.ArchiveState) -> None:
+    for field in archive.ArchiveState._fields:
+        np.testing.assert_array_equal(np.asarray(getattr(got, field)), np.asarray(getattr(want, field)))
+
+
+def test_a_new_run_takes_its_empty_thresholds_from_the_spec():
+    soft = archive.GridSpec((20, 20), (-26.0, -26.0), (26.0, 26.0), learning_rate=0.5, threshold_min=-3.0)
+    _, loop = small_loop(islands=2, spec=soft)
+    state = loop.init(0)
+    np.testing.assert_array_equal(np.asarray(state.archive.threshold), -3.0)
+    assert float(state.archive.threshold_min) == -3.0
+    _assert_same_archive(state.archive, archive.init(soft, 2))
+
+
 @pytest.mark.parametrize("seed", [0, 7, 2**31 - 1])
 def test_a_new_run_starts_from_the_key_of_its_seed_and_an_empty_archive(seed):
     spec, loop = small_loop(islands=2)
     state = loop.init(seed)
     assert np.array_equal(jax.random.key_data(state.key), jax.random.key_data(jax.random.key(seed)))
-    empty = archive.init(spec, 2)
-    for field in archive.ArchiveState._fields:
-        np.testing.assert_array_equal(
-            np.asarray(getattr(state.archive, field)), np.asarray(getattr(empty, field))
-        )
+    _assert_same_archive(state.archive, archive.init(spec, 2))
 
 
 def test_a_mix_of_operators_uses_each_by_weight_and_records_parents():

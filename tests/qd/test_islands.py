@@ -7,6 +7,8 @@ the jitted functions compile only a few times.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -303,6 +305,34 @@ def test_migration_and_reset_work_on_a_novelty_archive():
     # Bests 4, 2, 3, 4: islands 1 and 2 go; both survivors' best elite is id 3.
     np.testing.assert_array_equal(reset, [False, True, True, False])
     assert _holdings(state) == [{0, 3}, {3}, {3}, {3, 2}]
+
+
+def test_migration_and_replay_insert_with_the_spec_cma_mae_settings():
+    """Migrants and replayed offers go in under the spec's learning rate and threshold_min
+    (soft thresholds), as live inserts do: no setting travels beside the spec."""
+    spec = dataclasses.replace(SPEC, learning_rate=0.5, threshold_min=0.0)
+    state, _ = qa.insert(spec, qa.init(spec, ISLANDS), 0, CENTRES[[3]], [4.0], [7])
+    istate = islands.init(ISLANDS, CELLS)._replace(since_migration=jnp.asarray([1, 0, 0, 0], jnp.int32))
+    state, istate, m, result = islands.migrate(spec, state, istate, KEY, "ring", 1, 1)
+    assert np.asarray(result.is_elite).sum() == 1
+    # (1 - 0.5) * 0 + 0.5 * 4 on both islands; a hard threshold would be 4.
+    np.testing.assert_array_equal(np.asarray(state.threshold)[:2, 3], [2.0, 2.0])
+    offers = {
+        "island": np.zeros(2, np.int32),
+        "descriptor": CENTRES[[3, 3]],
+        "fitness": np.asarray([4.0, 6.0], np.float32),
+        "id": np.asarray([1, 2]),
+        "valid": np.ones(2, bool),
+        "migrated": np.zeros(2, bool),
+        "reset": np.zeros(0, np.int64),
+    }
+    replayed, _, _ = islands.replay(spec, qa.init(spec, ISLANDS), islands.init(ISLANDS, CELLS), offers)
+    # Two accepted in one batch: (1 - 0.5)^2 * 0 + (1 - 0.25) * mean(4, 6).
+    assert float(np.asarray(replayed.threshold)[0, 3]) == 3.75
+    rebuilt = qa.rebuild(
+        spec, ISLANDS, offers["island"], offers["descriptor"], offers["fitness"], offers["id"]
+    )
+    _assert_trees_equal(rebuilt, replayed)
 
 
 # ------------------------------------------------------------------------- record

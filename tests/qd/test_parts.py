@@ -59,7 +59,7 @@ def test_spending_exhausted_by_time_tokens_or_cost():
 
 def test_run_state_saves_and_loads_as_the_checkpoint(tmp_path):
     bandits = (scheduler.make_bandit("ucb1", 3),)
-    fresh = run_state.init(SPEC, 2, bandits, 3, seed=7, threshold_min=-math.inf)
+    fresh = run_state.init(SPEC, 2, bandits, 3, seed=7)
     a, _ = archive.insert(
         SPEC,
         fresh.archive,
@@ -88,7 +88,7 @@ def test_run_state_saves_and_loads_as_the_checkpoint(tmp_path):
 def test_run_state_loads_old_counters_and_fills_missing_parts_from_fresh(tmp_path):
     from qd import checkpoint
 
-    fresh = run_state.init(SPEC, 1, (scheduler.make_bandit("fixed", 2),), 2, seed=0, threshold_min=-math.inf)
+    fresh = run_state.init(SPEC, 1, (scheduler.make_bandit("fixed", 2),), 2, seed=0)
     checkpoint.save(tmp_path, fresh.archive, fresh.key, {"batches": 3, "last_id": 9, "elapsed": 1.5})
     back = run_state.load(tmp_path, fresh)
     assert back.counters == run_state.Counters(batches=3, last_id=9, elapsed=1.5)
@@ -131,8 +131,8 @@ def test_a_proposal_reads_the_archive_when_it_starts_not_when_it_runs():
     elites.table[0, int(result.cell[0])] = [3.0, 4.0]
     view = ArchiveView(state, select.curiosity_init(1, SPEC.num_cells), elites, Selection())
     arms, bandits = [Arm(Copy())], (scheduler.make_bandit("fixed", 1),)
-    run = run_state.init(SPEC, 1, bandits, 1, 0, -math.inf)
-    ticket = Wave(run, 2, view, SearchStep(Strategy(), arms, bandits, 1, 1.0, 0.0), 4).ticket(0, 0, 4, False)
+    run = run_state.init(SPEC, 1, bandits, 1, 0)
+    ticket = Wave(run, 2, view, SearchStep(Strategy(), arms, bandits, 1, 0.0), 4).ticket(0, 0, 4, False)
     work = VectorProposer(None, arms, evaluate).start(ticket, view)
     archive.insert(
         SPEC,
@@ -172,8 +172,8 @@ def test_report_running_sums_equal_a_full_recomputation(seed, threshold_min):
     from qd.report import Report
 
     rng = np.random.default_rng(seed)
-    spec = archive.GridSpec((5, 5), (0.0, 0.0), (1.0, 1.0))
-    state = archive.init(spec, 3, threshold_min=threshold_min)
+    spec = archive.GridSpec((5, 5), (0.0, 0.0), (1.0, 1.0), learning_rate=0.5, threshold_min=threshold_min)
+    state = archive.init(spec, 3)
     running, full = Report(3, 0.5, True, cells=True), Report(3, 0.5, True)
     running.refresh(state)
     for step in range(6):
@@ -188,7 +188,6 @@ def test_report_running_sums_equal_a_full_recomputation(seed, threshold_min):
             fitness,
             np.arange(n) + 100 * step,
             rng.random(n) > 0.2,
-            0.5,
         )
         running.inserted(state, island, fitness, result)
         full.inserted(state, island, fitness, result)  # not a cell report: reads the archive

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 
 import numpy as np
+
 from qd import archive
 from qd import state as run_state
 from qd.contract import Candidate, Described
@@ -51,7 +52,7 @@ class History:
 
 
 def fresh(spec=GRID) -> run_state.RunState:
-    return run_state.init(spec, 1, (make_bandit("fixed", 1, weights=np.ones(1)),), 1, 0, -np.inf)
+    return run_state.init(spec, 1, (make_bandit("fixed", 1, weights=np.ones(1)),), 1, 0)
 
 
 @dataclasses.dataclass
@@ -102,7 +103,7 @@ class Fitted:
 
 
 def test_offers_count_the_valid_candidates_into_a_new_state():
-    placement = Placement(GRID, None, None, "text", 1, 1.0, 0)
+    placement = Placement(GRID, None, None, "text", 1, 0)
     state = fresh()
     batch = [candidate(0, 1.0, 0.1), dataclasses.replace(candidate(1, 2.0, 0.6), valid=False)]
     after, offers = placement.offers(batch, state)
@@ -118,12 +119,12 @@ def numbers(placement: Placement) -> dict:
 def test_placement_holds_no_counter():
     """Placing, rotating and refitting move only the state's counters, never the placement's."""
     describer = Fitted()
-    placement = Placement(GRID, describer, None, "text", 1, 1.0, 0)
+    placement = Placement(GRID, describer, None, "text", 1, 0)
     history = History([candidate(i, 0.3 * i, 0.0) for i in range(4)])
     before = numbers(placement)
     state, _ = placement.offers(history.candidates, fresh())
     state, _ = asyncio.run(placement.refit(history, state))
-    cyclic = Placement(GRID, None, Halves(), "text", 1, 1.0, 0)
+    cyclic = Placement(GRID, None, Halves(), "text", 1, 0)
     cycled = numbers(cyclic)
     cyclic.rotate(History([candidate(0, 0.0, 0.0, {"a": 0.5, "b": 0.5})]), fresh().count(insertions=4))
     assert numbers(placement) == before and numbers(cyclic) == cycled
@@ -131,7 +132,7 @@ def test_placement_holds_no_counter():
 
 
 def test_a_phase_change_is_due_from_the_state_and_rotating_rebuilds_on_the_new_grid():
-    placement = Placement(GRID, None, Halves(), "text", 1, 1.0, 0)
+    placement = Placement(GRID, None, Halves(), "text", 1, 0)
     history = History([candidate(i, 0.0, 0.0, {"a": i / 10, "b": 1 - i / 10}) for i in range(5)])
     state = fresh(placement.spec()).count(insertions=5)
     assert placement.rotation_due(state) and placement.spec(state).num_cells == 2
@@ -146,7 +147,7 @@ def test_a_phase_change_is_due_from_the_state_and_rotating_rebuilds_on_the_new_g
 
 def test_a_refit_is_due_from_the_counted_valid_candidates_and_refitting_replaces_every_one():
     describer = Fitted()
-    placement = Placement(GRID, describer, None, "text", 1, 1.0, 0)
+    placement = Placement(GRID, describer, None, "text", 1, 0)
     history = History([candidate(i, 0.3 * i, 0.0) for i in range(4)])
     state = fresh()
     assert not placement.refit_due(state.count(valid=2)) and placement.refit_due(state.count(valid=3))

@@ -61,8 +61,8 @@ def step(pool=None) -> tuple[SearchStep, run_state.RunState]:
     bandit = make_bandit("ucb1", 2)
     strategy = Strategy(scheduler=(bandit,))
     arms = [Arm(Op("a")), Arm(Op("b"))]
-    search = SearchStep(strategy, arms, (bandit,), 1, 1.0, 0.0, pool)
-    return search, run_state.init(GRID, 1, (bandit,), 2, 0, -np.inf)
+    search = SearchStep(strategy, arms, (bandit,), 1, 0.0, pool)
+    return search, run_state.init(GRID, 1, (bandit,), 2, 0)
 
 
 def inserted(state: run_state.RunState, candidates: list[Candidate]):

@@ -226,8 +226,6 @@ def test_cycleqd_rotation_rebuilds_the_archive_with_every_stored_candidate(tmp_p
         fitness,
         np.asarray([c.id for c in rows]),
         valid,
-        -np.inf,
-        1.0,
     )
     from qd import checkpoint
 

@@ -9,6 +9,7 @@ only a handful of times.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib
 import logging
@@ -162,7 +163,7 @@ def test_grid_spec_validation_and_geometry():
 
 
 def test_init_is_empty_and_validates():
-    state = qa.init(SPEC, islands=ISLANDS, threshold_min=-2.0)
+    state = qa.init(dataclasses.replace(SPEC, threshold_min=-2.0), islands=ISLANDS)
     assert state.num_islands == ISLANDS and state.num_cells == 20
     assert state.descriptor.shape == (ISLANDS, 20, 2)
     assert np.all(np.asarray(state.genome_id) == -1)
@@ -247,7 +248,8 @@ def _island_batches(draw):
 def test_multi_island_insert_matches_one_pyribs_archive_per_island(case):
     ribs_archives = pytest.importorskip("ribs.archives")
     learning_rate, threshold_min, batches = case
-    state = qa.init(SPEC, islands=NUM_ISLANDS, threshold_min=threshold_min)
+    spec = dataclasses.replace(SPEC, learning_rate=learning_rate, threshold_min=threshold_min)
+    state = qa.init(spec, islands=NUM_ISLANDS)
     archives = [
         ribs_archives.GridArchive(
             solution_dim=1,
@@ -267,7 +269,7 @@ def test_multi_island_insert_matches_one_pyribs_archive_per_island(case):
         ids = np.arange(next_id, next_id + len(batch), dtype=np.int32)
         next_id += len(batch)
         before = np.asarray(state.genome_id).copy()
-        state, result = qa.insert(SPEC, state, island, x, fitness, ids, learning_rate=learning_rate)
+        state, result = qa.insert(spec, state, island, x, fitness, ids)
         result = _host(result)
         after = np.asarray(state.genome_id)
         in_range = (island >= 0) & (island < NUM_ISLANDS)
@@ -348,7 +350,7 @@ def test_sample_draws_only_filled_cells_uniformly():
 
 
 def test_elites_lists_filled_cells_with_their_data():
-    state = qa.init(SPEC, islands=ISLANDS, threshold_min=-math.inf)
+    state = qa.init(SPEC, islands=ISLANDS)
     x = np.asarray([[0.9, 1.9], [-0.9, 0.1], [-0.95, 0.05]], np.float32)
     state, _ = qa.insert(SPEC, state, np.asarray([1, 1, 1]), x, [4.0, 2.0, 3.0], [7, 8, 9])
     mine = qa.elites(state, 1)
@@ -484,10 +486,11 @@ def test_migration_works_with_a_cvt_spec():
 
 
 def test_reset_empties_only_the_masked_islands():
-    state = qa.init(SPEC, islands=ISLANDS, threshold_min=-5.0)
+    spec = dataclasses.replace(SPEC, threshold_min=-5.0)
+    state = qa.init(spec, islands=ISLANDS)
     island = np.asarray([0, 1, 2, 2])
     state, _ = qa.insert(
-        SPEC, state, island, _centres(SPEC, [1, 1, 1, 4]), [1.0, 2.0, 3.0, 4.0], [1, 2, 3, 4]
+        spec, state, island, _centres(SPEC, [1, 1, 1, 4]), [1.0, 2.0, 3.0, 4.0], [1, 2, 3, 4]
     )
     kept = {i: qa.elites(state, i) for i in (0, 1)}
     state = qa.reset(state, jnp.asarray([False, False, True, False]))
@@ -500,7 +503,7 @@ def test_reset_empties_only_the_masked_islands():
     np.testing.assert_array_equal(np.asarray(state.threshold)[2], -5.0)
     np.testing.assert_array_equal(np.asarray(state.descriptor)[2], 0.0)
     # A reset island behaves as new: status 2, improvement against threshold_min.
-    state, result = qa.insert(SPEC, state, 2, _centres(SPEC, [1]), [0.0], [9])
+    state, result = qa.insert(spec, state, 2, _centres(SPEC, [1]), [0.0], [9])
     assert int(result.status[0]) == qa.NEW_CELL
     assert float(result.improvement[0]) == 5.0
     stats = _host(qa.stats(state))
@@ -554,7 +557,8 @@ def test_rebuild_equals_sequential_inserts_whatever_the_batching(case):
 
 def test_rebuild_with_soft_thresholds_equals_one_batch():
     x = np.zeros((3, 2), np.float32)
-    rebuilt = qa.rebuild(SPEC, 1, 0, x, [1.0, 3.0, 2.0], [10, 11, 12], threshold_min=-5.0, learning_rate=0.5)
+    soft = dataclasses.replace(SPEC, threshold_min=-5.0, learning_rate=0.5)
+    rebuilt = qa.rebuild(soft, 1, 0, x, [1.0, 3.0, 2.0], [10, 11, 12])
     mine = qa.elites(rebuilt, 0)
     assert mine.genome_id.tolist() == [11] and mine.threshold.tolist() == [1.125]
 
@@ -692,14 +696,15 @@ def test_insert_device_runs_and_matches_insert():
         rng.random(n) < 0.8,
     )
     before = [(a[: n // 2], a[n // 2 :]) for a in args]
-    # Soft (CMA-MAE) thresholds, so the static learning rate matters too.
-    state_host = qa.init(SPEC, islands=ISLANDS, threshold_min=-5.0)
-    state_dev = qa.init(SPEC, islands=ISLANDS, threshold_min=-5.0)
+    # Soft (CMA-MAE) thresholds, so the spec's (static) learning rate matters too.
+    spec = dataclasses.replace(SPEC, threshold_min=-5.0, learning_rate=0.5)
+    state_host = qa.init(spec, islands=ISLANDS)
+    state_dev = qa.init(spec, islands=ISLANDS)
     for half in (0, 1):  # two batches: the second lands on an occupied archive
         batch = [b[half] for b in before]
-        state_host, want = qa.insert(SPEC, state_host, *batch, 0.5)
+        state_host, want = qa.insert(spec, state_host, *batch)
         old_dev = state_dev
-        state_dev, got = qa.insert_device(SPEC, state_dev, *map(jnp.asarray, batch), 0.5)
+        state_dev, got = qa.insert_device(spec, state_dev, *map(jnp.asarray, batch))
         assert all(isinstance(x, jax.Array) for x in got)  # results stay on device
         assert old_dev.fitness.is_deleted()  # the state was donated
         assert {int(s) for s in np.asarray(got.status)} >= {qa.NOT_ADDED, qa.NEW_CELL}
@@ -743,7 +748,6 @@ def _compiled_insert(name: str, batch: int = 64) -> str:
         jax.ShapeDtypeStruct((batch,), jnp.float32),
         jax.ShapeDtypeStruct((batch,), jnp.int32),
         jax.ShapeDtypeStruct((batch,), jnp.bool_),
-        1.0,
     )
     return lowered.compile().as_text()
 

@@ -1,7 +1,10 @@
-"""Tests for qd.archive.cvt: CVT centroids and the exact nearest-centroid lookup."""
+"""Tests for the CVT archive's parts: the spec (qd.archive.cvt), its exact nearest-centroid
+lookup (qd.archive.centroid_index, qd.archive.bucket_grid) and CVT centroids
+(qd.archive.centroids)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 
@@ -13,8 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from qd.archive import cvt
-from qd.archive.cvt import CVTSpec, _build_grid, cvt_centroids
+from qd.archive import centroid_index
+from qd.archive.bucket_grid import build_grid
+from qd.archive.centroid_index import CentroidIndex
+from qd.archive.centroids import cvt_centroids
+from qd.archive.cvt import CVTSpec
 
 _index = jax.jit(lambda spec, x: spec.index(x))
 
@@ -89,7 +95,7 @@ def test_index_exact_property(data: tuple[np.ndarray, np.ndarray]) -> None:
 )
 def test_grid_lists_hold_every_nearest(centroids: np.ndarray, seed: int) -> None:
     """Every centroid tied for nearest at a point of a bucket is in that bucket's list."""
-    grid_lo, inv_width, lists, shape = _build_grid(centroids.astype(np.float64))
+    grid_lo, inv_width, lists, shape = build_grid(centroids.astype(np.float64))
     rng = np.random.default_rng(seed)
     # Points across the grid, including its edges.
     pos = rng.uniform(0, 1, (64, len(shape))) * np.asarray(shape)
@@ -112,7 +118,7 @@ def test_lattice_ties_and_duplicates_grid_and_off_grid() -> None:
     mids = lattice[:200] + np.float32(0.5)
     edges = lattice[200:300] + np.asarray([0.5, 0], np.float32)
     spec = check_exact(centroids, np.concatenate([mids, edges, lattice[300:]]))
-    assert spec.grid_shape
+    assert spec.lookup.grid_shape
     check_exact(centroids, rng.uniform(-50, 70, (300, 2)).astype(np.float32))
 
 
@@ -124,7 +130,7 @@ def test_lattice_ties_matmul_path() -> None:
     centroids = lattice[rng.permutation(len(lattice))]
     x = np.concatenate([centroids[:100] + np.float32(0.5), rng.uniform(-1, 4, (100, 5))]).astype(np.float32)
     spec = check_exact(centroids, x)
-    assert not spec.grid_shape
+    assert not spec.lookup.grid_shape
 
 
 def _near_ties() -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
@@ -152,7 +158,7 @@ def test_near_tie_beyond_float32(case: str, far_centroids: int) -> None:
     centroids = np.concatenate([close, far]).astype(np.float32)
     x = np.repeat(query[None], 3, axis=0)
     spec = check_exact(centroids, x)
-    assert bool(spec.grid_shape) == (far_centroids > 0)
+    assert bool(spec.lookup.grid_shape) == (far_centroids > 0)
     np.testing.assert_array_equal(np.asarray(_index(spec, jnp.asarray(x))), nearest)
 
 
@@ -163,7 +169,7 @@ def test_index_exact_100k_centroids(dim: int) -> None:
     centroids = rng.uniform(-1, 1, (100_000, dim)).astype(np.float32)
     x = rng.uniform(-1.1, 1.1, (2000, dim)).astype(np.float32)
     spec = check_exact(centroids, x)
-    assert bool(spec.grid_shape) == (dim == 2)
+    assert bool(spec.lookup.grid_shape) == (dim == 2)
 
 
 def test_index_in_jit_with_traced_spec() -> None:
@@ -172,7 +178,7 @@ def test_index_in_jit_with_traced_spec() -> None:
     spec = CVTSpec(centroids)
     leaves, treedef = jax.tree_util.tree_flatten(spec)
     assert all(isinstance(leaf, jax.Array) for leaf in leaves)
-    assert jax.tree_util.tree_unflatten(treedef, leaves).grid_shape == spec.grid_shape
+    assert jax.tree_util.tree_unflatten(treedef, leaves).lookup.grid_shape == spec.lookup.grid_shape
 
     @jax.jit
     def cells_and_centers(s: CVTSpec, x: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -225,7 +231,7 @@ def test_constructor_builds_exact_spec(cells: int, dim: int, queries: int) -> No
     """``CVTSpec(centroids)`` is the one constructor and precomputes the lookup."""
     assert not hasattr(CVTSpec, "create")
     spec = check_exact(*_random_case(cells, dim, queries))
-    assert bool(spec.grid_shape) == (dim <= 3)
+    assert bool(spec.lookup.grid_shape) == (dim <= 3)
     assert (spec.num_cells, spec.descriptor_dim) == (cells, dim)
 
 
@@ -240,17 +246,24 @@ def test_pytree_round_trips_without_rebuilding(
     def rebuild(*args: object, **kwargs: object) -> None:
         raise AssertionError("the spec was rebuilt from its centroids")
 
-    monkeypatch.setattr(CVTSpec, "__init__", rebuild)
-    monkeypatch.setattr(cvt, "_build_grid", rebuild)
+    monkeypatch.setattr(CentroidIndex, "__init__", rebuild)
+    monkeypatch.setattr(centroid_index, "build_grid", rebuild)
 
     leaves, treedef = jax.tree_util.tree_flatten(spec)
     assert all(isinstance(leaf, jax.Array) for leaf in leaves)
     back = jax.tree_util.tree_unflatten(treedef, leaves)
-    assert type(back) is CVTSpec and back.grid_shape == spec.grid_shape
-    for name in cvt._ARRAY_FIELDS:
-        assert getattr(back, name) is getattr(spec, name)
+    assert type(back) is CVTSpec and back.lookup.grid_shape == spec.lookup.grid_shape
+    for name in centroid_index._ARRAY_FIELDS:
+        assert getattr(back.lookup, name) is getattr(spec.lookup, name)
     paths = jax.tree_util.tree_leaves_with_path(spec)
-    assert ".centroids" in {jax.tree_util.keystr(path) for path, _ in paths}
+    assert ".lookup.centroids" in {jax.tree_util.keystr(path) for path, _ in paths}
+    # New CMA-MAE settings keep the built lookup, and travel as static aux data.
+    tuned = dataclasses.replace(spec, learning_rate=0.25, threshold_min=-3.0)
+    assert tuned.lookup is spec.lookup
+    tuned_leaves, tuned_def = jax.tree_util.tree_flatten(tuned)
+    assert len(tuned_leaves) == len(leaves) and tuned_def != treedef
+    tuned_back = jax.tree_util.tree_unflatten(tuned_def, tuned_leaves)
+    assert (tuned_back.learning_rate, tuned_back.threshold_min) == (0.25, -3.0)
 
     expected = brute_force(centroids, x)
     for other in (
@@ -258,7 +271,7 @@ def test_pytree_round_trips_without_rebuilding(
         jax.tree_util.tree_map(lambda a: a, spec),
         jax.device_put(spec),
     ):
-        assert type(other) is CVTSpec and other.grid_shape == spec.grid_shape
+        assert type(other) is CVTSpec and other.lookup.grid_shape == spec.lookup.grid_shape
         assert jax.tree_util.tree_structure(other) == treedef
         # _index traces the spec too; same shapes as above, so no recompilation.
         np.testing.assert_array_equal(np.asarray(_index(other, jnp.asarray(x))), expected)
@@ -281,7 +294,7 @@ def test_cvt_centroids_shape_bounds_and_determinism() -> None:
 
 
 def test_cvt_centroids_high_dim() -> None:
-    """Above 8-D, samples are assigned with CVTSpec.index instead of a k-d tree."""
+    """Above 8-D, samples are assigned with CentroidIndex.index instead of a k-d tree."""
     centroids = cvt_centroids(64, [0.0] * 10, [1.0] * 10, samples=2000, seed=1)
     assert centroids.shape == (64, 10)
     assert np.all((centroids >= 0) & (centroids <= 1))

@@ -29,6 +29,7 @@ to 64 or 256 inside qd), so each jitted shape compiles only a few times.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -170,14 +171,14 @@ def _assert_same_stats(state, archive, offset, compare_obj_max):
             assert float(mine.max_fitness[entry]) == pytest.approx(float(theirs.obj_max))
 
 
-def _run_parity(spec, archive, state, batches, learning_rate, offset, compare_obj_max):
+def _run_parity(spec, archive, state, batches, offset, compare_obj_max):
     next_id = 0
     for descriptor, fitness in batches:
         n = len(fitness)
         ids = np.arange(next_id, next_id + n, dtype=np.int32)
         next_id += n
         expected = archive.add(ids[:, None].astype(np.float32), fitness, descriptor)
-        state, result = qa.insert(spec, state, 0, descriptor, fitness, ids, learning_rate=learning_rate)
+        state, result = qa.insert(spec, state, 0, descriptor, fitness, ids)
         result = jax.device_get(result)
         np.testing.assert_array_equal(result.cell, archive.index_of(descriptor))
         np.testing.assert_array_equal(result.status, expected["status"])
@@ -218,7 +219,8 @@ def _grid_case(draw):
 def test_grid_archive_matches_pyribs(case):
     bins, ranges, learning_rate, threshold_min, offset, batches = case
     spec = qa.GridSpec.create(bins, [r[0] for r in ranges], [r[1] for r in ranges])
-    state = qa.init(spec, islands=1, threshold_min=threshold_min)
+    spec = dataclasses.replace(spec, learning_rate=learning_rate, threshold_min=threshold_min)
+    state = qa.init(spec, islands=1)
     archive = _ribs_grid(
         bins,
         ranges,
@@ -227,9 +229,7 @@ def test_grid_archive_matches_pyribs(case):
         offset,
     )
     # pyribs's obj_max is a running max: only trustworthy for an elitist archive.
-    _run_parity(
-        spec, archive, state, batches, learning_rate, offset, compare_obj_max=threshold_min == -math.inf
-    )
+    _run_parity(spec, archive, state, batches, offset, compare_obj_max=threshold_min == -math.inf)
 
 
 def test_known_cma_mae_batch_example():
@@ -242,8 +242,9 @@ def test_known_cma_mae_batch_example():
 
     archive = _ribs_grid(bins, ranges, 0.5, -5.0, 0.0)
     info = archive.add(ids[:, None].astype(np.float32), fitness, descriptor)
-    state = qa.init(spec, islands=1, threshold_min=-5.0)
-    state, result = qa.insert(spec, state, 0, descriptor, fitness, ids, learning_rate=0.5)
+    spec = dataclasses.replace(spec, learning_rate=0.5, threshold_min=-5.0)
+    state = qa.init(spec, islands=1)
+    state, result = qa.insert(spec, state, 0, descriptor, fitness, ids)
 
     np.testing.assert_array_equal(info["status"], [2, 2, 2])
     np.testing.assert_array_equal(np.asarray(result.status), [2, 2, 2])
@@ -272,7 +273,8 @@ def test_obj_max_is_current_max_unlike_pyribs_running_max(learning_rate, history
     bins, ranges = GRIDS["5x4"]
     spec = qa.GridSpec.create(bins, [r[0] for r in ranges], [r[1] for r in ranges])
     archive = _ribs_grid(bins, ranges, learning_rate, -5.0, 0.0)
-    state = qa.init(spec, islands=1, threshold_min=-5.0)
+    spec = dataclasses.replace(spec, learning_rate=learning_rate, threshold_min=-5.0)
+    state = qa.init(spec, islands=1)
     next_id = 0
     for batch in history:
         fitness = np.asarray(batch, np.float32)
@@ -280,7 +282,7 @@ def test_obj_max_is_current_max_unlike_pyribs_running_max(learning_rate, history
         ids = np.arange(next_id, next_id + len(batch), dtype=np.int32)
         next_id += len(batch)
         archive.add(ids[:, None].astype(np.float32), fitness, descriptor)
-        state, result = qa.insert(spec, state, 0, descriptor, fitness, ids, learning_rate=learning_rate)
+        state, result = qa.insert(spec, state, 0, descriptor, fitness, ids)
         assert np.asarray(result.status).max() > 0
 
     worse = history[-1][0]
@@ -392,7 +394,8 @@ def test_masked_candidates_equal_pyribs_fed_only_the_valid_ones(batches, soft, d
     learning_rate, threshold_min = soft
     bins, ranges = GRIDS["5x4"]
     spec = qa.GridSpec.create(bins, [r[0] for r in ranges], [r[1] for r in ranges])
-    state = qa.init(spec, islands=1, threshold_min=threshold_min)
+    spec = dataclasses.replace(spec, learning_rate=learning_rate, threshold_min=threshold_min)
+    state = qa.init(spec, islands=1)
     archive = _ribs_grid(
         bins,
         ranges,
@@ -436,7 +439,6 @@ def test_masked_candidates_equal_pyribs_fed_only_the_valid_ones(batches, soft, d
             qd_fitness,
             ids,
             valid,
-            learning_rate=learning_rate,
         )
         status = np.asarray(result.status)
         improvement = np.asarray(result.improvement)
@@ -530,8 +532,7 @@ def _cvt_case(draw):
 @given(case=_cvt_case())
 def test_cvt_archive_matches_pyribs(cvt_spec, case):
     learning_rate, threshold_min, offset, batches = case
-    state = qa.init(cvt_spec, islands=1, threshold_min=threshold_min)
+    spec = dataclasses.replace(cvt_spec, learning_rate=learning_rate, threshold_min=threshold_min)
+    state = qa.init(spec, islands=1)
     archive = _ribs_cvt(None if threshold_min == -math.inf else learning_rate, threshold_min, offset)
-    _run_parity(
-        cvt_spec, archive, state, batches, learning_rate, offset, compare_obj_max=threshold_min == -math.inf
-    )
+    _run_parity(spec, archive, state, batches, offset, compare_obj_max=threshold_min == -math.inf)
