@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from descriptors import Item
-from operators.code import MalformedAnswer
+from genomes.answers import MalformedAnswer
 from operators.llm import load_templates
 from qd.evaluator import HostRunner, StagedEvaluator
 from qd.llm import LLMClient
