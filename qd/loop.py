@@ -46,7 +46,8 @@ from qd.placement import Placement
 from qd.progress import RunProgress
 from qd.proposers import Proposal, TextProposer, Ticket, VectorProposer, Wave
 from qd.report import Report, commit_lines
-from qd.search import islands as island_ops
+from qd.rundir import layout
+from qd.rundir.replay import replay
 from qd.search.gate import DuplicateIndex
 from qd.search.scheduler import make_bandit
 from qd.search.step import Move, SearchStep
@@ -117,9 +118,9 @@ class Engine:
         self.checkpoint_every, self.seed, self.learning_rate = checkpoint_every, seed, learning_rate
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.ckpt_dir, self._closers, self._progress_enabled = self.run_dir / "checkpoints", [], progress
+        self.ckpt_dir, self._closers, self._progress_enabled = self.run_dir / layout.CHECKPOINTS, [], progress
         self._stop_requested, self.stop_reason = False, None  # stop_reason: set when stopping on an error
-        self.store = Store(self.run_dir / "store.sqlite")
+        self.store = Store(self.run_dir / layout.STORE)
         self.meta = strategy.meta(self.store) if strategy.meta is not None else None
         self.gate = strategy.gate(self.store) if strategy.gate is not None else None
         self.tiebreak = strategy.tiebreak(llm) if strategy.tiebreak is not None else None
@@ -169,7 +170,7 @@ class Engine:
         )
         self._founder_proposals = max(1, -(-initial_population // batch_size))
         self._founding = np.zeros(islands, np.int64)  # founder proposals in flight per island
-        self.events = EventLog(self.run_dir / "events.jsonl")
+        self.events = EventLog(self.run_dir / layout.EVENTS)
         self.report = Report(islands, qd_offset, islands > 1 and cells, llm, describer, cells=cells)
         self._replay_store()
         self.elites = EliteTable.from_store(self.state.archive, self.store, None if text else task.genome_dim)
@@ -194,17 +195,11 @@ class Engine:
 
     def _replay_store(self) -> None:
         """Inserts every store row (and migration) newer than the checkpoint."""
-        c = self.state.counters
-        offers = self.store.placements(c.last_id, self.placement.spec.descriptor_dim)
-        if len(offers["id"]) or len(offers["reset"]):
-            # Islands reset after the checkpoint restart empty; then one batched insert.
-            a, isl, _ = island_ops.replay(
-                self.placement.spec, self.state.archive, self.state.islands, offers, self.learning_rate
-            )
-            self.state = self.state._replace(archive=a, islands=isl).count(
-                last_id=self.store.last_id(),
-                batches=c.batches + 1,
-                insertions=c.insertions + len(offers["id"]),
+        s, c = self.state, self.state.counters
+        r = replay(self.store, self.placement.spec, s.archive, s.islands, c.last_id, self.learning_rate)
+        if r is not None:
+            self.state = s._replace(archive=r.archive, islands=r.islands).count(
+                last_id=r.last_id, batches=c.batches + 1, insertions=c.insertions + r.offered
             )
 
     # ----- the loop -------------------------------------------------------------

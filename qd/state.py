@@ -5,7 +5,7 @@ curiosity scores, the scheduler's bandit states, the RNG key and typed
 counters, plus the JSON state of the instruction pool and the arrays of a
 fitted describer. The parts of the run take it and return a new one; the driver
 keeps the latest. :func:`save` and :func:`load` *are* the checkpoint (one atomic
-``.npz``, ``qd.checkpoint``); everything else a run knows is in the store.
+``.npz``, ``qd.rundir.checkpoint``); everything else a run knows is in the store.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from qd import archive, checkpoint
+from qd import archive
 from qd.errors import CheckpointError
+from qd.rundir import checkpoint
 from qd.search import islands as island_ops
 from qd.search import scheduler, select
 
