@@ -24,9 +24,9 @@ import numpy as np
 from descriptors import Item
 from genomes.answers import MalformedAnswer
 from operators.llm import load_templates
+from qd.contract import sample_index
 from qd.evaluator import HostRunner, StagedEvaluator
 from qd.llm import LLMClient
-from qd.proposers import sample_index
 
 TEMPLATES = {
     "random": Path(__file__).resolve().parent / "random.txt",
