@@ -21,6 +21,8 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from genomes.answers import MalformedAnswer, check_syntax, extract_code
+
 PROMPTS = Path(__file__).parent / "prompts"
 _LABEL = re.compile(
     r"^\s*(?:here is |here's )?(?:the |an? )?(?:new |improved |better )?"
@@ -63,7 +65,6 @@ class GenomeKind:
             MalformedAnswer: no block (and not ``bare``), an empty or oversized one,
                 a syntax error (code kinds) or the kind's own validation reason.
         """
-        from operators.code import MalformedAnswer, extract_code  # (operators import this module)
 
         if not answer.strip():
             raise MalformedAnswer("empty answer")
@@ -77,7 +78,6 @@ class GenomeKind:
 
     def check(self, genome: str) -> str:
         """``genome`` if it is usable as this kind (see :meth:`parse`), else MalformedAnswer."""
-        from operators.code import MalformedAnswer, check_syntax
 
         if not genome.strip():
             raise MalformedAnswer(f"empty {self.noun}")

@@ -167,7 +167,8 @@ def _locate(
     preview = search[0].strip()[:60]
     if best < threshold:
         raise DiffError(
-            f"SEARCH text not found (first line {preview!r}; no {n}-line window matches {threshold:.0%} or better)"
+            f"SEARCH text not found (first line {preview!r}; "
+            f"no {n}-line window matches {threshold:.0%} or better)"
         )
     top = [s for r, s in scored if r == best]
     inside = [s for s in top if _inside(regions, offsets[s], offsets[s + n])]
@@ -188,7 +189,8 @@ def _indent(lines: Sequence[str]) -> str:
 
 
 def _shifted(replace: str, quoted: list[str], matched: list[str]) -> str:
-    """The replacement moved by (matched indentation - quoted indentation), keeping the matched line ending."""
+    """The replacement moved by (matched indentation - quoted indentation), keeping the matched
+    line ending."""
     have, want = _indent(quoted), _indent(matched)
     shift = len(want) - len(have)
     out = []

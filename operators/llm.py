@@ -36,8 +36,9 @@ from typing import Any
 import numpy as np
 
 from genomes import GenomeKind
+from genomes.answers import MalformedAnswer, extract_code
 from genomes.builtin import PROGRAM
-from operators.code import MalformedAnswer, extract_code, layout, rebuild
+from operators.code import layout, rebuild
 from operators.diff import DiffError, apply_diff, parse_diff
 from qd.contract import ChatClient, Child, ConfigError, LLMError, Parent, PromptContext
 

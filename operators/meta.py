@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from operators.code import MalformedAnswer
+from genomes.answers import MalformedAnswer
 from operators.llm import load_templates
 from qd.contract import Candidate, ChatClient, ConfigError
 

@@ -135,7 +135,7 @@ def _run_of_parts(
 
 def _save_geometry(run_dir: Path, task: Any, spec: Any, ops: list[Any], settings: Settings) -> None:
     """What the run's readers (``qd.elites``, ``qd show``, ``qd explore``) need beside the store."""
-    from qd.rundir import Geometry
+    from qd.rundir import Geometry, layout
 
     text = task.kind != "vector"
     kinds = [op[0].genome.name for op in ops if isinstance(op, tuple) and hasattr(op[0], "genome")]
@@ -143,7 +143,7 @@ def _save_geometry(run_dir: Path, task: Any, spec: Any, ops: list[Any], settings
     run_dir.mkdir(parents=True, exist_ok=True)
     Geometry.of_spec(spec, settings.islands, genome).save(run_dir)
     if spec.kind == "cvt":
-        np.save(run_dir / "centroids.npy", np.asarray(spec.centroids, np.float32))
+        np.save(run_dir / layout.CENTROIDS, np.asarray(spec.centroids, np.float32))
 
 
 def _client(llm: Any, run_dir: Path) -> Any:

@@ -29,7 +29,8 @@ from qd.llm import Ledger
 from qd.placement import Placement
 from qd.proposers import TextProposer, VectorProposer
 from qd.report import Report
-from qd.search import islands as island_ops
+from qd.rundir import layout
+from qd.rundir.replay import replay
 from qd.search.gate import DuplicateIndex
 from qd.search.scheduler import make_bandit
 from qd.search.step import SearchStep
@@ -157,7 +158,7 @@ def assemble(
     arms, weights = arms_of(operators)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    store = Store(run_dir / "store.sqlite")
+    store = Store(run_dir / layout.STORE)
     text, s = task.kind != "vector", settings
     meta = strategy.meta(store) if strategy.meta is not None else None
     gate = strategy.gate(store) if strategy.gate is not None else None
@@ -168,7 +169,7 @@ def assemble(
     bandits = strategy.scheduler or (make_bandit("fixed", len(arms), weights=weights),)
     search = SearchStep(strategy, arms, bandits, s.islands, s.qd_offset, meta)
     fresh = run_state.init(placement.spec(), s.islands, bandits, len(arms), s.seed)
-    state = _resumed(run_dir / "checkpoints", fresh, placement, meta, s.islands)
+    state = _resumed(run_dir / layout.CHECKPOINTS, fresh, placement, meta, s.islands)
     state = state.count(valid=store.count(valid=True, kind=task.kind))
     spent = Ledger.from_rows(store.llm_calls())  # committed LLM calls: what budgets count
     if llm is not None:
@@ -196,7 +197,7 @@ def assemble(
         if text
         else VectorProposer(task, arms, evaluator)
     )
-    state = replay(store, placement.spec(state), state)
+    state = _replayed(store, placement.spec(state), state)
     cells = archive.has_cells(spec)
     report = Report(s.islands, s.qd_offset, s.islands > 1 and cells, llm, describer, cells=cells)
     elites = EliteTable.from_store(state.archive, store, None if text else task.genome_dim)
@@ -211,12 +212,12 @@ def assemble(
         search=search,
         proposer=proposer,
         spending=spending,
-        events=EventLog(run_dir / "events.jsonl"),
+        events=EventLog(run_dir / layout.EVENTS),
         report=report,
         elites=elites,
         strategy=strategy,
         state=state,
-        checkpoints=run_dir / "checkpoints",
+        checkpoints=run_dir / layout.CHECKPOINTS,
         meta=meta,
         tiebreak=tiebreak,
         on_commit=on_commit,
@@ -242,17 +243,13 @@ def _resumed(
     return loaded
 
 
-def replay(store: Store, spec: Any, state: run_state.RunState) -> run_state.RunState:
-    """``state`` with every store row (and migration) newer than its checkpoint inserted.
-
-    Islands reset after the checkpoint restart empty; then one batched insert, so after
-    ``kill -9`` each evaluated candidate counts once.
-    """
+def _replayed(store: Store, spec: Any, state: run_state.RunState) -> run_state.RunState:
+    """``state`` with every store row newer than its checkpoint inserted (``qd.rundir.replay``):
+    after ``kill -9`` each evaluated candidate counts once."""
     c = state.counters
-    offers = store.placements(c.last_id, spec.descriptor_dim)
-    if not (len(offers["id"]) or len(offers["reset"])):
+    r = replay(store, spec, state.archive, state.islands, c.last_id)
+    if r is None:
         return state
-    a, isl, _ = island_ops.replay(spec, state.archive, state.islands, offers)
-    return state._replace(archive=a, islands=isl).count(
-        last_id=store.last_id(), batches=c.batches + 1, insertions=c.insertions + len(offers["id"])
+    return state._replace(archive=r.archive, islands=r.islands).count(
+        last_id=r.last_id, batches=c.batches + 1, insertions=c.insertions + r.offered
     )

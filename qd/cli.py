@@ -33,6 +33,7 @@ USAGE = "usage: qd {show,lineage,stats,compare,plot,explore,export,committee,jud
 def judge(argv: list[str]) -> None:
     from descriptors.base import Item
     from descriptors.learned import TerminalJudge, sample_triplets
+    from qd.rundir import layout
     from qd.store import Store
 
     ap = argparse.ArgumentParser(prog="qd judge", description="Record human similarity judgments for a run.")
@@ -40,7 +41,7 @@ def judge(argv: list[str]) -> None:
     ap.add_argument("--count", type=int, default=20, help="triplets to ask (default 20)")
     ap.add_argument("--seed", type=int, default=None, help="sampling seed (default: fresh)")
     args = ap.parse_args(argv)
-    path = args.run_dir / "store.sqlite"
+    path = args.run_dir / layout.STORE
     if not path.is_file():
         sys.exit(f"qd judge: no store at {path}; pass a run directory made by qd-run")
     with Store(path) as store:

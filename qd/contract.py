@@ -149,6 +149,14 @@ class PromptContext:
     reserve_call: Callable[[], bool] | None = None
 
 
+def sample_index(child: int, attempt: int = 0, stream: int = 0) -> int:
+    """A run-unique index per LLM call (the client's cache key and sampling seed):
+    ``child`` for a child's first answer; gate resamples and instruction mutations
+    get their own ranges above 2**32. Every part that calls the model draws from this
+    one numbering, so no two calls of a run share a cache key."""
+    return child if attempt == 0 and stream == 0 else ((stream * 1024 + attempt) << 32) | child
+
+
 class ChatClient(Protocol):
     """What a plug-in may ask of the run's model client (``qd.llm.LLMClient`` is one)."""
 

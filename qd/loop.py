@@ -115,7 +115,8 @@ class Engine:
                 for p in [p for p in proposals if p.fits is not None and p.fits != fits]:
                     await self.placement.describe(p.candidates)  # described before a refit: redo
                 await self._commit(proposals)
-                self._founded(wave)
+                for _, t in wave:  # its founders are no longer in flight: their elites are parents now
+                    self.state = self.state.found(t.island, -int(t.founding))
         finally:
             running = [f for w in pending for f, _ in w]
             for fut in running:
@@ -150,7 +151,7 @@ class Engine:
                 founding = bool(self.report.stats.num_elites[island] == 0)
                 if size == 0 or (founding and self.state.founding[island] >= s.founder_proposals):
                     break
-                self.state = self._founding(island, int(founding)).count(proposals=c.proposals + 1)
+                self.state = self.state.found(island, int(founding)).count(proposals=c.proposals + 1)
                 self.spending.reserve(size)
                 ticket = draws.ticket(row, c.proposals, size, founding)
                 wave.append((asyncio.ensure_future(self.proposer.start(ticket, view)), ticket))
@@ -277,17 +278,6 @@ class Engine:
         if stop:
             self.spending.stop()
         return stop
-
-    def _founding(self, island: int, change: int) -> run_state.RunState:
-        """The state with ``change`` more founder proposals in flight on ``island``."""
-        founding = list(self.state.founding)
-        founding[island] += change
-        return self.state._replace(founding=tuple(founding))
-
-    def _founded(self, wave: list[tuple[asyncio.Future, Ticket]]) -> None:
-        """A committed wave's founders are no longer in flight: their elites are parents now."""
-        for _, t in wave:
-            self.state = self._founding(t.island, -int(t.founding))
 
     def summary(self, wave: bool = False) -> dict[str, Any]:
         """The run so far (``wave``: without the counts each commit line has its own of)."""

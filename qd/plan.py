@@ -87,7 +87,7 @@ def compose(overrides: list[str], config_dirs: list[str] | tuple[str, ...] = ())
 
 
 @dataclasses.dataclass(frozen=True)
-class Geometry:
+class DescriptorSpace:
     """Descriptor space of a run: D, and per axis the grid bins and bounds."""
 
     dim: int
@@ -164,7 +164,7 @@ class Plan:
     cfg: DictConfig
     task: Any
     describer: Any | None
-    geometry: Geometry
+    geometry: DescriptorSpace
     evaluator: str
     operators: tuple[OperatorEntry, ...]
     strategy: StrategyPlan
@@ -402,13 +402,13 @@ def _describer(cfg: DictConfig, task: Any) -> Any:
     return Combined(built)
 
 
-def _geometry(cfg: DictConfig, task: Any, describer: Any, cycle: Any) -> Geometry:
+def _geometry(cfg: DictConfig, task: Any, describer: Any, cycle: Any) -> DescriptorSpace:
     a = cfg.archive
     if cycle is not None:  # the first phase's axes; the engine re-grids at each rotation
         g = cycle.spec(0)
-        return Geometry(g.descriptor_dim, list(g.bins), list(g.lower), list(g.upper), source="cycle")
+        return DescriptorSpace(g.descriptor_dim, list(g.bins), list(g.lower), list(g.upper), source="cycle")
     if describer is None:
-        return Geometry(task.descriptor_dim, list(a.bins), list(a.lower), list(a.upper))
+        return DescriptorSpace(task.descriptor_dim, list(a.bins), list(a.lower), list(a.upper))
     from descriptors import axis_bins
 
     bins = []
@@ -418,7 +418,7 @@ def _geometry(cfg: DictConfig, task: Any, describer: Any, cycle: Any) -> Geometr
         except ConfigError as e:
             raise e.under(f"descriptor.parts[{i}]") from None
     own = any(p.kind == "embedding" and p.projection == "none" for p in cfg.descriptor.parts)
-    return Geometry(
+    return DescriptorSpace(
         describer.dim,
         bins,
         list(describer.lower),
@@ -428,7 +428,7 @@ def _geometry(cfg: DictConfig, task: Any, describer: Any, cycle: Any) -> Geometr
     )
 
 
-def _check_archive(cfg: DictConfig, g: Geometry) -> None:
+def _check_archive(cfg: DictConfig, g: DescriptorSpace) -> None:
     a = cfg.archive
     if a.kind not in ARCHIVE_KINDS:
         raise ConfigError("archive.kind", f"unknown kind {a.kind!r}", f"use one of {list(ARCHIVE_KINDS)}")
@@ -620,4 +620,4 @@ def _check_local_server(llm: DictConfig) -> None:
         raise ConfigError("llm.local.model_path", str(e).splitlines()[0]) from None
 
 
-__all__ = ["Geometry", "LLMPlan", "LocalServer", "OperatorEntry", "Plan", "compose", "plan"]
+__all__ = ["DescriptorSpace", "LLMPlan", "LocalServer", "OperatorEntry", "Plan", "compose", "plan"]

@@ -28,7 +28,7 @@ import jax
 import numpy as np
 
 import genomes
-from qd.contract import Candidate, Child, LLMError, Parent, PromptContext
+from qd.contract import Candidate, Child, LLMError, Parent, PromptContext, sample_index
 from qd.elite_table import ArchiveView
 from qd.llm import Ledger, tally
 from qd.search import select
@@ -225,13 +225,6 @@ class VectorProposer:
             for j in range(len(ev.fitness))
         ]
         return Proposal(candidates, None if t.founding else t.arm, parents, [None] * len(candidates), t.size)
-
-
-def sample_index(child: int, attempt: int = 0, stream: int = 0) -> int:
-    """A run-unique index per LLM call (the client's cache key and sampling seed):
-    ``child`` for a child's first answer; gate resamples and instruction mutations
-    get their own ranges above 2**32."""
-    return child if attempt == 0 and stream == 0 else ((stream * 1024 + attempt) << 32) | child
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,40 +20,15 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from qd import archive
+from qd import rundir
 from qd.config import Config
 from qd.contract import ConfigError
 from qd.errors import CheckpointError
 from qd.evaluator import HostRunner, InProcessEvaluator, PoolEvaluator, StagedEvaluator
 from qd.paths import conf_dir
 from qd.plan import Plan, compose, plan
-from qd.rundir import Geometry, write_results, written_best
+from qd.rundir import layout, write_results, written_best
 from qd.search.build import build_arms, build_strategy
-
-
-def build_spec(p: Plan, run_dir: Path):
-    """The tessellation; CVT centroids are saved in the run so a resume reuses them.
-
-    A describer that fits its own centroids (raw embeddings) starts from
-    placeholder centroids: nothing is placed before its first fit.
-    """
-    a, g = p.cfg.archive, p.geometry
-    cma_mae = {"learning_rate": a.learning_rate, "threshold_min": a.threshold_min}
-    if a.kind == "grid":
-        return archive.GridSpec(tuple(g.bins), tuple(g.lower), tuple(g.upper), **cma_mae)
-    if a.kind == "novelty":
-        return archive.NoveltySpec(
-            a.capacity, g.dim, a.k, a.novelty_threshold, a.local_competition, **cma_mae
-        )
-    if g.own_cells:
-        return archive.CVTSpec(np.zeros((a.cells, g.dim), np.float32), **cma_mae)
-    path = run_dir / "centroids.npy"
-    if path.exists():
-        centroids = np.load(path)
-    else:
-        centroids = archive.cvt_centroids(a.cells, list(g.lower), list(g.upper), a.cvt_samples, a.cvt_seed)
-        np.save(path, centroids)
-    return archive.CVTSpec(centroids, **cma_mae)
 
 
 def build_operators(p: Plan, client: Any = None) -> list[tuple[Any, float]]:
@@ -87,7 +62,7 @@ def build_llm(p: Plan, run_dir: Path, stack: contextlib.ExitStack) -> Any:
         local, first = llm.local, settings.models[0]
         server = EmbeddedServer(
             local.model_path,
-            log_path=run_dir / "llm_server.log",
+            log_path=run_dir / layout.LLM_SERVER_LOG,
             alias=first.name,
             n_ctx=local.n_ctx,
             n_threads=local.n_threads,
@@ -99,7 +74,7 @@ def build_llm(p: Plan, run_dir: Path, stack: contextlib.ExitStack) -> Any:
             settings, base_url=server.base_url, models=(dataclasses.replace(first, name=server.model),)
         )
     if llm.cache and settings.cache_dir is None:
-        settings = dataclasses.replace(settings, cache_dir=str(run_dir / "llm_cache"))
+        settings = dataclasses.replace(settings, cache_dir=str(run_dir / layout.LLM_CACHE))
     return LLMClient(settings)
 
 
@@ -136,10 +111,7 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
     """
     p = source if isinstance(source, Plan) else plan(source)
     cfg, r = p.cfg, p.cfg.runner
-    run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)  # what `qd-run resume=RUN_DIR` reads
-    spec = build_spec(p, run_dir)
-    Geometry.of_plan(p, spec).save(run_dir)  # what the readers of a run (qd show, plot, explore) need
+    spec = rundir.create(p, run_dir)  # config.yaml, archive.json, centroids.npy: what resume and readers need
     if p.loop == "device":
         from qd.device.driver import build
 
@@ -309,7 +281,7 @@ def _first_of_sweeps(overrides: list[str]) -> list[str]:
 
 
 def _resume(run_dir: Path, overrides: list[str]) -> None:
-    saved = run_dir / "config.yaml"
+    saved = run_dir / layout.CONFIG
     if not saved.exists():
         raise ConfigError("resume", f"{run_dir} has no config.yaml", "pass a run directory made by qd-run")
     cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(saved))

@@ -1,73 +1,27 @@
 """The run's state as one value: what a checkpoint holds, and nothing else.
 
-``RunState`` is a NamedTuple of the archive, the island bookkeeping, the
+``RunState`` (``qd.search.state``) is a NamedTuple of the archive, the island bookkeeping, the
 curiosity scores, the scheduler's bandit states, the RNG key and typed
 counters, plus the JSON state of the instruction pool and the arrays of a
 fitted describer. The parts of the run take it and return a new one; the driver
 keeps the latest. :func:`save` and :func:`load` *are* the checkpoint (one atomic
-``.npz``, ``qd.checkpoint``); everything else a run knows is in the store.
+``.npz``, ``qd.rundir.checkpoint``); everything else a run knows is in the store.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import numpy as np
 
-from qd import archive, checkpoint
+from qd import archive
 from qd.errors import CheckpointError
+from qd.rundir import checkpoint
 from qd.search import islands as island_ops
 from qd.search import scheduler, select
-
-
-class Counters(NamedTuple):
-    """The run's clocks, all monotone.
-
-    Attributes:
-        batches: commits (archive insert batches): the checkpoint schedule's clock.
-        last_id: the newest store row reflected in the archive (replayed after it on resume).
-        elapsed: run seconds before the current session.
-        proposals: proposals started: fixes each one's island and place in the key stream.
-        fits: describer fits so far.
-        insertions: candidates offered to the archive: CycleQD's phase clock.
-        valid: valid candidates stored (a fitted describer's schedule counts them; recounted from
-            the store when a run is built).
-        phase: the CycleQD phase the archive's grid and fitness belong to.
-    """
-
-    batches: int = 0
-    last_id: int = -1
-    elapsed: float = 0.0
-    proposals: int = 0
-    fits: int = 0
-    insertions: int = 0
-    valid: int = 0
-    phase: int = 0
-
-
-class RunState(NamedTuple):
-    """Everything that changes as a run goes, in one value (see the module doc)."""
-
-    archive: archive.ArchiveState
-    islands: island_ops.IslandState
-    curiosity: select.Curiosity
-    bandits: tuple[scheduler.BanditState, ...]
-    key: jax.Array
-    counters: Counters = Counters()
-    meta: dict | None = None  # operators.meta.InstructionPool.state_dict()
-    describer: dict[str, np.ndarray] | None = None  # a fitted describer's state_dict()
-    founding: tuple[int, ...] = ()  # founder proposals in flight per island (none survive a restart)
-
-    def count(self, **changes: Any) -> RunState:
-        """The state with some counters replaced."""
-        return self._replace(counters=self.counters._replace(**changes))
-
-    def split(self) -> tuple[RunState, jax.Array]:
-        """A fresh subkey, and the state with the key advanced past it."""
-        key, sub = jax.random.split(self.key)
-        return self._replace(key=key), sub
+from qd.search.state import Counters, RunState
 
 
 def init(spec: Any, num_islands: int, bandits: tuple[Any, ...], num_arms: int, seed: int) -> RunState:

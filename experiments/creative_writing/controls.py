@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 
 from descriptors import Item
-from operators.code import MalformedAnswer
+from genomes.answers import MalformedAnswer
 from operators.llm import load_templates
+from qd.contract import sample_index
 from qd.evaluator import HostRunner, StagedEvaluator
 from qd.llm import LLMClient
-from qd.proposers import sample_index
 
 TEMPLATES = {
     "random": Path(__file__).resolve().parent / "random.txt",

@@ -30,13 +30,13 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from qd import checkpoint
 from qd.contract import Candidate
 from qd.device.step import Candidates, DeviceLoop, DeviceState, Migration, Operator, device_loop
 from qd.errors import CheckpointError
 from qd.events import EventLog
 from qd.progress import RunProgress
 from qd.report import Report
+from qd.rundir import checkpoint, layout
 from qd.store import Store
 
 LOOP = "device"
@@ -50,7 +50,7 @@ STATE_ARRAYS = (
 )  # checkpointed beside the archive
 
 
-class Snapshot(NamedTuple):
+class CallResult(NamedTuple):
     """A call's result on the host, for the writer: the state (numpy; the key as raw data)
     and the run's seconds when it was taken."""
 
@@ -90,11 +90,11 @@ class DeviceEngine:
         self.islands, self.batch_size, self.per_call = islands, batch_size, generations_per_call
         self.budget, self.seed, self.keep_all, self.operator = budget, seed, store == "all", operator
         self.on_commit, self._progress_enabled = on_commit, progress
-        self.ckpt_dir = self.run_dir / "checkpoints"
-        self.store = Store(self.run_dir / "store.sqlite")
+        self.ckpt_dir = self.run_dir / layout.CHECKPOINTS
+        self.store = Store(self.run_dir / layout.STORE)
         self.store.set_meta("loop", LOOP)
         self.store.set_meta("store", store)
-        self.events = EventLog(self.run_dir / "events.jsonl")
+        self.events = EventLog(self.run_dir / layout.EVENTS)
         self.report = Report(islands, qd_offset, union=islands > 1)
         self.stop_reason: str | None = None
         self._stop, self._closers, self._elapsed0 = False, [], 0.0
@@ -182,13 +182,13 @@ class DeviceEngine:
     def _request_stop(self, *_: Any) -> None:
         self._stop = True
 
-    def _snapshot(self) -> Snapshot:
+    def _snapshot(self) -> CallResult:
         """The state on the host (the next call donates the device buffers), key as raw data."""
         s = self.state
-        return Snapshot(jax.device_get(s._replace(key=jax.random.key_data(s.key))), self._elapsed())
+        return CallResult(jax.device_get(s._replace(key=jax.random.key_data(s.key))), self._elapsed())
 
     def _write(
-        self, snap: Snapshot, generations: int, added: int, candidates: Candidates | None
+        self, snap: CallResult, generations: int, added: int, candidates: Candidates | None
     ) -> tuple[dict, str]:
         """Store rows, then the checkpoint, then the event (the module doc says why in this
         order); returns the event and the progress line (the report is the writer's)."""
@@ -248,7 +248,7 @@ class DeviceEngine:
         self._store_rows(self._snapshot().state, None)
         return self.state
 
-    def _checkpoint(self, snap: Snapshot) -> None:
+    def _checkpoint(self, snap: CallResult) -> None:
         s = snap.state
         counters = {
             "loop": LOOP,

@@ -459,7 +459,8 @@ class Search:
 
 
 def _snippet(text: str | None, q: str) -> str:
-    """The first line of ``text`` holding ``q`` (any case), else its first non-blank line; 160 characters at most."""
+    """The first line of ``text`` holding ``q`` (any case), else its first non-blank line; 160
+    characters at most."""
     lines = [line for line in (text or "").splitlines() if line.strip()]
     hits = [line for line in lines if q.lower() in line.lower()] if q else []
     return (hits or lines or [""])[0].strip()[:160]

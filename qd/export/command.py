@@ -82,9 +82,9 @@ class Bar:
             return f"{PROG}: {self.written:,} rows, {elapsed}"
         part = min(self.done_read / self.stored, 1.0)
         full = int(part * self.WIDTH)
+        bar = f"[{'#' * full}{'.' * (self.WIDTH - full)}]"
         return (
-            f"{PROG}: [{'#' * full}{'.' * (self.WIDTH - full)}] {part:4.0%} of {self.stored:,} candidates read, "
-            f"{self.written:,} rows, {elapsed}"
+            f"{PROG}: {bar} {part:4.0%} of {self.stored:,} candidates read, {self.written:,} rows, {elapsed}"
         )
 
     def _draw(self, force: bool = False) -> None:

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from qd.export import batched, candidates
+from qd.export.rows import batched, candidates
 from qd.rundir import RunDir
 
 COLUMNS = {

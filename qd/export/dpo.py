@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from qd import history
-from qd.export import BATCH, PerCell, batched, messages
+from qd.export.rows import BATCH, PerCell, batched, messages
 from qd.rundir import RunDir
 
 COLUMNS = {

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from qd.export import candidates, fitness
+from qd.export.rows import candidates, fitness
 from qd.rundir import RunDir
 
 COLUMNS = {

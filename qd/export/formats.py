@@ -139,7 +139,7 @@ def _tables(columns: dict[str, str], rows: Iterable[dict]) -> Iterator[Any]:
     """The rows as arrow tables of ``ROW_GROUP`` rows: what a writer holds in memory at once."""
     import pyarrow as pa
 
-    from qd.export import batched
+    from qd.export.rows import batched
 
     schema = arrow_schema(columns)
     for chunk in batched(rows, ROW_GROUP):

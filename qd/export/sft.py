@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from qd.export import BATCH, PerCell, batched, fitness, messages
+from qd.export.rows import BATCH, PerCell, batched, fitness, messages
 from qd.rundir import RunDir
 
 COLUMNS = {

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from qd.export import BATCH, fitness, messages
+from qd.export.rows import BATCH, fitness, messages
 from qd.rundir import RunDir
 
 COLUMNS = {

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from qd.export import BATCH
+from qd.export.rows import BATCH
 from qd.rundir import RunDir
 
 COLUMNS = {"id": "string", "content": "json", "details": "json"}

@@ -77,7 +77,7 @@ def call_index(key: int, n: int) -> int:
     """The sample index (the client's cache key and seed) of an evaluation's ``n``-th call.
 
     ``(1 << 62) | (key << 12) | n``: above every operator call's index
-    (``qd.proposers.sample_index``: below 2**62), unique per (key, n)."""
+    (``qd.contract.sample_index``: below 2**62), unique per (key, n)."""
     if not 0 <= key < 1 << KEY_BITS:
         raise ValueError(f"key: {key!r} is outside 0..2**{KEY_BITS}-1 (use candidate_key)")
     if not 0 <= n < MAX_CALLS:

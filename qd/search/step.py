@@ -28,12 +28,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from qd import archive
-from qd.contract import LLMError
-from qd.proposers import sample_index
+from qd.contract import LLMError, sample_index
 from qd.search import islands as island_ops
 from qd.search import select
+from qd.search.state import RunState
 from qd.search.strategy import Strategy, child_credit, proposal_cost
-from qd.state import RunState
 
 
 class Move(NamedTuple):

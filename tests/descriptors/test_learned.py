@@ -335,8 +335,8 @@ def test_engine_reinserts_every_candidate_after_each_learned_refit(tmp_path, scr
 
     from helpers import text_engine
 
-    from qd import checkpoint
     from qd.plan import compose
+    from qd.rundir import checkpoint
 
     mix = np.random.default_rng(1).normal(size=(2, 32))
     server = scripted_llm([Rule("", _program)])

@@ -15,8 +15,8 @@ from helpers import run_config, stored
 from scripted_llm import Rule
 
 from descriptors.code_metrics import code_metrics
-from qd import checkpoint
 from qd.plan import compose
+from qd.rundir import checkpoint
 
 JUDGE = r"Answer with the digit only\.\nText: (?![\s\S]*Text: )"  # the last turn of a judge chat
 

@@ -240,10 +240,9 @@ def haiku_answer(request: dict) -> str:
 
 
 def test_a_kind_registered_outside_qd_runs_through_the_engine(tmp_path, scripted_llm):
-    from qd import archive
+    from qd import Budget, Settings, archive, build
     from qd.evaluator import HostRunner, StagedEvaluator
     from qd.llm import LLMClient, LLMSettings, ModelSpec
-    from qd import Budget, Settings, build
 
     entry = tmp_path / "haiku_entry.py"
     entry.write_text("def run(text):\n    return len(text.split())\n")

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from qd import history
 from qd.cli import main as qd
-from qd.export import PerCell, export, sft, write
 from qd.export import elites as elites_kind
+from qd.export import export, sft, write
 from qd.export import trace as trace_kind
+from qd.export.rows import PerCell
 from qd.rundir import RunDir
 
 KINDS = {"elites": elites_kind, "sft": sft, "trace": trace_kind}

@@ -14,7 +14,8 @@ from helpers import run_config
 from scripted_llm import Rule
 
 from qd import history
-from qd.export import diverse, dpo, messages, trajectory
+from qd.export import diverse, dpo, trajectory
+from qd.export.rows import messages
 from qd.plan import compose
 from qd.rundir import RunDir
 from qd.store import Store

@@ -122,7 +122,7 @@ def test_refits_reinsert_every_stored_candidate_and_resume_keeps_the_fit(tmp_pat
     assert late and all(
         c.descriptor[0] == pytest.approx(min(len(c.text) / describer.scale, 1.0)) for c in late
     )
-    from qd import checkpoint
+    from qd.rundir import checkpoint
 
     state, _, counters = checkpoint.load(tmp_path / "checkpoints")
     expected = redescribed_rebuild(tmp_path, describer)

@@ -86,7 +86,7 @@ def test_run_state_saves_and_loads_as_the_checkpoint(tmp_path):
 
 
 def test_run_state_loads_old_counters_and_fills_missing_parts_from_fresh(tmp_path):
-    from qd import checkpoint
+    from qd.rundir import checkpoint
 
     fresh = run_state.init(SPEC, 1, (scheduler.make_bandit("fixed", 2),), 2, seed=0)
     checkpoint.save(tmp_path, fresh.archive, fresh.key, {"batches": 3, "last_id": 9, "elapsed": 1.5})

@@ -82,7 +82,7 @@ def test_bandit_state_survives_a_resume(tmp_path, scripted_llm):
     run_config(config(server.base_url, *base, "runner.max_llm_calls=20"), tmp_path)
     pulls = sum(1 for e in events(tmp_path) if "arm" in e)
     run_config(config(server.base_url, *base, "runner.max_llm_calls=40"), tmp_path)
-    from qd import checkpoint
+    from qd.rundir import checkpoint
 
     saved = checkpoint.load_arrays(tmp_path / "checkpoints")
     assert pulls == 20 and float(saved["bandit.0.pulls"].sum()) == 40.0
@@ -227,7 +227,7 @@ def test_cycleqd_rotation_rebuilds_the_archive_with_every_stored_candidate(tmp_p
         np.asarray([c.id for c in rows]),
         valid,
     )
-    from qd import checkpoint
+    from qd.rundir import checkpoint
 
     state, _, _ = checkpoint.load(tmp_path / "checkpoints")
     # rows after the last rotation were inserted incrementally: same elites as a rebuild
@@ -251,7 +251,7 @@ def test_island_reset_is_recorded_and_a_resume_replays_it(tmp_path):
 
     engine = build_engine(cfg, tmp_path / "b")
     try:
-        from qd import checkpoint
+        from qd.rundir import checkpoint
 
         live, _, _ = checkpoint.load(tmp_path / "a" / "checkpoints")
         np.testing.assert_array_equal(np.asarray(engine.state.archive.genome_id), np.asarray(live.genome_id))
@@ -323,7 +323,7 @@ def test_all_llm_strategies_together_on_the_real_llama_server(tmp_path, llama_se
     assert instructions and all(
         c.operator in ("seed", "seed>hyper", "meta", "meta>hyper") for c in instructions
     )
-    from qd import checkpoint
+    from qd.rundir import checkpoint
 
     saved = checkpoint.load_arrays(tmp_path / "checkpoints")
     assert float(saved["bandit.0.pulls"].sum()) == len(pulled)

@@ -49,9 +49,8 @@ class SloganTask:
 
 
 def engine(tmp_path, server, max_llm_calls):
-    from qd import archive
+    from qd import Budget, Settings, archive, build
     from qd.evaluator import HostRunner, StagedEvaluator
-    from qd import Budget, Settings, build
     from qd.search.strategy import Strategy
 
     entry = tmp_path / "slogan_entry.py"

@@ -18,8 +18,8 @@ import numpy as np
 
 from qd.archive import ArchiveState
 from qd.errors import CheckpointError
+from qd.rundir.layout import CHECKPOINT as FILE
 
-FILE = "checkpoint.npz"
 _EXTRA = "extra."
 
 
@@ -90,5 +90,6 @@ def load_arrays(directory: Path) -> dict[str, np.ndarray]:
 
 
 def part(arrays: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
-    """The arrays under ``prefix`` (``describer.``, ``bandit.J.``, ``islands.``, ``curiosity.``), unprefixed."""
+    """The arrays under ``prefix`` (``describer.``, ``bandit.J.``, ``islands.``, ``curiosity.``),
+    unprefixed."""
     return {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}

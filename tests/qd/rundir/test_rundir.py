@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 from helpers import small_config, stored
 
-from qd import history
+from qd import history, rundir
+from qd.plan import plan
 from qd.run import build_engine, print_best
-from qd.rundir import RunDir, RunDirError, written_best
+from qd.rundir import Geometry, RunDir, RunDirError, written_best
+from qd.rundir.layout import CENTROIDS, CONFIG, GEOMETRY, spec_of
 
 
 def _files(path):
@@ -53,6 +55,47 @@ def test_a_reader_sees_a_run_in_progress_as_the_engine_holds_it_and_writes_nothi
         engine.close()
     assert len(seen) == 4 and seen[0][0] == -1  # the first reading replayed the store alone
     assert all(0 <= ckpt < last for ckpt, last in seen[1:])  # the others, a checkpoint and the rows after it
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        ("archive=grid",),
+        ("archive=cvt", "archive.cells=60", "archive.cvt_samples=600"),
+        ("archive=novelty", "archive.capacity=40"),
+    ],
+    ids=["grid", "cvt", "novelty"],
+)
+def test_a_build_writes_the_founding_files_and_its_spec_is_the_one_a_reader_makes(tmp_path, kind):
+    """The engine's spec and a reader's come from the saved geometry by one function, so
+    they are the same cells; a second build (a resume) reuses the saved CVT centroids."""
+    p = plan(small_config("islands.count=2", *kind))
+    spec = rundir.create(p, tmp_path)
+    assert (tmp_path / CONFIG).is_file() and (tmp_path / GEOMETRY).is_file()
+    g = Geometry.load(tmp_path)
+    assert (g.kind, g.islands, g.cells, g.dim) == (p.cfg.archive.kind, 2, spec.num_cells, 2)
+    centroids = np.load(tmp_path / CENTROIDS) if g.kind == "cvt" else None
+    assert (centroids is not None) == (tmp_path / CENTROIDS).is_file()
+    again = spec_of(g, centroids)
+    if g.kind == "cvt":
+        np.testing.assert_array_equal(np.asarray(again.centroids), np.asarray(spec.centroids))
+        resumed = rundir.create(plan(small_config("islands.count=2", *kind, "archive.cvt_seed=9")), tmp_path)
+        np.testing.assert_array_equal(np.asarray(resumed.centroids), centroids)
+    else:
+        assert again == spec
+
+
+def test_a_run_from_before_archive_json_is_refused_with_the_command_that_writes_it(tmp_path):
+    from qd.store import Store
+
+    (tmp_path / CONFIG).write_text("seed: 0\n")
+    Store(tmp_path / "store.sqlite").close()
+    with RunDir(tmp_path) as run, pytest.raises(RunDirError) as refused:
+        run.snapshot()
+    assert str(refused.value) == (
+        f"{tmp_path}: no archive.json (a run from before qd saved its archive's geometry); "
+        f"`qd-run resume={tmp_path}` writes it"
+    )
 
 
 def test_the_end_of_a_run_writes_elites_and_the_best_program_and_prints_it(text_run, capsys):

@@ -1,0 +1,104 @@
+"""Writing a run directory's founding files when a run is built (a new run or a resume).
+
+The builder calls :func:`create` once per build: it saves the resolved config
+(what ``qd-run resume=RUN_DIR`` reads), the archive's :class:`~qd.rundir.layout.Geometry`
+(what every reader needs) and a CVT's centroids (so a resume reuses the same
+cells), and returns the archive spec made from that geometry by the same
+``spec_of`` the readers use. A resume rewrites the geometry, so a run from
+before qd saved it gets it on its next build.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from qd.rundir.layout import CENTROIDS, CONFIG, Geometry, spec_of
+
+
+def create(p: Any, run_dir: Path) -> Any:
+    """Writes the founding files of the planned run ``p`` (a ``qd.plan.Plan``) into ``run_dir``
+    and returns its archive spec.
+
+    A describer that fits its own centroids (raw embeddings) starts from placeholder
+    centroids: nothing is placed before its first fit.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(p.cfg, run_dir / CONFIG, resolve=True)
+    centroids = _centroids(p, run_dir) if p.cfg.archive.kind == "cvt" else None
+    g = geometry_of(p, centroids)
+    g.save(run_dir)
+    return spec_of(g, centroids)
+
+
+def _centroids(p: Any, run_dir: Path) -> np.ndarray:
+    """A CVT's centroids: the run's saved ones, else made once (and saved) from the config."""
+    a, d = p.cfg.archive, p.geometry
+    if d.own_cells:
+        return np.zeros((a.cells, d.dim), np.float32)
+    path = run_dir / CENTROIDS
+    if path.exists():
+        return np.load(path)
+    from qd.archive.cvt import cvt_centroids
+
+    centroids = cvt_centroids(a.cells, list(d.lower), list(d.upper), a.cvt_samples, a.cvt_seed)
+    np.save(path, centroids)
+    return centroids
+
+
+def geometry_of(p: Any, centroids: np.ndarray | None) -> Geometry:
+    """The geometry of a planned run (``qd.plan.Plan``); a CVT has a cell per centroid."""
+    a, d = p.cfg.archive, p.geometry
+    cells = (
+        len(centroids)
+        if centroids is not None
+        else {"grid": math.prod(d.bins), "novelty": a.capacity}[a.kind]
+    )
+    novelty = (
+        {
+            "k": int(a.k),
+            "threshold": float(a.novelty_threshold),
+            "local_competition": bool(a.local_competition),
+        }
+        if a.kind == "novelty"
+        else None
+    )
+    return Geometry(
+        kind=a.kind,
+        islands=int(p.cfg.islands.count),
+        cells=int(cells),
+        dim=int(d.dim),
+        bins=tuple(int(b) for b in d.bins) if d.bins else (),
+        lower=tuple(map(float, d.lower)),
+        upper=tuple(map(float, d.upper)),
+        axes=axis_names(p),
+        own_cells=bool(d.own_cells),
+        learning_rate=float(a.learning_rate),
+        threshold_min=float(a.threshold_min),
+        novelty=novelty,
+        genome=p.genome.name if p.genome is not None else None,
+        loop=p.loop,
+    )
+
+
+def axis_names(p: Any) -> tuple[str, ...]:
+    """A name per descriptor axis: the task's ``descriptor_names``, a describer's part axes,
+    else ``d0, d1, ...``."""
+    names = getattr(p.task, "descriptor_names", None)
+    if p.describer is not None:
+        names = []
+        for part in getattr(p.describer, "parts", [p.describer]):
+            axes = getattr(part, "axes", None)
+            label = getattr(part, "name", type(part).__name__)
+            names += (
+                [getattr(a, "name", str(a)) for a in axes]
+                if axes
+                else [f"{label}{j}" for j in range(part.dim)]
+            )
+    names = list(names or [])
+    dim = p.geometry.dim
+    return tuple(names) if len(names) == dim else tuple(f"d{j}" for j in range(dim))
