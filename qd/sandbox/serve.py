@@ -32,7 +32,7 @@ from .isolation import (
     succeeds,
 )
 from .protocol import HELLO, REPLY, RUN, RUN_CALLS, read_frame, write_all, write_frame
-from .supervise import Child, Reaper, Supervisor, run_reply
+from .supervise import RunningChild, Reaper, Supervisor, run_reply
 
 
 class Worker:
@@ -97,7 +97,7 @@ class Worker:
                 self.child = self._fork()  # while the host reads the reply
         self._leave()
 
-    def _fork(self) -> Child:
+    def _fork(self) -> RunningChild:
         """Fork the next run's child. Only now, with every process of the last run killed and
         its files deleted, so nothing of it can reach the new child."""
         os.mkdir(self.cwd, 0o700)
@@ -117,7 +117,7 @@ class Worker:
                 os._exit(70)  # the child must never return into the worker's loop
         for fd in (request_r, *(w for _, w in outputs), call_w, answer_r):
             os.close(fd)
-        return Child(pid, request_w, [r for r, _ in outputs], call_r, answer_w)
+        return RunningChild(pid, request_w, [r for r, _ in outputs], call_r, answer_w)
 
     def _leave(self) -> None:
         """The host is gone: kill everything, delete the files, exit."""

@@ -19,7 +19,7 @@ from .protocol import ANSWER, CANCEL, CHUNK, FINAL, RUN, RUN_CALLS, exception_li
 DRAIN_S = 1.0  # how long to wait for output pipes to close once the child is gone
 
 
-class Child:
+class RunningChild:
     """A forked child waiting for its request: its pid, a pidfd for it, and the worker's
     ends of its pipes (request; stdout, stderr, result; model calls in, answers out)."""
 
@@ -166,7 +166,7 @@ class Supervisor:
         """The host's next frame (a request kept from the last run first), or None at EOF."""
         return self.queued.pop(0) if self.queued else read_frame(self.rfd)
 
-    def watch(self, child: Child, start: float, run_id: int, calls: bool = False):
+    def watch(self, child: RunningChild, start: float, run_id: int, calls: bool = False):
         """Collect the child's output (and pass its model calls on) until it exits or breaks a
         limit; then kill what is left. Returns (why it was killed or None, its exit status,
         its CPU seconds, [stdout, stderr, result])."""

@@ -32,8 +32,9 @@ PACKAGES = ("qd", *PLUGINS)
 LAYERS = (
     {"qd", "qd.contract", "qd.errors", "qd.paths", "qd.lifeline", "qd.progress", "qd.events", "qd.archive"},
     {"genomes", "operators", "descriptors"},
-    {"qd.store", "qd.search", "qd.sandbox", "qd.llm", "qd.task", "qd.config"},
+    {"qd.store", "qd.search", "qd.sandbox", "qd.llm", "qd.task", "qd.config", "qd.reasoning"},
     {
+        "qd.assembly",
         "qd.rundir",
         "qd.state",
         "qd.budget",
@@ -56,20 +57,13 @@ LAYERS = (
         "qd.plot",
         "qd.heldout",
         "qd.committee",
+        "qd.tables",
+        "qd.design_table",
     },
 )
 
-# The sandbox worker runs alone under ``python -I``, loaded by path: nothing on the host
-# imports it. Arrows another engineer is removing (issue 26) are listed here and each is
-# expected to fail until it is gone (strict: the lead deletes the entry when it passes).
+# The sandbox worker runs alone under ``python -I``, loaded by path: nothing on the host imports it.
 WORKER = "qd.sandbox.worker"
-PENDING_WORKER_IMPORTERS = {
-    "qd.llm.gateway": "the gateway imports ModelCallError/answer_of from the worker (the sandbox split)",
-    "qd.sandbox": "qd/sandbox/__init__.py re-exports the worker's ModelCallError (the sandbox split)",
-}
-PENDING_CLASS_NAMES = {
-    "Child": "qd/sandbox/worker.py defines a Child beside qd.contract.Child (the sandbox split)",
-}
 
 
 def modules(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
@@ -183,19 +177,8 @@ def test_no_upward_imports(house):
 
 
 def test_the_host_never_imports_the_sandbox_worker(house):
-    importers = {a for a, targets in house.items() if WORKER in targets} - set(PENDING_WORKER_IMPORTERS)
+    importers = {a for a, targets in house.items() if WORKER in targets}
     assert not importers
-
-
-@pytest.mark.parametrize(
-    "importer",
-    [
-        pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=r))
-        for m, r in PENDING_WORKER_IMPORTERS.items()
-    ],
-)
-def test_a_pending_import_of_the_sandbox_worker_is_gone(house, importer):
-    assert WORKER not in house[importer]
 
 
 def _class_names(root: Path) -> dict[str, list[str]]:
@@ -209,15 +192,7 @@ def _class_names(root: Path) -> dict[str, list[str]]:
 
 def test_no_class_name_is_defined_twice_in_qd():
     twice = {n: files for n, files in _class_names(ROOT).items() if len(files) > 1}
-    assert {n: f for n, f in twice.items() if n not in PENDING_CLASS_NAMES} == {}
-
-
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=r)) for n, r in PENDING_CLASS_NAMES.items()],
-)
-def test_a_pending_class_name_is_defined_once(name):
-    assert len(_class_names(ROOT)[name]) == 1
+    assert twice == {}
 
 
 def test_the_walk_finds_circles_and_upward_arrows_hidden_in_functions_and_relative_imports(tmp_path):
