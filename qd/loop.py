@@ -120,11 +120,12 @@ class Engine:
         self.ckpt_dir, self._closers, self._progress_enabled = self.run_dir / "checkpoints", [], progress
         self._stop_requested, self.stop_reason = False, None  # stop_reason: set when stopping on an error
         self.store = Store(self.run_dir / "store.sqlite")
-        self.meta = strategy.meta(self.store) if strategy.meta is not None else None
-        self.gate = strategy.gate(self.store) if strategy.gate is not None else None
+        ports = self.store.ports()  # what plug-ins get of the store: never the store itself
+        self.meta = strategy.meta(ports.log) if strategy.meta is not None else None
+        self.gate = strategy.gate(ports.cache) if strategy.gate is not None else None
         self.tiebreak = strategy.tiebreak(llm) if strategy.tiebreak is not None else None
-        if callable(getattr(describer, "attach", None)):
-            describer.attach(self.store, llm)
+        if describer is not None:
+            describer.attach(ports, llm)
         text, cells = task.kind != "vector", not isinstance(spec, archive.NoveltySpec)
         self.placement = Placement(
             spec,
@@ -141,14 +142,14 @@ class Engine:
         self.state = self._load(
             run_state.init(self.placement.spec, islands, bandits, len(arms), seed, threshold_min)
         )
-        spent = Ledger.from_rows(self.store.llm_calls())  # committed LLM calls: what budgets count
+        spent = Ledger.from_rows(self.store.calls.totals())  # committed LLM calls: what budgets count
         if llm is not None:
             llm.ledger.merge(spent)
         per_child = (
             1
             + self.placement.calls_per_child
-            + getattr(evaluator, "model_calls", 0)
-            + getattr(self.tiebreak, "calls_per_item", 0)
+            + evaluator.model_calls
+            + (self.tiebreak.calls_per_item if self.tiebreak is not None else 0)
         )
         self.spending = Spending(budget, self.store.count(kind=task.kind), spent, per_child if text else 0)
         self.proposer = (
@@ -159,7 +160,7 @@ class Engine:
                 placement=self.placement,
                 spending=self.spending,
                 store=self.store,
-                duplicates=DuplicateIndex(self.store),
+                duplicates=DuplicateIndex(ports.cache),
                 gate=self.gate,
                 meta=self.meta,
                 batch_size=batch_size,

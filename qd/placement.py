@@ -66,7 +66,7 @@ class Placement:
         self.describer, self.cycle, self.kind = describer, cycle, kind
         self.islands, self.learning_rate, self.seed, self.valid = islands, learning_rate, seed, valid
         self.fitted = describer is not None and is_fitted_kind(describer)
-        self.calls_per_child = getattr(describer, "calls_per_item", 0)
+        self.calls_per_child = describer.calls_per_item if describer is not None else 0
         self.spec = cycle.spec(0) if cycle is not None else spec
         self.built_phase = 0  # the CycleQD phase the archive's grid and fitness belong to
         self.fits = 0  # describer fits: a child described under an older fit is described again
@@ -196,8 +196,7 @@ class Placement:
 
     def _use_describer_cells(self) -> None:
         """Takes the describer's own tessellation (CVT centroids fitted in embedding space)."""
-        cell_spec = getattr(self.describer, "cell_spec", None)
-        spec = cell_spec() if callable(cell_spec) else None
+        spec = self.describer.cell_spec()
         if spec is not None:
             self.spec = spec
 

@@ -16,6 +16,7 @@ from helpers import run_engine, text_engine
 from scripted_llm import Rule
 
 from descriptors.base import Described, pending
+from qd.contract import Descriptor
 from qd import archive
 from qd.plan import compose, plan
 from qd.run import build_engine
@@ -29,7 +30,7 @@ def varied(request: dict) -> str:
     return f"```python\ndef f(x):\n    return {body} + {n}.0\n```"
 
 
-class LengthDescriptor:
+class LengthDescriptor(Descriptor):
     """Text length / longest text at the last fit (fitted at ``refit_at`` valid candidates)."""
 
     name, dim, lower, upper = "length", 1, (0.0,), (1.0,)

@@ -108,7 +108,9 @@ def test_a_proposal_reads_the_archive_when_it_starts_not_when_it_runs():
     from qd.search.strategy import Arm, Strategy
     from qd.task import Evaluation
 
-    class Copy:  # a numeric operator: the first parent, unchanged
+    from qd.contract import Operator
+
+    class Copy(Operator):  # a numeric operator: the first parent, unchanged
         name, num_parents = "copy", 1
 
         async def __call__(self, key, parents, context):

@@ -56,9 +56,9 @@ def test_wal_mode_allows_a_reader_while_writing(tmp_path):
 def test_survives_reopen(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
         store.add([make(0), make(1)])
-        store.set_meta("seed", 3)
+        store.meta.set("seed", 3)
     with Store(tmp_path / "s.sqlite") as store:
-        assert store.count() == 2 and store.get_meta("seed") == 3
+        assert store.count() == 2 and store.meta.get("seed") == 3
         assert store.add([make(2)]) == [2]
 
 
@@ -90,14 +90,14 @@ def test_threads_share_one_store_without_breaking_transactions(tmp_path):
         store.add([make(i), make(i)])
 
     def cache(i: int) -> None:
-        store.cache_put("k", {f"{i}.{j}": b"x" for j in range(20)})
-        assert store.cache_get("k", [f"{i}.0"]) == {f"{i}.0": b"x"}
+        store.cache.put("k", {f"{i}.{j}": b"x" for j in range(20)})
+        assert store.cache.get("k", [f"{i}.0"]) == {f"{i}.0": b"x"}
 
     with Store(tmp_path / "s.sqlite") as store, ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(commit if i % 2 else cache, i) for i in range(400)]
         for f in futures:
             f.result()
-        assert store.count() == 400 and len(store.cache_get("k", [f"{i}.3" for i in range(0, 400, 2)])) == 200
+        assert store.count() == 400 and len(store.cache.get("k", [f"{i}.3" for i in range(0, 400, 2)])) == 200
         assert [c.id for c in store.iter(page=7)] == list(range(400))
 
 
