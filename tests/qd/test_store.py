@@ -137,3 +137,62 @@ def test_columns_come_a_page_at_a_time_in_id_or_parent_order(tmp_path):
         assert list(store.columns(("id",), kinds=("vector",))) == []
         with pytest.raises(ValueError, match="no column 'nope'"):
             list(store.columns(("nope",)))
+
+
+CALL = (
+    "operator",
+    "m",
+    1,
+    0,
+    0,
+    0,
+    10,
+    5,
+    0.5,
+)  # (role, model, calls, cached, failed, retries, tokens, cost)
+
+
+def test_llm_calls_commit_with_their_batch_or_alone_and_sum_per_role_and_model(tmp_path):
+    with Store(tmp_path / "s.sqlite") as store:
+        store.add([make(0)], calls=[CALL, ("judge", "m", 2, 1, 0, 1, 4, 2, 0.0)])
+        store.calls.add([CALL])  # a refit's or a meta mutation's calls, after candidate 0
+        with pytest.raises(ValueError):  # a batch that fails commits none of its calls either
+            store.add([make(1)], calls=[CALL], ids=[0])
+        assert store.calls.totals() == [
+            ("judge", "m", 2, 1, 0, 1, 4, 2, 0.0),
+            ("operator", "m", 2, 0, 0, 0, 20, 10, 1.0),
+        ]
+        assert store.count() == 1
+
+
+def test_judgments_keep_their_order_and_count(tmp_path):
+    with Store(tmp_path / "s.sqlite") as store:
+        assert store.judgments.read().shape == (0, 4) and store.judgments.count() == 0
+        store.judgments.add([(0, 1, 2, 0), (3, 4, 5, 1)], "llm")
+        store.judgments.add([(6, 7, 8, 1)], "human")
+        np.testing.assert_array_equal(store.judgments.read(), [[0, 1, 2, 0], [3, 4, 5, 1], [6, 7, 8, 1]])
+        assert store.judgments.count() == 3
+
+
+def test_a_store_from_before_the_later_columns_opens_for_reading_and_writing(tmp_path):
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)  # the first schema: no genome or instruction column
+    db.execute(
+        "CREATE TABLE candidates (id INTEGER PRIMARY KEY, created REAL NOT NULL, kind TEXT NOT NULL, "
+        "text TEXT, vector BLOB, parent_ids TEXT NOT NULL, island INTEGER NOT NULL, operator TEXT, "
+        "model TEXT, prompt TEXT, response TEXT, tokens_in INTEGER NOT NULL DEFAULT 0, tokens_out "
+        "INTEGER NOT NULL DEFAULT 0, cost REAL NOT NULL DEFAULT 0, fitness REAL, descriptor BLOB, "
+        "valid INTEGER NOT NULL, metrics TEXT, error TEXT, eval_seconds REAL, artifacts TEXT)"
+    )
+    db.execute(
+        "INSERT INTO candidates (id, created, kind, text, parent_ids, island, valid) "
+        "VALUES (0, 0, 'text', 'x', '[]', 0, 1)"
+    )
+    db.commit()
+    db.close()
+    with Store(path, readonly=True) as store:
+        (old,) = store.get([0])
+        assert (old.genome, old.instruction) == ("program", None) and store.trace(0) == []
+    with Store(path) as store:
+        assert store.add([make(1)]) == [1] and store.get([0])[0].genome == "program"
+        assert store.meta.get("store", "all") == "all" and store.keeps_every_candidate()
