@@ -1,4 +1,5 @@
-"""Embedding descriptors: the real model's geometry and long texts, the cache, the fit schedule, resume, CVT cells.
+"""Embedding descriptors: the real model's geometry and long texts, the cache, the fit schedule,
+resume, CVT cells.
 
 Only the tests marked slow load all-MiniLM-L6-v2; the rest use a fake encoder (a
 seeded unit vector per text) so they check this module's logic, not the model.
@@ -40,7 +41,8 @@ PAIRS = [  # (anchor, paraphrase)
 ]
 UNRELATED = [
     "The stock market fell sharply after the central bank raised interest rates.",
-    "import socket\ns = socket.socket()\ns.connect(('example.com', 80))\ns.send(b'GET / HTTP/1.0\\r\\n\\r\\n')",
+    "import socket\ns = socket.socket()\ns.connect(('example.com', 80))\n"
+    "s.send(b'GET / HTTP/1.0\\r\\n\\r\\n')",
     "Photosynthesis converts sunlight, water and carbon dioxide into glucose.",
     "class Matrix:\n    def __init__(self, rows):\n        self.rows = rows\n    def transpose(self):\n"
     "        return Matrix(list(zip(*self.rows)))",

@@ -1,4 +1,5 @@
-"""Meta-prompt evolution: instructions in prompts, credit, evolution through a scripted server, persistence."""
+"""Meta-prompt evolution: instructions in prompts, credit, evolution through a scripted server,
+persistence."""
 
 import asyncio
 import json

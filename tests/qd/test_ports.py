@@ -8,11 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import run_config, stored
+from helpers import run_config, scripted_text_config, stored, varied_program
 from scripted_llm import Rule
 
 from qd.contract import Cache, CandidateLog, Judgments, Ports
-from qd.plan import compose
 from qd.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,12 +96,6 @@ PARTS = (
 )
 
 
-def program(request: dict) -> str:
-    n = int(request.get("seed") or 0)
-    body = " + ".join([f"{n % 9}.0 * x"] + ["x * x"] * (n % 4))
-    return f"```python\ndef f(x):\n    return {body} + {n % 5}.0\n```"
-
-
 def digit(request: dict) -> str:
     return str(len(request["messages"][-1]["content"]) % 10)
 
@@ -131,30 +124,18 @@ def test_a_run_with_every_store_using_plugin_needs_only_the_ports(tmp_path, scri
             Rule("Reply with one letter only", closer),
             Rule(JUDGE, digit),
             Rule("Answer with the new instruction only", reply="Instruction: Add a square term."),
-            Rule("", program),
+            Rule("", varied_program),
         ]
     )
-    cfg = compose(
-        [
-            "experiment=function_fit",
-            "llm.provider=server",
-            f"llm.base_url={server.base_url}",
-            "llm.models=[{name: scripted}]",
-            "llm.api_key_env=null",
-            "llm.timeout_s=5",
-            "runner.progress=false",
-            "runner.max_llm_calls=40",
-            "runner.in_flight=4",
-            "runner.workers=2",
-            "runner.initial_population=4",
-            "sandbox.wall_s=2",
-            "operators.mix=[{name: rewrite}]",
-            "meta=evolve",
-            "meta.evolve_every=3",
-            "gate=embedding",
-            "descriptor=embedding",
-            PARTS,
-        ]
+    cfg = scripted_text_config(
+        server.base_url,
+        "runner.max_llm_calls=40",
+        "runner.initial_population=4",
+        "meta=evolve",
+        "meta.evolve_every=3",
+        "gate=embedding",
+        "descriptor=embedding",
+        PARTS,
     )
     summary = run_config(cfg, tmp_path)
     assert summary["descriptor"]["name"] == "embedding+ai_feedback+learned"
