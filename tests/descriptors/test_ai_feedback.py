@@ -259,8 +259,8 @@ def test_client_logprobs_are_parsed_cached_and_keyed(scripted_llm, tmp_path):
 
 @pytest.mark.slow
 def test_real_judge_parses_every_text(llama_server):
-    """SmolLM2-135M as judge on clearly happy/sad sentences: every answer parses, and happy ones
-    score higher."""
+    """SmolLM2-135M as judge on clearly happy/sad sentences: every answer parses, and happy ones score
+    higher."""
     texts = [
         ("I love sunny days with my friends!", 1),
         ("My dog died this morning and I cannot stop crying.", 0),

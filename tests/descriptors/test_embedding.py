@@ -1,5 +1,5 @@
-"""Embedding descriptors: the real model's geometry and long texts, the cache, the fit schedule,
-resume, CVT cells.
+"""Embedding descriptors: the real model's geometry and long texts, the cache, the fit schedule, resume,
+CVT cells.
 
 Only the tests marked slow load all-MiniLM-L6-v2; the rest use a fake encoder (a
 seeded unit vector per text) so they check this module's logic, not the model.

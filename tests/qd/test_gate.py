@@ -1,5 +1,5 @@
-"""The pre-evaluation gate: exact-duplicate reuse (a real store's cache) and the novelty gate (fake
-and real embedders)."""
+"""The pre-evaluation gate: exact-duplicate reuse (real Store) and the novelty gate (fake and real
+embedders)."""
 
 import asyncio
 import math
