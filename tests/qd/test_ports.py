@@ -47,6 +47,34 @@ def test_nothing_probes_a_plugin_for_an_optional_member():
     assert [p for f in files for p in probes(f)] == []
 
 
+def test_the_base_classes_give_the_optional_members_and_the_plugins_subclass_them():
+    from descriptors.ai_feedback import AIFeedbackDescriptor
+    from descriptors.base import Combined, pending
+    from descriptors.code_metrics import CodeMetricsDescriptor
+    from descriptors.embedding import EmbeddingDescriptor
+    from descriptors.learned import LearnedDescriptor
+    from operators import LLMOperator, NumericOperator, make_numeric_operator
+    from qd.contract import Descriptor, Evaluator, Operator, TextOperator
+    from qd.evaluator import InProcessEvaluator, PoolEvaluator, StagedEvaluator
+
+    class Plain(Descriptor):
+        name, dim, lower, upper = "plain", 1, (0.0,), (1.0,)
+
+        async def describe(self, items):
+            return pending(len(items), 1)
+
+    plain = Plain()
+    assert (plain.calls_per_item, plain.cell_spec(), plain.attach(None)) == (0, None, None)
+    both = Combined([Plain(), CodeMetricsDescriptor(["nodes"], [0.0], [9.0])])
+    assert both.calls_per_item == 0 and both.cell_spec() is None
+    assert make_numeric_operator("gaussian", -1.0, 1.0, sigma=0.1).num_inspirations == 0
+    assert InProcessEvaluator(None).model_calls == 0
+    kinds = [AIFeedbackDescriptor, CodeMetricsDescriptor, EmbeddingDescriptor, LearnedDescriptor, Combined]
+    assert all(issubclass(k, Descriptor) for k in kinds)
+    assert issubclass(LLMOperator, TextOperator) and issubclass(NumericOperator, Operator)
+    assert all(issubclass(e, Evaluator) for e in (InProcessEvaluator, PoolEvaluator, StagedEvaluator))
+
+
 def members(port: type) -> set[str]:
     return {name for name, value in vars(port).items() if not name.startswith("_") and callable(value)}
 
