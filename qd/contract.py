@@ -2,7 +2,7 @@
 
 Operators and descriptors import only this module and ``qd.archive`` from the
 engine, so they never reach into the loop, the store or the LLM client; the
-engine imports them. Everything here is plain data or a protocol:
+engine imports them. Everything here is plain data, a protocol or a plug-in's base class:
 
 - ``ConfigError``: a bad setting, with a field path (``ConfigError.under``
   prefixes it where a builder knows the plug-in's place in the config);
@@ -235,13 +235,11 @@ class Judgments(Protocol):
 class CandidateLog(Protocol):
     """The run's candidates by id (a plug-in that keeps its own rows there: meta instructions)."""
 
-    def get(self, ids: Iterable[int], missing_ok: bool = False) -> list[Candidate]:
-        """Candidates by id, in the order asked (missing ids raise KeyError, or are left out)."""
+    def get(self, ids: Iterable[int]) -> list[Candidate]:
+        """Candidates by id, in the order asked (a missing id raises KeyError)."""
         ...
 
-    def add(
-        self, candidates: Sequence[Candidate], calls: Sequence[tuple] = (), ids: Sequence[int] | None = None
-    ) -> list[int]:
+    def add(self, candidates: Sequence[Candidate]) -> list[int]:
         """Commits a batch in one transaction; sets and returns their ids."""
         ...
 

@@ -4,6 +4,7 @@ plug-in for an optional member (the contract's base classes give every default).
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 from pathlib import Path
 
@@ -81,10 +82,14 @@ def members(port: type) -> set[str]:
 
 def strict(target: object, port: type, used: dict[str, set[str]]) -> object:
     """An object with only ``port``'s methods (each forwarded to ``target``, its use noted in
-    ``used``): any other attribute raises AttributeError."""
+    ``used``): any other attribute raises AttributeError, and arguments beyond the port's
+    signature raise TypeError."""
 
     def forward(name: str):
+        signature = inspect.signature(getattr(port, name))
+
         def method(*args, **kwargs):
+            signature.bind(None, *args, **kwargs)
             used[port.__name__].add(name)
             return getattr(target, name)(*args, **kwargs)
 
@@ -113,6 +118,8 @@ def test_each_side_table_is_its_port_and_the_store_is_the_candidate_log(tmp_path
             only._db  # noqa: B018 (the attribute access is the test)
         with pytest.raises(AttributeError):
             strict(store, CandidateLog, used).count()
+        with pytest.raises(TypeError):
+            strict(store, CandidateLog, used).get([0], missing_ok=True)
 
 
 JUDGE = r"Answer with the digit only\.\nText: (?![\s\S]*Text: )"  # the last turn of a judge chat
