@@ -319,7 +319,7 @@ def bench_embed(args) -> str:
     tmp = Path(tempfile.mkdtemp(prefix="bench_embed_"))
     store = Store(tmp / "store.sqlite")
     cached_texts = programs(n, args.seed)
-    warm = EmbeddingCache(encoder, store)
+    warm = EmbeddingCache(encoder, store.cache)
     asyncio.run(warm.embed(cached_texts))
 
     calls = {
@@ -328,7 +328,9 @@ def bench_embed(args) -> str:
             fresh(), batch_size=batch, normalize_embeddings=True, show_progress_bar=False
         ),
         "qd cache, in memory": lambda: asyncio.run(warm.embed(cached_texts)),
-        "qd cache, from the store": lambda: asyncio.run(EmbeddingCache(encoder, store).embed(cached_texts)),
+        "qd cache, from the store": lambda: asyncio.run(
+            EmbeddingCache(encoder, store.cache).embed(cached_texts)
+        ),
     }
     timing = interleaved(calls, args.repeats)
     a = encoder.encode(cached_texts[:32])

@@ -25,13 +25,12 @@ import json
 import math
 import struct
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 from scipy.stats import rankdata
 
 from descriptors.base import Described, Item
-from qd.contract import ChatClient, Completion, LLMError
+from qd.contract import Cache, ChatClient, Completion, Descriptor, LLMError, Ports
 
 CACHE_KIND = "ai_feedback"
 PROMPT = (
@@ -123,7 +122,7 @@ def _clip(text: str, limit: int = 60) -> str:
     return one if len(one) <= limit else one[: limit - 3] + "..."
 
 
-class AIFeedbackDescriptor:
+class AIFeedbackDescriptor(Descriptor):
     """A judge LLM's answers on ``axes`` as an ``f32[B, len(axes)]`` descriptor in [0, 1].
 
     ``client=None`` uses the run's client given to ``attach``; ``model=None`` the
@@ -193,7 +192,7 @@ class AIFeedbackDescriptor:
         self.lower = (0.0,) * self.dim
         self.upper = (1.0,) * self.dim
         self.bins = tuple(a.bins for a in self.axes)
-        self._store: Any = None
+        self._cache: Cache | None = None  # judge answers, by everything that determines them
         # Optional fitted range per axis: small judges use a narrow band of the scale.
         self.rescale_at = tuple(sorted({int(n) for n in rescale_at}))
         if any(n < 1 for n in self.rescale_at):
@@ -204,14 +203,15 @@ class AIFeedbackDescriptor:
         self._span: tuple[np.ndarray, np.ndarray] | None = None  # minmax: per-axis low, high
         self._edges: list[np.ndarray] | None = None  # quantile: per axis, axis.bins + 1 increasing scores
 
-    def attach(self, store: Any, llm: ChatClient | None = None) -> None:
-        """Cache answers in ``store``; judge with the run's client ``llm`` unless one was given."""
-        self._store = store
+    def attach(self, ports: Ports | None, llm: ChatClient | None = None) -> None:
+        """Cache answers in the run's cache; judge with the run's client ``llm`` unless one was given."""
+        self._cache = None if ports is None else ports.cache
         if self.client is None:
             self.client = llm
 
     def messages(self, axis: Axis, text: str) -> list[dict]:
-        """The chat sent for one (candidate, axis): the axis's examples as answered turns, then the question."""
+        """The chat sent for one (candidate, axis): the axis's examples as answered turns, then
+        the question."""
 
         def ask(t: str) -> dict:
             fields = {
@@ -294,17 +294,15 @@ class AIFeedbackDescriptor:
         f32[B, axes] scores in [0, 1] (digit / scale)."""
         if self.client is None:
             raise ValueError(
-                "ai_feedback.client: no judge; pass client= or attach(store, llm) with the run's client"
+                "ai_feedback.client: no judge; pass client= or attach(ports, llm) with the run's client"
             )
         model = self.model or self.client.settings.models[0].name
         asks = [[self.messages(axis, item.text) for axis in self.axes] for item in items]
         keys = [[self._key(model, m) for m in row] for row in asks]
         flat = [k for row in keys for k in row]
         scores: dict[str, float] = {}
-        if self._store is not None and flat:
-            scores = {
-                k: struct.unpack("<d", v)[0] for k, v in self._store.cache_get(CACHE_KIND, flat).items()
-            }
+        if self._cache is not None and flat:
+            scores = {k: struct.unpack("<d", v)[0] for k, v in self._cache.get(CACHE_KIND, flat).items()}
         todo: dict[str, tuple[Axis, list[dict]]] = {}
         for row, krow in zip(asks, keys):
             for axis, m, k in zip(self.axes, row, krow):
@@ -318,8 +316,8 @@ class AIFeedbackDescriptor:
                 reasons[k] = reason
             else:
                 fresh[k] = score
-        if self._store is not None and fresh:
-            self._store.cache_put(CACHE_KIND, {k: struct.pack("<d", s) for k, s in fresh.items()})
+        if self._cache is not None and fresh:
+            self._cache.put(CACHE_KIND, {k: struct.pack("<d", s) for k, s in fresh.items()})
         scores.update(fresh)
 
         values = np.full((len(items), self.dim), np.nan, np.float32)

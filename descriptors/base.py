@@ -12,39 +12,19 @@ not placed. When ``needs_fit`` says so, the engine calls ``fit`` on every stored
 valid candidate, re-describes them all, rebuilds the archive in one batched
 insert and checkpoints the fitted state (``state_dict``) beside the archive.
 Re-describing must be cheap: fitted descriptors cache their expensive inputs
-(embeddings, judge answers) in the store's cache table (see ``attach``).
+(embeddings, judge answers) in the store's cache table (the ``qd.contract.Ports``
+given to ``attach``). ``Descriptor``, the base every kind subclasses, is defined
+in ``qd.contract`` (the engine reads its members) and re-exported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import numpy as np
 
-from qd.contract import ConfigError, Described, Item
-
-
-@runtime_checkable
-class Descriptor(Protocol):
-    """Turns evaluated candidates into archive coordinates.
-
-    Attributes:
-        name: what the axes are called in logs, e.g. ``"embedding"``.
-        dim: D, the number of axes this descriptor contributes.
-        lower, upper: (D,) bounds of each axis (the archive's grid bounds).
-        calls_per_item (optional, default 0): LLM calls ``describe`` may make per
-            new item, which the LLM budget reserves for each child in flight.
-    """
-
-    name: str
-    dim: int
-    lower: tuple[float, ...]
-    upper: tuple[float, ...]
-
-    async def describe(self, items: Sequence[Item]) -> Described:
-        """Descriptors for a batch; must not raise for a bad candidate (mark it invalid)."""
-        ...
+from qd.contract import ChatClient, ConfigError, Described, Descriptor, Item, Ports
 
 
 class Fitted(Protocol):
@@ -86,7 +66,7 @@ def pending(n: int, dim: int) -> Described:
     return Described(np.full((n, dim), np.nan, np.float32), np.ones(n, bool), [None] * n)
 
 
-class Combined:
+class Combined(Descriptor):
     """Several descriptors side by side: their axes concatenated into one D-vector.
 
     A candidate is invalid if any part says so (the reasons are joined); it is
@@ -100,14 +80,13 @@ class Combined:
         self.parts = list(parts)
         self.name = "+".join(p.name for p in self.parts)
         self.dim = sum(p.dim for p in self.parts)
-        self.calls_per_item = sum(getattr(p, "calls_per_item", 0) for p in self.parts)
+        self.calls_per_item = sum(p.calls_per_item for p in self.parts)
         self.lower = tuple(x for p in self.parts for x in p.lower)
         self.upper = tuple(x for p in self.parts for x in p.upper)
 
-    def attach(self, store: Any, llm: Any = None) -> None:
+    def attach(self, ports: Ports | None, llm: ChatClient | None = None) -> None:
         for p in self.parts:
-            if callable(getattr(p, "attach", None)):
-                p.attach(store, llm)
+            p.attach(ports, llm)
 
     async def describe(self, items: Sequence[Item]) -> Described:
         import asyncio
@@ -142,9 +121,5 @@ class Combined:
             p.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
 
     def cell_spec(self) -> Any:
-        """A part's own tessellation (e.g. CVT centroids fitted in embedding space), if any."""
-        for p in self.parts:
-            spec = getattr(p, "cell_spec", None)
-            if callable(spec) and len(self.parts) == 1:
-                return spec()
-        return None
+        """The one part's own tessellation (e.g. CVT centroids fitted in embedding space), if any."""
+        return self.parts[0].cell_spec() if len(self.parts) == 1 else None

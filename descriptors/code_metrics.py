@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from descriptors.base import Described, Item
-from qd.contract import ConfigError
+from qd.contract import ConfigError, Descriptor
 
 _BRANCHES = (
     ast.If,
@@ -114,7 +114,7 @@ def _depth(node: ast.AST) -> int:
     return deepest
 
 
-class CodeMetricsDescriptor:
+class CodeMetricsDescriptor(Descriptor):
     """Chosen code metrics as archive axes; a program that does not parse is invalid.
 
     Args:

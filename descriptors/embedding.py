@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from descriptors.base import Described, Item, pending
-from qd.contract import ConfigError
+from qd.contract import Cache, ChatClient, ConfigError, Descriptor, Ports
 
 MODEL = "all-MiniLM-L6-v2"
 # ":w1": long texts are windowed, not truncated; vectors cached by older versions are not reused.
@@ -174,15 +174,16 @@ def _key(text: str) -> str:
 
 
 class EmbeddingCache:
-    """Embeddings by text: memory, then the store's cache table, then the encoder (misses only)."""
+    """Embeddings by text: memory, then the run's cache (the store's cache table), then the
+    encoder (misses only). ``cache`` None: memory only."""
 
-    def __init__(self, encoder: Encoder, store: Any = None):
+    def __init__(self, encoder: Encoder, cache: Cache | None = None):
         self.encoder = encoder
-        self.store = store
+        self.cache = cache
         self._memory: OrderedDict[str, np.ndarray] = OrderedDict()
 
-    def attach(self, store: Any) -> None:
-        self.store = store
+    def attach(self, cache: Cache | None) -> None:
+        self.cache = cache
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         """f32[N, 384] embeddings of ``texts`` in input order; each distinct miss is encoded once."""
@@ -190,17 +191,13 @@ class EmbeddingCache:
         text_of = dict(zip(keys, texts))
         found = {k: self._memory[k] for k in text_of if k in self._memory}
         missing = [k for k in text_of if k not in found]
-        if missing and self.store is not None:
-            found.update(
-                (k, np.frombuffer(b, "<f4")) for k, b in self.store.cache_get(CACHE_KIND, missing).items()
-            )
+        if missing and self.cache is not None:
+            found.update((k, np.frombuffer(b, "<f4")) for k, b in self.cache.get(CACHE_KIND, missing).items())
             missing = [k for k in missing if k not in found]
         if missing:
             vectors = await asyncio.to_thread(self.encoder.encode, [text_of[k] for k in missing])
-            if self.store is not None:
-                self.store.cache_put(
-                    CACHE_KIND, {k: v.astype("<f4").tobytes() for k, v in zip(missing, vectors)}
-                )
+            if self.cache is not None:
+                self.cache.put(CACHE_KIND, {k: v.astype("<f4").tobytes() for k, v in zip(missing, vectors)})
             found.update(zip(missing, vectors))
         for k, v in found.items():
             self._memory[k] = v
@@ -210,7 +207,7 @@ class EmbeddingCache:
         return np.array([found[k] for k in keys], np.float32).reshape(len(keys), DIM)
 
 
-class EmbeddingDescriptor:
+class EmbeddingDescriptor(Descriptor):
     """Where a candidate's text lies in embedding space (see the module docstring).
 
     Attributes:
@@ -262,8 +259,9 @@ class EmbeddingDescriptor:
         self._state: dict[str, np.ndarray] = {}
         self._spec: Any = None
 
-    def attach(self, store: Any, llm: Any = None) -> None:
-        self.cache.attach(store)
+    def attach(self, ports: Ports | None, llm: ChatClient | None = None) -> None:
+        """Caches embeddings in the run's cache (the model client is not used)."""
+        self.cache.attach(None if ports is None else ports.cache)
 
     def _placeable(self) -> bool:
         return self._fits > 0 or not self.refit_at

@@ -30,7 +30,7 @@ import numpy as np
 import optax
 
 from descriptors.base import Described, Item, pending
-from qd.contract import ConfigError
+from qd.contract import ChatClient, ConfigError, Descriptor, Ports
 
 log = logging.getLogger(__name__)
 
@@ -310,24 +310,24 @@ def sample_triplets(
 # -- the descriptor --------------------------------------------------------------------------------
 
 
-class LearnedDescriptor:
+class LearnedDescriptor(Descriptor):
     """A QDHF projection of candidate features, fitted to similarity judgments; axes in [0, 1].
 
     Schedule: refit k is due once there are ``fit_after[k]`` valid candidates (at least 3;
     by default ``refit_at[k]``, so each judgment brings about one new candidate and every
     candidate sits in ~3 triplets). Until the first fit nothing is placed and a run only
     draws seeds, so a run with few candidates should fit early (e.g. ``fit_after=(8, 32, 64)``:
-    100 judgments over the first 8 candidates). Refit k tops the store's judgments (any source) up to ``refit_at[k]`` with new random
-    triplets of stored candidates, then retrains on all of them. When the count jumps past
-    several targets (a resume, a big batch) only the largest is fitted.
+    100 judgments over the first 8 candidates). Refit k tops the store's judgments (any source)
+    up to ``refit_at[k]`` with new random triplets of stored candidates, then retrains on all of
+    them. When the count jumps past several targets (a resume, a big batch) only the largest is fitted.
 
     Args:
         dims: D, the learned axes.
         refit_at: increasing cumulative judgment targets.
         fit_after: increasing valid-candidate counts at which each refit is due (None: ``refit_at``).
         judge: "llm" (the run's client), "human" (no asking: refits are due by the number of
-            judgments people stored with ``qd judge RUN_DIR``, even while the run goes on), a :class:`Judge`, or a
-            function item -> hidden coordinates (a :class:`GroundTruthJudge`).
+            judgments people stored with ``qd judge RUN_DIR``, even while the run goes on), a
+            :class:`Judge`, or a function item -> hidden coordinates (a :class:`GroundTruthJudge`).
         features: texts -> f32[N, F] (may be async); None: the store's cached sentence embeddings.
         seed: with the refit index, the training key.
         steps, lr, margin, weight_decay, hidden: see :func:`fit_projection`.
@@ -376,14 +376,14 @@ class LearnedDescriptor:
         self.features = features
         self.seed, self.steps, self.lr, self.margin = seed, steps, lr, margin
         self.weight_decay, self.hidden, self.padding, self.rounds = weight_decay, hidden, padding, rounds
-        self.store: Any = None
+        self.ports: Ports | None = None  # judgments, the candidates' texts, the embedding cache
         self.refits = 0
         self.params: Params | None = None
         self.span: tuple[np.ndarray, np.ndarray] | None = None  # f32[D] low and high of the raw axes
 
-    def attach(self, store: Any, llm: Any = None) -> None:
-        """Gives the run's store (judgments, candidates, embedding cache) and LLM client."""
-        self.store = store
+    def attach(self, ports: Ports | None, llm: ChatClient | None = None) -> None:
+        """Gives the run's store ports (judgments, candidates, embedding cache) and LLM client."""
+        self.ports = ports
         if self.judge == "llm":
             if llm is None:
                 raise ValueError("judge: llm needs the run's LLM client; configure llm or use judge=human")
@@ -393,7 +393,7 @@ class LearnedDescriptor:
         if self.features is None:
             from descriptors.embedding import EmbeddingCache, Encoder
 
-            self.features = EmbeddingCache(Encoder(), store).embed
+            self.features = EmbeddingCache(Encoder(), None if ports is None else ports.cache).embed
 
     async def _features(self, texts: Sequence[str]) -> np.ndarray:
         out = self.features(list(texts))
@@ -403,7 +403,7 @@ class LearnedDescriptor:
         """How many refit targets are reached: by ``num_valid`` candidates when this
         descriptor asks its judge, by stored judgments when people judge (``qd judge``)."""
         if self.judge is None:
-            judged = self.store.count_judgments() if self.store is not None else 0
+            judged = self.ports.judgments.count() if self.ports is not None else 0
             return sum(judged >= max(t, 3) for t in self.refit_at)
         return sum(num_valid >= max(t, 3) for t in self.fit_after)
 
@@ -412,18 +412,18 @@ class LearnedDescriptor:
 
     async def fit(self, items: Sequence[Item], rng: np.random.Generator) -> None:
         """Tops judgments up to the due target, then trains on every stored judgment."""
-        if self.store is None:
-            raise RuntimeError("learned: fit before attach; call attach(store, llm) first")
+        if self.ports is None:
+            raise RuntimeError("learned: fit before attach; call attach(store.ports(), llm) first")
         due = self._due(len(items))
         if due and self.judge is not None:
             await self._collect(items, self.refit_at[due - 1], rng)
-        judged = self.store.judgments()
+        judged = self.ports.judgments.read()
         if not len(judged):
             raise RuntimeError(
                 f"learned: no judgments to fit on ({self._judge_counts()}); check descriptor.judge"
             )
         ids = np.unique(judged[:, :3])
-        feats = await self._features([c.text for c in self.store.get(ids.tolist())])
+        feats = await self._features([c.text for c in self.ports.log.get(ids.tolist())])
         rows = np.searchsorted(ids, judged[:, :3])
         closer = np.where(judged[:, 3] == 0, rows[:, 1], rows[:, 2])
         other = np.where(judged[:, 3] == 0, rows[:, 2], rows[:, 1])
@@ -452,13 +452,13 @@ class LearnedDescriptor:
             raise ValueError("learned.fit: items need store ids (at least 3); pass stored candidates")
         by_id = {it.id: it for it in items}
         for _ in range(self.rounds):
-            judged = self.store.judgments()
+            judged = self.ports.judgments.read()
             need = target - len(judged)
             if need <= 0 or getattr(self.judge, "quit", False):
                 return
             triplets = sample_triplets(ids, need, rng, judged)
             answers = await self.judge([tuple(by_id[int(i)] for i in t) for t in triplets])
-            self.store.add_judgments(
+            self.ports.judgments.add(
                 [(*t, k) for t, k in zip(triplets.tolist(), answers) if k is not None], self.judge.source
             )
         log.warning(

@@ -16,11 +16,11 @@ import numpy as np
 
 from operators.gaussian import gaussian, gaussian_apply, gaussian_noise
 from operators.isoline import isoline, isoline_apply, isoline_noise
-from qd.contract import ConfigError
+from qd.contract import ConfigError, Operator
 
 
 @dataclasses.dataclass(frozen=True)
-class NumericOperator:
+class NumericOperator(Operator):
     """A jitted vector variation ``fn(key, parents f32[B, k, n], **params) -> f32[B, n]``,
     and the same as its two halves: ``draw(key, B, n)`` (the noise) and ``apply(parents,
     noise, **params)``, for callers that draw many batches' noise at once (the device loop)."""

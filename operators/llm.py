@@ -40,7 +40,7 @@ from genomes.answers import MalformedAnswer, extract_code
 from genomes.builtin import PROGRAM
 from operators.code import layout, rebuild
 from operators.diff import DiffError, apply_diff, parse_diff
-from qd.contract import ChatClient, Child, ConfigError, LLMError, Parent, PromptContext
+from qd.contract import ChatClient, Child, ConfigError, LLMError, Parent, PromptContext, TextOperator
 
 PROMPTS = Path(__file__).parent / "prompts"
 _FEEDBACK_CHARS = 600  # evaluator feedback shown: head and tail (tracebacks end with the cause)
@@ -119,12 +119,12 @@ def load_templates(
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed by identity
-class LLMOperator:
+class LLMOperator(TextOperator):
     """``await op(parents, inspirations, context)`` -> 1 child (2 when a diff falls back to a rewrite)."""
 
     name: str
     num_parents: int
-    num_inspirations: int
+    num_inspirations: int = dataclasses.field()  # required here (the base's default 0 is not a default)
     client: ChatClient = dataclasses.field(repr=False)
     templates: dict[str, Template] = dataclasses.field(repr=False)
     temperature: float | None = None

@@ -38,7 +38,7 @@ import numpy as np
 
 from genomes.answers import MalformedAnswer
 from operators.llm import load_templates
-from qd.contract import Candidate, ChatClient, ConfigError
+from qd.contract import Candidate, CandidateLog, ChatClient, ConfigError
 
 SEED, META, HYPER_SEED, HYPER = "seed", "meta", "seed>hyper", "meta>hyper"  # store ``operator`` values
 DEFAULT_SEEDS = (
@@ -93,7 +93,7 @@ class InstructionPool:
 
     def __init__(
         self,
-        store: Any,  # qd.store.Store: the pool's texts and lineage live in the run's store
+        log: CandidateLog,  # the run's store: the pool's texts and lineage live there
         *,
         seeds: Sequence[str] = DEFAULT_SEEDS,
         mutation_prompt: str = DEFAULT_MUTATION_PROMPT,
@@ -125,7 +125,7 @@ class InstructionPool:
             max_tokens=max_tokens,
             templates=templates,
         )
-        self.store = store
+        self.log = log
         self.size, self.evolve_every, self.min_uses = size, evolve_every, min_uses
         self.temperature, self.explore = temperature, explore
         self.hyper, self.hyper_every = hyper, hyper_every
@@ -283,7 +283,7 @@ class InstructionPool:
         """
         ids = [int(m["id"]) for m in state["members"]]
         mutation_id = state["mutation_id"]
-        rows = self.store.get(ids + ([] if mutation_id is None else [int(mutation_id)]))
+        rows = self.log.get(ids + ([] if mutation_id is None else [int(mutation_id)]))
         wrong = [r.id for r in rows if r.kind != "instruction" or r.text is None]
         if wrong:
             raise ValueError(f"state: candidate {wrong[0]} is not a stored instruction")
@@ -303,7 +303,7 @@ class InstructionPool:
         """The members, after writing the seeds and the mutation prompt to the store at first use."""
         if self.mutation is None:
             rows = [_row(text, SEED) for text in self._seeds] + [_row(self._mutation_seed, HYPER_SEED)]
-            self.store.add(rows)
+            self.log.add(rows)
             self.members = [Instruction(r.id, r.text, None) for r in rows[:-1]]
             self.mutation = Instruction(rows[-1].id, rows[-1].text, None)
         return self.members
@@ -373,11 +373,11 @@ class InstructionPool:
             cost=c.cost,
             error=error,
         )
-        await asyncio.to_thread(self.store.add, [row])
+        await asyncio.to_thread(self.log.add, [row])
         return None if text is None else Instruction(row.id, text, parent.id)
 
 
-_POOL_SETTINGS = inspect.signature(InstructionPool.__init__)  # (self, store, *, settings...) as written
+_POOL_SETTINGS = inspect.signature(InstructionPool.__init__)  # (self, log, *, settings...) as written
 
 
 def _row(text: str | None, operator: str, **fields) -> Candidate:

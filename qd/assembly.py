@@ -160,25 +160,26 @@ def assemble(
     run_dir.mkdir(parents=True, exist_ok=True)
     store = Store(run_dir / layout.STORE)
     text, s = task.kind != "vector", settings
-    meta = strategy.meta(store) if strategy.meta is not None else None
-    gate = strategy.gate(store) if strategy.gate is not None else None
+    ports = store.ports()  # what plug-ins get of the store: never the store itself
+    meta = strategy.meta(ports.log) if strategy.meta is not None else None
+    gate = strategy.gate(ports.cache) if strategy.gate is not None else None
     tiebreak = strategy.tiebreak(llm) if strategy.tiebreak is not None else None
-    if callable(getattr(describer, "attach", None)):
-        describer.attach(store, llm)
+    if describer is not None:
+        describer.attach(ports, llm)
     placement = Placement(spec, describer, strategy.cycle, task.kind, s.islands, s.seed)
     bandits = strategy.scheduler or (make_bandit("fixed", len(arms), weights=weights),)
     search = SearchStep(strategy, arms, bandits, s.islands, s.qd_offset, meta)
     fresh = run_state.init(placement.spec(), s.islands, bandits, len(arms), s.seed)
     state = _resumed(run_dir / layout.CHECKPOINTS, fresh, placement, meta, s.islands)
     state = state.count(valid=store.count(valid=True, kind=task.kind))
-    spent = Ledger.from_rows(store.llm_calls())  # committed LLM calls: what budgets count
+    spent = Ledger.from_rows(store.calls.totals())  # committed LLM calls: what budgets count
     if llm is not None:
         llm.ledger.merge(spent)
     per_child = (
         1
         + placement.calls_per_child
-        + getattr(evaluator, "model_calls", 0)
-        + getattr(tiebreak, "calls_per_item", 0)
+        + evaluator.model_calls
+        + (tiebreak.calls_per_item if tiebreak is not None else 0)
     )
     spending = Spending(budget, store.count(kind=task.kind), spent, per_child if text else 0)
     proposer = (
@@ -189,7 +190,7 @@ def assemble(
             placement=placement,
             spending=spending,
             store=store,
-            duplicates=DuplicateIndex(store),
+            duplicates=DuplicateIndex(ports.cache),
             gate=gate,
             meta=meta,
             batch_size=s.batch_size,

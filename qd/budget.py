@@ -104,5 +104,5 @@ class Spending:
                 return await work
             finally:
                 if calls.cells:
-                    store.add_calls(calls.rows())
+                    store.calls.add(calls.rows())
                     self.spent.merge(calls)

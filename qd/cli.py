@@ -54,7 +54,7 @@ def judge(argv: list[str]) -> None:
         if len(items) < 3:
             sys.exit(f"qd judge: {args.run_dir} has {len(items)} valid text candidates; need at least 3")
         ids = np.fromiter(items, np.int64)
-        triplets = sample_triplets(ids, args.count, np.random.default_rng(args.seed), store.judgments())
+        triplets = sample_triplets(ids, args.count, np.random.default_rng(args.seed), store.judgments.read())
         person = TerminalJudge()
         stored = 0
         for t in triplets.tolist():
@@ -62,11 +62,11 @@ def judge(argv: list[str]) -> None:
             if person.quit:
                 break
             if answer is not None:
-                store.add_judgments([(*t, answer)], person.source)  # at once: quitting keeps every answer
+                store.judgments.add([(*t, answer)], person.source)  # at once: quitting keeps every answer
                 stored += 1
         print(
             f"\nqd judge: stored {stored} judgments ({person.skipped} skipped); "
-            f"{len(store.judgments())} in {path}"
+            f"{len(store.judgments.read())} in {path}"
         )
 
 

@@ -2,7 +2,7 @@
 
 Operators and descriptors import only this module and ``qd.archive`` from the
 engine, so they never reach into the loop, the store or the LLM client; the
-engine imports them. Everything here is plain data or a protocol:
+engine imports them. Everything here is plain data, a protocol or a plug-in's base class:
 
 - ``ConfigError``: a bad setting, with a field path (``ConfigError.under``
   prefixes it where a builder knows the plug-in's place in the config);
@@ -10,14 +10,23 @@ engine imports them. Everything here is plain data or a protocol:
 - ``Parent``, ``Child``, ``PromptContext``: what an LLM operator reads and returns;
 - ``ChatClient``, ``Completion`` and the ``LLMError`` family: what a plug-in may
   ask of the run's model client and what it gets back;
-- ``Item``, ``Described``: what a descriptor reads and returns;
-- ``NumericOperator``, ``TextOperator``: the operator shapes the proposers call.
+- ``Item``, ``Described``, ``Descriptor``: what a descriptor reads, returns and is;
+- ``Operator``, ``TextOperator``: the operator shapes the proposers call;
+- ``Evaluator``: what the engine asks of an evaluator besides calling it;
+- ``Cache``, ``Judgments``, ``CandidateLog`` and their bundle ``Ports``: the
+  narrow views of the run's store a plug-in may keep (``qd.store.Store.ports``).
+
+Optional plug-in members (``Descriptor.calls_per_item``, ``cell_spec``,
+``attach``; ``Operator.num_inspirations``; ``Evaluator.model_calls``) get their
+defaults from the base classes here, which every plug-in subclasses: the engine
+reads them as plain attributes and never probes for them.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -208,22 +217,120 @@ class Described(NamedTuple):
     error: list[str | None]
 
 
-class NumericOperator(Protocol):
-    """A variation of vector genomes: ``f32[B, num_parents, n] -> f32[B, n]``."""
+class Cache(Protocol):
+    """Derived values by kind and key, kept across resumes (embeddings, judge answers)."""
+
+    def get(self, kind: str, keys: Sequence[str]) -> dict[str, bytes]:
+        """The values of ``kind`` cached for the keys present."""
+        ...
+
+    def put(self, kind: str, values: dict[str, bytes]) -> None: ...
+
+
+class Judgments(Protocol):
+    """Similarity judgments (anchor, first, second, closer) by candidate id: what a learned
+    descriptor trains on; ``closer`` is 0 if the anchor is closer to ``first``, 1 if to ``second``."""
+
+    def read(self) -> np.ndarray:
+        """i64[N, 4]: every judgment, oldest first."""
+        ...
+
+    def add(self, rows: Sequence[tuple[int, int, int, int]], source: str) -> None: ...
+
+    def count(self) -> int: ...
+
+
+class CandidateLog(Protocol):
+    """The run's candidates by id (a plug-in that keeps its own rows there: meta instructions)."""
+
+    def get(self, ids: Iterable[int]) -> list[Candidate]:
+        """Candidates by id, in the order asked (a missing id raises KeyError)."""
+        ...
+
+    def add(self, candidates: Sequence[Candidate]) -> list[int]:
+        """Commits a batch in one transaction; sets and returns their ids."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Ports:
+    """The store's ports a describer may keep (``Descriptor.attach``)."""
+
+    cache: Cache
+    judgments: Judgments
+    log: CandidateLog
+
+
+class Descriptor(abc.ABC):
+    """Turns evaluated candidates into archive coordinates (``descriptors/`` implements it).
+
+    Attributes:
+        name: what the axes are called in logs, e.g. ``"embedding"``.
+        dim: D, the number of axes this descriptor contributes.
+        lower, upper: (D,) bounds of each axis (the archive's grid bounds).
+        calls_per_item: LLM calls ``describe`` may make per new item, which the
+            LLM budget reserves for each child in flight (default 0).
+    """
+
+    name: str
+    dim: int
+    lower: tuple[float, ...]
+    upper: tuple[float, ...]
+    calls_per_item: int = 0
+
+    @abc.abstractmethod
+    async def describe(self, items: Sequence[Item]) -> Described:
+        """Descriptors for a batch; must not raise for a bad candidate (mark it invalid)."""
+
+    def attach(self, ports: Ports | None, llm: ChatClient | None = None) -> None:
+        """Takes the run's store ports (None: nothing cached) and model client before the run
+        starts; a descriptor that caches nothing and asks no model needs neither."""
+
+    def cell_spec(self) -> Any:
+        """Its own tessellation (e.g. CVT centroids fitted in embedding space), or None: the
+        archive's configured one."""
+        return None
+
+
+class Evaluator(abc.ABC):
+    """Scores a batch of genomes: ``await evaluator(genomes) -> qd.task.Evaluation``.
+
+    Attributes:
+        model_calls: model calls one evaluation may make (a child reserves them
+            against ``runner.max_llm_calls``; default 0).
+    """
+
+    model_calls: int = 0
+
+    @abc.abstractmethod
+    async def __call__(self, genomes: Any) -> Any: ...
+
+    def close(self) -> None:
+        """Stops what it started (worker processes, the sandbox); by default nothing."""
+
+
+class Operator:
+    """A variation: what the proposers read off it besides calling it.
+
+    A numeric operator (``operators.NumericOperator``) is called
+    ``await op(key, parents f32[B, num_parents, n], context) -> f32[B, n]``; an
+    LLM operator is a :class:`TextOperator`.
+
+    Attributes:
+        name: its name in events and the store's ``operator`` column.
+        num_parents: elites each child is made from.
+        num_inspirations: further elites shown beside the parents (default 0).
+    """
 
     name: str
     num_parents: int
+    num_inspirations: int = 0
 
-    async def __call__(self, key: Any, parents: np.ndarray, context: dict) -> np.ndarray: ...
 
-
-class TextOperator(Protocol):
+class TextOperator(Operator, abc.ABC):
     """An LLM variation of text genomes: one call per child (the answers, failed ones raise ``LLMError``)."""
 
-    name: str
-    num_parents: int
-    num_inspirations: int
-
+    @abc.abstractmethod
     async def __call__(
         self, parents: list[Parent], inspirations: list[Parent], context: PromptContext
     ) -> list[Child]: ...

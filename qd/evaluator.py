@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from qd import lifeline
+from qd.contract import Evaluator
 from qd.task import Evaluation, Scored, Task, TextTask, load_task
 
 _WORKER_TASK: Task | None = None
@@ -38,7 +39,7 @@ def _evaluate_in_worker(genomes: Any) -> Evaluation:
     return _WORKER_TASK.evaluate(genomes)
 
 
-class InProcessEvaluator:
+class InProcessEvaluator(Evaluator):
     """Calls ``task.evaluate`` directly: best for cheap vectorized numeric tasks."""
 
     def __init__(self, task: Task):
@@ -47,11 +48,8 @@ class InProcessEvaluator:
     async def __call__(self, genomes: Any) -> Evaluation:
         return self.task.evaluate(genomes)
 
-    def close(self) -> None:
-        pass
 
-
-class PoolEvaluator:
+class PoolEvaluator(Evaluator):
     """Splits each batch over ``workers`` spawned processes that each load the task once.
 
     Each worker dies with this process (``qd.lifeline``); so does multiprocessing's
@@ -163,7 +161,7 @@ def load_entry(entry: str) -> Callable[..., Any]:
     return fn
 
 
-class StagedEvaluator:
+class StagedEvaluator(Evaluator):
     """Runs each text candidate's cascade of stages, then scores it on the host.
 
     ``runner`` runs one stage: the sandbox (``qd.sandbox.Sandbox``: LLM-written code

@@ -294,8 +294,6 @@ class Engine:
         """Closes the store and the evaluator, then the ``on_close`` callbacks."""
         self.events.close()
         self.store.close()
-        close = getattr(self.parts.evaluator, "close", None)
-        if close:
-            close()
+        self.parts.evaluator.close()
         for fn in self._closers:
             fn()

@@ -68,7 +68,7 @@ class Placement:
         self.describer, self.cycle, self.kind = describer, cycle, kind
         self.islands, self.seed = islands, seed
         self.fitted = describer is not None and is_fitted_kind(describer)
-        self.calls_per_child = getattr(describer, "calls_per_item", 0)
+        self.calls_per_child = describer.calls_per_item if describer is not None else 0
         self._base = spec  # its CMA-MAE settings hold for every phase's grid and fitted cells
         self._memo: tuple[tuple[int, int], Any] | None = None  # (phase, fits) -> tessellation
 
@@ -83,8 +83,7 @@ class Placement:
     def _derive(self, phase: int, fits: int) -> Any:
         if self.cycle is not None:
             return archive.with_thresholds(self.cycle.spec(phase), self._base)
-        cell_spec = getattr(self.describer, "cell_spec", None)
-        own = cell_spec() if self.fitted and fits and callable(cell_spec) else None
+        own = self.describer.cell_spec() if self.fitted and fits else None
         return self._base if own is None else archive.with_thresholds(own, self._base)
 
     def resume(self, state: RunState) -> RunState:

@@ -122,7 +122,7 @@ class Wave:
             num_parents[arms],
             self._batch_size,
             int(num_parents.max()),
-            max(getattr(op, "num_inspirations", 0) for op in ops),
+            max(op.num_inspirations for op in ops),
         )
 
     def ticket(self, row: int, seq: int, size: int, founding: bool) -> Ticket:
@@ -131,7 +131,7 @@ class Wave:
         picks = None
         if not founding:
             op, p = self._search.arms[arm].operator, self._picks
-            n, m = size * op.num_parents, getattr(op, "num_inspirations", 0)
+            n, m = size * op.num_parents, op.num_inspirations
             picks = select.Picks(
                 p.genome_id[row, :n], p.cell[row, :n], p.source[row, :size, :m], p.spot[row, :size, :m]
             )

@@ -3,92 +3,28 @@
 The store is the source of truth. A candidate is committed here *before* it is
 inserted into the archive, so a crash never loses an evaluated candidate: on
 restart, rows newer than the last checkpoint are replayed into the archive.
+
+``Store`` is the candidate log and its placement history (migrations, resets);
+what a run keeps beside them lives in side tables over the same connection
+(``qd.side_tables``): ``store.cache``, ``store.judgments``, ``store.calls`` and
+``store.meta``. Plug-ins get the narrow ports of ``store.ports()``, never the store.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from qd.contract import Candidate
+from qd.contract import Candidate, Ports
+from qd.database import Database
+from qd.side_tables import CacheTable, CallTable, JudgmentTable, MetaTable
 
 RESET_ID = -1  # genome_id of a reset marker in the migrations table
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS candidates (
-    id INTEGER PRIMARY KEY,
-    created REAL NOT NULL,
-    kind TEXT NOT NULL,
-    text TEXT,
-    vector BLOB,
-    parent_ids TEXT NOT NULL,
-    island INTEGER NOT NULL,
-    operator TEXT,
-    model TEXT,
-    prompt TEXT,
-    response TEXT,
-    tokens_in INTEGER NOT NULL DEFAULT 0,
-    tokens_out INTEGER NOT NULL DEFAULT 0,
-    cost REAL NOT NULL DEFAULT 0,
-    fitness REAL,
-    descriptor BLOB,
-    valid INTEGER NOT NULL,
-    metrics TEXT,
-    error TEXT,
-    eval_seconds REAL,
-    artifacts TEXT,
-    genome TEXT,
-    instruction INTEGER
-);
-CREATE TABLE IF NOT EXISTS migrations (
-    seq INTEGER PRIMARY KEY,
-    after_id INTEGER NOT NULL,
-    genome_id INTEGER NOT NULL,
-    island INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS cache (
-    kind TEXT NOT NULL,
-    key TEXT NOT NULL,
-    value BLOB NOT NULL,
-    PRIMARY KEY (kind, key)
-);
-CREATE TABLE IF NOT EXISTS llm_calls (
-    seq INTEGER PRIMARY KEY,
-    after_id INTEGER NOT NULL,
-    role TEXT NOT NULL,
-    model TEXT NOT NULL,
-    calls INTEGER NOT NULL,
-    cached INTEGER NOT NULL,
-    failed INTEGER NOT NULL,
-    retries INTEGER NOT NULL,
-    tokens_in INTEGER NOT NULL,
-    tokens_out INTEGER NOT NULL,
-    cost REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS trace (
-    candidate INTEGER NOT NULL,
-    n INTEGER NOT NULL,
-    call TEXT NOT NULL,
-    PRIMARY KEY (candidate, n)
-);
-CREATE TABLE IF NOT EXISTS judgments (
-    seq INTEGER PRIMARY KEY,
-    created REAL NOT NULL,
-    anchor INTEGER NOT NULL,
-    first INTEGER NOT NULL,
-    second INTEGER NOT NULL,
-    closer INTEGER NOT NULL,
-    source TEXT NOT NULL
-);
-"""
 
 _COLUMNS = (
     "created",
@@ -127,52 +63,30 @@ def _ids_json(ids: Sequence[int]) -> str:
 
 
 class Store:
-    """Append-only candidate store at ``path`` (created if missing).
+    """Append-only candidate store at ``path`` (created if missing), with its side tables.
 
-    One connection is shared by the engine's threads (commits, describer caches,
-    judges), so every statement runs under one lock: sqlite3's connection-level
-    transaction state is not thread-safe.
+    Implements ``qd.contract.CandidateLog`` (``get``, ``add``); ``cache``,
+    ``judgments``, ``calls`` and ``meta`` are the side tables, each over the store's
+    one connection (``qd.database.Database``).
     """
 
     def __init__(self, path: str | Path, readonly: bool = False):
         self.path = Path(path)
-        self._lock = threading.RLock()
-        if readonly:
-            if not self.path.exists():
-                raise FileNotFoundError(f"store: no store at {self.path}")
-            uri = f"file:{self.path}?mode=ro"
-            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
-        else:
-            self._db = sqlite3.connect(self.path, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-            for column, sql_type in (
-                ("genome", "TEXT"),
-                ("instruction", "INTEGER"),
-            ):  # stores from before them
-                if column not in self._columns():
-                    self._db.execute(f"ALTER TABLE candidates ADD COLUMN {column} {sql_type}")
-            self._db.commit()
+        self._db = Database(self.path, readonly)
+        self.cache = CacheTable(self._db)
+        self.judgments = JudgmentTable(self._db)
+        self.calls = CallTable(self._db)
+        self.meta = MetaTable(self._db)
         # (read-only on a store from before genome kinds or instructions: select NULL for a missing column)
-        have = self._columns()
+        have = self._db.columns()
         self._select = ", ".join(c if c in have else "NULL" for c in _COLUMNS)
 
-    def _columns(self) -> set[str]:
-        return {row[1] for row in self._db.execute("PRAGMA table_info(candidates)")}
+    def ports(self) -> Ports:
+        """What a describer may use of the store (``Descriptor.attach``)."""
+        return Ports(cache=self.cache, judgments=self.judgments, log=self)
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, self._db:
-            yield self._db
-
-    def _rows(self, sql: str, params: Sequence = ()) -> list[tuple]:
-        with self._lock:
-            return self._db.execute(sql, params).fetchall()
+        self._db.close()
 
     def __enter__(self) -> "Store":
         return self
@@ -192,35 +106,9 @@ class Store:
         by default the next ones.
         """
         now = time.time()
-        rows = [
-            (
-                c.created if c.created is not None else now,
-                c.kind,
-                c.text,
-                _blob(c.vector),
-                _ids_json(c.parent_ids),
-                int(c.island),
-                c.operator,
-                c.model,
-                c.prompt,
-                c.response,
-                c.tokens_in,
-                c.tokens_out,
-                c.cost,
-                None if c.fitness is None else float(c.fitness),
-                _blob(c.descriptor),
-                bool(c.valid),
-                None if c.metrics is None else json.dumps(c.metrics),
-                c.error,
-                c.eval_seconds,
-                None if c.artifacts is None else json.dumps(c.artifacts),
-                c.genome,
-                c.instruction,
-            )
-            for c in candidates
-        ]
+        rows = [_row(c, now) for c in candidates]
         traces = [(c, n, call) for c in candidates for n, call in enumerate(c.trace or ())]
-        with self._transaction() as db:
+        with self._db.transaction() as db:
             if ids is None:
                 start = self._next_id()
                 ids = list(range(start, start + len(rows)))
@@ -237,28 +125,30 @@ class Store:
                     "INSERT INTO trace (candidate, n, call) VALUES (?, ?, ?)",
                     [(at[id(c)], n, json.dumps(call)) for c, n, call in traces],
                 )
-            self._insert_calls(db, ids[-1] if ids else self._next_id() - 1, calls)
+            CallTable.insert(db, ids[-1] if ids else self._next_id() - 1, calls)
         ids = [int(i) for i in ids]
         for c, i, row in zip(candidates, ids, rows):
             c.id, c.created = i, row[0]
         return ids
 
     def _next_id(self) -> int:
-        ((last,),) = self._rows("SELECT COALESCE(MAX(id), -1) FROM candidates")
+        ((last,),) = self._db.rows("SELECT COALESCE(MAX(id), -1) FROM candidates")
         return last + 1
 
     def trace(self, candidate_id: int) -> list[dict]:
         """The model calls candidate ``candidate_id``'s evaluation made, in order (each a dict:
         ``n``, ``messages``, ``sampling``, ``text`` or ``error``, ``model``, tokens, ``cached``)."""
         try:
-            rows = self._rows("SELECT call FROM trace WHERE candidate = ? ORDER BY n", (int(candidate_id),))
+            rows = self._db.rows(
+                "SELECT call FROM trace WHERE candidate = ? ORDER BY n", (int(candidate_id),)
+            )
         except sqlite3.OperationalError:  # a read-only store from before traces
             return []
         return [json.loads(call) for (call,) in rows]
 
     def add_migrations(self, after_id: int, genome_id: Iterable[int], island: Iterable[int]) -> None:
         """Records elites copied between islands, so ``rebuild`` can replay them."""
-        with self._transaction() as db:
+        with self._db.transaction() as db:
             db.executemany(
                 "INSERT INTO migrations (after_id, genome_id, island) VALUES (?, ?, ?)",
                 [(int(after_id), int(g), int(i)) for g, i in zip(genome_id, island)],
@@ -271,85 +161,15 @@ class Store:
         islands = [int(i) for i in islands]
         self.add_migrations(after_id, [RESET_ID] * len(islands), islands)
 
-    def set_meta(self, key: str, value: object) -> None:
-        with self._transaction() as db:
-            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
-
     def keeps_every_candidate(self) -> bool:
         """False for a device run's elites-only store (``runner.store=elites``)."""
-        return self.get_meta("store", "all") != "elites"
-
-    def get_meta(self, key: str, default: object = None) -> object:
-        rows = self._rows("SELECT value FROM meta WHERE key = ?", (key,))
-        return default if not rows else json.loads(rows[0][0])
-
-    def cache_get(self, kind: str, keys: Sequence[str]) -> dict[str, bytes]:
-        """Cached values (embeddings, judge answers) of ``kind`` for the keys present."""
-        found: dict[str, bytes] = {}
-        keys = list(dict.fromkeys(keys))
-        for start in range(0, len(keys), 900):
-            chunk = keys[start : start + 900]
-            found.update(
-                self._rows(
-                    f"SELECT key, value FROM cache WHERE kind = ? AND key IN ({', '.join('?' * len(chunk))})",
-                    (kind, *chunk),
-                )
-            )
-        return found
-
-    def cache_put(self, kind: str, values: dict[str, bytes]) -> None:
-        """Adds derived values (kept across resumes, so re-describing is cheap)."""
-        with self._transaction() as db:
-            db.executemany(
-                "INSERT OR REPLACE INTO cache (kind, key, value) VALUES (?, ?, ?)",
-                [(kind, k, v) for k, v in values.items()],
-            )
-
-    def add_judgments(self, rows: Sequence[tuple[int, int, int, int]], source: str) -> None:
-        """Records similarity judgments (anchor, first, second, closer) by candidate id;
-        ``closer`` is 0 if the anchor is closer to ``first``, 1 if to ``second``."""
-        now = time.time()
-        with self._transaction() as db:
-            db.executemany(
-                "INSERT INTO judgments (created, anchor, first, second, closer, source) VALUES (?, ?, ?, ?, ?, ?)",
-                [(now, int(a), int(b), int(c), int(k), source) for a, b, c, k in rows],
-            )
-
-    def count_judgments(self) -> int:
-        return self._rows("SELECT COUNT(*) FROM judgments")[0][0]
-
-    def judgments(self) -> np.ndarray:
-        """i64[N, 4]: every judgment as (anchor, first, second, closer), oldest first."""
-        rows = self._rows("SELECT anchor, first, second, closer FROM judgments ORDER BY seq")
-        return np.asarray(rows, np.int64).reshape(-1, 4)
-
-    def add_calls(self, calls: Sequence[tuple]) -> None:
-        """Records LLM calls made apart from a candidate batch (a refit's judgments, a meta mutation)."""
-        with self._transaction() as db:
-            self._insert_calls(db, self._next_id() - 1, calls)
-
-    @staticmethod
-    def _insert_calls(db: sqlite3.Connection, after_id: int, calls: Sequence[tuple]) -> None:
-        db.executemany(
-            "INSERT INTO llm_calls (after_id, role, model, calls, cached, failed, retries, tokens_in, "
-            "tokens_out, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(int(after_id), *row) for row in calls],
-        )
-
-    def llm_calls(self) -> list[tuple]:
-        """Every recorded LLM call count as (role, model, calls, cached, failed, retries,
-        tokens_in, tokens_out, cost), summed per (role, model): ``qd.llm.Ledger.from_rows``."""
-        return self._rows(
-            "SELECT role, model, SUM(calls), SUM(cached), SUM(failed), SUM(retries), SUM(tokens_in), "
-            "SUM(tokens_out), SUM(cost) FROM llm_calls GROUP BY role, model ORDER BY role, model"
-        )
+        return self.meta.get("store", "all") != "elites"
 
     def count(self, valid: bool = False, kind: str | None = None) -> int:
         """Stored candidates (only the valid ones if ``valid``; only this ``kind`` if given)."""
         where = " AND valid = 1" if valid else ""
-        return self._rows(f"SELECT COUNT(*) FROM candidates WHERE kind = COALESCE(?, kind){where}", (kind,))[
-            0
-        ][0]
+        sql = f"SELECT COUNT(*) FROM candidates WHERE kind = COALESCE(?, kind){where}"
+        return self._db.rows(sql, (kind,))[0][0]
 
     def last_id(self) -> int:
         return self._next_id() - 1
@@ -360,9 +180,9 @@ class Store:
         if not ids:
             return []
         found: dict[int, Candidate] = {}
-        for start in range(0, len(ids), 900):
+        for start in range(0, len(ids), 900):  # SQLite binds at most 999 parameters
             chunk = ids[start : start + 900]
-            rows = self._rows(
+            rows = self._db.rows(
                 f"SELECT id, {self._select} FROM candidates WHERE id IN ({', '.join('?' * len(chunk))})",
                 chunk,
             )
@@ -374,7 +194,7 @@ class Store:
 
     def marks(self) -> tuple[int | None, int | None]:
         """The newest candidate id and migration seq: they change whenever the store does."""
-        return self._rows("SELECT (SELECT MAX(id) FROM candidates), (SELECT MAX(seq) FROM migrations)")[0]
+        return self._db.rows("SELECT (SELECT MAX(id) FROM candidates), (SELECT MAX(seq) FROM migrations)")[0]
 
     def columns(
         self,
@@ -389,25 +209,19 @@ class Store:
         unknown = set(names) - {"id", *_COLUMNS}
         if unknown:
             raise ValueError(f"store: no column {sorted(unknown)[0]!r}")
-        have = self._columns() | {"id"}
+        have = self._db.columns() | {"id"}
         select = ", ".join(c if c in have else "NULL" for c in names)
         order = "json_extract(parent_ids, '$[0]'), id" if by_parent else "id"
-        with self._lock:
-            cursor = self._db.execute(
-                f"SELECT {select} FROM candidates WHERE kind IN "
-                f"({', '.join('?' * len(kinds))}) ORDER BY {order}",
-                list(kinds),
-            )
-        while True:
-            with self._lock:
-                rows = cursor.fetchmany(page)
-            if not rows:
-                return
+        cursor = self._db.cursor(
+            f"SELECT {select} FROM candidates WHERE kind IN ({', '.join('?' * len(kinds))}) ORDER BY {order}",
+            list(kinds),
+        )
+        while rows := self._db.fetch(cursor, page):
             yield rows
 
     def iter(self, after_id: int = -1, page: int = 1000) -> Iterable[Candidate]:
         """Candidates newer than ``after_id`` in id order, read a page at a time."""
-        while rows := self._rows(
+        while rows := self._db.rows(
             f"SELECT id, {self._select} FROM candidates WHERE id > ? ORDER BY id LIMIT ?",
             (after_id, page),
         ):
@@ -430,17 +244,17 @@ class Store:
         ``reset`` islands first (``qd.archive.reset``), then insert the offers
         (``qd.search.islands.replay`` does both).
         """
-        rows = self._rows(
+        rows = self._db.rows(
             "SELECT id, island, fitness, descriptor, valid FROM candidates WHERE id > ? ORDER BY id",
             (after_id,),
         )
-        migrants = self._rows(
+        migrants = self._db.rows(
             "SELECT m.seq, m.after_id, m.genome_id, m.island, c.fitness, c.descriptor, c.valid "
             "FROM migrations m JOIN candidates c ON c.id = m.genome_id "
             "WHERE m.after_id > ? ORDER BY m.seq",
             (after_id,),
         )
-        resets = self._rows(
+        resets = self._db.rows(
             "SELECT seq, after_id, island FROM migrations WHERE genome_id = ? AND after_id > ?",
             (RESET_ID, after_id),
         )
@@ -474,6 +288,34 @@ class Store:
             "migrated": np.array([r[6] for r in order], bool),
             "reset": np.array(sorted(last_reset), np.int32),
         }
+
+
+def _row(c: Candidate, now: float) -> tuple:
+    """``c`` as the values of ``_COLUMNS``."""
+    return (
+        c.created if c.created is not None else now,
+        c.kind,
+        c.text,
+        _blob(c.vector),
+        _ids_json(c.parent_ids),
+        int(c.island),
+        c.operator,
+        c.model,
+        c.prompt,
+        c.response,
+        c.tokens_in,
+        c.tokens_out,
+        c.cost,
+        None if c.fitness is None else float(c.fitness),
+        _blob(c.descriptor),
+        bool(c.valid),
+        None if c.metrics is None else json.dumps(c.metrics),
+        c.error,
+        c.eval_seconds,
+        None if c.artifacts is None else json.dumps(c.artifacts),
+        c.genome,
+        c.instruction,
+    )
 
 
 def _candidate(row: tuple) -> Candidate:

@@ -235,3 +235,23 @@ def qd_run(*args: str, cwd: Path, check: bool = True, timeout: float = 300):
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
+
+
+def scripted_text_config(base_url: str, *overrides: str) -> DictConfig:
+    """function_fit asking the scripted server at ``base_url``: rewrites only, 2 workers, quiet."""
+    return compose(
+        [
+            "experiment=function_fit",
+            "llm.provider=server",
+            f"llm.base_url={base_url}",
+            "llm.models=[{name: scripted}]",
+            "llm.api_key_env=null",
+            "llm.timeout_s=5",
+            "runner.progress=false",
+            "runner.in_flight=4",
+            "runner.workers=2",
+            "sandbox.wall_s=2",
+            "operators.mix=[{name: rewrite}]",
+            *overrides,
+        ]
+    )

@@ -135,7 +135,7 @@ async def measure(runs: list[dict], cfg: Any, settings: Any, out: Path) -> dict:
     measuring = LLMClient(settings)
     try:
         with Store(out / "measure.sqlite") as store:
-            grid.attach(store)
+            grid.attach(store.ports())
             for r in (
                 runs
             ):  # the runs' own axis answers, from the LLM cache (keyed by the run's seed) into the store
@@ -147,7 +147,7 @@ async def measure(runs: list[dict], cfg: Any, settings: Any, out: Path) -> dict:
             bins = np.asarray(grid.bins)
             founders = [t["text"] for t in runs[0]["texts"] if t["origin"] == "init"]
             held = judges.judge(judges.HELD_OUT, measuring)
-            held.attach(store)
+            held.attach(store.ports())
             founder_held = (await held.judge_scores([Item(t) for t in founders])).values[:, 0]
             founder_best = max(
                 (t["quality"] for r in runs for t in r["valid"] if t["origin"] == "init"), default=1.0

@@ -92,8 +92,8 @@ class DeviceEngine:
         self.on_commit, self._progress_enabled = on_commit, progress
         self.ckpt_dir = self.run_dir / layout.CHECKPOINTS
         self.store = Store(self.run_dir / layout.STORE)
-        self.store.set_meta("loop", LOOP)
-        self.store.set_meta("store", store)
+        self.store.meta.set("loop", LOOP)
+        self.store.meta.set("store", store)
         self.events = EventLog(self.run_dir / layout.EVENTS)
         self.report = Report(islands, qd_offset, union=islands > 1)
         self.stop_reason: str | None = None

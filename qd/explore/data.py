@@ -338,7 +338,7 @@ def summary(run: RunDir) -> dict[str, Any]:
             island_best = np.where(
                 filled.any(1), np.nanmax(np.where(filled, snap.fitness, -np.inf), 1), np.nan
             )
-        ledger = run.store.llm_calls()
+        ledger = run.store.calls.totals()
         return {
             "name": run.name,
             "path": str(run.path),
@@ -372,7 +372,7 @@ LEDGER_FIELDS = ("role", "model", "calls", "cached", "failed", "retries", "token
 
 def ledger(run: RunDir) -> dict[str, Any]:
     """The model-call ledger per (role, model), with totals per role, per model and overall."""
-    rows = [dict(zip(LEDGER_FIELDS, r)) for r in run.store.llm_calls()]
+    rows = [dict(zip(LEDGER_FIELDS, r)) for r in run.store.calls.totals()]
     sums = LEDGER_FIELDS[2:]
 
     def total(members: list[dict]) -> dict[str, Any]:

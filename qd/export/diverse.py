@@ -174,7 +174,7 @@ def _read(run: RunDir, ids: list[int], opts: dict) -> tuple[np.ndarray, np.ndarr
             vectors = None
             continue
         keys = [_key(t) for t in texts]
-        found = {k: np.frombuffer(v, "<f4") for k, v in run.store.cache_get(CACHE_KIND, keys).items()}
+        found = {k: np.frombuffer(v, "<f4") for k, v in run.store.cache.get(CACHE_KIND, keys).items()}
         missing = {k: t for k, t in zip(keys, texts) if k not in found}
         if missing and not opts["embed"]:
             vectors = None

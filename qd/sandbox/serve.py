@@ -32,7 +32,7 @@ from .isolation import (
     succeeds,
 )
 from .protocol import HELLO, REPLY, RUN, RUN_CALLS, read_frame, write_all, write_frame
-from .supervise import RunningChild, Reaper, Supervisor, run_reply
+from .supervise import Reaper, RunningChild, Supervisor, run_reply
 
 
 class Worker:

@@ -300,7 +300,7 @@ def build_strategy(strategy: StrategyPlan) -> Strategy:
 
 
 def _meta_factory(settings: dict[str, Any] | None) -> Callable[[Any], Any] | None:
-    """store -> InstructionPool (the store comes with the engine)."""
+    """candidate log (the run's store) -> InstructionPool (the store comes with the engine)."""
     if settings is None:
         return None
     from operators.meta import InstructionPool
@@ -318,17 +318,17 @@ def _tiebreak_factory(settings: dict[str, Any] | None) -> Callable[[Any], Any] |
 
 
 def _gate_factory(settings: dict[str, Any] | None) -> Callable[[Any], Any] | None:
-    """store -> NoveltyGate over MiniLM embeddings cached in that store (BLEU needs no model)."""
+    """cache (the run's store's) -> NoveltyGate over MiniLM embeddings cached there (BLEU needs no model)."""
     if settings is None:
         return None
 
-    def make(store: Any) -> Any:
+    def make(cache: Any) -> Any:
         from qd.search.gate import NoveltyGate
 
         if settings["measure"] == "bleu":
             return NoveltyGate(None, **settings)
         from descriptors.embedding import EmbeddingCache, Encoder
 
-        return NoveltyGate(EmbeddingCache(Encoder(), store).embed, **settings)
+        return NoveltyGate(EmbeddingCache(Encoder(), cache).embed, **settings)
 
     return make

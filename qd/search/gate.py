@@ -53,8 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from qd.contract import ConfigError
-from qd.store import Candidate, Store
+from qd.contract import Cache, Candidate, ConfigError
 
 CACHE_KIND = "evaluated"
 REUSED = "reused"  # artifacts key: the store id whose evaluation a candidate copied
@@ -88,15 +87,17 @@ class Duplicates:
 
 
 class DuplicateIndex:
-    """Text -> the first evaluated candidate with that text, kept in the store (survives resumes)."""
+    """Text -> the first evaluated candidate with that text, kept in the run's cache (the
+    store's cache table: survives resumes)."""
 
-    def __init__(self, store: Store):
-        self.store = store
+    def __init__(self, cache: Cache):
+        self.cache = cache
 
     def lookup(self, texts: Sequence[str | None]) -> Duplicates:
-        """The positions of ``texts`` already evaluated, in the store or earlier in the batch (None: skipped)."""
+        """The positions of ``texts`` already evaluated, in the store or earlier in the batch
+        (None: skipped)."""
         keys = {j: text_key(t) for j, t in enumerate(texts) if t is not None}
-        found = self.store.cache_get(CACHE_KIND, list(keys.values()))
+        found = self.cache.get(CACHE_KIND, list(keys.values()))
         stored, earlier, first = {}, {}, {}
         for j, key in keys.items():
             if key in found:
@@ -120,9 +121,9 @@ class DuplicateIndex:
             if c.id is None:
                 raise ValueError("gate: remember takes committed candidates (id set by store.add)")
             new.setdefault(text_key(c.text), str(int(c.id)).encode())
-        known = self.store.cache_get(CACHE_KIND, list(new))
+        known = self.cache.get(CACHE_KIND, list(new))
         if new.keys() - known.keys():
-            self.store.cache_put(CACHE_KIND, {k: v for k, v in new.items() if k not in known})
+            self.cache.put(CACHE_KIND, {k: v for k, v in new.items() if k not in known})
 
 
 def evaluated(candidate: Candidate) -> bool:

@@ -77,11 +77,11 @@ class Strategy:
         cost: what credit is divided by: LLM ``calls``, ``tokens`` or ``usd``
             (numeric tasks: evaluations).
         islands, selection: see :class:`IslandPolicy`, :class:`Selection`.
-        meta: store -> ``operators.meta.InstructionPool`` (the pool keeps its
-            instructions in the run's store), or None; ``meta_model`` mutates them
+        meta: candidate log (the run's store) -> ``operators.meta.InstructionPool``
+            (the pool keeps its instructions there), or None; ``meta_model`` mutates them
             (None: the client's pick).
-        gate: store -> ``qd.search.gate.NoveltyGate`` (its embeddings are cached in the
-            store), or None. Exact duplicates are reused whatever the gate.
+        gate: cache (``store.cache``) -> ``qd.search.gate.NoveltyGate`` (its embeddings
+            are cached there), or None. Exact duplicates are reused whatever the gate.
         cycle: a ``CyclicObjective`` or None.
         tiebreak: llm -> ``qd.search.tiebreak.PairwiseJudge`` (settles a child's tie with
             its cell's incumbent), or None.

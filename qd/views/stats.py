@@ -48,7 +48,7 @@ def main(argv: list[str]) -> None:
         if "instruction" not in by and run.store.count(kind="instruction"):
             groups["instruction"] = history.operator_stats(run, ("instruction",))
         totals = _totals(next(iter(groups.values())), history.fates(run))
-        ledger = [dict(zip(LEDGER, row)) for row in run.store.llm_calls()]
+        ledger = [dict(zip(LEDGER, row)) for row in run.store.calls.totals()]
         ledger_total = {k: sum(r[k] for r in ledger) for k in LEDGER[2:]}
         elites_only = not run.store.keeps_every_candidate()
         if args.json:

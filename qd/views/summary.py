@@ -29,7 +29,7 @@ def summary(run: RunDir) -> dict[str, Any]:
     filled = snap.genome_id >= 0
     offset = float(OmegaConf.select(cfg, "archive.qd_offset", default=0.0) or 0.0)
     best = run.best()
-    ledger = run.store.llm_calls()
+    ledger = run.store.calls.totals()
     return {
         "run": str(run.path),
         "name": run.name,

@@ -131,7 +131,7 @@ def test_cache_hit_sends_nothing(scripted_llm, tmp_path):
     )
     store = Store(tmp_path / "s.sqlite")
     d = AIFeedbackDescriptor([TONE, LENGTH])
-    d.attach(store, client_for(server.base_url))
+    d.attach(store.ports(), client_for(server.base_url))
     first, again = describe(d, ["a", "b", "a", "bad"], ["b", "a", "bad"])
     # a, b, bad (a duplicate in a batch is asked once) x 2 axes, then only the failed (bad, tone) again
     assert server.stats()["requests"] == 2 * 3 + 1
@@ -142,14 +142,14 @@ def test_cache_hit_sends_nothing(scripted_llm, tmp_path):
 
     with Store(tmp_path / "s.sqlite") as reopened:  # a resumed run: a fresh descriptor, the same store
         d2 = AIFeedbackDescriptor([TONE, LENGTH])
-        d2.attach(reopened, client_for(server.base_url))
+        d2.attach(reopened.ports(), client_for(server.base_url))
         (replay,) = describe(d2, ["bad", "a"])
     assert server.stats()["requests"] == 7
     np.testing.assert_allclose(replay.values, again.values[[2, 1]])
 
     other = AIFeedbackDescriptor([TONE, LENGTH], use_logprobs=False)  # another scoring mode: another key
     with Store(tmp_path / "s.sqlite") as reopened:
-        other.attach(reopened, client_for(server.base_url))
+        other.attach(reopened.ports(), client_for(server.base_url))
         (plain,) = describe(other, ["a"])
     assert server.stats()["requests"] == 9
     np.testing.assert_allclose(plain.values, [[6 / 9, 6 / 9]])

@@ -195,18 +195,18 @@ def test_a_word_longer_than_a_window_is_cut_inside_it():
 def test_cache_encodes_each_text_once_and_survives_reopening_the_store(tmp_path):
     encoder = FakeEncoder()
     store = Store(tmp_path / "s.sqlite")
-    cache = EmbeddingCache(encoder, store)
+    cache = EmbeddingCache(encoder, store.cache)
     texts = ["b", "a", "b", "c", "a"]
     first = run(cache.embed(texts))
     assert encoder.calls == [["b", "a", "c"]]  # misses only, deduplicated
     np.testing.assert_array_equal(first[0], first[2])
-    assert set(store.cache_get(CACHE_KIND, [hashlib.sha256(t.encode()).hexdigest() for t in "abc"])) == {
+    assert set(store.cache.get(CACHE_KIND, [hashlib.sha256(t.encode()).hexdigest() for t in "abc"])) == {
         hashlib.sha256(t.encode()).hexdigest() for t in "abc"
     }
 
     lookups = []
-    store_get = store.cache_get
-    store.cache_get = lambda kind, keys: lookups.append(keys) or store_get(kind, keys)
+    store_get = store.cache.get
+    store.cache.get = lambda kind, keys: lookups.append(keys) or store_get(kind, keys)
     np.testing.assert_array_equal(run(cache.embed(texts)), first)
     assert len(encoder.calls) == 1 and lookups == []  # in memory: no encoder call, no SQLite round trip
     store.close()
@@ -214,7 +214,7 @@ def test_cache_encodes_each_text_once_and_survives_reopening_the_store(tmp_path)
     fresh = FakeEncoder()
     with Store(tmp_path / "s.sqlite") as reopened:
         desc = EmbeddingDescriptor(projection="none", refit_at=(), encoder=fresh)
-        desc.attach(reopened)
+        desc.attach(reopened.ports())
         out = run(desc.describe([Item(text=t) for t in texts]))
     assert fresh.calls == []
     np.testing.assert_array_equal(out.values, first)
@@ -269,7 +269,7 @@ def test_empty_text_is_invalid_with_a_reason():
 def test_state_dict_resume_gives_bitwise_equal_descriptors(projection, tmp_path):
     store = Store(tmp_path / "s.sqlite")
     desc = EmbeddingDescriptor(projection=projection, dims=3, refit_at=(8,), cells=16, encoder=FakeEncoder())
-    desc.attach(store)
+    desc.attach(store.ports())
     run(desc.fit(items(12), np.random.default_rng(1)))
     probe = items(12) + items(5, "new")
     before = run(desc.describe(probe))
@@ -279,7 +279,7 @@ def test_state_dict_resume_gives_bitwise_equal_descriptors(projection, tmp_path)
     resumed = EmbeddingDescriptor(
         projection=projection, dims=3, refit_at=(8,), cells=16, encoder=FakeEncoder()
     )
-    resumed.attach(store)
+    resumed.attach(store.ports())
     resumed.load_state_dict({k: v.copy() for k, v in state.items()})
     after = run(resumed.describe(probe))
     assert after.values.tobytes() == before.values.tobytes()

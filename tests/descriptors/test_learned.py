@@ -67,7 +67,7 @@ def test_learned_projection_recovers_a_hidden_ground_truth(tmp_path):
     desc = ground_truth_descriptor(hidden, features)
     rng = np.random.default_rng(0)
     with Store(tmp_path / "store.sqlite") as store:
-        desc.attach(store)
+        desc.attach(store.ports())
         report = []
         for start in range(0, 400, 50):  # candidates arrive in batches, as from the engine
             store_items(store, range(start, start + 50))
@@ -89,7 +89,7 @@ def test_learned_projection_recovers_a_hidden_ground_truth(tmp_path):
                 ),
                 key=np.sum,
             )
-            report.append((len(store.judgments()), rho, axes, seconds))
+            report.append((len(store.judgments.read()), rho, axes, seconds))
         assert not desc.needs_fit(400) and desc.refits == 3
     for judged, rho, axes, seconds in report:
         print(
@@ -108,7 +108,7 @@ def test_fit_is_deterministic_and_state_dict_round_trips(tmp_path):
         desc = ground_truth_descriptor(hidden, features, refit_at=(40,), steps=200)
         with Store(tmp_path / f"store{run}.sqlite") as store:
             store_items(store, range(60))
-            desc.attach(store)
+            desc.attach(store.ports())
             items = stored_items(store)
             asyncio.run(desc.fit(items, np.random.default_rng(7)))
         results.append(asyncio.run(desc.describe(items)).values)
@@ -132,12 +132,12 @@ def test_schedule_fit_after_and_human_judgments_from_the_store(tmp_path):
     )
     with Store(tmp_path / "s.sqlite") as store:
         store_items(store, range(30))
-        human.attach(store)
+        human.attach(store.ports())
         assert not human.needs_fit(30)  # people have not judged yet: nothing to fit
-        store.add_judgments([(0, 1, 2, 0), (3, 4, 5, 1), (6, 7, 8, 0)], "human")
+        store.judgments.add([(0, 1, 2, 0), (3, 4, 5, 1), (6, 7, 8, 0)], "human")
         assert human.needs_fit(30)
         asyncio.run(human.fit(stored_items(store), np.random.default_rng(0)))
-        assert len(store.judgments()) == 3  # trained on them, asked nobody
+        assert len(store.judgments.read()) == 3  # trained on them, asked nobody
         assert not human.needs_fit(30)
         out = asyncio.run(human.describe(stored_items(store)))
     assert out.valid.all() and np.isfinite(out.values).all()
@@ -375,7 +375,7 @@ def test_engine_reinserts_every_candidate_after_each_learned_refit(tmp_path, scr
     for e in refits:  # every valid stored candidate re-placed at each refit
         assert e["placed"] == e["candidates"] > 0
     with Store(tmp_path / "store.sqlite", readonly=True) as store:
-        assert len(store.judgments()) >= 40
+        assert len(store.judgments.read()) >= 40
         valid = [c for c in store.iter() if c.valid]
     state, _, _ = checkpoint.load(tmp_path / "checkpoints")
     placed = set(np.asarray(state.genome_id).ravel().tolist()) - {-1}

@@ -11,11 +11,10 @@ import re
 
 import numpy as np
 import pytest
-from helpers import run_config, stored
+from helpers import run_config, scripted_text_config, stored
 from scripted_llm import Rule
 
 from descriptors.code_metrics import code_metrics
-from qd.plan import compose
 from qd.rundir import checkpoint
 
 JUDGE = r"Answer with the digit only\.\nText: (?![\s\S]*Text: )"  # the last turn of a judge chat
@@ -37,23 +36,7 @@ def judge(request: dict) -> str:
 
 
 def config(base_url: str, *overrides: str):
-    return compose(
-        [
-            "experiment=function_fit",
-            "llm.provider=server",
-            f"llm.base_url={base_url}",
-            "llm.models=[{name: scripted}]",
-            "llm.api_key_env=null",
-            "llm.timeout_s=5",
-            "runner.progress=false",
-            "runner.max_llm_calls=20",
-            "runner.in_flight=4",
-            "runner.workers=2",
-            "sandbox.wall_s=2",
-            "operators.mix=[{name: rewrite}]",
-            *overrides,
-        ]
-    )
+    return scripted_text_config(base_url, "runner.max_llm_calls=20", *overrides)
 
 
 def refits(path) -> list[dict]:

@@ -179,7 +179,7 @@ def test_the_elites_store_holds_every_elite_with_its_genome_and_parents(tmp_path
         np.testing.assert_array_equal(e.candidate.vector, genomes[e.island, e.cell])
         assert all(0 <= p < e.candidate.id for p in e.candidate.parent_ids)
     with Store(tmp_path / "store.sqlite", readonly=True) as store:
-        assert store.get_meta("store") == "elites" and store.count() >= len(elites)
+        assert store.meta.get("store") == "elites" and store.count() >= len(elites)
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [e["step"] for e in events] == [7, 14, 21, 28, 35, 42, 49, 56, 63, 64]
     with pytest.raises(

@@ -105,7 +105,7 @@ def test_stats_and_ledger_are_the_readers(api, text_run):
         assert api.get("/api/run/0/stats", params={"by": "operator"}).json() == history.operator_stats(
             run, ("operator",)
         )
-        calls = run.store.llm_calls()
+        calls = run.store.calls.totals()
     ledger = api.get("/api/run/0/ledger").json()
     assert ledger["total"]["calls"] == sum(r[2] for r in calls) == 24
     assert api.get("/api/run/0/stats", params={"by": "colour"}).status_code == 400

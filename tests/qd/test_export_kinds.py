@@ -220,7 +220,7 @@ def test_diverse_uses_the_cached_embeddings_when_every_elite_has_one(text_run, t
     unit /= np.linalg.norm(unit, axis=1, keepdims=True)
     vector = {e["text"]: v for e, v in zip(elites, unit)}  # elites may share a text, and so its embedding
     with Store(copy / "store.sqlite") as store:
-        store.cache_put(CACHE_KIND, {_key(text): v.tobytes() for text, v in vector.items()})
+        store.cache.put(CACHE_KIND, {_key(text): v.tobytes() for text, v in vector.items()})
     with RunDir(copy) as run:
         rows = list(diverse.rows(run, {"k": 4}))
         check_picks(run, rows, 4)

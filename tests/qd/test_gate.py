@@ -74,9 +74,9 @@ def test_remembered_texts_are_found_after_reopening_the_store(tmp_path):
             candidate("def f(x):\n    return 0.0\n", fitness=-3.0),
         ]
         ids = store.add(batch)
-        DuplicateIndex(store).remember(batch)
+        DuplicateIndex(store.cache).remember(batch)
     with Store(path) as store:
-        index = DuplicateIndex(store)
+        index = DuplicateIndex(store.cache)
         dup = index.lookup(
             ["def f(x):\n    return 0.0\n", "def f(x):\n    return 1.0\n", None, "def f(x):\n    return x\n"]
         )
@@ -89,8 +89,8 @@ def test_in_batch_duplicates_point_at_the_first_occurrence(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
         stored = [candidate("old")]
         store.add(stored)
-        DuplicateIndex(store).remember(stored)
-        dup = DuplicateIndex(store).lookup(["a", "b", "a", "old", "old", "a", "b"])
+        DuplicateIndex(store.cache).remember(stored)
+        dup = DuplicateIndex(store.cache).lookup(["a", "b", "a", "old", "old", "a", "b"])
     assert dup.stored == {3: stored[0].id, 4: stored[0].id}  # stored texts all reuse the stored one
     assert dup.earlier == {2: 0, 5: 0, 6: 1}  # positions 0 and 1 are evaluated
 
@@ -101,8 +101,8 @@ def test_lookup_matches_exactly_the_equal_texts(tmp_path_factory, old, new):
     with Store(tmp_path_factory.mktemp("dup") / "s.sqlite") as store:
         batch = [candidate(t) for t in old]
         store.add(batch)
-        DuplicateIndex(store).remember(batch)
-        dup = DuplicateIndex(store).lookup(new)
+        DuplicateIndex(store.cache).remember(batch)
+        dup = DuplicateIndex(store.cache).lookup(new)
     first_id = {}
     for c in batch:
         first_id.setdefault(c.text, c.id)
@@ -114,7 +114,7 @@ def test_lookup_matches_exactly_the_equal_texts(tmp_path_factory, old, new):
 
 def test_remember_keeps_the_first_id_and_skips_copies_and_rejections(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
-        index = DuplicateIndex(store)
+        index = DuplicateIndex(store.cache)
         first = [candidate("p")]
         store.add(first)
         index.remember(first)
@@ -133,7 +133,7 @@ def test_remember_keeps_the_first_id_and_skips_copies_and_rejections(tmp_path):
         assert [evaluated(c) for c in later] == [True, False, False, True]
         with pytest.raises(ValueError, match="committed"):
             index.remember([candidate("s")])
-        assert store.cache_get(CACHE_KIND, [text_key("s")]) == {}
+        assert store.cache.get(CACHE_KIND, [text_key("s")]) == {}
 
 
 def test_reuse_copies_the_evaluation_and_notes_the_source(tmp_path):

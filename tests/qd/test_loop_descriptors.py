@@ -12,12 +12,13 @@ import json
 
 import numpy as np
 import pytest
-from helpers import run_engine, text_engine
+from helpers import run_engine, scripted_text_config, text_engine
 from scripted_llm import Rule
 
 from descriptors.base import Described, pending
 from qd import archive
-from qd.plan import compose, plan
+from qd.contract import Descriptor
+from qd.plan import plan
 from qd.run import build_engine
 from qd.store import Store
 
@@ -29,7 +30,7 @@ def varied(request: dict) -> str:
     return f"```python\ndef f(x):\n    return {body} + {n}.0\n```"
 
 
-class LengthDescriptor:
+class LengthDescriptor(Descriptor):
     """Text length / longest text at the last fit (fitted at ``refit_at`` valid candidates)."""
 
     name, dim, lower, upper = "length", 1, (0.0,), (1.0,)
@@ -59,23 +60,8 @@ class LengthDescriptor:
 
 
 def config(base_url: str, *overrides: str):
-    return compose(
-        [
-            "experiment=function_fit",
-            "llm.provider=server",
-            f"llm.base_url={base_url}",
-            "llm.models=[{name: scripted}]",
-            "llm.api_key_env=null",
-            "llm.timeout_s=5",
-            "runner.progress=false",
-            "runner.max_llm_calls=24",
-            "runner.in_flight=4",
-            "runner.workers=2",
-            "runner.initial_population=6",
-            "sandbox.wall_s=2",
-            "operators.mix=[{name: rewrite}]",
-            *overrides,
-        ]
+    return scripted_text_config(
+        base_url, "runner.max_llm_calls=24", "runner.initial_population=6", *overrides
     )
 
 

@@ -102,13 +102,14 @@ def test_a_proposal_reads_the_archive_when_it_starts_not_when_it_runs():
     reads their genomes synchronously, in ``start``."""
     import asyncio
 
+    from qd.contract import Operator
     from qd.proposers import VectorProposer, Wave
     from qd.search import select
     from qd.search.step import SearchStep
     from qd.search.strategy import Arm, Strategy
     from qd.task import Evaluation
 
-    class Copy:  # a numeric operator: the first parent, unchanged
+    class Copy(Operator):  # a numeric operator: the first parent, unchanged
         name, num_parents = "copy", 1
 
         async def __call__(self, key, parents, context):

@@ -56,9 +56,9 @@ def test_wal_mode_allows_a_reader_while_writing(tmp_path):
 def test_survives_reopen(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
         store.add([make(0), make(1)])
-        store.set_meta("seed", 3)
+        store.meta.set("seed", 3)
     with Store(tmp_path / "s.sqlite") as store:
-        assert store.count() == 2 and store.get_meta("seed") == 3
+        assert store.count() == 2 and store.meta.get("seed") == 3
         assert store.add([make(2)]) == [2]
 
 
@@ -90,14 +90,14 @@ def test_threads_share_one_store_without_breaking_transactions(tmp_path):
         store.add([make(i), make(i)])
 
     def cache(i: int) -> None:
-        store.cache_put("k", {f"{i}.{j}": b"x" for j in range(20)})
-        assert store.cache_get("k", [f"{i}.0"]) == {f"{i}.0": b"x"}
+        store.cache.put("k", {f"{i}.{j}": b"x" for j in range(20)})
+        assert store.cache.get("k", [f"{i}.0"]) == {f"{i}.0": b"x"}
 
     with Store(tmp_path / "s.sqlite") as store, ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(commit if i % 2 else cache, i) for i in range(400)]
         for f in futures:
             f.result()
-        assert store.count() == 400 and len(store.cache_get("k", [f"{i}.3" for i in range(0, 400, 2)])) == 200
+        assert store.count() == 400 and len(store.cache.get("k", [f"{i}.3" for i in range(0, 400, 2)])) == 200
         assert [c.id for c in store.iter(page=7)] == list(range(400))
 
 
@@ -137,3 +137,62 @@ def test_columns_come_a_page_at_a_time_in_id_or_parent_order(tmp_path):
         assert list(store.columns(("id",), kinds=("vector",))) == []
         with pytest.raises(ValueError, match="no column 'nope'"):
             list(store.columns(("nope",)))
+
+
+CALL = (
+    "operator",
+    "m",
+    1,
+    0,
+    0,
+    0,
+    10,
+    5,
+    0.5,
+)  # (role, model, calls, cached, failed, retries, tokens, cost)
+
+
+def test_llm_calls_commit_with_their_batch_or_alone_and_sum_per_role_and_model(tmp_path):
+    with Store(tmp_path / "s.sqlite") as store:
+        store.add([make(0)], calls=[CALL, ("judge", "m", 2, 1, 0, 1, 4, 2, 0.0)])
+        store.calls.add([CALL])  # a refit's or a meta mutation's calls, after candidate 0
+        with pytest.raises(ValueError):  # a batch that fails commits none of its calls either
+            store.add([make(1)], calls=[CALL], ids=[0])
+        assert store.calls.totals() == [
+            ("judge", "m", 2, 1, 0, 1, 4, 2, 0.0),
+            ("operator", "m", 2, 0, 0, 0, 20, 10, 1.0),
+        ]
+        assert store.count() == 1
+
+
+def test_judgments_keep_their_order_and_count(tmp_path):
+    with Store(tmp_path / "s.sqlite") as store:
+        assert store.judgments.read().shape == (0, 4) and store.judgments.count() == 0
+        store.judgments.add([(0, 1, 2, 0), (3, 4, 5, 1)], "llm")
+        store.judgments.add([(6, 7, 8, 1)], "human")
+        np.testing.assert_array_equal(store.judgments.read(), [[0, 1, 2, 0], [3, 4, 5, 1], [6, 7, 8, 1]])
+        assert store.judgments.count() == 3
+
+
+def test_a_store_from_before_the_later_columns_opens_for_reading_and_writing(tmp_path):
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)  # the first schema: no genome or instruction column
+    db.execute(
+        "CREATE TABLE candidates (id INTEGER PRIMARY KEY, created REAL NOT NULL, kind TEXT NOT NULL, "
+        "text TEXT, vector BLOB, parent_ids TEXT NOT NULL, island INTEGER NOT NULL, operator TEXT, "
+        "model TEXT, prompt TEXT, response TEXT, tokens_in INTEGER NOT NULL DEFAULT 0, tokens_out "
+        "INTEGER NOT NULL DEFAULT 0, cost REAL NOT NULL DEFAULT 0, fitness REAL, descriptor BLOB, "
+        "valid INTEGER NOT NULL, metrics TEXT, error TEXT, eval_seconds REAL, artifacts TEXT)"
+    )
+    db.execute(
+        "INSERT INTO candidates (id, created, kind, text, parent_ids, island, valid) "
+        "VALUES (0, 0, 'text', 'x', '[]', 0, 1)"
+    )
+    db.commit()
+    db.close()
+    with Store(path, readonly=True) as store:
+        (old,) = store.get([0])
+        assert (old.genome, old.instruction) == ("program", None) and store.trace(0) == []
+    with Store(path) as store:
+        assert store.add([make(1)]) == [1] and store.get([0])[0].genome == "program"
+        assert store.meta.get("store", "all") == "all" and store.keeps_every_candidate()
