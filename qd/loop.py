@@ -177,15 +177,7 @@ class Engine:
         # Stored before it counts; SQLite releases the GIL, so proposals in flight run meanwhile.
         ids = np.asarray(await asyncio.to_thread(self.store.add, candidates, calls.rows()))
         self.spending.commit(len(ids), reserved, calls)
-        a, result = archive.insert(
-            spec,
-            self.state.archive,
-            offers.island,
-            offers.descriptor,
-            offers.fitness,
-            ids,
-            offers.valid,
-        )
+        a, result = archive.insert(spec, self.state.archive, *offers.columns(ids))
         self.elites.enter(offers.island, result, candidates)
         self.proposer.committed(candidates)
         c = self.state.counters
@@ -197,11 +189,9 @@ class Engine:
         )
         self._record_moves(moves)
         self.report.inserted(self.state.archive, offers.island, offers.fitness, result, moved=bool(moves))
-        events = self.events.write(
-            "commit",
-            commit_lines(proposals, result, credits, batches, self.evaluations),
-            {**self.summary(wave=True), "evals_per_s": round(self.report.rate(self.evaluations), 2)},
-        )
+        lines = commit_lines(proposals, result, credits, batches, self.evaluations)
+        rate = {"evals_per_s": round(self.report.rate(self.evaluations), 2)}
+        events = self.events.write("commit", lines, {**self.summary(wave=True), **rate})
         if self.settings.progress:
             self._progress.update(self.evaluations, self.report.status_line(self.evaluations))
         await self._upkeep(batches)

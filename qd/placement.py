@@ -40,6 +40,10 @@ class Offers:
             ]
         )
 
+    def columns(self, ids: np.ndarray) -> tuple[np.ndarray, ...]:
+        """What ``qd.archive.insert`` takes after the spec and the state, for store ids ``ids``."""
+        return self.island, self.descriptor, self.fitness, ids, self.valid
+
 
 class Placement:
     """The run's placement rule, as functions of the run state: the tessellation a state's archive

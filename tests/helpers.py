@@ -12,7 +12,7 @@ from qd.plan import compose
 
 def small_config(*overrides: str) -> DictConfig:
     """The sphere experiment shrunk to run in about a second, on the host loop
-    (whose parts the tests drive; ``tests/qd/test_device.py`` covers the device loop)."""
+    (whose parts the tests drive; ``tests/qd/device/test_device.py`` covers the device loop)."""
     return compose(
         [
             "experiment=sphere",

@@ -255,7 +255,7 @@ def test_a_cluster_qd_starts_ends_with_a_killed_run_and_resume_finishes_it(scrip
         "runner=ray",
         f"hydra.run.dir={run}",
     ]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     log = open(tmp_path / "driver.log", "w")
     driver = subprocess.Popen(
         [sys.executable, "-m", "qd.run", *args], env=env, stdout=log, stderr=subprocess.STDOUT

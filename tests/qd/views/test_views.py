@@ -23,7 +23,7 @@ from qd.rundir import RunDir, setting
 from qd.store import Store
 from qd.views.summary import wall_time
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def run_cli(capsys, *argv) -> str:

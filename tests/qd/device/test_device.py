@@ -23,7 +23,7 @@ from qd.plan import compose, plan
 from qd.store import Store
 from qd.task import load_task
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SMALL = [
     "experiment=sphere",
     "experiment.params.dim=10",
