@@ -57,10 +57,10 @@ def build_run(path: Path, side: int, islands: int, candidates: int, seed: int = 
     import jax
     from omegaconf import OmegaConf
 
-    from qd import archive, checkpoint
+    from qd import archive
     from qd.contract import Candidate
     from qd.events import EventLog
-    from qd.rundir import Geometry
+    from qd.rundir import Geometry, checkpoint
     from qd.search import islands as island_ops
     from qd.store import Store
 

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from helpers import small_config
 
-from qd import archive, checkpoint
+from qd import archive
 from qd.errors import CheckpointError
 from qd.run import build_engine
+from qd.rundir import checkpoint
 from qd.store import Store
 
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from helpers import qd_run
 
-from qd import archive, checkpoint
+from qd import archive
+from qd.rundir import checkpoint
 from qd.store import Store
 
 SMALL = [

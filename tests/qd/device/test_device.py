@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 
 import qd
-from qd import archive, checkpoint, cli
+from qd import archive, cli
 from qd.contract import ConfigError
 from qd.device import step
 from qd.device.driver import NO_LIMIT
 from qd.device.step import Operator, device_loop, select_uniform
 from qd.plan import compose, plan
+from qd.rundir import checkpoint
 from qd.store import Store
 from qd.task import load_task
 
