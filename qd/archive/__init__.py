@@ -44,7 +44,7 @@ from qd.archive.novelty import (
     novelty_rebuild,
 )
 from qd.archive.select import Elites, elites, sample
-from qd.archive.state import ArchiveState, init, reset, with_thresholds
+from qd.archive.state import CMA_MAE, ArchiveState, init, reset, thresholds, with_thresholds
 from qd.archive.stats import ArchiveStats, stats, union_stats
 
 __all__ = [
@@ -89,4 +89,6 @@ __all__ = [
     "stats",
     "union_stats",
     "with_thresholds",
+    "thresholds",
+    "CMA_MAE",
 ]

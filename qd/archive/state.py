@@ -29,6 +29,15 @@ def check_thresholds(learning_rate: float, threshold_min: float) -> tuple[float,
     return learning_rate, threshold_min
 
 
+CMA_MAE = ("learning_rate", "threshold_min")  # the settings every spec carries besides its cells
+
+
+def thresholds(spec: CellSpec) -> dict[str, float]:
+    """``spec``'s CMA-MAE settings by name: what a run directory saves beside its cells, so
+    a reader rebuilds the same spec (``GridSpec(..., **thresholds(spec))``)."""
+    return {name: float(getattr(spec, name)) for name in CMA_MAE}
+
+
 def with_thresholds(spec: CellSpec, source: CellSpec) -> CellSpec:
     """``spec`` with ``source``'s CMA-MAE settings: for cells a run adopts mid-run (a
     CycleQD phase's grid, a describer's fitted CVT), which keep the run's settings."""

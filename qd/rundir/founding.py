@@ -43,7 +43,7 @@ def _centroids(p: Any, run_dir: Path) -> np.ndarray:
     path = run_dir / CENTROIDS
     if path.exists():
         return np.load(path)
-    from qd.archive.cvt import cvt_centroids
+    from qd.archive import cvt_centroids
 
     centroids = cvt_centroids(a.cells, list(d.lower), list(d.upper), a.cvt_samples, a.cvt_seed)
     np.save(path, centroids)
@@ -52,6 +52,8 @@ def _centroids(p: Any, run_dir: Path) -> np.ndarray:
 
 def geometry_of(p: Any, centroids: np.ndarray | None) -> Geometry:
     """The geometry of a planned run (``qd.plan.Plan``); a CVT has a cell per centroid."""
+    from qd.archive import CMA_MAE
+
     a, d = p.cfg.archive, p.geometry
     cells = (
         len(centroids)
@@ -77,8 +79,7 @@ def geometry_of(p: Any, centroids: np.ndarray | None) -> Geometry:
         upper=tuple(map(float, d.upper)),
         axes=axis_names(p),
         own_cells=bool(d.own_cells),
-        learning_rate=float(a.learning_rate),
-        threshold_min=float(a.threshold_min),
+        thresholds={name: float(a[name]) for name in CMA_MAE},
         novelty=novelty,
         genome=p.genome.name if p.genome is not None else None,
         loop=p.loop,

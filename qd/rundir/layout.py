@@ -46,7 +46,8 @@ class Geometry:
         bins, lower, upper: per axis (bins only mean something for a grid).
         axes: a name per descriptor axis.
         own_cells: a CVT whose centroids the describer fits (saved in the checkpoint).
-        learning_rate, threshold_min: the archive's CMA-MAE settings (replay needs them).
+        thresholds: the spec's CMA-MAE settings by their names in ``qd.archive``
+            (``qd.archive.thresholds``): a reader's spec and a replay need them.
         novelty: a novelty archive's ``k``, ``threshold`` and ``local_competition``.
         genome: the text genome kind (``program``, ``agent``, ...), or None for vectors.
         loop: ``host`` or ``device``.
@@ -61,8 +62,7 @@ class Geometry:
     upper: tuple[float, ...]
     axes: tuple[str, ...]
     own_cells: bool = False
-    learning_rate: float = 1.0
-    threshold_min: float = float("-inf")
+    thresholds: dict[str, float] = dataclasses.field(default_factory=dict)
     novelty: dict[str, Any] | None = None
     genome: str | None = None
     loop: str = "host"
@@ -71,6 +71,8 @@ class Geometry:
     def of_spec(cls, spec: Any, islands: int, genome: str | None) -> Geometry:
         """The geometry of a run built from Python objects (``qd.build`` with parts): all of it is
         in the spec (a CVT's centroids are saved beside it, as ``centroids.npy``)."""
+        from qd import archive
+
         dim, kind = int(spec.descriptor_dim), spec.kind
         bins, lower, upper, novelty = (), (0.0,) * dim, (1.0,) * dim, None
         if kind == "grid":
@@ -89,8 +91,7 @@ class Geometry:
             lower=tuple(map(float, lower)),
             upper=tuple(map(float, upper)),
             axes=tuple(f"d{i}" for i in range(dim)),
-            learning_rate=float(spec.learning_rate),
-            threshold_min=float(spec.threshold_min),
+            thresholds=archive.thresholds(spec),
             novelty=novelty,
             genome=genome,
         )
@@ -113,6 +114,11 @@ class Geometry:
                 f"`qd-run resume={run_dir}` writes it"
             )
         fields = json.loads(path.read_text())
+        from qd.archive import CMA_MAE
+
+        # a geometry written before the settings were grouped has them as fields of their own
+        grouped = {k: float(fields.pop(k)) for k in CMA_MAE if k in fields}
+        fields["thresholds"] = {**grouped, **fields.get("thresholds", {})}
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
 
 
@@ -121,7 +127,7 @@ def spec_of(g: Geometry, centroids: np.ndarray | None) -> Any:
     describer's own CVT that has not fitted)."""
     from qd import archive
 
-    cma_mae = {"learning_rate": g.learning_rate, "threshold_min": g.threshold_min}
+    cma_mae = g.thresholds
     if g.kind == "grid":
         return archive.GridSpec(tuple(g.bins), tuple(g.lower), tuple(g.upper), **cma_mae)
     if g.kind == "novelty":

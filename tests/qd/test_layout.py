@@ -110,3 +110,14 @@ def test_the_tests_of_qd_mirror_its_subpackages():
     packages = {p.parent.name for p in (ROOT / "qd").glob("*/__init__.py")}
     folders = {p.name for p in (ROOT / "tests" / "qd").iterdir() if p.is_dir() and p.name != "__pycache__"}
     assert packages and packages == folders
+
+
+def test_the_cma_mae_settings_are_named_only_by_the_archive_the_schema_and_the_plan():
+    """They are the spec's fields: nothing else carries them beside it."""
+    allowed = ("qd/archive/", "qd/config.py", "qd/plan.py")
+    named = sorted(
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "qd").rglob("*.py")
+        if "learning_rate" in p.read_text() and not p.relative_to(ROOT).as_posix().startswith(allowed)
+    )
+    assert named == []

@@ -216,3 +216,18 @@ def test_ancestors_walk_sparse_ids_and_stop_at_an_ancestor_the_store_lacks():
     assert history.ancestors(parents, 3_000_000_000) == ([3_000_000_000, 2_000_000_000], 7)  # 7 was not kept
     assert history.ancestors(parents, 5) == ([5], -1)
     assert history.ancestors(parents, 6) == ([], -1)
+
+
+def test_a_geometry_from_before_the_grouped_thresholds_loads_them_grouped(tmp_path):
+    import json
+
+    from qd import archive
+    from qd.rundir import Geometry, layout
+
+    old = {"kind": "grid", "islands": 1, "cells": 4, "dim": 1, "bins": [4], "lower": [0.0], "upper": [1.0]}
+    old.update(axes=["d0"], learning_rate=0.5, threshold_min=-2.0)
+    (tmp_path / layout.GEOMETRY).write_text(json.dumps(old))
+    g = Geometry.load(tmp_path)
+    assert g.thresholds == {"learning_rate": 0.5, "threshold_min": -2.0}
+    spec = layout.spec_of(g, None)
+    assert archive.thresholds(spec) == g.thresholds and spec.bins == (4,)
