@@ -58,3 +58,74 @@ def test_the_link_check_refuses_links_that_leave_the_repository_or_name_nothing(
         '[outside](../../elsewhere/NOTES.md) [missing](nothing.md "title")\n```\n[code](not/a/link.md)\n```\n'
     )
     assert bad_links(doc, text) == ["docs/page.md: ../../elsewhere/NOTES.md", "docs/page.md: nothing.md"]
+
+
+DESIGN = ROOT / "docs" / "design.md"
+PATH = re.compile(r"`([\w.-]+(?:/[\w.-]+)*(?:/|\.py))`")  # `qd/loop.py`, `qd/archive/`, `conf/`
+
+
+def table_column(text: str, header: str) -> list[str]:
+    """The cells of column ``header`` in every markdown table of ``text`` that has one."""
+    cells, column = [], None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            column = None
+            continue
+        row = [c.strip() for c in line.strip().strip("|").split("|")]
+        if column is None:
+            column = row.index(header) if header in row else -1
+        elif column >= 0 and not set(line) <= set("|-: "):
+            cells.append(row[column])
+    return cells
+
+
+def named_paths(text: str, header: str) -> list[str]:
+    """The repository paths (backticked, ending in ``/`` or ``.py``) in column ``header``'s cells."""
+    return [p for cell in table_column(text, header) for p in PATH.findall(cell)]
+
+
+def test_every_path_the_readme_package_table_names_exists():
+    paths = named_paths(README.read_text(), "package")
+    assert len(paths) > 30
+    assert [p for p in paths if not (ROOT / p).exists()] == []
+
+
+def test_every_path_the_design_module_tables_name_exists():
+    text = DESIGN.read_text()
+    paths = named_paths(text, "module")
+    assert len(paths) > 40
+    assert [p for p in paths if not (ROOT / p).exists()] == []
+
+
+def test_the_tables_name_every_package_and_top_level_module_of_qd():
+    """A new part of ``qd/`` is placed in both tables, where a reader looks for it."""
+    parts = {f"qd/{p.parent.name}/" for p in (ROOT / "qd").glob("*/__init__.py")}
+    parts |= {f"qd/{p.name}" for p in (ROOT / "qd").glob("*.py") if p.name != "__init__.py"}
+    assert len(parts) > 30
+    for doc, header in ((README, "package"), (DESIGN, "module")):
+        named = set(named_paths(doc.read_text(), header))
+        assert sorted(parts - named) == [], doc.name
+
+
+def test_the_table_check_reads_only_the_named_column_and_refuses_missing_paths():
+    text = (
+        "| package | what |\n|---|---|\n| `qd/loop.py`, `qd/archive/` | `qd/not_here.py` |\n"
+        "| `qd/gone.py` (`init`) | x |\n\nprose `qd/elsewhere.py`\n\n| module | owns |\n|--|--|\n"
+        "| `conf/` | y |\n"
+    )
+    assert named_paths(text, "package") == ["qd/loop.py", "qd/archive/", "qd/gone.py"]
+    assert named_paths(text, "module") == ["conf/"]
+    assert [p for p in named_paths(text, "package") if not (ROOT / p).exists()] == ["qd/gone.py"]
+
+
+def test_readme_python_objects_example_runs_within_its_call_budget(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    block = re.search(
+        r"^### From Python objects, without a config\n.*?^```python\n(.*?)^```",
+        README.read_text(),
+        re.S | re.M,
+    )
+    assert block, "README.md has no 'From Python objects' section with a python block"
+    exec(compile(block.group(1), str(README), "exec"), {"__name__": "readme_objects"})
+    calls, elites = re.match(r"(\d+) model calls, (\d+) elites", capsys.readouterr().out).groups()
+    assert int(calls) == 6 and int(elites) >= 2  # the budget bound the caller's client; children entered
