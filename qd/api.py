@@ -135,15 +135,11 @@ def _run_of_parts(
 
 def _save_geometry(run_dir: Path, task: Any, spec: Any, ops: list[Any], settings: Settings) -> None:
     """What the run's readers (``qd.elites``, ``qd show``, ``qd explore``) need beside the store."""
-    from qd.rundir import Geometry, layout
+    from qd.rundir.founding import create_of_spec
 
     text = task.kind != "vector"
     kinds = [op[0].genome.name for op in ops if isinstance(op, tuple) and hasattr(op[0], "genome")]
-    genome = (kinds[0] if kinds else "text") if text else None
-    run_dir.mkdir(parents=True, exist_ok=True)
-    Geometry.of_spec(spec, settings.islands, genome).save(run_dir)
-    if spec.kind == "cvt":
-        np.save(run_dir / layout.CENTROIDS, np.asarray(spec.centroids, np.float32))
+    create_of_spec(spec, settings.islands, (kinds[0] if kinds else "text") if text else None, run_dir)
 
 
 def _client(llm: Any, run_dir: Path) -> Any:

@@ -35,6 +35,15 @@ def create(p: Any, run_dir: Path) -> Any:
     return spec_of(g, centroids)
 
 
+def create_of_spec(spec: Any, islands: int, genome: str | None, run_dir: Path) -> None:
+    """Writes the founding files of a run built from Python objects (``qd.build`` with parts,
+    no config): its geometry, and a CVT's centroids, all read off ``spec``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    Geometry.of_spec(spec, islands, genome).save(run_dir)
+    if spec.kind == "cvt":
+        np.save(run_dir / CENTROIDS, np.asarray(spec.centroids, np.float32))
+
+
 def _centroids(p: Any, run_dir: Path) -> np.ndarray:
     """A CVT's centroids: the run's saved ones, else made once (and saved) from the config."""
     a, d = p.cfg.archive, p.geometry

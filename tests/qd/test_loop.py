@@ -171,3 +171,20 @@ def test_pool_evaluator_gives_the_same_results(tmp_path):
         tmp_path / "b",
     )
     assert pooled["global"] == inproc["global"]
+
+
+def test_should_stop_is_a_pure_predicate_of_the_request_the_budget_and_the_client():
+    from qd.budget import Budget, Spending
+    from qd.llm import Ledger
+    from qd.loop import should_stop
+
+    class Client:
+        def __init__(self, down=None):
+            self.down, self.ledger = down, Ledger()
+
+    spending = Spending(Budget(max_seconds=10), 0, Ledger(), 0)
+    assert not should_stop(False, spending, 5.0, Client())
+    assert should_stop(True, spending, 5.0, Client())  # asked to (a signal)
+    assert should_stop(False, spending, 10.0, None)  # out of time
+    assert should_stop(False, spending, 5.0, Client("server gone"))  # a dead client
+    assert not spending.stopping  # asking changed nothing
