@@ -25,37 +25,19 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import numpy as np
 
-from qd.contract import Candidate
+from qd.device.record import LOOP, DeviceRecord, HostState
 from qd.device.step import Candidates, DeviceLoop, DeviceState, Migration, Operator, device_loop
-from qd.errors import CheckpointError
 from qd.events import EventLog
 from qd.progress import RunProgress
 from qd.report import Report
-from qd.rundir import checkpoint, layout
-from qd.store import Store
+from qd.rundir import layout
 
-LOOP = "device"
 NO_LIMIT = 2**31 - 1  # evaluation numbers are int32
-STATE_ARRAYS = (
-    "genomes",
-    "parents",
-    "migrant",
-    "occupied",
-    "num_occupied",
-)  # checkpointed beside the archive
-
-
-class CallResult(NamedTuple):
-    """A call's result on the host, for the writer: the state (numpy; the key as raw data)
-    and the run's seconds when it was taken."""
-
-    state: DeviceState
-    elapsed: float
 
 
 class DeviceEngine:
@@ -64,9 +46,10 @@ class DeviceEngine:
     Args:
         loop: the ``init``/``run`` of ``qd.device.step.device_loop``.
         founders: initial genomes per island (the first generation's candidates on each).
-        operator: the name stored with each row (None for a mix).
+        record: the run's store and checkpoints (``qd.device.record.DeviceRecord``); closed
+            with the engine.
+        run_dir: where the ``commit`` events go (``events.jsonl``).
         generations_per_call: K, generations per jitted call; a checkpoint after each.
-        store: ``elites`` or ``all`` (see the module doc).
     """
 
     def __init__(
@@ -74,6 +57,7 @@ class DeviceEngine:
         *,
         loop: DeviceLoop,
         founders: int,
+        record: DeviceRecord,
         run_dir: Path,
         islands: int,
         batch_size: int,
@@ -81,20 +65,14 @@ class DeviceEngine:
         budget: Any,
         seed: int,
         qd_offset: float = 0.0,
-        store: str = "elites",
-        operator: str | None = None,
         progress: bool = True,
         on_commit: Callable[[dict], Any] | None = None,
     ):
-        self.loop, self.founders, self.run_dir = loop, founders, Path(run_dir)
+        self.loop, self.founders, self.record = loop, founders, record
         self.islands, self.batch_size, self.per_call = islands, batch_size, generations_per_call
-        self.budget, self.seed, self.keep_all, self.operator = budget, seed, store == "all", operator
+        self.budget, self.seed = budget, seed
         self.on_commit, self._progress_enabled = on_commit, progress
-        self.ckpt_dir = self.run_dir / layout.CHECKPOINTS
-        self.store = Store(self.run_dir / layout.STORE)
-        self.store.meta.set("loop", LOOP)
-        self.store.meta.set("store", store)
-        self.events = EventLog(self.run_dir / layout.EVENTS)
+        self.events = EventLog(Path(run_dir) / layout.EVENTS)
         self.report = Report(islands, qd_offset, union=islands > 1)
         self.stop_reason: str | None = None
         self._stop, self._closers, self._elapsed0 = False, [], 0.0
@@ -155,7 +133,7 @@ class DeviceEngine:
                     if k == 0:
                         break
                     self.state, counts, candidates = self.loop.run(
-                        self.state, k, limit, self.per_call, self.keep_all
+                        self.state, k, limit, self.per_call, self.record.keep_all
                     )
                     written = writer.submit(
                         self._write,
@@ -182,18 +160,18 @@ class DeviceEngine:
     def _request_stop(self, *_: Any) -> None:
         self._stop = True
 
-    def _snapshot(self) -> CallResult:
+    def _snapshot(self) -> HostState:
         """The state on the host (the next call donates the device buffers), key as raw data."""
         s = self.state
-        return CallResult(jax.device_get(s._replace(key=jax.random.key_data(s.key))), self._elapsed())
+        return HostState(jax.device_get(s._replace(key=jax.random.key_data(s.key))), self._elapsed())
 
     def _write(
-        self, snap: CallResult, generations: int, added: int, candidates: Candidates | None
+        self, snap: HostState, generations: int, added: int, candidates: Candidates | None
     ) -> tuple[dict, str]:
         """Store rows, then the checkpoint, then the event (the module doc says why in this
         order); returns the event and the progress line (the report is the writer's)."""
-        self._store_rows(snap.state, candidates)
-        self._checkpoint(snap)
+        self.record.add_rows(snap.state, candidates)
+        self.record.save(snap)
         self.report.refresh(snap.state.archive)
         evaluations, done = int(snap.state.evaluations), int(snap.state.generations)
         event = self.events.write(
@@ -228,90 +206,12 @@ class DeviceEngine:
 
     def _resume(self) -> DeviceState:
         """The checkpointed state (the store given the elites a crash kept from it), or a new run's."""
-        loaded = checkpoint.load(self.ckpt_dir)
+        loaded = self.record.load()
         if loaded is None:
             return self.loop.init(self.seed)
-        archive, key, counters = loaded
-        if counters.get("loop") != LOOP:
-            raise CheckpointError(
-                f"{self.ckpt_dir} holds a host-loop checkpoint; resume it with runner.loop=host"
-            )
-        arrays = checkpoint.load_arrays(self.ckpt_dir)
-        self._elapsed0 = float(counters.get("elapsed", 0.0))
-        self.state = DeviceState(
-            archive=archive,
-            key=key,
-            **{k: jax.numpy.asarray(arrays[k]) for k in STATE_ARRAYS},
-            evaluations=jax.numpy.int32(counters["evaluations"]),
-            generations=jax.numpy.int32(counters["generations"]),
-        )
-        self._store_rows(self._snapshot().state, None)
+        self.state, self._elapsed0 = loaded
+        self.record.add_rows(self._snapshot().state, None)
         return self.state
-
-    def _checkpoint(self, snap: CallResult) -> None:
-        s = snap.state
-        counters = {
-            "loop": LOOP,
-            "evaluations": int(s.evaluations),
-            "generations": int(s.generations),
-            "elapsed": snap.elapsed,
-        }
-        checkpoint.save(
-            self.ckpt_dir,
-            s.archive,
-            jax.random.wrap_key_data(s.key),
-            counters,
-            {k: getattr(s, k) for k in STATE_ARRAYS},
-        )
-
-    def _store_rows(self, snap: DeviceState, candidates: Candidates | None) -> None:
-        """Writes what the store keeps and lacks: rows with ids above its last one.
-
-        ``all``: the call's candidates (a resume has none to add: they were stored
-        before the checkpoint). ``elites``: the archive's elites; a migrant's copies
-        share its id, so it is stored once, with the lowest island holding it.
-        """
-        last = self.store.last_id()
-        if self.keep_all:
-            if candidates is None:
-                return
-            c = {k: v.reshape(-1, *v.shape[2:]) for k, v in candidates._asdict().items()}
-            pick = np.nonzero(c["id"] > last)[0]  # masked generations' candidates have id -1
-            rows = {
-                k: c[k][pick] for k in ("id", "island", "genome", "fitness", "descriptor", "valid", "parents")
-            }
-        else:
-            ids = snap.archive.genome_id
-            island, cell = np.nonzero(ids > last)
-            _, first = np.unique(ids[island, cell], return_index=True)  # ascending ids, each once
-            island, cell = island[first], cell[first]
-            rows = {
-                "id": ids[island, cell],
-                "island": island,
-                "genome": snap.genomes[island, cell],
-                "fitness": snap.archive.fitness[island, cell],
-                "descriptor": snap.archive.descriptor[island, cell],
-                "valid": np.ones(len(island), bool),
-                "parents": snap.parents[island, cell],
-            }
-        if len(rows["id"]):
-            self.store.add(
-                [
-                    Candidate(
-                        kind="vector",
-                        genome="vector",
-                        island=int(rows["island"][j]),
-                        fitness=float(rows["fitness"][j]),
-                        descriptor=rows["descriptor"][j],
-                        valid=bool(rows["valid"][j]),
-                        vector=rows["genome"][j],
-                        parent_ids=[int(p) for p in rows["parents"][j] if p >= 0],
-                        operator=self.operator,
-                    )
-                    for j in range(len(rows["id"]))
-                ],
-                ids=rows["id"].tolist(),
-            )
 
     # ----- closing --------------------------------------------------------------
 
@@ -320,7 +220,7 @@ class DeviceEngine:
 
     def close(self) -> None:
         self.events.close()
-        self.store.close()
+        self.record.close()
         for fn in self._closers:
             fn()
 
@@ -358,9 +258,11 @@ def build(
         initial,
         Migration(migrate, cfg.islands.topology, cfg.islands.migrants) if migrate and islands > 1 else None,
     )
+    record = DeviceRecord(run_dir, p.store, operators[0][0].name if len(operators) == 1 else None)
     return DeviceEngine(
         loop=loop,
         founders=min(len(initial), per_island),
+        record=record,
         run_dir=run_dir,
         islands=islands,
         batch_size=r.batch_size,
@@ -368,8 +270,6 @@ def build(
         budget=p.budget,
         seed=cfg.seed,
         qd_offset=cfg.archive.qd_offset,
-        store=p.store,
-        operator=operators[0][0].name if len(operators) == 1 else None,
         progress=r.progress,
         on_commit=on_commit,
     )

@@ -276,6 +276,35 @@ def test_kill9_at_a_random_point_then_resume_is_bit_identical(tmp_path):
     assert set(np.asarray(b.genome_id)[np.asarray(b.genome_id) >= 0].tolist()) <= stored
 
 
+def _on_host(state):
+    return jax.device_get(state._replace(key=jax.random.key_data(state.key)))
+
+
+@pytest.mark.parametrize("kept", ["elites", "all"])
+def test_the_record_writes_each_row_once_and_loads_the_state_it_saved(tmp_path, kept):
+    from qd.device.record import DeviceRecord, HostState
+
+    _, loop = small_loop()
+    state, _, candidates = loop.run(loop.init(3), 3, NO_LIMIT, 3, kept == "all")
+    snap, candidates = HostState(_on_host(state), 12.5), jax.device_get(candidates)
+    record = DeviceRecord(tmp_path, kept, "gaussian")
+    assert record.load() is None  # a new run
+    for _ in range(2):  # a call recomputed after a crash writes nothing twice
+        record.add_rows(snap.state, candidates)
+    record.save(snap)
+    ids = [c.id for c in record.store.iter()]
+    assert {c.operator for c in record.store.iter()} == {"gaussian"}
+    record.close()
+    genome_id = np.asarray(snap.state.archive.genome_id)
+    want = range(int(snap.state.evaluations)) if kept == "all" else np.unique(genome_id[genome_id >= 0])
+    assert ids == list(want)
+    loaded, elapsed = DeviceRecord(tmp_path, kept, "gaussian").load()
+    assert elapsed == 12.5 and int(loaded.evaluations) == int(snap.state.evaluations)
+    _assert_same_archive(loaded.archive, snap.state.archive)
+    np.testing.assert_array_equal(np.asarray(loaded.genomes), snap.state.genomes)
+    assert np.array_equal(jax.random.key_data(loaded.key), snap.state.key)
+
+
 def test_a_host_checkpoint_is_not_resumed_on_the_device(tmp_path):
     from qd.errors import CheckpointError
 
