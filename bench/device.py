@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from operators.gaussian import gaussian_apply, gaussian_noise  # noqa: E402
 from qd import archive  # noqa: E402
-from qd.device.step import Operator, device_loop  # noqa: E402
+from qd.device.step import DeviceOperator, device_loop  # noqa: E402
 from qd.task import load_task  # noqa: E402
 
 
@@ -130,7 +130,7 @@ def bench_loop(dim: int, batch: int, per_call: int, repeats: int) -> dict:
     task = load_task("sphere", {"dim": dim})
     bound = task.descriptor_bound
     spec = archive.GridSpec((100, 100), (-bound, -bound), (bound, bound))
-    op = Operator(gaussian_noise, gaussian_apply, 1, {"sigma": 0.5}, 1.0)
+    op = DeviceOperator(gaussian_noise, gaussian_apply, 1, {"sigma": 0.5}, 1.0)
     loop = device_loop(spec, task.evaluate_jax, [op], 1, batch, dim, np.zeros((1, dim), np.float32))
     box = {"state": loop.init(0)}
 

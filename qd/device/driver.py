@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from qd.device.record import LOOP, DeviceRecord, HostState
-from qd.device.step import Candidates, DeviceLoop, DeviceState, Migration, Operator, device_loop
+from qd.device.step import Candidates, DeviceLoop, DeviceOperator, DeviceState, Migration, device_loop
 from qd.events import EventLog
 from qd.progress import RunProgress
 from qd.report import Report
@@ -251,7 +251,7 @@ def build(
     loop = device_loop(
         spec,
         p.task.evaluate_jax,
-        [Operator(op.draw, op.apply, op.num_parents, op.params, float(w)) for op, w in operators],
+        [DeviceOperator(op.draw, op.apply, op.num_parents, op.params, float(w)) for op, w in operators],
         islands,
         per_island,
         p.task.genome_dim,

@@ -91,7 +91,7 @@ class CallStats(NamedTuple):
     valid: jax.Array
 
 
-class Operator(NamedTuple):
+class DeviceOperator(NamedTuple):
     """A numeric variation as the device loop uses it, in two halves: ``draw(key, B, G)``
     (its noise, a pytree) and ``apply(parents f32[B, P, G], noise, **params) -> f32[B, G]``
     (``operators.NumericOperator``'s ``draw`` and ``apply``)."""
@@ -172,7 +172,7 @@ def select_uniform(key: jax.Array, state: DeviceState, count: int) -> tuple[jax.
 def device_loop(
     spec: CellSpec,
     evaluate: Evaluate,
-    operators: Sequence[Operator],
+    operators: Sequence[DeviceOperator],
     islands: int,
     per_island: int,
     genome_dim: int,

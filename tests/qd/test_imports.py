@@ -32,7 +32,17 @@ PACKAGES = ("qd", *PLUGINS)
 LAYERS = (
     {"qd", "qd.contract", "qd.errors", "qd.paths", "qd.lifeline", "qd.progress", "qd.events", "qd.archive"},
     {"genomes", "operators", "descriptors"},
-    {"qd.store", "qd.search", "qd.sandbox", "qd.llm", "qd.task", "qd.config", "qd.reasoning"},
+    {
+        "qd.database",
+        "qd.side_tables",
+        "qd.store",
+        "qd.search",
+        "qd.sandbox",
+        "qd.llm",
+        "qd.task",
+        "qd.config",
+        "qd.reasoning",
+    },
     {
         "qd.assembly",
         "qd.rundir",

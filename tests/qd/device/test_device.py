@@ -18,7 +18,7 @@ from qd import archive, cli
 from qd.contract import ConfigError
 from qd.device import step
 from qd.device.driver import NO_LIMIT
-from qd.device.step import Operator, device_loop, select_uniform
+from qd.device.step import DeviceOperator, device_loop, select_uniform
 from qd.plan import compose, plan
 from qd.rundir import checkpoint
 from qd.store import Store
@@ -45,7 +45,7 @@ def small_loop(islands=1, keep_ops=None, initial=None, spec=None):
     loop = device_loop(
         spec,
         task.evaluate_jax,
-        [Operator(o.draw, o.apply, o.num_parents, o.params, 1.0) for o in ops],
+        [DeviceOperator(o.draw, o.apply, o.num_parents, o.params, 1.0) for o in ops],
         islands,
         16,
         10,
