@@ -15,7 +15,8 @@ Setup (both systems, same run of this script):
   the same numbers in its worker (imports the candidate file, as OpenEvolve's own
   examples do), ``feature_dimensions: [a, b]``, 20 bins.
 * qd: built as ``qd-run`` builds a text run, directly (there is no trivial text
-  experiment config): ``qd.build(task=..., spec=GridSpec, operators=[(make_llm_operator("rewrite", client), 1)],
+  experiment config): ``qd.build(task=..., spec=GridSpec,
+  operators=[(make_llm_operator("rewrite", client), 1)],
   StagedEvaluator(task, Sandbox(entry, workers=W, limits=Limits())), batch_size=1,
   in_flight=C, budget=Budget(max_evaluations=N), llm=client, checkpoint_every=50,
   progress=False)`` with ``LLMClient(LLMSettings(base_url, (ModelSpec("scripted"),),
@@ -325,8 +326,8 @@ def _build_qd(
 ):
     import operators.llm
     import qd.archive
-    from qd.evaluator import StagedEvaluator
     from qd import Budget, Settings, build
+    from qd.evaluator import StagedEvaluator
     from qd.sandbox import Limits, Sandbox
 
     task = LineTask()

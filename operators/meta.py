@@ -29,7 +29,6 @@ import dataclasses
 import inspect
 import json
 import math
-import re
 import textwrap
 from collections.abc import Sequence
 from typing import Any
@@ -37,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from genomes.answers import MalformedAnswer
-from operators.llm import load_templates
+from operators.instruction_checks import checked_settings, parse_instruction
 from qd.contract import Candidate, CandidateLog, ChatClient, ConfigError
 
 SEED, META, HYPER_SEED, HYPER = "seed", "meta", "seed>hyper", "meta>hyper"  # store ``operator`` values
@@ -53,14 +52,7 @@ DEFAULT_MUTATION_PROMPT = (
     "Improve this instruction: make it more specific and more likely to raise the score."
 )
 
-# template name -> (placeholders it must use, placeholders it may use), as in ``operators.llm``
-_FIELDS: dict[str, tuple[set[str], set[str]]] = {
-    "mutate": ({"mutation", "instruction"}, {"task", "mutation", "instruction", "noun"}),
-    "hyper": ({"mutation"}, {"task", "mutation", "noun"}),
-}
 _TASK_CHARS = 600  # the task as shown to the instruction writer
-_LABEL = re.compile(r"^(?:new |improved |better )?(?:instruction|prompt)\s*:\s*", re.IGNORECASE)
-_QUOTES = "\"'`*"
 
 
 @dataclasses.dataclass
@@ -77,6 +69,18 @@ class Instruction:
     def mean(self) -> float:
         """Fitness: credit per use (0 before the first use)."""
         return self.credit / self.uses if self.uses else 0.0
+
+
+def selection_probabilities(members: Sequence[Instruction], explore: float, temperature: float) -> np.ndarray:
+    """f64[M]: the selection probability of each member (see ``InstructionPool``'s docstring)."""
+    mean = np.array([m.mean for m in members])
+    uses = np.array([m.uses for m in members], np.float64)
+    scale = np.abs(mean).max()
+    score = mean / scale if scale > 0 else np.zeros_like(mean)
+    score += explore * np.sqrt(np.log1p(uses.sum()) / (1.0 + uses))
+    z = score / temperature
+    p = np.exp(z - z.max())
+    return p / p.sum()
 
 
 class InstructionPool:
@@ -112,7 +116,7 @@ class InstructionPool:
         noun: str = "program",
     ):
         """Checks every setting and template here (:meth:`check_settings`), not at the first call."""
-        seeds, mutation_prompt, self.templates = self._checked(
+        seeds, mutation_prompt, self.templates = checked_settings(
             seeds=seeds,
             mutation_prompt=mutation_prompt,
             size=size,
@@ -156,57 +160,13 @@ class InstructionPool:
             raise ConfigError(next(iter(settings), "meta"), f"unknown setting ({e})") from None
         bound.apply_defaults()
         a = bound.arguments
-        cls._checked(**{k: a[k] for k in inspect.signature(cls._checked).parameters})
-
-    @staticmethod
-    def _checked(
-        *,
-        seeds: Sequence[str],
-        mutation_prompt: str,
-        size: int,
-        evolve_every: int,
-        min_uses: int,
-        temperature: float,
-        explore: float,
-        hyper_every: int,
-        max_chars: int,
-        max_tokens: int,
-        templates: dict[str, str] | None,
-    ) -> tuple[list[str], str, dict[str, Any]]:
-        """The seeds and the mutation prompt cut to one line each, and the templates; or ConfigError."""
-        for name, value, least in [
-            ("size", size, 1),
-            ("evolve_every", evolve_every, 1),
-            ("hyper_every", hyper_every, 1),
-            ("min_uses", min_uses, 0),
-            ("max_chars", max_chars, 1),
-            ("max_tokens", max_tokens, 1),
-        ]:
-            if value < least:
-                raise ConfigError(name, f"must be >= {least}, got {value}")
-        if not temperature > 0 or not explore >= 0:
-            raise ConfigError("temperature, explore", f"need > 0 and >= 0, got {temperature}, {explore}")
-        if not 1 <= len(seeds) <= size:
-            raise ConfigError("seeds", f"need 1 to size={size} seeds, got {len(seeds)}")
-        kept: dict[str, str] = {}  # normalized -> text
-        for name, text in [
-            *((f"seeds[{i}]", s) for i, s in enumerate(seeds)),
-            ("mutation_prompt", mutation_prompt),
-        ]:
-            try:
-                text = _parse(text, max_chars, None, [])
-            except MalformedAnswer as err:
-                raise ConfigError(name, err.reason) from None
-            if _key(text) in kept:
-                raise ConfigError(name, "repeats another seed")
-            kept[_key(text)] = text
-        *first, mutation = kept.values()
-        return first, mutation, load_templates(templates, _FIELDS)
+        checked_settings(**{k: a[k] for k in inspect.signature(checked_settings).parameters})
 
     def pick(self, rng: np.random.Generator) -> Instruction:
         """The instruction for one proposal, counted as a use (deterministic for ``rng``)."""
         members = self._seeded()
-        chosen = members[int(rng.choice(len(members), p=self._probabilities(self.explore)))]
+        p = selection_probabilities(members, self.explore, self.temperature)
+        chosen = members[int(rng.choice(len(members), p=p))]
         chosen.uses += 1
         self.since_evolve += 1
         return chosen
@@ -251,7 +211,8 @@ class InstructionPool:
         self.evolutions += 1
         if model is None:
             model = client.pick_model(rng)
-        parent = members[int(rng.choice(len(members), p=self._probabilities(0.0)))]
+        p = selection_probabilities(members, 0.0, self.temperature)  # no exploration bonus
+        parent = members[int(rng.choice(len(members), p=p))]
         assert self.mutation is not None
         if self.hyper and self.evolutions % self.hyper_every == 0:
             messages = self._messages("hyper", mutation=self.mutation.text)
@@ -308,17 +269,6 @@ class InstructionPool:
             self.mutation = Instruction(rows[-1].id, rows[-1].text, None)
         return self.members
 
-    def _probabilities(self, explore: float) -> np.ndarray:
-        """f64[M]: the selection probability of each member (see the class docstring)."""
-        mean = np.array([m.mean for m in self.members])
-        uses = np.array([m.uses for m in self.members], np.float64)
-        scale = np.abs(mean).max()
-        score = mean / scale if scale > 0 else np.zeros_like(mean)
-        score += explore * np.sqrt(np.log1p(uses.sum()) / (1.0 + uses))
-        z = score / self.temperature
-        p = np.exp(z - z.max())
-        return p / p.sum()
-
     def _cap(self, newborn: Instruction) -> None:
         if len(self.members) > self.size:
             worst = min(
@@ -356,7 +306,7 @@ class InstructionPool:
         )
         text, error = None, None
         try:
-            text = _parse(c.text, self.max_chars, parent.text, others)
+            text = parse_instruction(c.text, self.max_chars, parent.text, {m.id: m.text for m in others})
         except MalformedAnswer as err:
             cut = " (answer cut at max_tokens)" if c.finish_reason == "length" else ""
             error = f"{operator}: {err.reason}{cut}"
@@ -393,31 +343,3 @@ def _row(text: str | None, operator: str, **fields) -> Candidate:
         operator=operator,
         **fields,
     )
-
-
-def _parse(answer: str, max_chars: int, parent: str | None, others: list[Instruction]) -> str:
-    """An answer -> one instruction line; strict apart from a leading label and enclosing quotes.
-
-    Raises:
-        MalformedAnswer: empty, more than one line, longer than ``max_chars``,
-            or the same (ignoring case and spacing) as the parent or another member.
-    """
-    lines = [line.strip() for line in answer.strip().splitlines() if line.strip()]
-    if len(lines) > 1:
-        raise MalformedAnswer(f"answer has {len(lines)} lines (expected one)")
-    text = _LABEL.sub("", lines[0]).strip(_QUOTES + " ") if lines else ""
-    if not text:
-        raise MalformedAnswer("empty answer")
-    if len(text) > max_chars:
-        raise MalformedAnswer(f"answer has {len(text)} characters (at most {max_chars})")
-    if parent is not None and _key(text) == _key(parent):
-        raise MalformedAnswer("answer repeats the parent unchanged")
-    for m in others:
-        if _key(text) == _key(m.text):
-            raise MalformedAnswer(f"answer repeats instruction {m.id}")
-    return text
-
-
-def _key(text: str) -> str:
-    """What makes two instructions the same: their words, ignoring case and spacing."""
-    return " ".join(text.split()).casefold()

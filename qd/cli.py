@@ -27,7 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-USAGE = "usage: qd {show,lineage,stats,compare,plot,explore,export,committee,judge} RUN_DIR ... (qd COMMAND --help for each)"
+USAGE = (
+    "usage: qd {show,lineage,stats,compare,plot,explore,export,committee,judge} RUN_DIR ... "
+    "(qd COMMAND --help for each)"
+)
 
 
 def judge(argv: list[str]) -> None:

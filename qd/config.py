@@ -410,15 +410,14 @@ class SandboxConf:
 @dataclasses.dataclass
 class RunnerConf:
     name: str = "local"  # local: evaluations on this machine | ray: sandboxed evaluations on a Ray cluster
-    address: Optional[str] = (
-        None  # runner=ray: the cluster to join (ray.init's address); None: start one here
-    )
+    # runner=ray: the cluster to join (ray.init's address); None: start one here
+    address: Optional[str] = None
     batch_size: int = number(64, ge=1)  # children per proposal
     in_flight: int = number(2, ge=1)  # proposals running at once
-    initial_population: int = number(
-        8, ge=1
-    )  # founder children (of the task's initial genomes) in flight per empty island; the rest wait for parents
-    # auto (inprocess for numeric, sandbox for code genomes, host for data genomes) | inprocess | pool | sandbox | host
+    # founder children (of the task's initial genomes) in flight per empty island; the rest wait for parents
+    initial_population: int = number(8, ge=1)
+    # auto | inprocess | pool | sandbox | host; auto picks inprocess for numeric genomes, sandbox for
+    # code genomes and host for data genomes
     evaluator: str = "auto"
     workers: int = number(2, ge=1)  # pool / sandbox size
     # Budgets: None = no limit; a limit of 0 (or less) would stop the run before it starts.

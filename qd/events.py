@@ -19,8 +19,10 @@ Every line has ``v`` (the schema version, 1), ``event`` (its kind) and ``time``
   ``per_model``), ``descriptor`` (a describer's ``name``, ``dim``, ``fits``),
   ``stop_reason`` (when stopping on an error), and for proposals that pulled an
   arm ``arm``, ``credit`` (archive improvement) and ``cost`` (in the scheduler's unit).
-- ``refit`` — a describer fit and the rebuild: ``fits``, ``candidates``, ``placed``, ``elites``, ``seconds``.
-- ``rotate`` — a CycleQD phase change: ``phase``, ``quality``, ``candidates``, ``placed``, ``elites``, ``seconds``.
+- ``refit`` — a describer fit and the rebuild: ``fits``, ``candidates``, ``placed``, ``elites``,
+  ``seconds``.
+- ``rotate`` — a CycleQD phase change: ``phase``, ``quality``, ``candidates``, ``placed``,
+  ``elites``, ``seconds``.
 - ``reset`` — islands emptied for stagnation: ``islands``, ``reseeded_from``.
 - ``meta`` — an instruction mutation: ``child``, ``parent``, ``failures``, ``members``
   (``[id, uses, mean credit]``), or ``error``.

@@ -64,7 +64,8 @@ def bootstrap(correct: list[int], resamples: int = 2000, seed: int = 0) -> tuple
 async def held_out_scores(
     cfg: Any, task: Any, texts: list[str], client: Any, split: str = "held_out"
 ) -> list[Scored]:
-    """Each text's evaluation on the held-out (or ``split``) problems (per-problem call budget as in the run)."""
+    """Each text's evaluation on the held-out (or ``split``) problems (per-problem call budget as in
+    the run)."""
     view = HeldOut(task, split)
     scale = len(view.items) / task.search_items
     e = cfg.eval_llm

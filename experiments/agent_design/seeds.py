@@ -40,7 +40,9 @@ def forward(task, llm):
         return ""
 '''
 
-SELF_CONSISTENCY = r'''"""Self-consistency: sample 3 step-by-step solutions and return the majority final answer."""
+SELF_CONSISTENCY = (
+    r'''"""Self-consistency: sample 3 step-by-step solutions and return the majority '''
+    r'''final answer."""
 import re
 from collections import Counter
 
@@ -69,8 +71,11 @@ def forward(task, llm):
     best = Counter(vote_key(a) for a in answers).most_common(1)[0][0]
     return next(a for a in answers if vote_key(a) == best)
 '''
+)
 
-SELF_REFINE = r'''"""Self-refine: solve step by step, then have the model check that solution and correct it once."""
+SELF_REFINE = (
+    r'''"""Self-refine: solve step by step, then have the model check that solution '''
+    r'''and correct it once."""
 import re
 
 HINT = "End with a last line 'Answer: <final answer>'."
@@ -93,8 +98,11 @@ def forward(task, llm):
         pass  # keep the best answer so far
     return best
 '''
+)
 
-DEBATE = r'''"""Debate: a careful mathematician and a skeptical logician each solve the task; a judge decides."""
+DEBATE = (
+    r'''"""Debate: a careful mathematician and a skeptical logician each solve the task; '''
+    r'''a judge decides."""
 import re
 
 ROLES = ["You are a careful mathematician.", "You are a skeptical logician who double-checks every claim."]
@@ -124,8 +132,11 @@ def forward(task, llm):
     except Exception:
         return answers[0]
 '''
+)
 
-PYTHON_COMPUTE = r'''"""Python compute: code does the exact work (brute-forces knights, evaluates arithmetic safely)."""
+PYTHON_COMPUTE = (
+    r'''"""Python compute: code does the exact work (brute-forces knights, '''
+    r'''evaluates arithmetic safely)."""
 import ast
 import itertools
 import operator
@@ -210,6 +221,7 @@ def forward(task, llm):
         answer = None  # model spent: compute without it
     return answer or word_math(task) or ""
 '''
+)
 
 SEEDS: list[tuple[str, str]] = [
     ("direct", DIRECT),

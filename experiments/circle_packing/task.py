@@ -41,10 +41,8 @@ def pack():
 def validate(circles: Any, n: int) -> tuple[np.ndarray | None, str | None]:
     """(array f64[n, 3], None) for a valid packing, else (None, the first violation)."""
     if not isinstance(circles, list) or len(circles) != n:
-        return (
-            None,
-            f"expected {n} circles, got {len(circles) if isinstance(circles, list) else type(circles).__name__}",
-        )
+        got = len(circles) if isinstance(circles, list) else type(circles).__name__
+        return None, f"expected {n} circles, got {got}"
     for i, c in enumerate(circles):
         if (
             not isinstance(c, list)

@@ -61,7 +61,8 @@ async def agreement_on_labels(
     client: Any, axes: AIFeedbackDescriptor, rows: list[dict] | None = None, held_out: bool = True
 ) -> dict:
     """Each judge's ``agreement`` with the labels: the run's quality judge, the held-out one (if
-    ``held_out``) and each of ``axes``' axes (the run's descriptor), over ``rows`` (default: all labelled texts)."""
+    ``held_out``) and each of ``axes``' axes (the run's descriptor), over ``rows`` (default: all
+    labelled texts)."""
     rows = labelled() if rows is None else rows
     items = [Item(r["text"]) for r in rows]
     out = {}

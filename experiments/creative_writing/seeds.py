@@ -1,4 +1,5 @@
-"""The hand-written founders every arm starts from: one per corner of the genre x tone plane, and two between."""
+"""The hand-written founders every arm starts from: one per corner of the genre x tone plane, and two
+between."""
 
 SEED_TEXTS = (
     "The rain keeps falling on the empty chair,\nyour coat still hangs beside the door.\n"

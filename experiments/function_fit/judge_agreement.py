@@ -31,12 +31,22 @@ LABELLED = {
         ("def f(x):\n    return 2.0 * x\n", 0),
         ("def f(x):\n    return x * x - 3.0\n", 0),
         (
-            "def f(x):\n    a = x * x\n    b = 0.5 * x\n    if a > b:\n        return a + b\n    return a - b\n",
+            "def f(x):\n"
+            "    a = x * x\n"
+            "    b = 0.5 * x\n"
+            "    if a > b:\n"
+            "        return a + b\n"
+            "    return a - b\n",
             1,
         ),
         ("def f(x):\n    s = 0.0\n    for i in range(4):\n        s += x ** i / (i + 1)\n    return s\n", 1),
         (
-            "def f(x):\n    y = abs(x)\n    while y > 1.0:\n        y = y / 2.0\n    z = y * x\n    return z + 2.0\n",
+            "def f(x):\n"
+            "    y = abs(x)\n"
+            "    while y > 1.0:\n"
+            "        y = y / 2.0\n"
+            "    z = y * x\n"
+            "    return z + 2.0\n",
             1,
         ),
     ],

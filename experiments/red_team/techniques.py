@@ -57,10 +57,10 @@ _PATTERNS = {
     "authority": r"admin\w*|developers?|creators?|owner|supervisor|manager|boss|official\w*|authori[sz]\w*|"
     r"security (?:team|audit|check|officer)|override|sudo|root access|clearance|i am your|i'm your|"
     r"this is your|on behalf of|by order|i order you|command you|your programmer|openai|engineer",
-    "role play": r"pretend\w*|act as|acting as|act like|role[- ]?play\w*|you are now|you're now|play the role|"
-    r"play the part|in character|persona|stay in character|you are a|you're a|be a",
-    "hypothetical": r"imagine|hypothetical\w*|suppose|what if|stor(?:y|ies)|tale|novel|scene|script|fiction\w*|"
-    r"in a (?:world|dream|movie|film|universe)|let's say|if you (?:were|could|had)|"
+    "role play": r"pretend\w*|act as|acting as|act like|role[- ]?play\w*|you are now|you're now|"
+    r"play the role|play the part|in character|persona|stay in character|you are a|you're a|be a",
+    "hypothetical": r"imagine|hypothetical\w*|suppose|what if|stor(?:y|ies)|tale|novel|scene|script|"
+    r"fiction\w*|in a (?:world|dream|movie|film|universe)|let's say|if you (?:were|could|had)|"
     r"once upon a time|thought experiment",
     "word play": r"games?|riddles?|rhym\w*|poem|acronyms?|backwards?|revers\w*|spell\w*|letter by letter|"
     r"one letter|hangman|puzzles?|anagrams?|first letters?|each letter|word play|puns?|cipher|"

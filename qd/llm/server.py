@@ -261,7 +261,8 @@ class EmbeddedServer:
                 self.stop()
                 raise LLMError(
                     f"llm: embedded llama.cpp server did not answer within {self.startup_timeout_s:g}s "
-                    f"(last log line: {_last_line(self.log_path)!r}; raise startup_timeout_s or see {self.log_path})"
+                    f"(last log line: {_last_line(self.log_path)!r}; "
+                    f"raise startup_timeout_s or see {self.log_path})"
                 )
             time.sleep(0.25)
 

@@ -52,7 +52,7 @@ class CyclicObjective:
         for name in ("lower", "upper", "bins"):
             if len(getattr(self, name)) != n:
                 raise ConfigError(name, f"needs one entry per metric ({n}), got {len(getattr(self, name))}")
-        if any(u <= l for l, u in zip(self.lower, self.upper)):
+        if any(high <= low for low, high in zip(self.lower, self.upper)):
             raise ConfigError(
                 "upper", f"must exceed lower for every metric, got {list(self.lower)} / {list(self.upper)}"
             )
