@@ -9,7 +9,7 @@ import numpy as np
 
 from qd import archive
 from qd import state as run_state
-from qd.contract import Candidate, Described
+from qd.contract import Candidate, Described, Descriptor
 from qd.placement import Placement
 from qd.search.scheduler import make_bandit
 
@@ -77,7 +77,7 @@ class Halves:
         return fitness, descriptor, np.asarray(valid, bool), [None] * len(metrics)
 
 
-class Fitted:
+class Fitted(Descriptor):
     """A fitted describer: needs a fit at 3 valid candidates; places by fitness after it."""
 
     dim = 1
