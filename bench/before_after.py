@@ -30,7 +30,9 @@ Fields read, present in both trees' versions of the scripts:
   script instead.
 
 The peers (pyribs, QDax, OpenEvolve) run the same code on both sides, so their
-ratios show how much of a difference is the machine.
+ratios show how much of a difference is the machine. ``sphere_loops.py`` always
+runs pyribs and QDax and ``llm_loop.py`` OpenEvolve unless ``--openevolve`` is
+given no values: they need the ``bench`` extra (``pip install -e '.[bench]'``).
 
 Usage::
 
@@ -128,8 +130,25 @@ def environment(tree: Path) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(tree))
 
 
+# Runs a bench script as ``python SCRIPT`` would, but with the script's own folder not first on
+# sys.path and the PYTHONPATH entry taken out of this process's path: bench/llm_loop.py puts its
+# tree's root first only when the root is not on sys.path already, and behind bench/ the module
+# bench/descriptors.py would shadow the descriptors package. Its child processes keep PYTHONPATH.
+# After the script it names the file ``import qd`` loaded, so each run proves which tree it measured.
+LAUNCHER = """
+import runpy, sys
+tree, sys.argv = sys.argv[1], sys.argv[2:]
+sys.path = [p for p in sys.path if p != tree]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    print("before_after: qd from", getattr(sys.modules.get("qd"), "__file__", None), flush=True)
+"""
+QD_FROM = "before_after: qd from "
+
+
 def resolved_qd(tree: Path) -> str:
-    """Where ``import qd`` lands under the environment a run of ``tree`` gets."""
+    """Where ``import qd`` lands under the environment a run of ``tree`` gets (the dry run's check)."""
     out = subprocess.run(
         [sys.executable, "-c", "import qd; print(qd.__file__)"],
         cwd=tree,
@@ -141,13 +160,17 @@ def resolved_qd(tree: Path) -> str:
     return out.stdout.strip()
 
 
+def inside(where: str, tree: Path) -> bool:
+    return Path(where).resolve().is_relative_to(tree.resolve())
+
+
 def run_once(tree: Path, script: str, args: list[str], out: Path, timeout: float | None) -> dict:
     """One bench process on ``tree``; its JSON, plus its wall and CPU (children included) and the load."""
     load = round(os.getloadavg()[0], 2)
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, str(tree / "bench" / script), *args, "--json", str(out)],
+        [sys.executable, "-c", LAUNCHER, str(tree), str(tree / "bench" / script), *args, "--json", str(out)],
         cwd=tree,
         env=environment(tree),
         capture_output=True,
@@ -158,13 +181,27 @@ def run_once(tree: Path, script: str, args: list[str], out: Path, timeout: float
     cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode or not out.exists():
         raise SystemExit(f"{tree / 'bench' / script}: exit {proc.returncode}\n{proc.stderr[-4000:]}")
+    where = next(ln[len(QD_FROM) :] for ln in proc.stdout.splitlines() if ln.startswith(QD_FROM))
+    if not inside(where, tree):
+        raise SystemExit(f"{tree / 'bench' / script} measured qd from {where}, outside {tree}")
     cpu = cpu1.ru_utime - cpu0.ru_utime + cpu1.ru_stime - cpu0.ru_stime
-    return {"data": json.loads(out.read_text()), "wall_s": wall, "cpu_s": cpu, "load": load}
+    return {"data": json.loads(out.read_text()), "wall_s": wall, "cpu_s": cpu, "load": load, "qd": where}
+
+
+WHOLE = "whole bench process"
+PROCESS_METRICS = (
+    Metric("wall_s", "wall s", "seconds"),
+    Metric("cpu_s", "CPU s, children included", "seconds"),
+)
 
 
 def medians(rows: list[dict], field: str) -> float | None:
     values = [r[field] for r in rows if r.get(field) is not None]
     return statistics.median(values) if values else None
+
+
+def number(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
 
 def verdict(kind: str, ratio: float) -> str:
@@ -182,15 +219,14 @@ def table(reader: Reader, runs: dict[str, list[dict]]) -> list[str]:
         for run in side_runs:
             for name, rows in reader.rows(run["data"]).items():
                 groups[side].setdefault(name, []).extend(rows)
-            groups[side].setdefault("whole bench process", []).append(run)
+            groups[side].setdefault(WHOLE, []).append(run)
     lines = [
         "| configuration | metric | before | after | after/before | |",
         "|---|---|---:|---:|---:|---|",
     ]
-    metrics = reader.metrics + (Metric("cpu_s", "CPU s, children included", "seconds"),)
     for name, before_rows in groups["before"].items():
         after_rows = groups["after"].get(name, [])
-        for metric in metrics:
+        for metric in PROCESS_METRICS if name == WHOLE else reader.metrics:
             b, a = medians(before_rows, metric.field), medians(after_rows, metric.field)
             if b is None or a is None:
                 continue
@@ -198,8 +234,8 @@ def table(reader: Reader, runs: dict[str, list[dict]]) -> list[str]:
             cells = (
                 name,
                 metric.label,
-                f"{b:,.4g}",
-                f"{a:,.4g}",
+                number(b),
+                number(a),
                 f"{ratio:.3f}",
                 verdict(metric.kind, ratio),
             )
@@ -231,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         for side, tree in trees.items():
             where = resolved_qd(tree)
             print(f"{side}: {tree}, qd from {where}", flush=True)
-            if not Path(where).resolve().is_relative_to(tree.resolve()):
+            if not inside(where, tree):
                 raise SystemExit(f"{side}: qd resolves to {where}, outside {tree}")
         if args.dry_run:
             return 0
@@ -241,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                 run = run_once(tree, script, bench_args, work / f"{side}{rep}.json", args.timeout)
                 runs[side].append(run)
                 print(
-                    f"[{rep}] {side}: {run['wall_s']:.1f} s, CPU {run['cpu_s']:.1f} s, load {run['load']}",
+                    f"[{rep}] {side}: {run['wall_s']:.1f} s, CPU {run['cpu_s']:.1f} s, load {run['load']}, "
+                    f"qd from {run['qd']}",
                     flush=True,
                 )
     finally:
