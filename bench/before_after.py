@@ -36,10 +36,11 @@ given no values: they need the ``bench`` extra (``pip install -e '.[bench]'``).
 
 Usage::
 
-    python bench/before_after.py --ref c256fd4 --repeats 3 -- llm_loop.py --concurrency 8 64 \
-        --openevolve --decompose 0 --probe-calls 0 --repeats 1
-    python bench/before_after.py --ref c256fd4 --repeats 3 --results bench/RESULTS.md -- \
-        sphere_loops.py --seeds 1 --processes 1
+    python bench/before_after.py --ref c256fd4 --dry-run -- llm_loop.py    # where each side's qd is
+    python bench/before_after.py --ref c256fd4 --repeats 3 --results bench/RESULTS.md -- llm_loop.py \
+        --candidates 1000 --concurrency 8 64 256 --openevolve --decompose 0 --probe-calls 0 --repeats 1
+    python bench/before_after.py --ref c256fd4 --repeats 3 --results bench/RESULTS.md -- sphere_loops.py \
+        --evals 102400 --seeds 1 --processes 1
 """
 
 from __future__ import annotations
@@ -243,6 +244,37 @@ def table(reader: Reader, runs: dict[str, list[dict]]) -> list[str]:
     return lines
 
 
+def section(
+    title: str,
+    args: argparse.Namespace,
+    argv: list[str],
+    started: datetime.datetime,
+    reader: Reader,
+    runs: dict[str, list[dict]],
+) -> str:
+    """The RESULTS.md section: how it was run, on what, under which load, and the table."""
+    command = "python bench/before_after.py " + shlex.join(argv)
+    loads = [r["load"] for side in runs.values() for r in side]
+    lines = [
+        title,
+        "",
+        f"- Command: `{command}`",
+        f"- Before: `{args.ref}` (git archive); after: the working tree, {commit()}; {args.repeats} "
+        f"bench process(es) per tree, interleaved B A B A ..., each tree running its own bench/{args.script}",
+        f"- Date: {started:%Y-%m-%d %H:%M} UTC, "
+        f"{(datetime.datetime.now(datetime.timezone.utc) - started).total_seconds() / 60:.1f} min in all",
+        f"- Machine: {os.cpu_count()} cores ({platform.machine()}), Linux {platform.release()}; 1-min load "
+        f"average at the start of the runs {min(loads)}-{max(loads)} (before: "
+        f"{[r['load'] for r in runs['before']]}, after: {[r['load'] for r in runs['after']]})",
+        f"- Medians over every row of every repeat; targets after/before >= {LIMITS['throughput']}x "
+        f"throughput and <= {LIMITS['cpu']}x engine CPU",
+        "",
+        *table(reader, runs),
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "--" not in argv:
@@ -255,10 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=None, help="write the section into this RESULTS.md")
     ap.add_argument("--dry-run", action="store_true", help="only export and show where qd resolves")
     args = ap.parse_args(argv[:split])
-    script, bench_args = argv[split + 1], argv[split + 2 :]
-    if script not in READERS:
-        raise SystemExit(f"reads the JSON of {sorted(READERS)} only, not {script}")
-    reader = READERS[script]
+    args.script, bench_args = argv[split + 1], argv[split + 2 :]
+    if args.script not in READERS:
+        raise SystemExit(f"reads the JSON of {sorted(READERS)} only, not {args.script}")
+    reader, script = READERS[args.script], args.script
 
     started = datetime.datetime.now(datetime.timezone.utc)
     work = Path(tempfile.mkdtemp(prefix="qd_before_after_"))
@@ -284,30 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    command = "python bench/before_after.py " + shlex.join(argv)
-    loads = [r["load"] for side in runs.values() for r in side]
-    title = f"## Before and after issue 26: bench/{script} (bench/before_after.py)"
-    lines = [
-        title,
-        "",
-        f"- Command: `{command}`",
-        f"- Before: `{args.ref}` (git archive); after: the working tree, {commit()}; {args.repeats} "
-        f"bench process(es) per tree, interleaved B A B A ..., each tree running its own bench/{script}",
-        f"- Date: {started:%Y-%m-%d %H:%M} UTC, "
-        f"{(datetime.datetime.now(datetime.timezone.utc) - started).total_seconds() / 60:.1f} min in all",
-        f"- Machine: {os.cpu_count()} cores ({platform.machine()}), Linux {platform.release()}; 1-min load "
-        f"average at the start of the runs {min(loads)}-{max(loads)} (before: "
-        f"{[r['load'] for r in runs['before']]}, after: {[r['load'] for r in runs['after']]})",
-        f"- Medians over every row of every repeat; targets after/before >= {LIMITS['throughput']}x "
-        f"throughput and <= {LIMITS['cpu']}x engine CPU",
-        "",
-        *table(reader, runs),
-        "",
-    ]
-    section = "\n".join(lines)
-    print(section)
+    title = f"## Engine before ({args.ref}) and after: bench/{script} (bench/before_after.py)"
+    text = section(title, args, argv, started, reader, runs)
+    print(text)
     if args.results:
-        write_section(args.results, title, section)
+        write_section(args.results, title, text)
         print(f"wrote {title!r} into {args.results}")
     return 0
 
