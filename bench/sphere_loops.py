@@ -132,7 +132,7 @@ def run_qd_fused(seed: int, evals: int, batch: int) -> dict:
     no checkpoints, no events; calls of ``PER_CALL`` generations, timed after the first."""
     from operators import make_numeric_operator
     from qd.archive import GridSpec
-    from qd.device.step import Operator, device_loop
+    from qd.device.step import DeviceOperator, device_loop
 
     task = load_task("sphere", {"dim": DIM})
     op = make_numeric_operator("gaussian", sigma=SIGMA)
@@ -140,7 +140,7 @@ def run_qd_fused(seed: int, evals: int, batch: int) -> dict:
     loop = device_loop(
         spec,
         task.evaluate_jax,
-        [Operator(op.draw, op.apply, 1, op.params, 1.0)],
+        [DeviceOperator(op.draw, op.apply, 1, op.params, 1.0)],
         1,
         batch,
         DIM,
