@@ -47,10 +47,11 @@ from qd.search.step import Move
 __all__ = ["Budget", "Engine", "should_stop"]
 
 
-def should_stop(requested: bool, spending: Spending, elapsed: float, llm: Any) -> bool:
-    """Whether the run stops now: asked to (a signal, a dead client), or a budget is spent."""
+def should_stop(state: run_state.RunState, spending: Spending, elapsed: float, llm: Any) -> bool:
+    """Whether the run stops now: asked to (``state.stop``: a signal), a dead client, or a spent budget."""
     down = llm is not None and llm.down is not None
-    return requested or down or spending.exhausted(elapsed, llm.ledger if llm is not None else None)
+    asked = state.stop is not None
+    return asked or down or spending.exhausted(elapsed, llm.ledger if llm is not None else None)
 
 
 class Engine:
@@ -72,7 +73,6 @@ class Engine:
             parts.elites,
         )
         self._closers: list[Callable[[], Any]] = []
-        self._stop_requested, self.stop_reason = False, None  # stop_reason: set when stopping on an error
 
     # ----- the loop -------------------------------------------------------------
 
@@ -85,10 +85,15 @@ class Engine:
         """Runs until a budget is spent, SIGINT/SIGTERM, or a dead LLM; returns the final summary."""
         return asyncio.run(self._run())
 
-    def request_stop(self, reason: str | None = None) -> None:
-        self._stop_requested = True
-        if reason and self.stop_reason is None:
-            self.stop_reason = reason
+    def request_stop(self, reason: str = "") -> None:
+        """Asks the run to stop (a signal, or a reason such as a dead client's); the first reason stays."""
+        if not self.state.stop:
+            self.state = self.state._replace(stop=reason)
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the run stopped on an error (None: it did not)."""
+        return self.state.stop or None
 
     async def _run(self) -> dict[str, Any]:
         loop, handled = asyncio.get_running_loop(), []
@@ -241,7 +246,7 @@ class Engine:
             self.events.write("meta", event)
 
     def _rebuilt(self, state: run_state.RunState, event: dict[str, Any]) -> None:
-        self.state = state
+        self.state = state._replace(stop=self.state.stop)  # (a stop asked for while a refit ran)
         self.elites = EliteTable.from_store(state.archive, self.store, self.elites.genome_dim)
         self.report.refresh(state.archive)
         kind = event.pop("event")
@@ -264,7 +269,7 @@ class Engine:
         budget reserves nothing more (gate resamples in flight get no new calls)."""
         if self.llm is not None and self.llm.down is not None:
             self.request_stop(self.llm.down)
-        stop = should_stop(self._stop_requested, self.spending, self._elapsed(), self.llm)
+        stop = should_stop(self.state, self.spending, self._elapsed(), self.llm)
         if stop:
             self.spending.stop()
         return stop

@@ -86,5 +86,5 @@ def load(directory: Path, fresh: RunState) -> RunState | None:
         counters=counters,
         meta=saved_counters.get("meta") or None,
         describer=checkpoint.part(saved, "describer.") or None,
-        founding=fresh.founding,
+        founding=fresh.founding,  # (and no stop: a resumed run was not asked to stop)
     )

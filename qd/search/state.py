@@ -55,6 +55,7 @@ class RunState(NamedTuple):
     meta: dict | None = None  # operators.meta.InstructionPool.state_dict()
     describer: dict[str, np.ndarray] | None = None  # a fitted describer's state_dict()
     founding: tuple[int, ...] = ()  # founder proposals in flight per island (none survive a restart)
+    stop: str | None = None  # why the run was asked to stop ("" for a signal); None: it was not
 
     def count(self, **changes: Any) -> RunState:
         """The state with some counters replaced."""

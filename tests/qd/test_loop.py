@@ -173,18 +173,21 @@ def test_pool_evaluator_gives_the_same_results(tmp_path):
     assert pooled["global"] == inproc["global"]
 
 
-def test_should_stop_is_a_pure_predicate_of_the_request_the_budget_and_the_client():
+def test_should_stop_is_a_pure_predicate_of_the_state_the_budget_and_the_client():
     from qd.budget import Budget, Spending
     from qd.llm import Ledger
     from qd.loop import should_stop
+    from qd.search.scheduler import make_bandit
+    from qd.state import init
 
     class Client:
         def __init__(self, down=None):
             self.down, self.ledger = down, Ledger()
 
+    state = init(archive.GridSpec((2,), (0.0,), (1.0,)), 1, (make_bandit("fixed", 1),), 1, 0)
     spending = Spending(Budget(max_seconds=10), 0, Ledger(), 0)
-    assert not should_stop(False, spending, 5.0, Client())
-    assert should_stop(True, spending, 5.0, Client())  # asked to (a signal)
-    assert should_stop(False, spending, 10.0, None)  # out of time
-    assert should_stop(False, spending, 5.0, Client("server gone"))  # a dead client
-    assert not spending.stopping  # asking changed nothing
+    assert state.stop is None and not should_stop(state, spending, 5.0, Client())
+    assert should_stop(state._replace(stop=""), spending, 5.0, Client())  # asked to (a signal)
+    assert should_stop(state, spending, 10.0, None)  # out of time
+    assert should_stop(state, spending, 5.0, Client("server gone"))  # a dead client
+    assert not spending.stopping and state.stop is None  # asking changed nothing
