@@ -8,6 +8,7 @@ class makes the search stage, the founders and the held-out problems from them.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from typing import Any
 
@@ -19,7 +20,7 @@ from qd.task import Scored, Stage
 
 
 @dataclasses.dataclass
-class ReasoningTask:
+class ReasoningTask(abc.ABC):
     search_items: int = 4
     held_out_items: int = 24
     problem_seed: int = 0
@@ -36,21 +37,21 @@ class ReasoningTask:
         self.description = self.describe(self.search[0].question)
         self.stages = [self.stage(self.search, "search")]
 
+    @abc.abstractmethod
     def describe(self, example: str) -> str:
         """What the operators' model is told (an example search problem included)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def stage(self, items: list[Any], name: str) -> Stage:
         """A stage that runs a genome on ``items`` (their questions only: answers stay on the host)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def hand_designed(self) -> list[tuple[str, str]]:
         """(name, genome) of the hand-designed starting genomes (the tables' baselines)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def score_items(self, text: str, items: list[Any], answers: Any, trace: list[dict]) -> Scored:
         """How well ``text`` did on ``items``, from its ``answers`` and the model calls it made."""
-        raise NotImplementedError
 
     def held_out(self) -> list[Any]:
         """The held-out problems (other templates): for reports after a run, never shown during one."""
