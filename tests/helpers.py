@@ -255,3 +255,31 @@ def scripted_text_config(base_url: str, *overrides: str) -> DictConfig:
             *overrides,
         ]
     )
+
+
+# ----- driving one LLMClient (tests/qd/llm/) -------------------------------------
+
+MSG = [{"role": "user", "content": "hello"}]
+
+
+def run(client, *calls):
+    """Run calls on one event loop and close the client, as a run does at its end."""
+    import asyncio
+
+    async def main():
+        try:
+            return [await c(client) for c in calls]
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
+
+
+def call(messages=MSG, **kw):
+    return lambda client: client.complete(messages, **kw)
+
+
+def counts(client) -> tuple[int, int, int]:
+    """(answered calls, retries, failed calls) in the client's ledger."""
+    t = client.ledger.total()
+    return t.calls, t.retries, t.failed

@@ -11,11 +11,11 @@ import time
 
 import numpy as np
 import pytest
+from helpers import MSG, call, counts, run
 from scripted_llm import Rule
 
 from qd.llm import CallFailed, LLMClient, LLMDown, LLMError, LLMSettings, ModelSpec, tally
 
-MSG = [{"role": "user", "content": "hello"}]
 RETRIED = ["429", "500", "hang", "bad_json", "empty_choices", "wrong_shape", "close_connection"]
 
 
@@ -29,28 +29,6 @@ def settings(url: str, **kw) -> LLMSettings:
         timeout_s=0.5,
     )
     return LLMSettings(base_url=url, **{**base, **kw})
-
-
-def run(client: LLMClient, *coros_of_client):
-    """Run calls on one event loop and close the client, as a run does at its end."""
-
-    async def main():
-        try:
-            return [await c(client) for c in coros_of_client]
-        finally:
-            await client.aclose()
-
-    return asyncio.run(main())
-
-
-def call(messages=MSG, **kw):
-    return lambda client: client.complete(messages, **kw)
-
-
-def counts(client: LLMClient) -> tuple[int, int, int]:
-    """(answered calls, retries, failed calls) in the client's ledger."""
-    t = client.ledger.total()
-    return t.calls, t.retries, t.failed
 
 
 def test_success_fills_completion_and_ledger(scripted_llm):

@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+from helpers import MSG, call, counts, run
 
 from qd.llm import (
     CallFailed,
@@ -20,8 +21,6 @@ from qd.llm import (
     ModelSpec,
     tally,
 )
-
-MSG = [{"role": "user", "content": "hello"}]
 
 
 class Mine:
@@ -69,26 +68,6 @@ class Mine:
 def settings(**kw) -> LLMSettings:
     base = dict(models=(ModelSpec("mine"),), backoff_s=0.01, backoff_max_s=0.02, max_retries=2, timeout_s=0.2)
     return LLMSettings(base_url=None, **{**base, **kw})
-
-
-def run(client: LLMClient, *calls):
-    async def main():
-        try:
-            return [await c(client) for c in calls]
-        finally:
-            await client.aclose()
-
-    return asyncio.run(main())
-
-
-def call(messages=MSG, **kw):
-    return lambda client: client.complete(messages, **kw)
-
-
-def counts(client: LLMClient) -> tuple[int, int, int]:
-    """(answered calls, retries, failed calls) in the client's ledger."""
-    t = client.ledger.total()
-    return t.calls, t.retries, t.failed
 
 
 def test_each_call_reaches_the_callers_client_and_is_counted_in_the_ledger_and_the_tally():
