@@ -35,6 +35,7 @@ from qd.search.gate import DuplicateIndex
 from qd.search.scheduler import make_bandit
 from qd.search.step import SearchStep
 from qd.search.strategy import Arm, Strategy
+from qd.stop_rules import StopRules
 from qd.store import Store
 
 
@@ -73,6 +74,7 @@ class Settings:
         initial_population: founder children in flight at most per empty island.
         qd_offset: subtracted from each elite's fitness in the QD score.
         progress: draw a progress line on the terminal.
+        stop: the stop rules beside the budgets (``qd.stop_rules``: a target, patience, the guard).
     """
 
     islands: int = 1
@@ -84,6 +86,7 @@ class Settings:
     initial_population: int = 8
     qd_offset: float = 0.0
     progress: bool = True
+    stop: StopRules = StopRules()
 
     @property
     def group(self) -> int:

@@ -427,6 +427,12 @@ class RunnerConf:
     max_tokens: Optional[int] = number(None, ge=1)  # prompt + completion tokens
     max_cost: Optional[float] = number(None, gt=0)  # USD, from llm.models prices
     checkpoint_every: int = number(50, ge=1)  # proposals committed between checkpoints (host loop)
+    # Stop rules (host loop; docs/design.md "Stop rules"). None: off.
+    target_fitness: Optional[float] = number(None)  # stop once the best fitness reaches it
+    patience: Optional[int] = number(None, ge=1)  # stop after this many proposals without a new best
+    # the broken-evaluator guard: stop when N evaluations failed outside the candidates' code with
+    # nothing valid, or the last N failed so with one error (None or 0: off)
+    guard_after: Optional[int] = number(50, ge=0)
     progress: bool = True
     # host: the asyncio loop (every task). device: select, vary, evaluate and insert fused in
     # one jitted step, lax.scan'ed over generations_per_call generations per host round trip

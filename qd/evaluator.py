@@ -22,6 +22,7 @@ import numpy as np
 
 from qd import lifeline
 from qd.contract import Evaluator
+from qd.sandbox.protocol import HARNESS, exception_line, harness_failure
 from qd.task import Evaluation, Scored, Task, TextTask, load_task
 
 _WORKER_TASK: Task | None = None
@@ -37,6 +38,19 @@ def _init_worker(name: str, params: dict[str, Any], parent: int) -> None:
 
 def _evaluate_in_worker(genomes: Any) -> Evaluation:
     return _WORKER_TASK.evaluate(genomes)
+
+
+def failed_batch(dim: int, n: int, e: Exception) -> Evaluation:
+    """A numeric evaluator raised on a batch of ``n`` genomes: each failed outside its own code
+    (the task's evaluation is trusted code, a harness), with one reason; the run's guard
+    (``qd.stop_rules``) stops a run whose evaluation keeps failing so."""
+    error = f"{HARNESS}evaluate: {exception_line(e)}"
+    return Evaluation(
+        fitness=np.full(n, np.nan, np.float32),
+        descriptor=np.full((n, dim), np.nan, np.float32),
+        valid=np.zeros(n, bool),
+        error=[error] * n,
+    )
 
 
 class InProcessEvaluator(Evaluator):
@@ -212,7 +226,10 @@ class StagedEvaluator(Evaluator):
             if i and (not scored.valid or (stage.threshold is not None and scored.fitness < stage.threshold)):
                 break
             gateway = self._gateway(text, stage.name, *spent)
-            result = await self.runner.run(text, stage.args, calls=gateway)
+            try:
+                result = await self.runner.run(text, stage.args, calls=gateway)
+            except ValueError as e:  # the runner cannot run at all (its entry fails to import)
+                return Scored(np.nan, None, False, None, f"{HARNESS}{stage.name}: {e}"), seconds, trace
             seconds += result.seconds
             if gateway is not None:
                 trace += [{**call, "stage": stage.name} for call in gateway.trace]
@@ -221,7 +238,7 @@ class StagedEvaluator(Evaluator):
             if not result.ok:
                 metrics = {"stages": i + 1, **({"model_calls": spent[0]} if gateway is not None else {})}
                 return (
-                    Scored(np.nan, None, False, metrics, f"{stage.name}: {result.error}", tails),
+                    Scored(np.nan, None, False, metrics, _staged(stage.name, result.error), tails),
                     seconds,
                     trace,
                 )
@@ -233,7 +250,7 @@ class StagedEvaluator(Evaluator):
                     else self.task.score(text, outputs)
                 )
             except Exception as e:  # a task bug must not stop the run
-                scored = Scored(np.nan, None, False, None, f"score: {type(e).__name__}: {e}")
+                scored = Scored(np.nan, None, False, None, f"{HARNESS}score: {type(e).__name__}: {e}")
             scored.metrics = {**(scored.metrics or {}), "stages": i + 1}
             if gateway is not None:
                 scored.metrics["model_calls"] = spent[0]  # calls that reached the model
@@ -254,6 +271,12 @@ class StagedEvaluator(Evaluator):
         return ModelGateway(self.client, left, candidate_key(text, stage))
 
 
+def _staged(stage: str, error: str) -> str:
+    """A stage's error named by its stage, a harness failure still marked first (``HARNESS``)."""
+    blame = HARNESS if harness_failure(error) else ""
+    return f"{blame}{stage}: {error.removeprefix(HARNESS)}"
+
+
 def _tails(result: Any, keep: int = 400) -> dict[str, str]:
     """The ends of stdout/stderr: what a model needs to see of a failure."""
     return {name: text[-keep:] for name in ("stdout", "stderr") if (text := getattr(result, name))}
@@ -267,6 +290,9 @@ def _descriptor(scored: Scored, dim: int) -> np.ndarray:
         else np.asarray(scored.descriptor, np.float32)
     )
     if d.shape != (dim,):
-        scored.valid, scored.error = False, f"score: descriptor has shape {d.shape}, expected ({dim},)"
+        scored.valid, scored.error = (
+            False,
+            f"{HARNESS}score: descriptor has shape {d.shape}, expected ({dim},)",
+        )
         return np.full(dim, np.nan, np.float32)
     return d

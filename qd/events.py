@@ -26,6 +26,8 @@ Every line has ``v`` (the schema version, 1), ``event`` (its kind) and ``time``
 - ``reset`` — islands emptied for stagnation: ``islands``, ``reseeded_from``.
 - ``meta`` — an instruction mutation: ``child``, ``parent``, ``failures``, ``members``
   (``[id, uses, mean credit]``), or ``error``.
+- ``stop`` — a stop rule met (``qd.stop_rules``): ``rule`` (a target fitness, patience), or
+  ``guard`` (the broken-evaluator guard's line).
 
 New fields may be added within a version; a field's meaning or a kind's
 removal changes the version. Lines written before versions existed (no ``v``)
@@ -41,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 VERSION = 1
-KINDS = ("commit", "refit", "rotate", "reset", "meta")
+KINDS = ("commit", "refit", "rotate", "reset", "meta", "stop")
 
 
 class EventLog:

@@ -43,15 +43,20 @@ from qd.progress import RunProgress
 from qd.proposers import Proposal, Ticket, Wave
 from qd.report import commit_lines
 from qd.search.step import Move
+from qd.stop_rules import StopRules, applied, watched
 
 __all__ = ["Budget", "Engine", "should_stop"]
 
 
-def should_stop(state: run_state.RunState, spending: Spending, elapsed: float, llm: Any) -> bool:
-    """Whether the run stops now: asked to (``state.stop``: a signal), a dead client, or a spent budget."""
+def should_stop(
+    state: run_state.RunState, spending: Spending, elapsed: float, llm: Any, rules: StopRules = StopRules()
+) -> bool:
+    """Whether the run stops now: asked to (``state.stop``: a signal), a dead client, a spent budget,
+    or a stop rule met (``qd.stop_rules``: a target, patience, a broken evaluator)."""
     down = llm is not None and llm.down is not None
-    asked = state.stop is not None
-    return asked or down or spending.exhausted(elapsed, llm.ledger if llm is not None else None)
+    asked = state.stop is not None or state.done is not None
+    ruled = rules.reached(state) is not None or rules.broken(state) is not None
+    return asked or down or ruled or spending.exhausted(elapsed, llm.ledger if llm is not None else None)
 
 
 class Engine:
@@ -185,8 +190,8 @@ class Engine:
         a, result = archive.insert(spec, self.state.archive, *offers.columns(ids))
         self.elites.enter(offers.island, result, candidates)
         self.proposer.committed(candidates)
-        c = self.state.counters
-        self.state = self.state._replace(archive=a).count(
+        c, watch = self.state.counters, watched(self.state.watch, candidates, offers.fitness, len(proposals))
+        self.state = self.state._replace(archive=a, watch=watch).count(
             last_id=int(ids[-1]), batches=c.batches + len(proposals), insertions=c.insertions + len(ids)
         )
         self.state, credits, moves = self.search.after_insert(
@@ -246,7 +251,7 @@ class Engine:
             self.events.write("meta", event)
 
     def _rebuilt(self, state: run_state.RunState, event: dict[str, Any]) -> None:
-        self.state = state._replace(stop=self.state.stop)  # (a stop asked for while a refit ran)
+        self.state = state._replace(stop=self.state.stop, done=self.state.done)  # (asked while it ran)
         self.elites = EliteTable.from_store(state.archive, self.store, self.elites.genome_dim)
         self.report.refresh(state.archive)
         kind = event.pop("event")
@@ -269,17 +274,22 @@ class Engine:
         budget reserves nothing more (gate resamples in flight get no new calls)."""
         if self.llm is not None and self.llm.down is not None:
             self.request_stop(self.llm.down)
-        stop = should_stop(self.state, self.spending, self._elapsed(), self.llm)
+        self.state, event = applied(self.state, self.settings.stop, self.store.common_errors)
+        if event is not None:
+            self.events.write("stop", event)
+        stop = should_stop(self.state, self.spending, self._elapsed(), self.llm, self.settings.stop)
         if stop:
             self.spending.stop()
         return stop
 
     def summary(self, wave: bool = False) -> dict[str, Any]:
-        """The run so far (``wave``: without the counts each commit line has its own of)."""
+        """The run so far (``wave``: without the counts each commit line has its own of); ``stop``:
+        the stop rule it met."""
         c = self.state.counters
-        return self.report.summary(
+        out = self.report.summary(
             self.evaluations, c.batches, self._elapsed(), c.fits, self.stop_reason, not wave
         )
+        return out | ({"stop": self.state.done} if self.state.done and not wave else {})
 
     def on_close(self, fn: Callable[[], Any]) -> None:
         """Registers ``fn()`` to run at ``close`` (e.g. stopping the embedded LLM server)."""

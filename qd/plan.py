@@ -43,6 +43,7 @@ from qd.contract import ConfigError
 from qd.llm.plan import LLMPlan, LocalServer, plan_llm
 from qd.paths import conf_dir
 from qd.search.build import StrategyPlan, plan_cycle, plan_strategy
+from qd.stop_rules import StopRules
 from qd.task import load_task, task_ref
 
 register()
@@ -134,6 +135,7 @@ class Plan:
         sandbox: the sandbox limits (``qd.sandbox.Limits``; None unless evaluator is sandbox).
         loop: ``host`` (the asyncio engine, ``qd.loop``) or ``device`` (``qd.device``).
         store: ``all`` (every candidate) or ``elites`` (the elites at each checkpoint).
+        stop: the stop rules beside the budgets (``qd.stop_rules``; host loop).
     """
 
     cfg: DictConfig
@@ -150,6 +152,7 @@ class Plan:
     store: str = "all"
     genome: Any = None
     eval_budget: Any = None
+    stop: StopRules = StopRules()
 
 
 def plan(cfg: DictConfig) -> Plan:
@@ -182,6 +185,8 @@ def plan(cfg: DictConfig) -> Plan:
     strategy = plan_strategy(cfg, task, describer, [o.label for o in operators], cycle)
     r = cfg.runner
     loop = _loop(cfg, task)
+    eval_budget = _eval_budget(cfg, task)
+    _check_reservation(cfg, task, describer, eval_budget)
     return Plan(
         cfg=cfg,
         task=task,
@@ -196,7 +201,8 @@ def plan(cfg: DictConfig) -> Plan:
         loop=loop,
         store=_store(cfg, loop),
         genome=genome,
-        eval_budget=_eval_budget(cfg, task),
+        eval_budget=eval_budget,
+        stop=StopRules(r.target_fitness, r.patience, r.guard_after),
     )
 
 
@@ -249,6 +255,30 @@ def _eval_budget(cfg: DictConfig, task: Any) -> Any:
         max_tokens=e.max_tokens,
         seconds=e.seconds if e.seconds is not None else cfg.sandbox.wall_s,
     )
+
+
+def _check_reservation(cfg: DictConfig, task: Any, describer: Any, eval_budget: Any) -> None:
+    """A text run whose ``runner.max_llm_calls`` cannot pay for one child's reservation would
+    evaluate nothing (the budget sizes every proposal to zero): refused before it starts. A child
+    reserves its operator's call, the describer's judge calls, its evaluation's ``eval_llm.calls``
+    and a tie judge's two (``qd.assembly``: ``Spending.calls_per_child``)."""
+    limit = cfg.runner.max_llm_calls
+    if limit is None or task.kind == "vector":
+        return
+    parts = {
+        "its operator's call": 1,
+        "the describer's judge calls": describer.calls_per_item if describer is not None else 0,
+        "eval_llm.calls": eval_budget.calls if eval_budget is not None else 0,
+        "a tie judge's calls": 2 if cfg.tiebreak.enabled else 0,
+    }
+    need = sum(parts.values())
+    if limit < need:
+        what = " + ".join(f"{n} ({name})" for name, n in parts.items() if n)
+        raise ConfigError(
+            "runner.max_llm_calls",
+            f"is {limit}, below the {need} calls one child reserves ({what}): the run would evaluate nothing",
+            f"use runner.max_llm_calls >= {need}",
+        )
 
 
 def _loop(cfg: DictConfig, task: Any) -> str:
@@ -321,6 +351,13 @@ def device_blockers(cfg: DictConfig, task: Any) -> list[ConfigError]:
     )
     for group in ("meta", "gate", "cycle"):
         needs(not c[group].enabled, f"{group}.enabled", f"{group} runs on the host loop", f"use {group}=none")
+    for field in ("target_fitness", "patience"):
+        needs(
+            c.runner[field] is None,
+            f"runner.{field}",
+            "the device loop stops on its budgets only",
+            f"use runner.{field}=null, or runner.loop=host",
+        )
     needs(
         c.runner.batch_size % c.islands.count == 0,
         "runner.batch_size",

@@ -30,6 +30,7 @@ import numpy as np
 import genomes
 from qd.contract import Candidate, Child, LLMError, Parent, PromptContext, sample_index
 from qd.elite_table import ArchiveView
+from qd.evaluator import failed_batch
 from qd.llm import Ledger, tally
 from qd.search import select
 from qd.search.gate import rejected, reuse
@@ -207,7 +208,10 @@ class VectorProposer:
         self, t: Ticket, op: Any, genomes: np.ndarray, name: str, parent_ids: np.ndarray, parents: np.ndarray
     ) -> Proposal:
         genomes = await op(t.op_key, genomes, {"island": t.island})
-        ev = await self.evaluator(genomes)
+        try:
+            ev = await self.evaluator(genomes)
+        except Exception as e:  # a broken evaluation: failed candidates, so the run's guard sees it
+            ev = failed_batch(self.task.descriptor_dim, len(genomes), e)
         candidates = [
             Candidate(
                 kind="vector",

@@ -135,6 +135,7 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
             initial_population=r.initial_population,
             qd_offset=cfg.archive.qd_offset,
             progress=r.progress,
+            stop=p.stop,
         )
         parts = assemble(
             task=p.task,
@@ -177,6 +178,8 @@ def run_in(p: Plan, run_dir: Path) -> dict[str, Any]:
         )
     if "llm" in summary:
         print("llm=" + json.dumps({k: v for k, v in summary["llm"].items() if k != "per_model"}))
+    if summary.get("stop"):  # a stop rule met (runner.target_fitness, runner.patience)
+        print(f"stop: {summary['stop']}")
     if summary.get("stop_reason"):
         print(f"qd-run: stopped: {summary['stop_reason']}", file=sys.stderr)
         raise SystemExit(1)

@@ -21,7 +21,7 @@ from qd.errors import CheckpointError
 from qd.rundir import checkpoint
 from qd.search import islands as island_ops
 from qd.search import scheduler, select
-from qd.search.state import Counters, RunState
+from qd.search.state import Counters, RunState, Watch
 
 
 def init(spec: Any, num_islands: int, bandits: tuple[Any, ...], num_arms: int, seed: int) -> RunState:
@@ -45,7 +45,8 @@ def save(directory: Path, state: RunState) -> None:
         arrays.update({f"bandit.{j}.{k}": v for k, v in scheduler.state_dict(b).items()})
     arrays.update({f"islands.{k}": np.asarray(v) for k, v in state.islands._asdict().items()})
     arrays["curiosity.score"] = np.asarray(state.curiosity.score)
-    counters = dict(state.counters._asdict(), **({"meta": state.meta} if state.meta else {}))
+    counters = dict(state.counters._asdict(), watch=state.watch._asdict())
+    counters.update({"meta": state.meta} if state.meta else {})
     checkpoint.save(directory, state.archive, state.key, counters, arrays)
 
 
@@ -85,6 +86,7 @@ def load(directory: Path, fresh: RunState) -> RunState | None:
         key=key,
         counters=counters,
         meta=saved_counters.get("meta") or None,
+        watch=Watch(**saved_counters.get("watch", {})),
         describer=checkpoint.part(saved, "describer.") or None,
         founding=fresh.founding,  # (and no stop: a resumed run was not asked to stop)
     )

@@ -171,6 +171,14 @@ class Store:
         sql = f"SELECT COUNT(*) FROM candidates WHERE kind = COALESCE(?, kind){where}"
         return self._db.rows(sql, (kind,))[0][0]
 
+    def common_errors(self, n: int) -> list[tuple[str, int]]:
+        """The ``n`` most common errors of the failed candidates, with their counts, commonest first."""
+        sql = (
+            "SELECT error, COUNT(*) AS n FROM candidates WHERE valid = 0 AND error IS NOT NULL "
+            "GROUP BY error ORDER BY n DESC, MIN(id) LIMIT ?"
+        )
+        return [(error, count) for error, count in self._db.rows(sql, (n,))]
+
     def last_id(self) -> int:
         return self._next_id() - 1
 

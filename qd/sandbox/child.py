@@ -19,7 +19,7 @@ import traceback
 
 from .isolation import CAP_DAC_READ_SEARCH, PR_SET_KEEPCAPS, PR_SET_PDEATHSIG, prctl, set_capabilities
 from .model_calls import ModelCalls
-from .protocol import CHUNK, exception_line, write_all
+from .protocol import CHUNK, HARNESS, exception_line, raised_by_candidate, write_all
 
 
 def load_entry(entry: str):
@@ -180,7 +180,7 @@ class ChildSide:
                 os.close(self.answer_fd)
             self._drop_privileges()
         except BaseException as e:
-            self._finish({"error": f"sandbox setup failed: {exception_line(e)}"}, result_fd)
+            self._finish({"error": f"{HARNESS}sandbox setup failed: {exception_line(e)}"}, result_fd)
         try:
             if llm is None:
                 value = self.fn(request["text"], **request["args"])
@@ -198,7 +198,8 @@ class ChildSide:
             envelope = {"error": f"memory limit ({self.limits['memory_mb']} MB)"}
         except BaseException as e:
             _print_traceback(e)
-            envelope = {"error": exception_line(e)}
+            blame = "" if raised_by_candidate(e, self.cwd) else HARNESS
+            envelope = {"error": blame + exception_line(e)}
         else:
             envelope = {"value": value}
         self._finish(envelope, self.result_fd)

@@ -99,6 +99,43 @@ def exception_line(exc: BaseException) -> str:
     return one_line(text)
 
 
+HARNESS = "harness: "  # starts the error of an evaluation that failed outside the candidate's own code
+
+
+def harness_failure(error: str | None) -> bool:
+    """Whether ``error`` is an evaluation's failure outside the candidate's own code (its entry,
+    the evaluator, their imports, the task's scoring): a broken harness, not a bad candidate."""
+    return error is not None and error.startswith(HARNESS)
+
+
+def raised_by_candidate(exc: BaseException, cwd: str) -> bool:
+    """Whether the candidate is to blame for ``exc``, raised by the entry it was handed to.
+
+    The candidate's code is what the entry compiled from its text (a file name that is not an
+    absolute path: ``candidate.py``, ``<string>``) or wrote under the run's working directory
+    ``cwd`` (``program.py``). It is to blame when its text does not parse (a ``SyntaxError`` in such
+    a file), when one of its frames is on the traceback, or when the entry function raised the
+    error itself, in its own frame (its verdict on the candidate: "defines no function f"), an
+    ``ImportError`` apart. Anything else (an import the entry or the evaluator makes, their own
+    bugs) is the harness's.
+    """
+
+    def candidates(filename: str | None) -> bool:
+        name = filename or "<unknown>"
+        inside = os.path.isabs(name) and os.path.commonpath([name, cwd]) == cwd
+        return inside or not (os.path.isabs(name) or name.startswith("<frozen"))
+
+    if isinstance(exc, SyntaxError):
+        return candidates(exc.filename)
+    entry = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # the entry's frame
+    tb = entry
+    while tb is not None:
+        if candidates(tb.tb_frame.f_code.co_filename):
+            return True
+        tb = tb.tb_next
+    return entry is not None and entry.tb_next is None and not isinstance(exc, ImportError)
+
+
 class ModelCallError(RuntimeError):
     """A model call that did not succeed: refused by the evaluation's budget, invalid, failed
     on the host, or cut off because the evaluation is ending. The message is one line."""

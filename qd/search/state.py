@@ -8,6 +8,7 @@ search names the value it updates without importing the engine.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -43,6 +44,25 @@ class Counters(NamedTuple):
     phase: int = 0
 
 
+class Watch(NamedTuple):
+    """What the stop rules (``qd.stop_rules``) read, updated at each commit and checkpointed
+    with the counters, so a resumed run keeps its patience and its guard's counts.
+
+    Attributes:
+        best: the best fitness committed so far (-inf: none yet).
+        stale: proposals committed since ``best`` last rose (``runner.patience``).
+        harness: evaluations failed outside the candidates' own code, all told.
+        streak: the latest candidates in a row that failed outside their own code with one error.
+        streak_error: that error.
+    """
+
+    best: float = -math.inf
+    stale: int = 0
+    harness: int = 0
+    streak: int = 0
+    streak_error: str = ""
+
+
 class RunState(NamedTuple):
     """Everything that changes as a run goes, in one value (see the module doc)."""
 
@@ -56,6 +76,8 @@ class RunState(NamedTuple):
     describer: dict[str, np.ndarray] | None = None  # a fitted describer's state_dict()
     founding: tuple[int, ...] = ()  # founder proposals in flight per island (none survive a restart)
     stop: str | None = None  # why the run was asked to stop ("" for a signal); None: it was not
+    watch: Watch = Watch()
+    done: str | None = None  # the stop rule the run met (a target, its patience): a stop, not an error
 
     def count(self, **changes: Any) -> RunState:
         """The state with some counters replaced."""

@@ -58,6 +58,6 @@ def test_failures_become_invalid_candidates_with_one_line_reasons(tmp_path):
     ev = evaluate(tmp_path, ["crash", "bad-descriptor", "1e9", "3"])
     assert ev.valid.tolist() == [False, False, False, True]
     assert ev.error[0] == "cheap: ValueError: boom" and "Traceback" in ev.artifacts[0]["stderr"]
-    assert ev.error[1].startswith("score: descriptor has shape (2,)")
-    assert ev.error[2] == "score: RuntimeError: task bug"
+    assert ev.error[1].startswith("harness: score: descriptor has shape (2,)")  # the task's bugs
+    assert ev.error[2] == "harness: score: RuntimeError: task bug"
     assert math.isnan(ev.fitness[0]) and np.isnan(ev.descriptor[0]).all()

@@ -48,6 +48,7 @@ LAYERS = (
         "qd.rundir",
         "qd.state",
         "qd.budget",
+        "qd.stop_rules",
         "qd.evaluator",
         "qd.elite_table",
         "qd.report",
