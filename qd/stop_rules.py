@@ -10,11 +10,12 @@ while the archive is empty, founders are proposed again and again without any mo
 so no LLM budget binds. It tells a broken harness from a weak model by where each failure was
 raised (``qd.sandbox.protocol.raised_by_candidate``; an error starting with ``harness: `` is
 the harness's): children that fail for their own reasons (a syntax error, an exception in
-their code, a malformed answer) never count towards it. With ``guard_after`` N it stops the
-run when
+their code, a malformed answer) never count towards it. A founder (one of the task's own
+initial genomes, no parent) that fails counts as the harness's: the task ships it. With
+``guard_after`` N it stops the run when
 
-(a) no candidate stored is valid and N evaluations have failed outside the candidates' code, or
-(b) the latest N candidates all failed outside their own code with the same error
+(a) no candidate stored is valid and N candidates have failed so (not for their own reasons), or
+(b) the latest N candidates all failed so with the same error
 
 and names the three most common errors of the failed candidates, with their counts.
 """
@@ -60,9 +61,9 @@ class StopRules:
         if not n:
             return None
         if state.counters.valid == 0 and w.harness >= n:
-            return f"no valid candidate after {w.harness} evaluations failed outside the candidates' code"
+            return f"no valid candidate after {w.harness} failed outside the children's own code"
         if w.streak >= n:
-            return f"the last {w.streak} evaluations failed outside the candidates' code with one error"
+            return f"the last {w.streak} candidates failed outside the children's own code with one error"
         return None
 
 
@@ -74,7 +75,7 @@ def watched(watch: Watch, candidates: Sequence[Any], fitness: np.ndarray, propos
     improved = best > watch.best
     harness, streak, error = watch.harness, watch.streak, watch.streak_error
     for c in candidates:
-        if harness_failure(c.error):
+        if harness_failure(c.error) or (not c.valid and len(c.parent_ids) == 0):
             harness += 1
             streak, error = (streak + 1, error) if c.error == error else (1, c.error)
         else:

@@ -51,8 +51,9 @@ class Watch(NamedTuple):
     Attributes:
         best: the best fitness committed so far (-inf: none yet).
         stale: proposals committed since ``best`` last rose (``runner.patience``).
-        harness: evaluations failed outside the candidates' own code, all told.
-        streak: the latest candidates in a row that failed outside their own code with one error.
+        harness: candidates failed not for their own reasons (outside their code, or a founder:
+            one of the task's initial genomes), all told.
+        streak: the latest candidates in a row that failed so with one error.
         streak_error: that error.
     """
 
