@@ -22,6 +22,7 @@ _API = {
     "Engine": "qd.loop",
     "Budget": "qd.budget",
     "Settings": "qd.api",
+    "StopRules": "qd.stop_rules",
     "Run": "qd.api",
 }
 __all__ = sorted(_API)

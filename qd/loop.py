@@ -20,6 +20,8 @@ row newer than it, so after ``kill -9`` each evaluated candidate counts once.
 
 A failed LLM call fails only its child; a client that is down (``qd.contract.LLMDown``)
 stops the run cleanly, keeping everything evaluated.
+Beside the budgets, the stop rules (``qd.stop_rules``: a target fitness, patience, the
+broken-evaluator guard) stop it the same way.
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ class Engine:
         return self.spending.evaluations
 
     def run(self) -> dict[str, Any]:
-        """Runs until a budget is spent, SIGINT/SIGTERM, or a dead LLM; returns the final summary."""
+        """Runs until a budget is spent, a stop rule is met, SIGINT/SIGTERM, or a dead LLM; returns
+        the final summary."""
         return asyncio.run(self._run())
 
     def request_stop(self, reason: str = "") -> None:

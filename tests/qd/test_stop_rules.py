@@ -12,7 +12,7 @@ from scripted_llm import Rule
 from qd.contract import Candidate, ConfigError
 from qd.plan import compose, plan
 from qd.search.state import Watch
-from qd.stop_rules import StopRules, watched
+from qd.stop_rules import StopRules, applied, watched
 
 NUMERIC_TASK = """
 import numpy as np
@@ -161,6 +161,26 @@ def test_watch_blames_harness_failures_and_failed_founders_never_a_childs_own():
     assert rules.broken(_state(w, valid=1)) is None
     assert StopRules(guard_after=0).broken(_state(w._replace(streak=9), valid=1)) is None
     assert StopRules(target_fitness=2.0).reached(_state(w, 1)) == "target fitness 2 reached (best 2)"
+
+
+def test_should_stop_reads_the_rules_and_the_first_rule_met_is_kept():
+    from qd.budget import Budget, Spending
+    from qd.llm import Ledger
+    from qd.loop import should_stop
+
+    spending, state = Spending(Budget(), 0, Ledger(), 0), _state(Watch(best=1.0, stale=2), valid=1)
+    assert not should_stop(state, spending, 0.0, None, StopRules(patience=3, target_fitness=1.5))
+    assert should_stop(state, spending, 0.0, None, StopRules(patience=2))
+    assert should_stop(state, spending, 0.0, None, StopRules(target_fitness=1.0))
+    assert should_stop(_state(Watch(harness=50), valid=0), spending, 0.0, None)  # the default guard
+    done, event = applied(state, StopRules(patience=2), lambda n: [])
+    assert done.done == event["rule"] == "no new best fitness in 2 proposals (runner.patience=2)"
+    later = done._replace(watch=Watch(best=9.0))  # a new best from a wave in flight
+    assert applied(later, StopRules(patience=2), lambda n: []) == (later, None) and should_stop(
+        later, spending, 0.0, None, StopRules(patience=2)
+    )
+    broken, event = applied(_state(Watch(harness=3), 0), StopRules(guard_after=3), lambda n: [("boom", 3)])
+    assert broken.stop == event["guard"] and broken.stop.endswith("most common errors: 3 x boom")
 
 
 def _state(watch: Watch, valid: int):
