@@ -61,7 +61,7 @@ class StopRules:
         if not n:
             return None
         if state.counters.valid == 0 and w.harness >= n:
-            return f"no valid candidate after {w.harness} failed outside the children's own code"
+            return f"no valid candidate after {w.harness} failures outside the children's own code"
         if w.streak >= n:
             return f"the last {w.streak} candidates failed outside the children's own code with one error"
         return None

@@ -75,7 +75,7 @@ def test_a_numeric_evaluator_that_always_raises_stops_after_the_guards_n_and_res
     summary = run_config(cfg, tmp_path / "run")
     line = summary["stop_reason"]
     assert line.startswith(
-        "broken evaluator: no valid candidate after 24 failed outside the children's own code"
+        "broken evaluator: no valid candidate after 24 failures outside the children's own code"
     )
     assert "most common errors: 24 x harness: evaluate: RuntimeError: the evaluator is broken" in line
     assert 20 <= summary["evaluations"] <= 20 + 2 * 8  # N, and a proposal in flight at most
