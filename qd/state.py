@@ -45,7 +45,9 @@ def save(directory: Path, state: RunState) -> None:
         arrays.update({f"bandit.{j}.{k}": v for k, v in scheduler.state_dict(b).items()})
     arrays.update({f"islands.{k}": np.asarray(v) for k, v in state.islands._asdict().items()})
     arrays["curiosity.score"] = np.asarray(state.curiosity.score)
-    counters = dict(state.counters._asdict(), watch=state.watch._asdict())
+    # The stop rules' watch: its best and patience; the guard's counts start afresh on resume
+    # (the harness it stopped may have been fixed since).
+    counters = dict(state.counters._asdict(), watch={"best": state.watch.best, "stale": state.watch.stale})
     counters.update({"meta": state.meta} if state.meta else {})
     checkpoint.save(directory, state.archive, state.key, counters, arrays)
 

@@ -45,8 +45,9 @@ class Counters(NamedTuple):
 
 
 class Watch(NamedTuple):
-    """What the stop rules (``qd.stop_rules``) read, updated at each commit and checkpointed
-    with the counters, so a resumed run keeps its patience and its guard's counts.
+    """What the stop rules (``qd.stop_rules``) read, updated at each commit. The checkpoint keeps
+    ``best`` and ``stale``, so a resumed run keeps its patience; the guard's counts start afresh
+    (a resumed run may have had its harness fixed).
 
     Attributes:
         best: the best fitness committed so far (-inf: none yet).

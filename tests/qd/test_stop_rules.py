@@ -15,6 +15,8 @@ from qd.search.state import Watch
 from qd.stop_rules import StopRules, applied, watched
 
 NUMERIC_TASK = """
+from pathlib import Path
+
 import numpy as np
 from qd.paths import experiments_dir
 from qd.task import load_module
@@ -30,7 +32,11 @@ class Task(sphere.SphereTask):
 def make_task(**params):
     return Task(**params)
 """
-BROKEN = 'raise RuntimeError("the evaluator is broken")'
+BROKEN = (  # while the flag file is there
+    "if (Path(__file__).parent / 'broken').exists():\n"
+    '            raise RuntimeError("the evaluator is broken")\n'
+    "        return super().evaluate(genomes)"
+)
 FLAT = "ev = super().evaluate(genomes)\n        ev.fitness[:] = 1.0\n        return ev"
 
 
@@ -71,7 +77,8 @@ def test_patience_stops_a_run_without_a_new_best_and_the_checkpoint_keeps_its_co
 
 
 def test_a_numeric_evaluator_that_always_raises_stops_after_the_guards_n_and_resumes(tmp_path):
-    cfg = numeric_config(tmp_path, BROKEN, "runner.guard_after=20", "runner.max_evaluations=100000")
+    (tmp_path / "broken").touch()
+    cfg = numeric_config(tmp_path, BROKEN, "runner.guard_after=20", "runner.max_evaluations=200")
     summary = run_config(cfg, tmp_path / "run")
     line = summary["stop_reason"]
     assert line.startswith(
@@ -80,10 +87,12 @@ def test_a_numeric_evaluator_that_always_raises_stops_after_the_guards_n_and_res
     assert "most common errors: 24 x harness: evaluate: RuntimeError: the evaluator is broken" in line
     assert 20 <= summary["evaluations"] <= 20 + 2 * 8  # N, and a proposal in flight at most
     assert stop_events(tmp_path / "run") == [{**stop_events(tmp_path / "run")[0], "guard": line}]
-    again = run_config(cfg, tmp_path / "run")  # resumed: the checkpoint's counts stop it at once
-    assert again["evaluations"] == summary["evaluations"] and again["stop_reason"].startswith(
-        "broken evaluator"
-    )
+    again = run_config(cfg, tmp_path / "run")  # resumed still broken: stopped after N more
+    assert again["stop_reason"].startswith("broken evaluator: no valid candidate after 24 failures")
+    assert summary["evaluations"] + 20 <= again["evaluations"] <= summary["evaluations"] + 20 + 2 * 8
+    (tmp_path / "broken").unlink()  # fixed: the resumed run goes on to its budget
+    fixed = run_config(cfg, tmp_path / "run")
+    assert fixed["evaluations"] == 200 and "stop_reason" not in fixed and fixed["global"]["num_elites"] > 0
 
 
 ENTRY = """
