@@ -302,11 +302,9 @@ def private_filesystem(pid_ns: bool, file_mb: int, kept: list[str]) -> dict[str,
     features["private_tmp"] = all(
         [succeeds(mount, "tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, size) for path in TMP_DIRS]
     )
-    try:
-        if features["private_tmp"]:
-            succeeds(_mount_back, trees)
-    finally:
-        for tree in trees.values():
-            os.close(tree)
+    if features["private_tmp"]:
+        succeeds(_mount_back, trees)
+    for tree in trees.values():  # the ones not mounted back
+        os.close(tree)
     features["read_only_fs"] = features["private_tmp"] and succeeds(_read_only_except, TMP_DIRS)
     return features
