@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from qd.contract import ConfigError
 from qd.paths import experiments_dir
@@ -465,9 +465,18 @@ class Config:
     resume: Optional[str] = None  # a run directory to continue
 
 
+def schema() -> DictConfig:
+    """:class:`Config` as a config, with ``experiment.params`` open: an experiment's params are
+    declared by its task (``make_task``), not here, so ``experiment.params.X=...`` is accepted
+    as written (no ``+``) and checked when the task is made (``qd.task.load_task``)."""
+    node = OmegaConf.structured(Config)
+    OmegaConf.set_struct(node.experiment.params, False)
+    return node
+
+
 def register() -> None:
     """The schema, and ``${qd_experiments:}``: the experiments folder (a checkout's or the
     installed wheel's), for configs that name an experiment's files (prompt templates)."""
-    ConfigStore.instance().store(name="qd_schema", node=Config)
+    ConfigStore.instance().store(name="qd_schema", node=schema())
     if not OmegaConf.has_resolver("qd_experiments"):
         OmegaConf.register_new_resolver("qd_experiments", lambda: str(experiments_dir()))

@@ -166,7 +166,7 @@ def plan(cfg: DictConfig) -> Plan:
     check_ranges(cfg)  # every numeric field against its range in qd/config.py, before the cross-field checks
     params = OmegaConf.to_container(cfg.experiment.params, resolve=True)
     task = load_task(cfg.experiment.task, params)
-    cfg = _as_saved(cfg, task)
+    cfg = as_saved(cfg, task)
     describer = _describer(cfg, task)
     cycle = plan_cycle(cfg)
     geometry = _geometry(cfg, task, describer, cycle)
@@ -206,7 +206,7 @@ def plan(cfg: DictConfig) -> Plan:
     )
 
 
-def _as_saved(cfg: DictConfig, task: Any) -> DictConfig:
+def as_saved(cfg: DictConfig, task: Any) -> DictConfig:
     """``cfg`` as the run saves it, so ``resume=RUN_DIR`` works from any directory: a user's
     task file as its absolute path, and the params the task resolved (``task.resolved_params``,
     e.g. its input files made absolute). ``cfg`` itself is left as composed."""

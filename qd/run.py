@@ -21,12 +21,12 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from qd import rundir
-from qd.config import Config
+from qd.config import Config, schema
 from qd.contract import ConfigError
 from qd.errors import CheckpointError
 from qd.evaluator import HostRunner, InProcessEvaluator, PoolEvaluator, StagedEvaluator
 from qd.paths import conf_dir
-from qd.plan import Plan, compose, plan
+from qd.plan import Plan, as_saved, compose, plan
 from qd.rundir import layout, write_results, written_best
 from qd.search.build import build_arms, build_strategy
 
@@ -283,14 +283,63 @@ def _first_of_sweeps(overrides: list[str]) -> list[str]:
     return out
 
 
-def _resume(run_dir: Path, overrides: list[str]) -> None:
+def _resume(run_dir: Path, overrides: list[str], config_dirs: list[str]) -> None:
+    """Continues the run in ``run_dir`` with its saved config; ``overrides`` (the command that
+    started it, say) may give it new budgets, and must agree with it on everything else."""
     saved = run_dir / layout.CONFIG
     if not saved.exists():
         raise ConfigError("resume", f"{run_dir} has no config.yaml", "pass a run directory made by qd-run")
-    cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(saved))
-    cfg.merge_with_dotlist([o for o in overrides if not o.startswith("resume=")])
+    cfg = OmegaConf.merge(schema(), OmegaConf.load(saved))
+    given = [o for o in overrides if not o.startswith("resume=")]
+    for key, value in (_new_budgets(cfg, given, config_dirs) if given else {}).items():
+        OmegaConf.update(cfg, key, value)
     cfg.resume = str(run_dir)
     run_in(plan(cfg), run_dir)
+
+
+# What a resumed run may be given anew: its budgets and stop rules ("... with a larger budget").
+# Any other setting that differs from the run's would make it another run.
+_RENEWABLE = re.compile(r"runner\.(max_\w+|target_fitness|patience)")
+
+
+def _new_budgets(saved: DictConfig, overrides: list[str], config_dirs: list[str]) -> dict[str, Any]:
+    """The budgets that ``overrides`` set anew, by dotted key; a ConfigError naming the first
+    other setting they give a value the run did not have (the config they compose, compared
+    with the run's under each key they name: a group's whole section, a key's value)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from qd.task import load_task
+
+    named = [o.key_or_group for o in OverridesParser.create().parse_overrides(overrides)]
+    cfg = compose(overrides, config_dirs)
+    if any(k == "experiment" or k.startswith("experiment.") for k in named):  # saved with absolute paths
+        params = OmegaConf.to_container(cfg.experiment.params, resolve=True)
+        cfg = as_saved(cfg, load_task(cfg.experiment.task, params))
+    new, old = (_leaves(OmegaConf.to_container(c, resolve=True)) for c in (cfg, saved))
+    budgets = {}
+    for key in sorted(set(new) | set(old)):
+        if key == "resume" or new.get(key) == old.get(key):
+            continue
+        if key in named and _RENEWABLE.fullmatch(key):
+            budgets[key] = new[key]
+        elif any(key == k or key.startswith(k + ".") for k in named):
+            raise ConfigError(
+                key,
+                f"differs from the run's ({new.get(key)} ≠ {old.get(key)})",
+                "drop it to resume, or start a new run",
+            )
+    return budgets
+
+
+def _leaves(node: Any, key: str = "") -> dict[str, Any]:
+    """A config's values by dotted key (a list, or an empty section, is one value)."""
+    if not isinstance(node, dict) or not node:
+        return {key: node}
+    return {
+        k: v
+        for name, value in node.items()
+        for k, v in _leaves(value, f"{key}.{name}" if key else str(name)).items()
+    }
 
 
 _VALUED_FLAGS = (
@@ -335,7 +384,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         resume = [a.split("=", 1)[1] for a in plain if a.startswith("resume=")]
         if resume and resume[0] not in ("", "null"):
-            _resume(Path(resume[0]), plain)
+            _resume(Path(resume[0]), plain, config_dirs)
             return
         if not info_only:  # sweeps: the first job's config, up front
             cfg = compose(_first_of_sweeps(plain), config_dirs)  # hydra.main gets --config-dir as given

@@ -13,10 +13,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
+import inspect
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, get_type_hints
 
 import numpy as np
 
@@ -158,19 +160,46 @@ def load_task(name: str, params: dict[str, Any]) -> Task:
                 f"use one of {known}, or the path of your own task.py",
             )
         module = load_module(path, f"qd_experiment_{name}")
+    fix = (
+        f"a task file gets the params (and archive) of the experiment it runs under: pick one that fits "
+        f"with experiment=NAME, or give {path.name} its own experiment yaml with --config-dir "
+        "(docs/tasks.md)"
+        if is_task_file(name)
+        else f"see {path}"
+    )
+    known = declared_params(module.make_task)
+    unknown = [key for key in params if known is not None and key not in known]
+    if unknown:
+        takes = f"its params: {', '.join(known)}" if known else "it takes none"
+        raise ConfigError(f"experiment.params.{unknown[0]}", f"not a param of {name} ({takes})", fix)
     try:
         task = module.make_task(**params)
     except TypeError as e:
-        fix = (
-            f"a task file gets the params (and archive) of the experiment it runs under: pick one that fits "
-            f"with experiment=NAME, or give {path.name} its own experiment yaml with --config-dir "
-            "(docs/tasks.md)"
-            if is_task_file(name)
-            else f"see {path}"
-        )
         raise ConfigError("experiment.params", str(e), fix) from None
     _check_entries(task, path)
     return task
+
+
+def declared_params(make_task: Callable[..., Any]) -> list[str] | None:
+    """The params ``make_task`` takes by name: its own keywords, or, where it passes
+    ``**params`` on to the class its return annotation names, that class's (a dataclass's
+    fields). None where it takes any keyword, so that nothing can be checked up front."""
+    names = _keywords(make_task)
+    if names is None:
+        try:
+            made = get_type_hints(make_task).get("return")
+        except (NameError, TypeError):  # an annotation that does not resolve: nothing to check against
+            return None
+        names = _keywords(made) if isinstance(made, type) else None
+    return names
+
+
+def _keywords(fn: Callable[..., Any]) -> list[str] | None:
+    """``fn``'s keyword parameters; None if it takes ``**kwargs``."""
+    params = inspect.signature(fn).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
 def _check_entries(task: Any, path: Path) -> None:

@@ -9,6 +9,21 @@ from omegaconf import DictConfig
 from qd.contract import Completion
 from qd.plan import compose
 
+# A small sphere run of qd-run's command line (4-D, 32 evaluations, quiet), and what an
+# in-process run adds: hydra must not reconfigure logging (its dictConfig closes every
+# handler, pytest's too).
+SPHERE_RUN = [
+    "experiment=sphere",
+    "experiment.params.dim=4",
+    "archive.bins=[8,8]",
+    "archive.lower=[-26,-26]",
+    "archive.upper=[26,26]",
+    "runner.batch_size=16",
+    "runner.max_evaluations=32",
+    "runner.progress=false",
+]
+HYDRA_IN_PROCESS = ["hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
+
 
 def small_config(*overrides: str) -> DictConfig:
     """The sphere experiment shrunk to run in about a second, on the host loop

@@ -22,7 +22,7 @@ CAP_DAC_READ_SEARCH = 2
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 0x4000, 1 << 18
 SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_MOUNT_SETATTR = 428, 429, 442  # the same on every architecture
 OPEN_TREE_CLONE, MOVE_MOUNT_F_EMPTY_PATH, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 1, 4, 0x8000, 1
-AT_FDCWD = -100
+AT_FDCWD, AT_EMPTY_PATH = -100, 0x1000
 # QD_SANDBOX_NAMESPACES=0: no namespaces at all, for systems where they misbehave (and to test that path)
 NAMESPACES = os.environ.get("QD_SANDBOX_NAMESPACES", "1") != "0"
 TMP_DIRS = [d for d in ("/tmp", "/dev/shm") if os.path.isdir(d)]
@@ -83,34 +83,89 @@ def _syscall(number: int, *args) -> int:
     return ret
 
 
+def _set_read_only(fd: int, path: str, read_only: bool, flags: int) -> None:
+    """Set (or clear) the read-only attribute of the mount at ``path`` (relative to ``fd``)."""
+    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0) if read_only else _MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0)
+    _syscall(
+        SYS_MOUNT_SETATTR,
+        ctypes.c_int(fd),
+        path.encode(),
+        ctypes.c_uint(flags),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+    )
+
+
 def _read_only_except(writable: list[str]) -> None:
     """Make every mount of this (private) mount namespace read-only, except ``writable``."""
-    for path, attr, flags in [
-        ("/", _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0), AT_RECURSIVE),
-        *((w, _MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0), 0) for w in writable),
-    ]:
+    _set_read_only(AT_FDCWD, "/", True, AT_RECURSIVE)
+    for path in writable:
+        _set_read_only(AT_FDCWD, path, False, 0)
+
+
+def _clone(path: str) -> int:
+    """A detached copy of the mount tree at ``path``, as a file descriptor."""
+    return _syscall(
+        SYS_OPEN_TREE,
+        ctypes.c_int(AT_FDCWD),
+        path.encode(),
+        ctypes.c_uint(OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC),
+    )
+
+
+def _attach(tree: int, target: str) -> None:
+    """Mount the detached tree ``tree`` on ``target``, and close its descriptor."""
+    try:
         _syscall(
-            SYS_MOUNT_SETATTR,
+            SYS_MOVE_MOUNT,
+            ctypes.c_int(tree),
+            b"",
             ctypes.c_int(AT_FDCWD),
-            path.encode(),
-            ctypes.c_uint(flags),
-            ctypes.byref(attr),
-            ctypes.c_size_t(ctypes.sizeof(attr)),
+            target.encode(),
+            ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH),
         )
+    finally:
+        os.close(tree)
 
 
-def needed_paths() -> list[str]:
-    """Directories a candidate must read: the Python installation and sys.path (not /tmp: it is private)."""
+def _private(path: str) -> bool:
+    return path.startswith(tuple(d + "/" for d in TMP_DIRS))
+
+
+def needed_paths(search_path: list[str]) -> list[str]:
+    """Directories a candidate must read: the Python installation and every entry of
+    ``search_path`` (a ``sys.path``), wherever they live."""
     paths = set()
-    for path in [*sys.path, sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable)]:
+    for path in [*search_path, sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable)]:
         for candidate in (os.path.abspath(path or "."), os.path.realpath(path or ".")):
-            if (
-                candidate != "/"
-                and os.path.isdir(candidate)
-                and not candidate.startswith(("/tmp/", "/dev/shm/"))
-            ):
+            if candidate not in ("/", *TMP_DIRS) and os.path.isdir(candidate):
                 paths.add(candidate)
     return sorted(paths)
+
+
+def outside_private(paths: list[str]) -> list[str]:
+    """The ``paths`` that are not under /tmp or /dev/shm (the host's view of them is kept)."""
+    return [p for p in paths if not _private(p)]
+
+
+def kept_private(host_path: list[str], cwd: str) -> list[str]:
+    """The directories under /tmp or /dev/shm to mount back into the private tmpfs (read-only,
+    outermost only): the environment the host runs in, its Python and ``host_path`` (the
+    host's ``sys.path``: site-packages, an editable install's source), so that an entry can
+    import what the user installed in a virtual environment under /tmp. The working
+    directory (``sys.path[0]`` of ``python -m``) is the user's files, not their environment:
+    it stays hidden like the rest of /tmp."""
+    kept: list[str] = []
+    for path in sorted(p for p in needed_paths(host_path) if _private(p) and p != cwd):
+        if not any(path.startswith(k + "/") for k in kept):
+            kept.append(path)
+    return kept
+
+
+def top_entry(path: str) -> str:
+    """The entry of /tmp (or /dev/shm) that ``path`` lies under, e.g. /tmp/ci for /tmp/ci/venv/lib."""
+    top = next(d for d in TMP_DIRS if path.startswith(d + "/"))
+    return os.path.join(top, path[len(top) + 1 :].split("/")[0])
 
 
 def hidden_directories(paths: list[str]) -> list[tuple[str, list[str]]]:
@@ -130,29 +185,46 @@ def hidden_directories(paths: list[str]) -> list[tuple[str, list[str]]]:
 def reveal(plan: list[tuple[str, list[str]]]) -> None:
     """Cover each hidden directory with an empty tmpfs and mount back only the entries
     that lead to Python, so the sandbox uid can import but sees nothing else there."""
-    trees = {
-        keep: _syscall(
-            SYS_OPEN_TREE,
-            ctypes.c_int(AT_FDCWD),
-            keep.encode(),
-            ctypes.c_uint(OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC),
-        )
-        for _, keeps in plan
-        for keep in keeps
-    }
+    trees = {keep: _clone(keep) for _, keeps in plan for keep in keeps}
     for hidden, keeps in plan:
         mount("tmpfs", hidden, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
         for keep in keeps:
             os.mkdir(keep, 0o755)
-            _syscall(
-                SYS_MOVE_MOUNT,
-                ctypes.c_int(trees[keep]),
-                b"",
-                ctypes.c_int(AT_FDCWD),
-                keep.encode(),
-                ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH),
-            )
-            os.close(trees[keep])
+            _attach(trees[keep], keep)
+
+
+def _read_only_clones(paths: list[str]) -> dict[str, int]:
+    """A detached, read-only copy of each path's mount tree, taken before the tmpfs hides it."""
+    trees: dict[str, int] = {}
+    try:
+        for path in paths:
+            trees[path] = _clone(path)
+            _set_read_only(trees[path], "", True, AT_EMPTY_PATH | AT_RECURSIVE)
+    except OSError:
+        for tree in trees.values():
+            os.close(tree)
+        raise
+    return trees
+
+
+def _mount_back(trees: dict[str, int]) -> None:
+    """Mount each tree at its own path in the fresh tmpfs (each attached one leaves
+    ``trees``). The directories leading to a tree are made in a small tmpfs of their own,
+    then made read-only: a candidate can neither write beside the trees nor move them away."""
+    for top in sorted({top_entry(path) for path in trees}):
+        skeleton = top not in trees
+        os.mkdir(top, 0o755)
+        if skeleton:
+            mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
+        for path in sorted(p for p in trees if top_entry(p) == top):
+            parent = top
+            for name in path[len(top) + 1 :].split("/") if skeleton else []:
+                parent = os.path.join(parent, name)
+                os.mkdir(parent)
+                os.chmod(parent, 0o755)  # whatever the umask: the sandbox uid must cross it
+            _attach(trees.pop(path), path)
+        if skeleton:
+            _set_read_only(AT_FDCWD, top, True, 0)
 
 
 def set_capabilities(mask: int) -> None:
@@ -213,17 +285,26 @@ def cut_network(network: bool) -> bool:
     return NAMESPACES and not network and succeeds(unshare, CLONE_NEWNET)
 
 
-def private_filesystem(pid_ns: bool, file_mb: int) -> dict[str, bool]:
+def private_filesystem(pid_ns: bool, file_mb: int, kept: list[str]) -> dict[str, bool]:
     """In the worker's own mount namespace: a proc for its PID namespace, fresh tmpfs on
-    /tmp and /dev/shm (wiped after every run), everything else read-only. Returns which
-    of these it got."""
+    /tmp and /dev/shm (wiped after every run) with the ``kept`` paths that were there
+    mounted back read-only (a virtual environment under /tmp: see ``kept_private``),
+    everything else read-only. Returns which of these it got."""
     features = {}
     features["private_proc"] = pid_ns and succeeds(
         mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC
     )
+    try:
+        trees = _read_only_clones(kept)
+    except OSError:  # they stay hidden, as everything else under /tmp
+        trees = {}
     size = f"size={4 * file_mb}m,nr_inodes=10000,mode=1777"
     features["private_tmp"] = all(
         [succeeds(mount, "tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, size) for path in TMP_DIRS]
     )
+    if features["private_tmp"]:
+        succeeds(_mount_back, trees)
+    for tree in trees.values():  # the ones not mounted back
+        os.close(tree)
     features["read_only_fs"] = features["private_tmp"] and succeeds(_read_only_except, TMP_DIRS)
     return features

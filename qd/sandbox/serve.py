@@ -25,11 +25,14 @@ from .isolation import (
     cut_network,
     enter_namespaces,
     hidden_directories,
+    kept_private,
     needed_paths,
+    outside_private,
     prctl,
     private_filesystem,
     reveal,
     succeeds,
+    top_entry,
 )
 from .protocol import HELLO, REPLY, RUN, RUN_CALLS, read_frame, write_all, write_frame
 from .supervise import Reaper, RunningChild, Supervisor, run_reply
@@ -48,13 +51,16 @@ class Worker:
         if not self.pid_ns:
             prctl(PR_SET_CHILD_SUBREAPER, 1)
         self.network_off = cut_network(self.limits["network"])
-        needed = needed_paths()
-        self.hidden = hidden_directories(needed) if root else []
+        outside = outside_private(needed_paths(sys.path))  # the entry's folder included
+        kept = kept_private(init["sys_path"], os.getcwd())
+        self.hidden = hidden_directories(outside) if root else []
         self.features = dict.fromkeys(("private_tmp", "private_proc", "read_only_fs"), False)
         revealed = not self.hidden
         if namespaces["mount"]:
             revealed = succeeds(reveal, self.hidden)
-            self.features.update(private_filesystem(self.pid_ns, self.limits["file_mb"]))
+            self.features.update(private_filesystem(self.pid_ns, self.limits["file_mb"], kept))
+        kept = [path for path in kept if self.features["private_tmp"] and os.path.ismount(path)]
+        self.kept_tops = {top_entry(path) for path in kept}  # the clean-up after a run leaves them be
         # Every run works in the same, freshly made directory: in the private tmpfs, or in
         # a directory of this worker's own (0711: the sandbox uid can enter, not list or add).
         self.base = None if self.features["private_tmp"] else tempfile.mkdtemp(prefix="qd-sandbox-")
@@ -62,7 +68,13 @@ class Worker:
             os.chmod(self.base, 0o711)
         self.cwd = os.path.join(self.base or "/tmp", "work")
         self.side = ChildSide(
-            fn, self.limits, self.cwd, init["uid"] if root else None, not revealed, self.pid_ns, needed
+            fn,
+            self.limits,
+            self.cwd,
+            init["uid"] if root else None,
+            not revealed,
+            self.pid_ns,
+            outside + kept,
         )
         self.features["unprivileged_uid"] = self.side.switch_uid
         sys.stdout.reconfigure(line_buffering=True)  # a child killed mid-run keeps its last lines
@@ -160,7 +172,7 @@ class Worker:
             if self.features["private_tmp"]
             else [self.cwd]
         )
-        for path in written:
+        for path in (p for p in written if p not in self.kept_tops):
             try:
                 os.rmdir(path)  # the usual case: an empty working directory
             except FileNotFoundError:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import HYDRA_IN_PROCESS, SPHERE_RUN
 
 import qd.run
 from qd.contract import ConfigError
@@ -20,18 +21,7 @@ TEXT = [
     "llm.base_url=http://127.0.0.1:9",
     "llm.api_key_env=null",
 ]
-# In-process runs: hydra must not reconfigure logging (its dictConfig closes every handler, pytest's too).
-QUIET = ["hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
-SPHERE = [
-    "experiment=sphere",
-    "experiment.params.dim=4",
-    "archive.bins=[8,8]",
-    "archive.lower=[-26,-26]",
-    "archive.upper=[26,26]",
-    "runner.batch_size=16",
-    "runner.max_evaluations=32",
-    "runner.progress=false",
-]
+QUIET, SPHERE = HYDRA_IN_PROCESS, SPHERE_RUN
 
 
 def test_config_error_under_builds_the_field_path():
