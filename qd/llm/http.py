@@ -17,13 +17,11 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx2  # openai's HTTP library
 import numpy as np
 import openai
-from openai._models import FinalRequestOptions  # what ``AsyncOpenAI.post`` builds
 
 from qd.contract import CallFailed, LLMDown, LLMError
-from qd.llm.loopback import LoopbackHTTP, LoopbackOpenAI
+from qd.llm.loopback import ChatEndpoint, chat_client
 from qd.llm.transport import Reply, Retryable, one_line
 
 _DUMMY_KEY = "sk-no-key"  # local servers ignore the key but the client requires one
@@ -118,23 +116,13 @@ class HTTPTransport:
         self.where, self.api_key_env, self.timeout_s = base_url, api_key_env, timeout_s
         options = dict(base_url=base_url, api_key=key, max_retries=0, timeout=timeout_s + 1.0)
         url = urlsplit(base_url)
-        if url.hostname in _LOOPBACK and url.scheme == "http":
-            self._client: openai.AsyncOpenAI = LoopbackOpenAI(**options, http_client=LoopbackHTTP())
-        else:
-            self._client = openai.AsyncOpenAI(**options)
-        self._chat = FinalRequestOptions.construct(
-            method="post", url="/chat/completions", json_data=None, content=None, files=None
-        )
+        self._client = chat_client(url.hostname in _LOOPBACK and url.scheme == "http", **options)
+        self._chat = ChatEndpoint(self._client)
 
     async def send(self, request: dict, *, sample_index: int, role: str) -> Reply:
         """One round trip (``sample_index`` and ``role`` are already in the request's seed, or nowhere)."""
         try:
-            # The raw endpoint (openai's documented way to skip its typed-params transform,
-            # which costs more CPU than the rest of the call): we parse and check the body.
-            # ``request()`` with options copied from kept ones (``post`` builds them anew: ~70 us).
-            raw = await self._client.request(
-                httpx2.Response, self._chat.model_copy(update={"json_data": request})
-            )
+            raw = await self._chat.post(request)
             body = raw.content
         except openai.APITimeoutError:
             raise Retryable.timed_out(self.timeout_s) from None
