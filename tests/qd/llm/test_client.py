@@ -55,6 +55,7 @@ def test_success_fills_completion_and_ledger(scripted_llm):
         "tokens_in": 100,
         "tokens_out": 10,
         "cost": c.cost,
+        "reasoning_tokens": 0,
     }
     assert led["per_model"] == {"m": one} and led["per_role"] == {"operator": one}
     assert server.requests[0]["model"] == "m" and server.requests[0]["max_tokens"] == 512
