@@ -379,7 +379,7 @@ class LLMConf:
     # reasoning models: sent instead of max_tokens (the whole answer's budget, reasoning included)
     max_completion_tokens: Optional[int] = number(None, ge=1)
     reasoning_effort: Optional[str] = None  # none|minimal|low|medium|high, in the provider's shape
-    extra_body: dict[str, Any] = dataclasses.field(default_factory=dict)  # more request fields, as sent
+    extra_body: Any = None  # more request fields, as sent: llm.extra_body={top_k: 40}
     seed: Optional[int] = number(
         None, ge=0, le=SEED_MAX
     )  # per-call sampling seed base; None = the run's seed

@@ -115,6 +115,9 @@ def plan_llm(cfg: DictConfig) -> LLMPlan:
             "llm.reasoning_effort", f"unknown effort {llm.reasoning_effort!r}", f"use one of {list(EFFORTS)}"
         )
     reasoning = {} if llm.reasoning_effort is None else PROVIDERS[llm.provider](llm.reasoning_effort)
+    extra = OmegaConf.to_container(llm.extra_body) if isinstance(llm.extra_body, DictConfig) else None
+    if llm.extra_body is not None and extra is None:
+        raise ConfigError("llm.extra_body", "is not a mapping", "write it as llm.extra_body={top_k: 40}")
     models = tuple(ModelSpec(m.name, m.weight, *_prices(m)) for m in llm.models)
     settings = LLMSettings(
         base_url=None if local else llm.base_url,
@@ -129,7 +132,7 @@ def plan_llm(cfg: DictConfig) -> LLMPlan:
         temperature=llm.temperature,
         max_tokens=llm.max_tokens,
         max_completion_tokens=llm.max_completion_tokens,
-        extra_body={**reasoning, **OmegaConf.to_container(llm.extra_body)},
+        extra_body={**reasoning, **(extra or {})},
         retry_after_max_s=llm.retry_after_max_s,
         seed=cfg.seed if llm.seed is None else llm.seed,
         cache_dir=str(Path(llm.cache_dir)) if llm.cache and llm.cache_dir else None,
