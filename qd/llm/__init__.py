@@ -13,7 +13,7 @@ a transport of its own, which runs that never call a model should not pay.
 from qd.contract import CallFailed, Completion, LLMDown, LLMError
 from qd.llm.client import LLMClient, LLMSettings, ModelSpec
 from qd.llm.ledger import ROLES, Ledger, Usage, tally
-from qd.llm.transport import ChatTransport, Reply, Retryable, Transport
+from qd.llm.transport import ChatTransport, Reply, Retryable, SpentOnReasoning, Transport
 
 __all__ = [
     "CallFailed",
@@ -28,6 +28,7 @@ __all__ = [
     "ModelSpec",
     "Reply",
     "Retryable",
+    "SpentOnReasoning",
     "Transport",
     "Usage",
     "tally",

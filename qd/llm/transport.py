@@ -12,7 +12,8 @@ How an attempt fails decides what the client does next:
 - :class:`Retryable`: worth another attempt (a timeout, a refused connection, a
   5xx or 429, a malformed reply); it says what went wrong and how to fix it, for
   the one-line message of a call that spends its retries;
-- ``CallFailed``: this call cannot succeed (HTTP 400, a prompt too long);
+- ``CallFailed``: this call cannot succeed (HTTP 400, a prompt too long), or
+  :class:`SpentOnReasoning`, an answer whose whole budget went to reasoning;
 - ``LLMDown``: no call can (a refused key or model); the client goes down.
 """
 

@@ -4,22 +4,16 @@ tokens in every usage shape counted apart, and an answer with no text after reas
 from __future__ import annotations
 
 import pytest
-from helpers import call, counts, run
+from helpers import call, counts, fast_settings, run
 from scripted_llm import Rule
 
-from qd.llm import CallFailed, LLMClient, LLMSettings, ModelSpec
+from qd.llm import CallFailed, LLMClient
 
 THOUGHT = "step by step " * 30  # 390 characters: 97 tokens at the server's 4 characters a token
 
 
 def client(url: str, **kw) -> LLMClient:
-    base = dict(
-        models=(ModelSpec("m", price_in=2.0, price_out=10.0),),
-        max_retries=3,
-        backoff_s=0.01,
-        max_completion_tokens=400,
-    )
-    return LLMClient(LLMSettings(base_url=url, **{**base, **kw}))
+    return LLMClient(fast_settings(url, **{"max_completion_tokens": 400, "timeout_s": 5.0, **kw}))
 
 
 @pytest.mark.parametrize(
