@@ -90,7 +90,8 @@ class Ledger:
     """Running totals by (role, model), which the loop reads for budgets and progress.
 
     ``calls`` counts answered calls (cache hits count, so a replay spends the same
-    budget); ``failed`` calls that gave up; ``in_flight`` HTTP attempts under way.
+    budget, and an answer with no text after reasoning, which is paid for); ``failed``
+    calls that gave up or came back with no text; ``in_flight`` HTTP attempts under way.
     """
 
     def __init__(self) -> None:
@@ -111,10 +112,13 @@ class Ledger:
         u.reasoning_tokens += c.reasoning_tokens
 
     def fail(self, role: str, model: str, spent: Completion | None = None) -> None:
-        """Count one failed call; ``spent``: what it cost all the same (an answer with no text)."""
+        """Count one failed call. ``spent``: an answer paid for but of no use (all reasoning, no
+        text), counted as a call too, with its tokens and cost, so that call, token and cost
+        budgets bind on a run of them as on any other answers."""
         u = self._cell(role, model)
         u.failed += 1
         if spent is not None:
+            u.calls += 1
             u.tokens_in += spent.tokens_in
             u.tokens_out += spent.tokens_out
             u.cost += spent.cost

@@ -4,7 +4,7 @@ tokens in every usage shape counted apart, and an answer with no text after reas
 from __future__ import annotations
 
 import pytest
-from helpers import call, counts, fast_settings, run
+from helpers import call, counts, fast_settings, run, run_config, scripted_text_config, stored
 from scripted_llm import Rule
 
 from qd.llm import CallFailed, LLMClient
@@ -61,7 +61,8 @@ def test_an_answer_with_no_text_after_reasoning_is_one_failed_call_with_its_reas
         CallFailed, match=r"budget on reasoning .*finish_reason " + finish + r".*max_completion"
     ):
         run(llm, call())
-    assert len(server.requests) == 1 and counts(llm) == (0, 0, 1)  # not retried as malformed
+    # not retried as malformed; a paid answer, so counted as a call too (call budgets bind)
+    assert len(server.requests) == 1 and counts(llm) == (1, 0, 1)
     cell = llm.ledger.as_dict()["per_model"]["m"]
     spent = 97 if finish == "stop" else 50
     assert (cell["failed"], cell["reasoning_tokens"], cell["tokens_out"]) == (1, spent, spent)
@@ -82,3 +83,15 @@ def test_without_max_completion_tokens_the_budget_is_max_tokens_and_extra_fields
     assert (
         body["max_tokens"] == 33 and "max_completion_tokens" not in body and body["reasoning_effort"] == "low"
     )
+
+
+def test_a_run_whose_answers_are_all_reasoning_stores_its_children_failed_and_ends_at_its_call_budget(
+    tmp_path, scripted_llm
+):
+    server = scripted_llm([Rule("", reply=None, reasoning=THOUGHT)])
+    cfg = scripted_text_config(server.base_url, "runner.max_llm_calls=4", "llm.max_completion_tokens=400")
+    summary = run_config(cfg, tmp_path)
+    children = [c for c in stored(tmp_path) if c.operator == "rewrite"]
+    assert len(server.requests) == len(children) == 4  # one request each: none retried
+    assert all(not c.valid and "whole budget on reasoning" in c.error for c in children)
+    assert summary["llm"]["reasoning_tokens"] == 4 * 97 and summary["llm"]["failed_calls"] == 4
