@@ -12,7 +12,7 @@ a transport of its own, which runs that never call a model should not pay.
 
 from qd.contract import CallFailed, Completion, LLMDown, LLMError
 from qd.llm.client import LLMClient, LLMSettings, ModelSpec
-from qd.llm.ledger import ROLES, Ledger, Usage, tally
+from qd.llm.ledger import ROLES, USAGE_FIELDS, Ledger, Usage, tally
 from qd.llm.transport import ChatTransport, Reply, Retryable, SpentOnReasoning, Transport
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "Retryable",
     "SpentOnReasoning",
     "Transport",
+    "USAGE_FIELDS",
     "Usage",
     "tally",
 ]

@@ -50,6 +50,8 @@ class Usage:
         return dict(vars(self))  # (dataclasses.asdict deep-copies: ten times the cost, every commit)
 
 
+USAGE_FIELDS = tuple(f.name for f in dataclasses.fields(Usage))  # the counts of a ledger row, in order
+
 _CURRENT_TALLY: contextvars.ContextVar[Ledger | None] = contextvars.ContextVar("qd_llm_tally", default=None)
 
 
