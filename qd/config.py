@@ -347,8 +347,9 @@ class OperatorsConf:
 class ModelConf:
     name: str = MISSING  # model id sent to the server
     weight: float = number(1.0, ge=0)  # share of calls (the models' weights need a positive sum)
-    price_in: float = number(0.0, ge=0)  # USD per million prompt tokens
-    price_out: float = number(0.0, ge=0)  # USD per million completion tokens
+    # USD per million prompt / completion tokens; None: qd.llm.prices' published table (else 0)
+    price_in: Optional[float] = number(None, ge=0)
+    price_out: Optional[float] = number(None, ge=0)
 
 
 @dataclasses.dataclass
@@ -361,7 +362,9 @@ class LocalServerConf:
 
 @dataclasses.dataclass
 class LLMConf:
-    provider: str = "local"  # local (qd starts llama.cpp) | openai | vllm | ollama | server
+    # local (qd starts llama.cpp) | server | openai | vllm | ollama | llamacpp | openrouter | anthropic
+    # | gemini: each preset's URL, key variable and quirks are in docs/providers.md
+    provider: str = "local"
     base_url: Optional[str] = None  # any OpenAI-compatible server; unused for local
     api_key_env: Optional[str] = None  # NAME of the env var with the key, never the key
     models: list[ModelConf] = dataclasses.field(default_factory=list)
@@ -370,8 +373,13 @@ class LLMConf:
     max_retries: int = number(5, ge=0)  # on 429 / 5xx / timeouts / connection errors / malformed replies
     backoff_s: float = number(0.5, ge=0)
     backoff_max_s: float = number(30.0, ge=0)
+    retry_after_max_s: float = number(120.0, ge=0)  # longest Retry-After waited; longer fails the call
     temperature: float = number(0.8, ge=0, le=2)  # 2: the OpenAI API's bound
     max_tokens: int = number(512, ge=1)
+    # reasoning models: sent instead of max_tokens (the whole answer's budget, reasoning included)
+    max_completion_tokens: Optional[int] = number(None, ge=1)
+    reasoning_effort: Optional[str] = None  # none|minimal|low|medium|high, in the provider's shape
+    extra_body: Any = None  # more request fields, as sent: llm.extra_body={top_k: 40}
     seed: Optional[int] = number(
         None, ge=0, le=SEED_MAX
     )  # per-call sampling seed base; None = the run's seed

@@ -77,6 +77,7 @@ class Completion:
     finish_reason: str | None
     seconds: float
     top_logprobs: list[dict[str, float]] | None = None
+    reasoning_tokens: int = 0  # of ``tokens_out``, those a reasoning model spent thinking
 
 
 @dataclasses.dataclass

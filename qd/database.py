@@ -66,7 +66,8 @@ CREATE TABLE IF NOT EXISTS llm_calls (
     retries INTEGER NOT NULL,
     tokens_in INTEGER NOT NULL,
     tokens_out INTEGER NOT NULL,
-    cost REAL NOT NULL
+    cost REAL NOT NULL,
+    reasoning_tokens INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS trace (
     candidate INTEGER NOT NULL,
@@ -85,7 +86,11 @@ CREATE TABLE IF NOT EXISTS judgments (
 );
 """
 # Candidate columns added after the first stores were written: opening one for writing adds them.
-_LATER_COLUMNS = (("genome", "TEXT"), ("instruction", "INTEGER"))
+_LATER_COLUMNS = (
+    ("candidates", "genome", "TEXT"),
+    ("candidates", "instruction", "INTEGER"),
+    ("llm_calls", "reasoning_tokens", "INTEGER NOT NULL DEFAULT 0"),
+)
 
 
 class Database:
@@ -104,14 +109,14 @@ class Database:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
-        for column, sql_type in _LATER_COLUMNS:
-            if column not in self.columns():
-                self._db.execute(f"ALTER TABLE candidates ADD COLUMN {column} {sql_type}")
+        for table, column, sql_type in _LATER_COLUMNS:
+            if column not in self.columns(table):
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
         self._db.commit()
 
-    def columns(self) -> set[str]:
-        """The candidates table's columns (a read-only store from before some has fewer)."""
-        return {row[1] for row in self.rows("PRAGMA table_info(candidates)")}
+    def columns(self, table: str = "candidates") -> set[str]:
+        """A table's columns (a read-only store from before some has fewer)."""
+        return {row[1] for row in self.rows(f"PRAGMA table_info({table})")}
 
     def rows(self, sql: str, params: Sequence = ()) -> list[tuple]:
         with self._lock:

@@ -93,16 +93,19 @@ class CallTable:
         """Writes ``calls`` (``qd.llm.Ledger.rows()``) inside the caller's transaction."""
         db.executemany(
             "INSERT INTO llm_calls (after_id, role, model, calls, cached, failed, retries, tokens_in, "
-            "tokens_out, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "tokens_out, cost, reasoning_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(int(after_id), *row) for row in calls],
         )
 
     def totals(self) -> list[tuple]:
         """Every recorded LLM call count as (role, model, calls, cached, failed, retries,
-        tokens_in, tokens_out, cost), summed per (role, model): ``qd.llm.Ledger.from_rows``."""
+        tokens_in, tokens_out, cost, reasoning_tokens), summed per (role, model):
+        ``qd.llm.Ledger.from_rows`` (a read-only store from before reasoning tokens: 0)."""
+        reasoning = "reasoning_tokens" if "reasoning_tokens" in self._db.columns("llm_calls") else "0"
         return self._db.rows(
             "SELECT role, model, SUM(calls), SUM(cached), SUM(failed), SUM(retries), SUM(tokens_in), "
-            "SUM(tokens_out), SUM(cost) FROM llm_calls GROUP BY role, model ORDER BY role, model"
+            f"SUM(tokens_out), SUM(cost), SUM({reasoning}) FROM llm_calls GROUP BY role, model "
+            "ORDER BY role, model"
         )
 
 

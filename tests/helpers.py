@@ -294,6 +294,21 @@ def call(messages=MSG, **kw):
     return lambda client: client.complete(messages, **kw)
 
 
+def fast_settings(url: str, **kw):
+    """``LLMSettings`` for model "m" (priced 2 and 10 USD per 1M tokens) at ``url``: fast retries
+    so fault tests stay quick, a short timeout so "hang" costs little."""
+    from qd.llm import LLMSettings, ModelSpec
+
+    base = dict(
+        models=(ModelSpec("m", price_in=2.0, price_out=10.0),),
+        backoff_s=0.01,
+        backoff_max_s=0.05,
+        max_retries=3,
+        timeout_s=0.5,
+    )
+    return LLMSettings(base_url=url, **{**base, **kw})
+
+
 def counts(client) -> tuple[int, int, int]:
     """(answered calls, retries, failed calls) in the client's ledger."""
     t = client.ledger.total()

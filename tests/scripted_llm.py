@@ -11,6 +11,12 @@ not share the caller's GIL; rules must then be picklable, so a callable reply
 must be a module-level function). ``stats()`` and ``requests`` work in both
 modes. ``python tests/scripted_llm.py --port 8000 --latency 0.1`` serves the
 default reply from the command line.
+
+Providers' quirks (docs/providers.md) a rule reproduces: a reasoning model's
+hidden text (``reasoning``, in the message field a provider uses or in none) and
+its token count in each usage shape, an answer whose budget reasoning spent
+(content empty, finish_reason ``length``), a null content, and extra response
+headers such as a 429's Retry-After in each of its forms.
 """
 
 from __future__ import annotations
@@ -59,7 +65,8 @@ class Rule:
     """Answer requests whose concatenated message contents match ``pattern`` ("" matches all)."""
 
     pattern: str
-    reply: str | Callable[[dict], str] = ""  # content to answer; a callable gets the request JSON
+    # content to answer; a callable gets the request JSON; None: a null content
+    reply: str | Callable[[dict], str] | None = ""
     fault: str | None = None  # None, one of FAULTS, or an HTTP status such as "401"
     times: int | None = None  # apply to the first N matching requests only, then fall through
     # per generated token {token: logprob} of the top alternatives, sent when a request asks for
@@ -68,6 +75,16 @@ class Rule:
     # faults taken in turn by successive matching requests (None: a valid reply), e.g.
     # ("429", "500", None): a flaky server; overrides ``fault``
     rotation: tuple[str | None, ...] = ()
+    # a reasoning model's hidden text, spent before the reply out of the request's budget
+    # (max_completion_tokens or max_tokens): a budget it exhausts leaves the content empty
+    reasoning: str = ""
+    # the message field that carries it (DeepSeek, llama.cpp, vLLM: reasoning_content; OpenRouter:
+    # reasoning); None: not sent (OpenAI, Anthropic, Gemini send the count only)
+    reasoning_field: str | None = "reasoning_content"
+    # where usage counts it: "details" (completion_tokens_details.reasoning_tokens), "flat"
+    # (usage.reasoning_tokens) or "none" (llama.cpp: the text only)
+    reasoning_usage: str = "details"
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)  # on this rule's answers
 
     def __post_init__(self) -> None:
         for fault in (self.fault, *self.rotation):
@@ -192,9 +209,10 @@ class _Server:
             return False
         if fault == "bad_json":
             return await self.send(writer, 200, b'{"choices": [{"message": ')
+        headers = rule.headers if rule is not None else {}
         if fault is not None and fault.isdigit():
             return await self.send(
-                writer, int(fault), {"error": {"message": f"scripted {fault}", "code": fault}}
+                writer, int(fault), {"error": {"message": f"scripted {fault}", "code": fault}}, headers
             )
         if fault == "wrong_shape":
             return await self.send(writer, 200, {"result": {"text": "not a chat completion"}})
@@ -204,17 +222,27 @@ class _Server:
         else:
             text = rule.reply(body) if callable(rule.reply) else rule.reply
         finish = "stop"
-        limit = body.get("max_tokens")
-        if fault == "truncate":
+        limit = body.get("max_completion_tokens", body.get("max_tokens"))
+        reasoning = rule.reasoning if rule is not None else ""
+        thought = _tokens(reasoning) if reasoning else 0
+        if isinstance(limit, int) and thought >= limit:  # the budget went to reasoning
+            reasoning, thought, finish = reasoning[: 4 * limit], limit, "length"
+            text = None if text is None else ""
+        elif isinstance(limit, int):
+            limit -= thought
+        if text is None:
+            pass
+        elif fault == "truncate":
             text, finish = text[: len(text) // 2], "length"
         elif isinstance(limit, int) and _tokens(text) > limit:
             text, finish = text[: 4 * limit], "length"  # as a real server cuts at max_tokens
         if fault == "malformed_content":
             text = "\x00<<garbled>> ]]} ```"
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if reasoning and rule is not None and rule.reasoning_field is not None:
+            message[rule.reasoning_field] = reasoning
         choices = (
-            []
-            if fault == "empty_choices"
-            else [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}]
+            [] if fault == "empty_choices" else [{"index": 0, "message": message, "finish_reason": finish}]
         )
         if choices and body.get("logprobs"):
             choices[0]["logprobs"] = _logprobs(rule.logprobs if rule else None, body.get("top_logprobs"))
@@ -227,19 +255,29 @@ class _Server:
             "choices": choices,
         }
         if fault != "no_usage":
-            reply["usage"] = {
+            completion = (0 if text is None or (thought and not text) else _tokens(text)) + thought
+            usage: dict[str, Any] = {
                 "prompt_tokens": _tokens(prompt),
-                "completion_tokens": _tokens(text),
-                "total_tokens": _tokens(prompt) + _tokens(text),
+                "completion_tokens": completion,
+                "total_tokens": _tokens(prompt) + completion,
             }
-        return await self.send(writer, 200, reply)
+            shape = rule.reasoning_usage if rule is not None and thought else "none"
+            if shape == "details":
+                usage["completion_tokens_details"] = {"reasoning_tokens": thought}
+            elif shape == "flat":
+                usage["reasoning_tokens"] = thought
+            reply["usage"] = usage
+        return await self.send(writer, 200, reply, headers)
 
     @staticmethod
-    async def send(writer: asyncio.StreamWriter, status: int, payload: Any) -> bool:
+    async def send(
+        writer: asyncio.StreamWriter, status: int, payload: Any, headers: dict[str, str] | None = None
+    ) -> bool:
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         writer.write(
             f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\n\r\n".encode()
+            f"{extra}Content-Length: {len(data)}\r\n\r\n".encode()
             + data
         )
         await writer.drain()

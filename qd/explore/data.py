@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from qd import history
+from qd.llm.ledger import USAGE_FIELDS
 from qd.rundir import RunDir
 
 MAX_SIDE = 512  # a raster's widest side: a finer grid is shown max-pooled to it
@@ -367,7 +368,7 @@ def stats(run: RunDir, by: str) -> list[dict[str, Any]]:
         raise BadRequest(str(e)) from None
 
 
-LEDGER_FIELDS = ("role", "model", "calls", "cached", "failed", "retries", "tokens_in", "tokens_out", "cost")
+LEDGER_FIELDS = ("role", "model", *USAGE_FIELDS)
 
 
 def ledger(run: RunDir) -> dict[str, Any]:

@@ -12,8 +12,8 @@ a transport of its own, which runs that never call a model should not pay.
 
 from qd.contract import CallFailed, Completion, LLMDown, LLMError
 from qd.llm.client import LLMClient, LLMSettings, ModelSpec
-from qd.llm.ledger import ROLES, Ledger, Usage, tally
-from qd.llm.transport import ChatTransport, Reply, Retryable, Transport
+from qd.llm.ledger import ROLES, USAGE_FIELDS, Ledger, Usage, tally
+from qd.llm.transport import ChatTransport, Reply, Retryable, SpentOnReasoning, Transport
 
 __all__ = [
     "CallFailed",
@@ -28,7 +28,9 @@ __all__ = [
     "ModelSpec",
     "Reply",
     "Retryable",
+    "SpentOnReasoning",
     "Transport",
+    "USAGE_FIELDS",
     "Usage",
     "tally",
 ]

@@ -16,9 +16,14 @@ client gets every rule here, ``runner.max_llm_calls`` included, with no copy of 
 
 The failure policy, one for every caller: a call that spends its retries, or
 that the server rejects (HTTP 400, a prompt too long), raises ``CallFailed`` and
-fails only what asked for it. Only what no retry can fix raises ``LLMDown`` and
-marks the client down: 401/403/404, or no call answered for ``give_up_after_s``
-(a flaky server that answers now and then keeps the run alive; a dead one ends it).
+fails only what asked for it; so does a reasoning model's answer with no text
+(``SpentOnReasoning``: its budget went to reasoning, and a retry would spend it
+the same way), once, its tokens counted. A server's Retry-After is waited in
+full, never cut short: one asking for more than ``retry_after_max_s`` fails the
+call at once (with what it asked) rather than being retried early. Only what
+no retry can fix raises ``LLMDown`` and marks the client down: 401/403/404, or
+no call answered for ``give_up_after_s`` (a flaky server that answers now and
+then keeps the run alive; a dead one ends it).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import hashlib
 import logging
 import random
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -37,7 +43,7 @@ import numpy as np
 from qd.contract import CallFailed, Completion, LLMDown, LLMError
 from qd.llm.cache import ResponseCache
 from qd.llm.ledger import Ledger, current_tally
-from qd.llm.transport import Reply, Retryable, Transport
+from qd.llm.transport import Reply, Retryable, SpentOnReasoning, Transport
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +70,16 @@ class LLMSettings:
     max_retries: int = 5
     backoff_s: float = 0.5  # exponential backoff base, full jitter
     backoff_max_s: float = 30.0
+    retry_after_max_s: float = 120.0  # the longest Retry-After waited; a longer one fails the call
     give_up_after_s: float = 300.0  # no call answered for this long: the server is down, the run stops
     temperature: float = 0.8
     max_tokens: int = 512
+    # set: sent as ``max_completion_tokens`` instead of ``max_tokens`` (reasoning models: the
+    # answer's whole budget, reasoning included; OpenAI's o-series and gpt-5 refuse max_tokens)
+    max_completion_tokens: int | None = None
+    # fields added to every request body, e.g. the provider's reasoning setting
+    # ({"reasoning_effort": "high"}; ``qd.llm.plan`` writes each provider's shape)
+    extra_body: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     seed: int | None = None  # if set, each call sends a seed derived from (seed, sample_index)
     cache_dir: str | None = None  # on-disk response cache; None = off
 
@@ -160,11 +173,17 @@ class LLMClient:
                     f"(add it there or pick one of {list(self._models)})"
                 )
             )
+        budget_field, budget = (
+            ("max_tokens", s.max_tokens)
+            if s.max_completion_tokens is None
+            else ("max_completion_tokens", s.max_completion_tokens)
+        )
         request: dict[str, Any] = {
             "model": model,
             "messages": messages,
             "temperature": s.temperature if temperature is None else temperature,
-            "max_tokens": s.max_tokens if max_tokens is None else max_tokens,
+            budget_field: budget if max_tokens is None else max_tokens,
+            **s.extra_body,  # (only when set, so existing cache keys stay valid)
         }
         if stop is not None:
             request["stop"] = stop
@@ -189,21 +208,12 @@ class LLMClient:
         async with self._sem:
             try:
                 reply = await self._with_retries(request, sample_index, role, ledgers)
-            except LLMError:
+            except LLMError as err:
+                paid = self._completion(spec, err.reply, t0) if isinstance(err, SpentOnReasoning) else None
                 for ledger in ledgers:
-                    ledger.fail(role, model)
+                    ledger.fail(role, model, paid)
                 raise
-        result = Completion(
-            text=reply.text,
-            model=model,
-            tokens_in=reply.tokens_in,
-            tokens_out=reply.tokens_out,
-            cost=self._cost(spec, reply),
-            cached=False,
-            finish_reason=reply.finish_reason,
-            seconds=time.perf_counter() - t0,
-            top_logprobs=reply.top_logprobs,
-        )
+        result = self._completion(spec, reply, t0)
         if key is not None:
             self._cache.put(key, result)
         for ledger in ledgers:
@@ -212,6 +222,20 @@ class LLMClient:
 
     async def aclose(self) -> None:
         await self._transport.aclose()
+
+    def _completion(self, spec: ModelSpec, reply: Reply, t0: float) -> Completion:
+        return Completion(
+            text=reply.text,
+            model=spec.name,
+            tokens_in=reply.tokens_in,
+            tokens_out=reply.tokens_out,
+            cost=self._cost(spec, reply),
+            cached=False,
+            finish_reason=reply.finish_reason,
+            seconds=time.perf_counter() - t0,
+            top_logprobs=reply.top_logprobs,
+            reasoning_tokens=reply.reasoning_tokens,
+        )
 
     @staticmethod
     def _cost(spec: ModelSpec, reply: Reply) -> float:
@@ -258,12 +282,18 @@ class LLMClient:
                     raise CallFailed(
                         f"llm: {where} {err.what} after {attempt} retries ({err.cause}) ({err.fix})"
                     ) from None
+                if err.retry_after is not None and err.retry_after > s.retry_after_max_s:
+                    raise CallFailed(
+                        f"llm: {where} {err.what} and asked to wait {err.retry_after:.0f}s, more than "
+                        f"llm.retry_after_max_s={s.retry_after_max_s:g} ({err.cause}) (raise "
+                        "llm.retry_after_max_s to wait that long, or lower llm.concurrency)"
+                    ) from None
                 attempt += 1
                 for ledger in ledgers:
                     ledger.retry(role, request["model"])
                 delay = self._jitter.uniform(0.0, min(s.backoff_max_s, s.backoff_s * 2 ** (attempt - 1)))
                 if err.retry_after is not None:
-                    delay = max(delay, min(err.retry_after, s.backoff_max_s))
+                    delay = max(delay, err.retry_after)
                 log.debug("llm: retry %d/%d after %s in %.2fs", attempt, s.max_retries, err.cause, delay)
                 await asyncio.sleep(delay)
 

@@ -12,23 +12,29 @@ model client is the caller's never pays for it.
 
 from __future__ import annotations
 
+import email.utils
 import json
 import os
+import time
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx2  # openai's HTTP library
 import numpy as np
 import openai
-from openai._models import FinalRequestOptions  # what ``AsyncOpenAI.post`` builds
 
 from qd.contract import CallFailed, LLMDown, LLMError
-from qd.llm.loopback import LoopbackHTTP, LoopbackOpenAI
-from qd.llm.transport import Reply, Retryable, one_line
+from qd.llm.loopback import ChatEndpoint, chat_client
+from qd.llm.transport import Reply, Retryable, SpentOnReasoning, one_line
 
 _DUMMY_KEY = "sk-no-key"  # local servers ignore the key but the client requires one
 _RETRY_STATUS = {408, 409, 429}  # plus every 5xx
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+# Where servers put a reasoning model's hidden text (DeepSeek, llama.cpp, vLLM: reasoning_content;
+# OpenRouter, newer vLLM: reasoning) and its token count (OpenAI, OpenRouter, DeepSeek, Gemini:
+# completion_tokens_details; the Responses shape: output_tokens_details; a few: flat).
+_REASONING_TEXT = ("reasoning_content", "reasoning")
+_REASONING_DETAILS = ("completion_tokens_details", "output_tokens_details")
 
 
 def _top_logprobs(logprobs: Any) -> list[dict[str, float]] | None:
@@ -69,9 +75,43 @@ def _malformed(cause: str) -> Retryable:
     return Retryable("sent malformed replies", cause, "is llm.base_url an OpenAI-compatible /v1 endpoint?")
 
 
-def _parse(body: bytes, request: dict) -> Reply:
+def _reasoning_tokens(usage: dict, message: dict) -> int:
+    """What the answer spent reasoning: the server's count in any of the usage shapes, else
+    estimated from the reasoning text it sent (llama.cpp sends the text only), else 0."""
+    for details in (usage.get(name) for name in _REASONING_DETAILS):
+        if isinstance(details, dict) and isinstance(details.get("reasoning_tokens"), int):
+            return details["reasoning_tokens"]
+    if isinstance(usage.get("reasoning_tokens"), int):
+        return usage["reasoning_tokens"]
+    text = next((message[k] for k in _REASONING_TEXT if isinstance(message.get(k), str)), "")
+    return _estimate_tokens(text)
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds the server asks to wait: ``retry-after-ms`` (OpenAI's), else ``retry-after``
+    in seconds or as an HTTP date; None when it says nothing readable."""
+    try:
+        return max(0.0, float(headers["retry-after-ms"]) / 1000)
+    except (KeyError, ValueError):
+        pass
+    after = headers.get("retry-after")
+    if not after:
+        return None
+    try:
+        return max(0.0, float(after))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(after)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())  # (an HTTP date is GMT: never naive)
+
+
+def _parse(body: bytes, request: dict, where: str) -> Reply:
     """Text, finish reason and token counts out of a reply body, or :class:`Retryable` saying why
-    it is malformed. Missing ``usage`` is estimated (~4 characters a token) so budgets still move."""
+    it is malformed. Missing ``usage`` is estimated (~4 characters a token) so budgets still move.
+    An answer with no text whose tokens went to reasoning is :class:`SpentOnReasoning`."""
     try:
         data = json.loads(body)
     except ValueError:
@@ -82,18 +122,25 @@ def _parse(body: bytes, request: dict) -> Reply:
         raise _malformed("empty 'choices'")
     choice = data["choices"][0]
     message = choice.get("message") if isinstance(choice, dict) else None
-    if not isinstance(message, dict) or not isinstance(message.get("content"), str):
-        raise _malformed("no message content")
-    text = message["content"]
+    if not isinstance(message, dict):
+        raise _malformed("no message")
+    text = message.get("content")
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    reasoning = _reasoning_tokens(usage, message)
+    if not isinstance(text, str) and not reasoning:
+        raise _malformed("no message content")
+    text = text or ""
     t_in = usage.get("prompt_tokens")
     t_out = usage.get("completion_tokens")
     if not isinstance(t_in, int):
         t_in = _estimate_tokens("".join(str(m.get("content", "")) for m in request["messages"]))
     if not isinstance(t_out, int):
-        t_out = _estimate_tokens(text)
+        t_out = _estimate_tokens(text) + reasoning
     top = _top_logprobs(choice.get("logprobs")) if request.get("logprobs") else None
-    return Reply(text, choice.get("finish_reason"), t_in, t_out, top)
+    reply = Reply(text, choice.get("finish_reason"), t_in, t_out, top, reasoning_tokens=reasoning)
+    if reasoning and not text.strip():
+        raise SpentOnReasoning(where, reply)
+    return reply
 
 
 class HTTPTransport:
@@ -118,23 +165,13 @@ class HTTPTransport:
         self.where, self.api_key_env, self.timeout_s = base_url, api_key_env, timeout_s
         options = dict(base_url=base_url, api_key=key, max_retries=0, timeout=timeout_s + 1.0)
         url = urlsplit(base_url)
-        if url.hostname in _LOOPBACK and url.scheme == "http":
-            self._client: openai.AsyncOpenAI = LoopbackOpenAI(**options, http_client=LoopbackHTTP())
-        else:
-            self._client = openai.AsyncOpenAI(**options)
-        self._chat = FinalRequestOptions.construct(
-            method="post", url="/chat/completions", json_data=None, content=None, files=None
-        )
+        self._client = chat_client(url.hostname in _LOOPBACK and url.scheme == "http", **options)
+        self._chat = ChatEndpoint(self._client)
 
     async def send(self, request: dict, *, sample_index: int, role: str) -> Reply:
         """One round trip (``sample_index`` and ``role`` are already in the request's seed, or nowhere)."""
         try:
-            # The raw endpoint (openai's documented way to skip its typed-params transform,
-            # which costs more CPU than the rest of the call): we parse and check the body.
-            # ``request()`` with options copied from kept ones (``post`` builds them anew: ~70 us).
-            raw = await self._client.request(
-                httpx2.Response, self._chat.model_copy(update={"json_data": request})
-            )
+            raw = await self._chat.post(request)
             body = raw.content
         except openai.APITimeoutError:
             raise Retryable.timed_out(self.timeout_s) from None
@@ -146,7 +183,7 @@ class HTTPTransport:
             ) from None
         except openai.APIStatusError as err:
             raise self._status_failure(err, request["model"]) from None
-        return _parse(body, request)
+        return _parse(body, request, self.where)
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -155,11 +192,7 @@ class HTTPTransport:
         """What an HTTP error status means: retry it, fail the call, or the server is out of reach."""
         code, url = err.status_code, self.where
         if code in _RETRY_STATUS or code >= 500:
-            after = err.response.headers.get("retry-after")
-            try:
-                retry_after = float(after) if after else None
-            except ValueError:
-                retry_after = None
+            retry_after = _retry_after(err.response.headers)
             if code == 429:
                 return Retryable(
                     "rate-limited", "HTTP 429", "lower llm.concurrency or raise llm.max_retries", retry_after

@@ -20,7 +20,12 @@ ROLES = ("operator", "judge", "meta", "agent")
 
 @dataclasses.dataclass
 class Usage:
-    """Counts of one (role, model): answered calls (cache hits included), failures, tokens, cost."""
+    """Counts of one (role, model): answered calls (cache hits included), failures, tokens, cost.
+
+    ``reasoning_tokens`` are the part of ``tokens_out`` a reasoning model spent
+    thinking (billed as output, never shown): apart, so a run can see where its
+    budget went. Last, so that rows from stores without it read as 0.
+    """
 
     calls: int = 0
     cached: int = 0
@@ -29,6 +34,7 @@ class Usage:
     tokens_in: int = 0
     tokens_out: int = 0
     cost: float = 0.0
+    reasoning_tokens: int = 0
 
     def merge(self, other: Usage) -> None:
         self.calls += other.calls
@@ -38,10 +44,13 @@ class Usage:
         self.tokens_in += other.tokens_in
         self.tokens_out += other.tokens_out
         self.cost += other.cost
+        self.reasoning_tokens += other.reasoning_tokens
 
     def as_dict(self) -> dict[str, int | float]:
         return dict(vars(self))  # (dataclasses.asdict deep-copies: ten times the cost, every commit)
 
+
+USAGE_FIELDS = tuple(f.name for f in dataclasses.fields(Usage))  # the counts of a ledger row, in order
 
 _CURRENT_TALLY: contextvars.ContextVar[Ledger | None] = contextvars.ContextVar("qd_llm_tally", default=None)
 
@@ -83,7 +92,8 @@ class Ledger:
     """Running totals by (role, model), which the loop reads for budgets and progress.
 
     ``calls`` counts answered calls (cache hits count, so a replay spends the same
-    budget); ``failed`` calls that gave up; ``in_flight`` HTTP attempts under way.
+    budget, and an answer with no text after reasoning, which is paid for); ``failed``
+    calls that gave up or came back with no text; ``in_flight`` HTTP attempts under way.
     """
 
     def __init__(self) -> None:
@@ -101,9 +111,20 @@ class Ledger:
         u.tokens_in += c.tokens_in
         u.tokens_out += c.tokens_out
         u.cost += c.cost
+        u.reasoning_tokens += c.reasoning_tokens
 
-    def fail(self, role: str, model: str) -> None:
-        self._cell(role, model).failed += 1
+    def fail(self, role: str, model: str, spent: Completion | None = None) -> None:
+        """Count one failed call. ``spent``: an answer paid for but of no use (all reasoning, no
+        text), counted as a call too, with its tokens and cost, so that call, token and cost
+        budgets bind on a run of them as on any other answers."""
+        u = self._cell(role, model)
+        u.failed += 1
+        if spent is not None:
+            u.calls += 1
+            u.tokens_in += spent.tokens_in
+            u.tokens_out += spent.tokens_out
+            u.cost += spent.cost
+            u.reasoning_tokens += spent.reasoning_tokens
 
     def retry(self, role: str, model: str) -> None:
         self._cell(role, model).retries += 1
@@ -158,6 +179,7 @@ class Ledger:
             "retries": t.retries,
             "tokens_in": t.tokens_in,
             "tokens_out": t.tokens_out,
+            "reasoning_tokens": t.reasoning_tokens,
             "cost": t.cost,
             "in_flight": self.in_flight,
             "per_role": {k: u.as_dict() for k, u in self.split("role").items()},
@@ -166,7 +188,7 @@ class Ledger:
 
     def rows(self) -> list[tuple]:
         """One row per cell, for the store:
-        (role, model, calls, cached, failed, retries, tokens_in, tokens_out, cost)."""
+        (role, model, calls, cached, failed, retries, tokens_in, tokens_out, cost, reasoning_tokens)."""
         return [(*key, *dataclasses.astuple(u)) for key, u in self.cells.items()]
 
     @classmethod

@@ -6,19 +6,50 @@ connection pool and h11, httpx's per-request auth, redirect and cookie handling,
 and openai building every request from scratch. These three classes skip each,
 and fall back to the library's own path wherever a request is not the plain
 chat call (a redirect, a request with options of its own).
+
+This module is also the one place that knows which openai is installed, so
+that qd works on every openai its floor allows: ``httpx`` is the HTTP library
+openai is built on (httpx before openai 3, httpx2 from 3 on: one API under two
+names), read from openai's public ``DefaultAsyncHttpxClient``; and
+:func:`chat_endpoint` takes the request-building shortcut (openai's private
+``FinalRequestOptions`` and ``_build_request``) only where this openai has
+them, else the public ``client.post``. Both are decided once, at import.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
+from types import ModuleType
 from typing import Any
 
-import httpx2  # openai's HTTP library
 import openai
 
 
-class LoopbackStreams(httpx2.AsyncBaseTransport):
+def _openai_httpx() -> ModuleType:
+    """The HTTP library under openai: the one whose ``AsyncClient`` its public client class extends."""
+    for cls in openai.DefaultAsyncHttpxClient.__mro__:
+        if cls.__name__ == "AsyncClient":
+            return importlib.import_module(cls.__module__.partition(".")[0])
+    raise ImportError(f"openai {openai.__version__}: its DefaultAsyncHttpxClient is no httpx AsyncClient")
+
+
+def _request_options() -> Any:
+    """openai's private ``FinalRequestOptions`` where this openai has all the shortcut uses, else None."""
+    try:
+        from openai._models import FinalRequestOptions
+    except ImportError:
+        return None
+    used = (hasattr(FinalRequestOptions, name) for name in ("construct", "model_copy"))
+    return FinalRequestOptions if all(used) and hasattr(openai.AsyncOpenAI, "_build_request") else None
+
+
+httpx = _openai_httpx()
+_OPTIONS = _request_options()
+
+
+class LoopbackStreams(httpx.AsyncBaseTransport):
     """HTTP/1.1 with keep-alive on asyncio streams, for a server on this machine.
 
     httpcore and h11 cost about 1 ms of CPU per request (a pool probe, event
@@ -34,7 +65,7 @@ class LoopbackStreams(httpx2.AsyncBaseTransport):
     def __init__(self) -> None:
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         body = await request.aread()
         head = [b"%s %s HTTP/1.1\r\n" % (request.method.encode(), request.url.raw_path)]
         head += [b"%s: %s\r\n" % kv for kv in request.headers.raw]
@@ -45,7 +76,7 @@ class LoopbackStreams(httpx2.AsyncBaseTransport):
             status, headers, content, keep = await self._response(reader)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as err:
             writer.close()
-            raise httpx2.ReadError(f"{type(err).__name__}: {err}", request=request) from err
+            raise httpx.ReadError(f"{type(err).__name__}: {err}", request=request) from err
         except BaseException:  # cancelled (the per-attempt timeout): the reply may still come, drop it
             writer.close()
             raise
@@ -53,9 +84,9 @@ class LoopbackStreams(httpx2.AsyncBaseTransport):
             self._idle.append((reader, writer))
         else:
             writer.close()
-        return httpx2.Response(status, headers=headers, content=content, request=request)
+        return httpx.Response(status, headers=headers, content=content, request=request)
 
-    async def _connection(self, request: httpx2.Request) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _connection(self, request: httpx.Request) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         while self._idle:
             reader, writer = self._idle.pop()
             if not (reader.at_eof() or writer.is_closing()):
@@ -64,7 +95,7 @@ class LoopbackStreams(httpx2.AsyncBaseTransport):
         try:
             return await asyncio.open_connection(request.url.host, request.url.port or 80)
         except OSError as err:
-            raise httpx2.ConnectError(f"{type(err).__name__}: {err}", request=request) from err
+            raise httpx.ConnectError(f"{type(err).__name__}: {err}", request=request) from err
 
     @staticmethod
     async def _response(reader: asyncio.StreamReader) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
@@ -91,7 +122,7 @@ class LoopbackStreams(httpx2.AsyncBaseTransport):
             self._idle.pop()[1].close()
 
 
-class LoopbackHTTP(httpx2.AsyncClient):
+class LoopbackHTTP(httpx.AsyncClient):
     """httpx's client sending straight to :class:`LoopbackStreams`.
 
     ``AsyncClient.send`` runs per request an auth flow, a redirect loop, cookie
@@ -105,7 +136,7 @@ class LoopbackHTTP(httpx2.AsyncClient):
         self._loopback = LoopbackStreams()
         super().__init__(transport=self._loopback, follow_redirects=True)
 
-    async def send(self, request: httpx2.Request, *, stream: bool = False, **kwargs: Any) -> httpx2.Response:
+    async def send(self, request: httpx.Request, *, stream: bool = False, **kwargs: Any) -> httpx.Response:
         response = await self._loopback.handle_async_request(request)
         if response.has_redirect_location:
             return await super().send(request, stream=stream, **kwargs)
@@ -127,37 +158,71 @@ class LoopbackOpenAI(openai.AsyncOpenAI):
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
-        self._kept: dict[tuple[str, str, int], tuple[httpx2.Request, list[tuple[bytes, bytes]]]] = {}
+        self._kept: dict[tuple[str, str, int], tuple[httpx.Request, list[tuple[bytes, bytes]]]] = {}
 
     @property
     def user_agent(self) -> str:
         """openai's (it names the client's class)."""
         return super().user_agent.replace(type(self).__name__, openai.AsyncOpenAI.__name__, 1)
 
-    def _build_request(self, options: Any, *, retries_taken: int = 0) -> httpx2.Request:
+    def _build_request(self, options: Any, **kwargs: Any) -> httpx.Request:
+        # (``kwargs``: ``retries_taken`` where this openai passes it, which goes into a header)
         if (
             options.headers
             or options.params
             or options.files is not None
-            or options.content is not None
+            or getattr(options, "content", None) is not None  # (a field since openai 1.5x)
             or options.extra_json
             or not isinstance(options.json_data, dict)
             or not isinstance(options.timeout, openai.NotGiven)
         ):
-            return super()._build_request(options, retries_taken=retries_taken)
-        key = (options.method, options.url, retries_taken)
+            return super()._build_request(options, **kwargs)
+        key = (options.method, options.url, kwargs.get("retries_taken", 0))
         if key not in self._kept:
-            first = super()._build_request(options, retries_taken=retries_taken)
+            first = super()._build_request(options, **kwargs)
             self._kept[key] = first, [(k, v) for k, v in first.headers.raw if k.lower() != b"content-length"]
         kept, headers = self._kept[key]
         body = json.dumps(
             options.json_data, ensure_ascii=False, separators=(",", ":"), allow_nan=False
         ).encode()
         # (A stream, not content=: httpx would then re-derive the content headers, which is most of its cost.)
-        return httpx2.Request(
+        return httpx.Request(
             kept.method,
             kept.url,
             headers=[*headers, (b"Content-Length", b"%d" % len(body))],
-            stream=httpx2.ByteStream(body),
+            stream=httpx.ByteStream(body),
             extensions=kept.extensions,
         )
+
+
+class ChatEndpoint:
+    """``POST /chat/completions`` on an openai client, answered raw (``httpx.Response``).
+
+    The raw endpoint is openai's documented way to skip its typed-params transform,
+    which costs more CPU than the rest of the call (``HTTPTransport`` parses and
+    checks the body itself). Where this openai has the private pieces, options are
+    copied from kept ones (``post`` builds them anew: ~70 us); elsewhere ``post``.
+    """
+
+    def __init__(self, client: openai.AsyncOpenAI):
+        self._client = client
+        self._options = (
+            None
+            if _OPTIONS is None
+            else _OPTIONS.construct(method="post", url="/chat/completions", json_data=None, files=None)
+        )
+
+    async def post(self, request: dict) -> httpx.Response:
+        if self._options is None:
+            return await self._client.post("/chat/completions", cast_to=httpx.Response, body=request)
+        return await self._client.request(
+            httpx.Response, self._options.model_copy(update={"json_data": request})
+        )
+
+
+def chat_client(loopback: bool, **options: Any) -> openai.AsyncOpenAI:
+    """An openai client with ``options``; for a server on this machine (``loopback``), on the lean path."""
+    if not loopback:
+        return openai.AsyncOpenAI(**options)
+    lean = LoopbackOpenAI if _OPTIONS is not None else openai.AsyncOpenAI
+    return lean(**options, http_client=LoopbackHTTP())

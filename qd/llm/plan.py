@@ -2,8 +2,10 @@
 
 Part of ``qd.plan.plan``. Everything about the model that can fail before a run
 starts fails here: an unknown provider, no models, a missing URL or API key, the
-embedded server's missing package or model file. Nothing is built: no client, no server; the run
-builds both from the :class:`LLMPlan` and checks nothing again.
+embedded server's missing package or model file, a reasoning effort no provider knows. Nothing
+is built: no client, no server; the run builds both from the :class:`LLMPlan` and checks nothing
+again. Here too each provider's quirks become request fields (how it is asked for a reasoning
+effort), and models the config gives no price are priced from ``qd.llm.prices``.
 """
 
 from __future__ import annotations
@@ -11,15 +13,52 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from qd.contract import ConfigError
 from qd.llm.client import LLMSettings, ModelSpec
+from qd.llm.prices import price_of
 
-PROVIDERS = ("local", "openai", "vllm", "ollama", "server")
+EFFORTS = ("none", "minimal", "low", "medium", "high")
+# Anthropic takes a thinking budget, not an effort: these, at least its 1024-token minimum
+ANTHROPIC_THINKING = {"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384}
+
+
+def _top_level(effort: str) -> dict[str, Any]:
+    return {"reasoning_effort": effort}
+
+
+def _chat_template(effort: str) -> dict[str, Any]:
+    return {"chat_template_kwargs": {"reasoning_effort": effort}}
+
+
+def _openrouter(effort: str) -> dict[str, Any]:
+    return {"reasoning": {"enabled": False} if effort == "none" else {"effort": effort}}
+
+
+def _anthropic(effort: str) -> dict[str, Any]:
+    if effort == "none":
+        return {"thinking": {"type": "disabled"}}
+    return {"thinking": {"type": "enabled", "budget_tokens": ANTHROPIC_THINKING[effort]}}
+
+
+# How each provider is asked for ``llm.reasoning_effort`` (docs/providers.md has the rest of
+# their quirks): what the plan adds to every request body.
+PROVIDERS: dict[str, Callable[[str], dict[str, Any]]] = {
+    "local": _top_level,
+    "server": _top_level,
+    "openai": _top_level,
+    "vllm": _top_level,
+    "ollama": _top_level,
+    "llamacpp": _chat_template,
+    "openrouter": _openrouter,
+    "anthropic": _anthropic,  # (its OpenAI-compatible endpoint ignores reasoning_effort)
+    "gemini": _top_level,
+}
 
 
 class LocalServer(NamedTuple):
@@ -71,7 +110,15 @@ def plan_llm(cfg: DictConfig) -> LLMPlan:
             f"environment variable {llm.api_key_env} is not set",
             f"export {llm.api_key_env}=... or set llm.api_key_env=null for a server without keys",
         )
-    models = tuple(ModelSpec(m.name, m.weight, m.price_in, m.price_out) for m in llm.models)
+    if llm.reasoning_effort is not None and llm.reasoning_effort not in EFFORTS:
+        raise ConfigError(
+            "llm.reasoning_effort", f"unknown effort {llm.reasoning_effort!r}", f"use one of {list(EFFORTS)}"
+        )
+    reasoning = {} if llm.reasoning_effort is None else PROVIDERS[llm.provider](llm.reasoning_effort)
+    extra = OmegaConf.to_container(llm.extra_body) if isinstance(llm.extra_body, DictConfig) else None
+    if llm.extra_body is not None and extra is None:
+        raise ConfigError("llm.extra_body", "is not a mapping", "write it as llm.extra_body={top_k: 40}")
+    models = tuple(ModelSpec(m.name, m.weight, *_prices(m)) for m in llm.models)
     settings = LLMSettings(
         base_url=None if local else llm.base_url,
         models=models,
@@ -84,10 +131,20 @@ def plan_llm(cfg: DictConfig) -> LLMPlan:
         give_up_after_s=llm.give_up_after_s,
         temperature=llm.temperature,
         max_tokens=llm.max_tokens,
+        max_completion_tokens=llm.max_completion_tokens,
+        extra_body={**reasoning, **(extra or {})},
+        retry_after_max_s=llm.retry_after_max_s,
         seed=cfg.seed if llm.seed is None else llm.seed,
         cache_dir=str(Path(llm.cache_dir)) if llm.cache and llm.cache_dir else None,
     )
     return LLMPlan(llm.provider, settings, bool(llm.cache), local)
+
+
+def _prices(model: DictConfig) -> tuple[float, float]:
+    """The config's prices where it gives them, else the published ones, else free."""
+    listed = price_of(model.name) or (0.0, 0.0)
+    price_in, price_out = model.price_in, model.price_out
+    return (listed[0] if price_in is None else price_in, listed[1] if price_out is None else price_out)
 
 
 def _check_local_server(llm: DictConfig) -> None:
@@ -110,4 +167,4 @@ def _check_local_server(llm: DictConfig) -> None:
         raise ConfigError("llm.local.model_path", str(e).splitlines()[0]) from None
 
 
-__all__ = ["PROVIDERS", "LLMPlan", "LocalServer", "plan_llm"]
+__all__ = ["EFFORTS", "PROVIDERS", "LLMPlan", "LocalServer", "plan_llm"]

@@ -12,7 +12,8 @@ How an attempt fails decides what the client does next:
 - :class:`Retryable`: worth another attempt (a timeout, a refused connection, a
   5xx or 429, a malformed reply); it says what went wrong and how to fix it, for
   the one-line message of a call that spends its retries;
-- ``CallFailed``: this call cannot succeed (HTTP 400, a prompt too long);
+- ``CallFailed``: this call cannot succeed (HTTP 400, a prompt too long), or
+  :class:`SpentOnReasoning`, an answer whose whole budget went to reasoning;
 - ``LLMDown``: no call can (a refused key or model); the client goes down.
 """
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol
 
-from qd.contract import ChatClient, Completion, LLMError
+from qd.contract import CallFailed, ChatClient, Completion, LLMError
 
 
 class Reply(NamedTuple):
@@ -33,6 +34,7 @@ class Reply(NamedTuple):
     tokens_out: int
     top_logprobs: list[dict[str, float]] | None = None
     cost: float = 0.0
+    reasoning_tokens: int = 0  # of ``tokens_out``, spent reasoning (0 where the server does not say)
 
 
 class Retryable(Exception):
@@ -54,12 +56,30 @@ class Retryable(Exception):
         )
 
 
+class SpentOnReasoning(CallFailed):
+    """A reasoning model's answer with no visible text: its whole budget went to reasoning.
+
+    A call failure, not a malformed reply: the same request would spend the same
+    budget the same way, so it is not retried. ``reply`` holds what it cost (its
+    tokens are paid for and counted in the ledger), with an empty text.
+    """
+
+    def __init__(self, where: str, reply: Reply):
+        super().__init__(
+            f"llm: {where} spent the answer's whole budget on reasoning ({reply.reasoning_tokens} "
+            f"reasoning tokens, finish_reason {reply.finish_reason}) and answered no text "
+            "(raise llm.max_completion_tokens, or lower llm.reasoning_effort)"
+        )
+        self.reply = reply
+
+
 class Transport(Protocol):
     """One attempt at a chat request, for :class:`qd.llm.LLMClient`.
 
     ``request`` holds the OpenAI chat fields (``model``, ``messages``,
-    ``temperature``, ``max_tokens``; ``stop``, ``logprobs``, ``top_logprobs``
-    and ``seed`` when set); ``sample_index`` and ``role`` are the caller's, for
+    ``temperature``, ``max_tokens`` or ``max_completion_tokens``; ``stop``,
+    ``logprobs``, ``top_logprobs``, ``seed`` and the provider's reasoning fields
+    when set); ``sample_index`` and ``role`` are the caller's, for
     a transport that passes them on. ``where`` names what answers, in messages.
     """
 
@@ -107,7 +127,7 @@ class ChatTransport:
                 request["messages"],
                 model=request["model"],
                 temperature=request["temperature"],
-                max_tokens=request["max_tokens"],
+                max_tokens=request.get("max_completion_tokens", request.get("max_tokens")),
                 sample_index=sample_index,
                 stop=request.get("stop"),
                 role=role,
@@ -127,7 +147,7 @@ class ChatTransport:
                 "complete() must return a qd.contract.Completion",
             )
         top = c.top_logprobs if request.get("logprobs") else None
-        return Reply(c.text, c.finish_reason, c.tokens_in, c.tokens_out, top, c.cost)
+        return Reply(c.text, c.finish_reason, c.tokens_in, c.tokens_out, top, c.cost, c.reasoning_tokens)
 
     async def aclose(self) -> None:
         """Nothing to close: the caller made the client and closes it."""

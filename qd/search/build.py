@@ -23,6 +23,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from qd.contract import ConfigError
+from qd.llm.prices import price_of
 from qd.search import select
 from qd.search.cycle import CyclicObjective
 from qd.search.scheduler import RULES, check_bandit, make_bandit
@@ -127,7 +128,11 @@ def plan_strategy(
         raise ConfigError("scheduler.arms", f"unknown arms {sch.arms!r}", f"use one of {list(ARM_KINDS)}")
     if sch.cost not in COSTS:
         raise ConfigError("scheduler.cost", f"unknown cost {sch.cost!r}", f"use one of {list(COSTS)}")
-    if sch.cost == "usd" and text and not any(m.price_in or m.price_out for m in cfg.llm.models):
+    if (
+        sch.cost == "usd"
+        and text
+        and not any(m.price_in or m.price_out or price_of(m.name) for m in cfg.llm.models)
+    ):
         raise ConfigError(
             "scheduler.cost", "usd needs prices", "set llm.models[i].price_in/price_out, or cost=calls"
         )

@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 
 from qd import history
+from qd.llm.ledger import USAGE_FIELDS
 from qd.views import render
 
 PROG = "qd stats"
-LEDGER = ("role", "model", "calls", "cached", "failed", "retries", "tokens_in", "tokens_out", "cost")
+LEDGER = ("role", "model", *USAGE_FIELDS)  # a row of the store's llm_calls totals
 
 
 def main(argv: list[str]) -> None:

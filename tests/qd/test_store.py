@@ -149,18 +149,19 @@ CALL = (
     10,
     5,
     0.5,
-)  # (role, model, calls, cached, failed, retries, tokens, cost)
+    3,
+)  # (role, model, calls, cached, failed, retries, tokens in, out, cost, reasoning tokens)
 
 
 def test_llm_calls_commit_with_their_batch_or_alone_and_sum_per_role_and_model(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
-        store.add([make(0)], calls=[CALL, ("judge", "m", 2, 1, 0, 1, 4, 2, 0.0)])
+        store.add([make(0)], calls=[CALL, ("judge", "m", 2, 1, 0, 1, 4, 2, 0.0, 0)])
         store.calls.add([CALL])  # a refit's or a meta mutation's calls, after candidate 0
         with pytest.raises(ValueError):  # a batch that fails commits none of its calls either
             store.add([make(1)], calls=[CALL], ids=[0])
         assert store.calls.totals() == [
-            ("judge", "m", 2, 1, 0, 1, 4, 2, 0.0),
-            ("operator", "m", 2, 0, 0, 0, 20, 10, 1.0),
+            ("judge", "m", 2, 1, 0, 1, 4, 2, 0.0, 0),
+            ("operator", "m", 2, 0, 0, 0, 20, 10, 1.0, 6),
         ]
         assert store.count() == 1
 
@@ -196,3 +197,25 @@ def test_a_store_from_before_the_later_columns_opens_for_reading_and_writing(tmp
     with Store(path) as store:
         assert store.add([make(1)]) == [1] and store.get([0])[0].genome == "program"
         assert store.meta.get("store", "all") == "all" and store.keeps_every_candidate()
+
+
+def test_a_store_from_before_reasoning_tokens_reads_them_as_none_and_gains_the_column(tmp_path):
+    path = tmp_path / "old.sqlite"
+    with Store(path):
+        pass
+    db = sqlite3.connect(path)  # the llm_calls table as it was: no reasoning_tokens column
+    db.execute("DROP TABLE llm_calls")
+    db.execute(
+        "CREATE TABLE llm_calls (seq INTEGER PRIMARY KEY, after_id INTEGER NOT NULL, role TEXT NOT NULL, "
+        "model TEXT NOT NULL, calls INTEGER NOT NULL, cached INTEGER NOT NULL, failed INTEGER NOT NULL, "
+        "retries INTEGER NOT NULL, tokens_in INTEGER NOT NULL, tokens_out INTEGER NOT NULL, "
+        "cost REAL NOT NULL)"
+    )
+    db.execute("INSERT INTO llm_calls VALUES (1, -1, 'operator', 'm', 1, 0, 0, 0, 10, 5, 0.5)")
+    db.commit()
+    db.close()
+    with Store(path, readonly=True) as store:
+        assert store.calls.totals() == [("operator", "m", 1, 0, 0, 0, 10, 5, 0.5, 0)]
+    with Store(path) as store:
+        store.calls.add([CALL])
+        assert store.calls.totals() == [("operator", "m", 2, 0, 0, 0, 20, 10, 1.0, 3)]

@@ -12,23 +12,12 @@ import time
 import numpy as np
 import pytest
 from helpers import MSG, call, counts, run
+from helpers import fast_settings as settings
 from scripted_llm import Rule
 
 from qd.llm import CallFailed, LLMClient, LLMDown, LLMError, LLMSettings, ModelSpec, tally
 
 RETRIED = ["429", "500", "hang", "bad_json", "empty_choices", "wrong_shape", "close_connection"]
-
-
-def settings(url: str, **kw) -> LLMSettings:
-    """Fast retries so fault tests stay quick; a short timeout so "hang" costs little."""
-    base = dict(
-        models=(ModelSpec("m", price_in=2.0, price_out=10.0),),
-        backoff_s=0.01,
-        backoff_max_s=0.05,
-        max_retries=3,
-        timeout_s=0.5,
-    )
-    return LLMSettings(base_url=url, **{**base, **kw})
 
 
 def test_success_fills_completion_and_ledger(scripted_llm):
@@ -55,6 +44,7 @@ def test_success_fills_completion_and_ledger(scripted_llm):
         "tokens_in": 100,
         "tokens_out": 10,
         "cost": c.cost,
+        "reasoning_tokens": 0,
     }
     assert led["per_model"] == {"m": one} and led["per_role"] == {"operator": one}
     assert server.requests[0]["model"] == "m" and server.requests[0]["max_tokens"] == 512

@@ -57,7 +57,17 @@ def test_the_local_provider_leaves_the_url_to_its_server(tmp_path, llama_cpp_fou
         (
             [*NO_KEY, "llm.provider=remote"],
             "llm.provider: unknown provider 'remote' (use one of "
-            "['local', 'openai', 'vllm', 'ollama', 'server'])",
+            "['local', 'server', 'openai', 'vllm', 'ollama', 'llamacpp', 'openrouter', 'anthropic', "
+            "'gemini'])",
+        ),
+        (
+            [*NO_KEY, "llm.reasoning_effort=max"],
+            "llm.reasoning_effort: unknown effort 'max' (use one of "
+            "['none', 'minimal', 'low', 'medium', 'high'])",
+        ),
+        (
+            [*NO_KEY, "llm.extra_body=5"],
+            "llm.extra_body: is not a mapping (write it as llm.extra_body={top_k: 40})",
         ),
         ([*NO_KEY, "llm.models=[]"], "llm.models: is empty (name at least one model, e.g. llm=local)"),
         (

@@ -26,3 +26,24 @@ def test_loopback_requests_built_from_the_kept_one_are_what_openai_builds():
         method="post", url="/chat/completions", json_data={"a": 1}, headers={"x-extra": "1"}
     )
     assert lean._build_request(extra).headers["x-extra"] == "1" and len(lean._kept) == 1  # built by openai
+
+
+def test_an_openai_without_the_private_pieces_takes_the_public_path_on_the_same_wire(
+    scripted_llm, monkeypatch
+):
+    """Where openai lacks what the shortcut uses, qd uses only its public API (``http_client=``,
+    ``post``): the same request reaches the server and the same answer comes back."""
+    from helpers import call, run
+    from scripted_llm import Rule
+
+    from qd.llm import LLMClient, LLMSettings, ModelSpec, loopback
+
+    server = scripted_llm([Rule("", reply="same")])
+    answers = []
+    for options in (loopback._OPTIONS, None):
+        monkeypatch.setattr(loopback, "_OPTIONS", options)
+        llm = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("m"),), seed=3))
+        assert isinstance(llm._transport._client, LoopbackOpenAI) == (options is not None)
+        answers += [c.text for c in run(llm, call())]
+    assert answers == ["same", "same"] and server.requests[0] == server.requests[1]
+    assert loopback.httpx.AsyncClient in openai.DefaultAsyncHttpxClient.__mro__  # the library openai is on

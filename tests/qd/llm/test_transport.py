@@ -98,7 +98,9 @@ def test_each_call_reaches_the_callers_client_and_is_counted_in_the_ledger_and_t
         "stop",
     )
     assert (answer.tokens_in, answer.tokens_out, answer.cost) == (7, 3, 0.25)  # no price: the caller's cost
-    one = dict(calls=1, cached=0, failed=0, retries=0, tokens_in=7, tokens_out=3, cost=0.25)
+    one = dict(
+        calls=1, cached=0, failed=0, retries=0, tokens_in=7, tokens_out=3, cost=0.25, reasoning_tokens=0
+    )
     for ledger in (client.ledger, mine):
         assert ledger.as_dict()["per_role"] == {"judge": one} and ledger.as_dict()["per_model"] == {
             "mine": one
