@@ -26,8 +26,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from qd import extras
+
 FORMATS = ("jsonl", "parquet", "hf")
 EXTENSIONS = {"jsonl": ".jsonl", "parquet": ".parquet", "hf": ""}
+# What each format imports beyond the core: the export extra's packages.
+PACKAGES = {"jsonl": (), "parquet": ("pyarrow",), "hf": ("datasets", "pyarrow")}
 TYPES = (
     "string",
     "int64",
@@ -40,6 +44,11 @@ TYPES = (
     "messages",
 )
 ROW_GROUP = 1000  # parquet rows per row group: what the writer holds in memory
+
+
+def require(fmt: str) -> None:
+    """Raise :class:`~qd.extras.MissingExtra` when ``fmt`` needs the export extra and it is missing."""
+    extras.require("export", f"--format {fmt}", *PACKAGES[fmt])
 
 
 def write(fmt: str, columns: dict[str, str], rows: Iterable[dict[str, Any]], out: Path) -> int:

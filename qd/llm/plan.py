@@ -9,13 +9,13 @@ builds both from the :class:`LLMPlan` and checks nothing again.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 from pathlib import Path
 from typing import NamedTuple
 
 from omegaconf import DictConfig
 
+from qd import extras
 from qd.contract import ConfigError
 from qd.llm.client import LLMSettings, ModelSpec
 
@@ -91,13 +91,7 @@ def plan_llm(cfg: DictConfig) -> LLMPlan:
 
 
 def _check_local_server(llm: DictConfig) -> None:
-    if importlib.util.find_spec("llama_cpp") is None:
-        raise ConfigError(
-            "llm.provider",
-            "local needs llama-cpp-python, which is not installed",
-            'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install "llama-cpp-python[server]", '
-            "or use llm=openai/vllm/ollama",
-        )
+    extras.require("local", "llm=local", "llama_cpp")
     if llm.local.model_path is not None:
         if not Path(llm.local.model_path).is_file():
             raise ConfigError("llm.local.model_path", f"no file {llm.local.model_path}", "give a GGUF file")

@@ -241,9 +241,14 @@ def _gate_settings(cfg: DictConfig) -> dict[str, Any] | None:
     from qd.search.gate import NoveltyGate
 
     try:
-        return NoveltyGate.check_settings(g.threshold, tuple(g.against), g.resample, g.measure)
+        settings = NoveltyGate.check_settings(g.threshold, tuple(g.against), g.resample, g.measure)
     except ConfigError as e:
         raise e.under("gate") from None
+    if settings["measure"] != "bleu":
+        from descriptors.embedding import require_model
+
+        require_model("gate=embedding")
+    return settings
 
 
 def _tiebreak_settings(cfg: DictConfig, text: bool) -> dict[str, Any] | None:
