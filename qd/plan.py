@@ -373,6 +373,8 @@ def _describer(cfg: DictConfig, task: Any) -> Any:
             built.append(make_descriptor(part["kind"], part, cfg.seed, cvt_cells))
         except ConfigError as e:
             raise e.under(f"descriptor.parts[{i}]") from None
+        if built[-1].extra is not None:
+            extras.require(built[-1].extra, f"descriptor={part['kind']}")
     return Combined(built)
 
 
@@ -479,7 +481,7 @@ def _check_runner(cfg: DictConfig, evaluator: str) -> None:
                 f"runner=ray runs sandboxed evaluations; this run's evaluator is {evaluator}",
                 "use runner=local: its evaluations are cheap, or trusted host code",
             )
-        extras.require("ray", "runner=ray", "ray")
+        extras.require("ray", "runner=ray")
 
 
 def _sandbox(cfg: DictConfig) -> Any:

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from qd import extras
 from qd.export.rows import batched, candidates
 from qd.rundir import RunDir
 
@@ -158,10 +159,10 @@ def _read(run: RunDir, ids: list[int], opts: dict) -> tuple[np.ndarray, np.ndarr
     """bool[N]: the elites within ``max_chars``; and f32[M, 384] the embeddings of those M
     (None: one has none cached and ``embed`` is off, or the genomes are vectors).
     Texts are read a batch at a time; with ``embed``, each batch's misses are encoded at once."""
-    from descriptors.embedding import CACHE_KIND, DIM, Encoder, _key, require_model
+    from descriptors.embedding import CACHE_KIND, DIM, Encoder, _key
 
     if opts["embed"]:
-        require_model("--option embed=true")
+        extras.require("embeddings", "--option embed=true")
     limit = opts["max_chars"]
     fits: list[bool] = []
     vectors: list[np.ndarray] | None = []

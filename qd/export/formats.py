@@ -30,8 +30,7 @@ from qd import extras
 
 FORMATS = ("jsonl", "parquet", "hf")
 EXTENSIONS = {"jsonl": ".jsonl", "parquet": ".parquet", "hf": ""}
-# What each format imports beyond the core: the export extra's packages.
-PACKAGES = {"jsonl": (), "parquet": ("pyarrow",), "hf": ("datasets", "pyarrow")}
+NEEDS_EXTRA = ("parquet", "hf")  # the formats written with the export extra's packages
 TYPES = (
     "string",
     "int64",
@@ -48,7 +47,8 @@ ROW_GROUP = 1000  # parquet rows per row group: what the writer holds in memory
 
 def require(fmt: str) -> None:
     """Raise :class:`~qd.extras.MissingExtra` when ``fmt`` needs the export extra and it is missing."""
-    extras.require("export", f"--format {fmt}", *PACKAGES[fmt])
+    if fmt in NEEDS_EXTRA:
+        extras.require("export", f"--format {fmt}")
 
 
 def write(fmt: str, columns: dict[str, str], rows: Iterable[dict[str, Any]], out: Path) -> int:

@@ -91,7 +91,7 @@ def plan_llm(cfg: DictConfig) -> LLMPlan:
 
 
 def _check_local_server(llm: DictConfig) -> None:
-    extras.require("local", "llm=local", "llama_cpp")
+    extras.require("local", "llm=local")
     if llm.local.model_path is not None:
         if not Path(llm.local.model_path).is_file():
             raise ConfigError("llm.local.model_path", f"no file {llm.local.model_path}", "give a GGUF file")

@@ -202,7 +202,7 @@ class EmbeddedServer:
         """Launch the server and wait until ``GET /v1/models`` answers."""
         if self._proc is not None:
             return self
-        if (missing := extras.missing("local", "the embedded llama.cpp server", "llama_cpp")) is not None:
+        if (missing := extras.missing("local", "the embedded llama.cpp server")) is not None:
             raise LLMError(str(missing))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         stale = stop_recorded(self.record_path)

@@ -49,7 +49,7 @@ _FORGET_S = 60.0  # a finished run's call queue is dropped this long after, if t
 
 def need_ray() -> Any:
     """The ``ray`` module; :class:`~qd.extras.MissingExtra` naming the extra when it is missing."""
-    extras.require("ray", "runner=ray", "ray")
+    extras.require("ray", "runner=ray")
     import ray
 
     return ray

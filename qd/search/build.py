@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from qd import extras
 from qd.contract import ConfigError
 from qd.search import select
 from qd.search.cycle import CyclicObjective
@@ -244,10 +245,8 @@ def _gate_settings(cfg: DictConfig) -> dict[str, Any] | None:
         settings = NoveltyGate.check_settings(g.threshold, tuple(g.against), g.resample, g.measure)
     except ConfigError as e:
         raise e.under("gate") from None
-    if settings["measure"] != "bleu":
-        from descriptors.embedding import require_model
-
-        require_model("gate=embedding")
+    if settings["measure"] != "bleu":  # MiniLM embeddings
+        extras.require("embeddings", "gate=embedding")
     return settings
 
 
