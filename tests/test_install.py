@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from helpers import varied_program
+from packaging.version import Version
 from scripted_llm import Rule, ScriptedLLM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,8 +197,10 @@ async def main():
 
 c = asyncio.run(main())
 ledger = client.ledger.as_dict()
-print(json.dumps({"openai": openai.__version__, "text": c.text, "tokens": [c.tokens_in, c.tokens_out],
-                  "calls": ledger["calls"], "failed": ledger["failed_calls"], "retries": ledger["retries"]}))
+print(json.dumps({
+    "openai": openai.__version__, "text": c.text, "tokens": [c.tokens_in, c.tokens_out], "cost": c.cost,
+    "calls": ledger["calls"], "failed": ledger["failed_calls"], "retries": ledger["retries"],
+}))
 """
 
 
@@ -208,8 +211,9 @@ def test_one_call_through_the_client_works_with_openai_at_its_floor(lean_env):
         done = lean_env.run("python", "-c", FLOOR_CALL, server.base_url, timeout=60)
     assert done.returncode == 0, done.stderr[-3000:]
     reply = json.loads(done.stdout.strip().splitlines()[-1])
-    assert reply["openai"] == pin.split("==")[1]
+    assert Version(reply["openai"]) == Version(pin.split("==")[1])
     assert (reply["text"], reply["tokens"]) == ("x" * 40, [100, 10])  # the scripted usage: chars / 4
+    assert reply["cost"] == pytest.approx((100 * 2.0 + 10 * 10.0) / 1e6)  # the ledger prices the call
     assert (reply["calls"], reply["failed"], reply["retries"]) == (1, 0, 0)
 
 
