@@ -116,7 +116,17 @@ def lean_env(tmp_path_factory) -> Env:
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=outside())
     installed = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--prefer-binary", str(wheel), *pins],
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--prefer-binary",
+            "--no-compile",
+            str(wheel),
+            *pins,
+        ],
         capture_output=True,
         text=True,
         env=outside(),
