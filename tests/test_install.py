@@ -215,9 +215,16 @@ print(json.dumps({
 
 
 @pytest.mark.slow
-def test_one_call_through_the_client_works_with_openai_at_its_floor(lean_env):
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1",  # a server on this machine: qd's lean loopback path (qd/llm/loopback.py)
+        "127.0.0.2",  # also this machine, but not a name qd treats as loopback: openai's own HTTP client
+    ],
+)
+def test_one_call_through_the_client_works_with_openai_at_its_floor(lean_env, host):
     (pin,) = [p for p in floor_pins(lean_env.wheel) if p.startswith("openai==")]
-    with ScriptedLLM([Rule("", reply="x" * 40)]) as server:
+    with ScriptedLLM([Rule("", reply="x" * 40)], host=host) as server:
         done = lean_env.run("python", "-c", FLOOR_CALL, server.base_url, timeout=60)
     assert done.returncode == 0, done.stderr[-3000:]
     reply = json.loads(done.stdout.strip().splitlines()[-1])
