@@ -242,6 +242,7 @@ class EmbeddingDescriptor(Descriptor):
             raise ConfigError("cells", f"{cells} is below 1")
         if reference is not None and not any(isinstance(t, str) and t.strip() for t in reference):
             raise ConfigError("reference", "has no text", "give a corpus of texts to fit on (or none)")
+        self.extra = "embeddings" if encoder is None else None  # the MiniLM encoder
         self.projection = projection
         self.reference = (
             None if reference is None else [t for t in reference if isinstance(t, str) and t.strip()]

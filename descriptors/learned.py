@@ -369,6 +369,7 @@ class LearnedDescriptor(Descriptor):
             raise ConfigError(
                 "fit_after", f"must be increasing counts, one per refit_at entry, got {list(self.fit_after)}"
             )
+        self.extra = "embeddings" if features is None else None  # the default features: MiniLM
         self.lower, self.upper = (0.0,) * dims, (1.0,) * dims
         self.judge: Any = (
             judge if isinstance(judge, str) or hasattr(judge, "source") else GroundTruthJudge(judge)

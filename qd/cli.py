@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from qd import extras
+
 USAGE = (
     "usage: qd {show,lineage,stats,compare,plot,explore,export,committee,judge} RUN_DIR ... "
     "(qd COMMAND --help for each)"
@@ -85,6 +87,8 @@ COMMANDS = {
     "committee": "qd.committee:main",
     "judge": "qd.cli:judge",
 }
+# The commands that need the extra of their own name: checked before the command's module is imported.
+EXTRAS = ("plot", "explore")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -96,11 +100,16 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2)
     module, function = COMMANDS[argv[0]].split(":")
     try:
+        if argv[0] in EXTRAS:
+            extras.require(argv[0], f"qd {argv[0]}")
         getattr(importlib.import_module(module), function)(argv[1:])
         sys.stdout.flush()
     except BrokenPipeError:  # `qd stats RUN | head`: the reader had enough, which is no error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's exit flush writes nowhere
         raise SystemExit(141) from None
+    except extras.MissingExtra as e:  # the one line, not a traceback
+        print(f"qd: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

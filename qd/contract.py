@@ -271,6 +271,8 @@ class Descriptor(abc.ABC):
         lower, upper: (D,) bounds of each axis (the archive's grid bounds).
         calls_per_item: LLM calls ``describe`` may make per new item, which the
             LLM budget reserves for each child in flight (default 0).
+        extra: the optional dependency (an extra of ``pyproject.toml``) its work
+            imports, which the plan checks is installed; None (the default): the core.
     """
 
     name: str
@@ -278,6 +280,7 @@ class Descriptor(abc.ABC):
     lower: tuple[float, ...]
     upper: tuple[float, ...]
     calls_per_item: int = 0
+    extra: str | None = None
 
     @abc.abstractmethod
     async def describe(self, items: Sequence[Item]) -> Described:

@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib.util
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from qd import archive
+from qd import archive, extras
 from qd.budget import Budget
 from qd.config import check_ranges, register
 from qd.contract import ConfigError
@@ -411,6 +410,8 @@ def _describer(cfg: DictConfig, task: Any) -> Any:
             built.append(make_descriptor(part["kind"], part, cfg.seed, cvt_cells))
         except ConfigError as e:
             raise e.under(f"descriptor.parts[{i}]") from None
+        if built[-1].extra is not None:
+            extras.require(built[-1].extra, f"descriptor={part['kind']}")
     return Combined(built)
 
 
@@ -517,8 +518,7 @@ def _check_runner(cfg: DictConfig, evaluator: str) -> None:
                 f"runner=ray runs sandboxed evaluations; this run's evaluator is {evaluator}",
                 "use runner=local: its evaluations are cheap, or trusted host code",
             )
-        if importlib.util.find_spec("ray") is None:
-            raise ConfigError("runner", "Ray is not installed", 'install the extra: pip install ".[ray]"')
+        extras.require("ray", "runner=ray")
 
 
 def _sandbox(cfg: DictConfig) -> Any:

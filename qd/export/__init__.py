@@ -70,6 +70,7 @@ def write(
 
     if fmt not in formats.FORMATS:
         raise ValueError(f"format {fmt!r}: unknown; use one of {', '.join(formats.FORMATS)}")
+    formats.require(fmt)
     module = kind_module(kind)
     opts = resolve(module, kind, options or {})
     out = Path(out) if out is not None else default_out(run_dir, kind, fmt)

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from qd import extras
 from qd.export.rows import batched, candidates
 from qd.rundir import RunDir
 
@@ -160,6 +161,8 @@ def _read(run: RunDir, ids: list[int], opts: dict) -> tuple[np.ndarray, np.ndarr
     Texts are read a batch at a time; with ``embed``, each batch's misses are encoded at once."""
     from descriptors.embedding import CACHE_KIND, DIM, Encoder, _key
 
+    if opts["embed"]:
+        extras.require("embeddings", "--option embed=true")
     limit = opts["max_chars"]
     fits: list[bool] = []
     vectors: list[np.ndarray] | None = []

@@ -26,8 +26,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from qd import extras
+
 FORMATS = ("jsonl", "parquet", "hf")
 EXTENSIONS = {"jsonl": ".jsonl", "parquet": ".parquet", "hf": ""}
+NEEDS_EXTRA = ("parquet", "hf")  # the formats written with the export extra's packages
 TYPES = (
     "string",
     "int64",
@@ -40,6 +43,12 @@ TYPES = (
     "messages",
 )
 ROW_GROUP = 1000  # parquet rows per row group: what the writer holds in memory
+
+
+def require(fmt: str) -> None:
+    """Raise :class:`~qd.extras.MissingExtra` when ``fmt`` needs the export extra and it is missing."""
+    if fmt in NEEDS_EXTRA:
+        extras.require("export", f"--format {fmt}")
 
 
 def write(fmt: str, columns: dict[str, str], rows: Iterable[dict[str, Any]], out: Path) -> int:

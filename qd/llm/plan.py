@@ -11,7 +11,6 @@ effort), and models the config gives no price are priced from ``qd.llm.prices``.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any, NamedTuple
 
 from omegaconf import DictConfig, OmegaConf
 
+from qd import extras
 from qd.contract import ConfigError
 from qd.llm.client import LLMSettings, ModelSpec
 from qd.llm.prices import price_of
@@ -148,13 +148,7 @@ def _prices(model: DictConfig) -> tuple[float, float]:
 
 
 def _check_local_server(llm: DictConfig) -> None:
-    if importlib.util.find_spec("llama_cpp") is None:
-        raise ConfigError(
-            "llm.provider",
-            "local needs llama-cpp-python, which is not installed",
-            'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install "llama-cpp-python[server]", '
-            "or use llm=openai/vllm/ollama",
-        )
+    extras.require("local", "llm=local")
     if llm.local.model_path is not None:
         if not Path(llm.local.model_path).is_file():
             raise ConfigError("llm.local.model_path", f"no file {llm.local.model_path}", "give a GGUF file")

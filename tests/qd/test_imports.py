@@ -30,7 +30,17 @@ PLUGINS = ("operators", "descriptors", "genomes")
 PACKAGES = ("qd", *PLUGINS)
 
 LAYERS = (
-    {"qd", "qd.contract", "qd.errors", "qd.paths", "qd.lifeline", "qd.progress", "qd.events", "qd.archive"},
+    {
+        "qd",
+        "qd.contract",
+        "qd.errors",
+        "qd.extras",
+        "qd.paths",
+        "qd.lifeline",
+        "qd.progress",
+        "qd.events",
+        "qd.archive",
+    },
     {"genomes", "operators", "descriptors"},
     {
         "qd.database",

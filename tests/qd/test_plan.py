@@ -286,5 +286,5 @@ def test_runner_ray_without_ray_names_the_extra(monkeypatch, capsys, no_run):
         qd.run.main(["experiment=function_fit", "runner=ray"])
     assert exit_.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        'qd-run: error: runner: Ray is not installed (install the extra: pip install ".[ray]")'
+        'qd-run: error: runner=ray needs the ray extra: pip install "qd-engine[ray]"'
     ]
