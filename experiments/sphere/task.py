@@ -24,10 +24,7 @@ class SphereTask:
     function: str = "sphere"
     kind: str = "vector"
     descriptor_dim: int = 2
-    descriptor_names: ClassVar[tuple[str, ...]] = (
-        "sum of the first half",
-        "sum of the second half",
-    )
+    descriptor_names: ClassVar[tuple[str, ...]] = ("first-half sum", "second-half sum")
 
     def __post_init__(self) -> None:
         if self.function not in ("sphere", "rastrigin"):
