@@ -9,7 +9,6 @@ important first, so a narrow terminal shows fewer fields and never a word cut in
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import time
 
@@ -45,9 +44,8 @@ class Gauge:
     def count(self) -> str:
         """``12/20 LLM calls``, ``$0.12/$1.00``, ``1:05/5:00`` (or the count alone without a limit)."""
         show = {"cost": lambda v: f"${v:.4g}", "seconds": clock}.get(self.unit, lambda v: f"{int(v)}")
-        if self.unit in ("cost", "seconds"):
-            return show(self.done) + ("" if self.total is None else f"/{show(self.total)}")
-        return show(self.done) + ("" if self.total is None else f"/{show(self.total)}") + f" {self.unit}"
+        text = show(self.done) + ("" if self.total is None else f"/{show(self.total)}")
+        return text if self.unit in ("cost", "seconds") else f"{text} {self.unit}"  # $ and m:ss say it
 
 
 def binding(gauges: list[Gauge]) -> Gauge:
@@ -141,8 +139,3 @@ class RunProgress:
             self._live.stop()
         if self.enabled:
             print(status.line, file=sys.stderr, flush=True)
-
-
-def fraction_text(value: float) -> str:
-    """A share as a person reads it: ``12.5%`` (``-`` when unknown)."""
-    return "-" if not math.isfinite(value) else f"{100 * value:.3g}%"
