@@ -203,6 +203,10 @@ class AIFeedbackDescriptor(Descriptor):
         self._span: tuple[np.ndarray, np.ndarray] | None = None  # minmax: per-axis low, high
         self._edges: list[np.ndarray] | None = None  # quantile: per axis, axis.bins + 1 increasing scores
 
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.axes)
+
     def attach(self, ports: Ports | None, llm: ChatClient | None = None) -> None:
         """Cache answers in the run's cache; judge with the run's client ``llm`` unless one was given."""
         self._cache = None if ports is None else ports.cache

@@ -84,6 +84,10 @@ class Combined(Descriptor):
         self.lower = tuple(x for p in self.parts for x in p.lower)
         self.upper = tuple(x for p in self.parts for x in p.upper)
 
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        return tuple(n for p in self.parts for n in p.axis_names)
+
     def attach(self, ports: Ports | None, llm: ChatClient | None = None) -> None:
         for p in self.parts:
             p.attach(ports, llm)

@@ -56,6 +56,19 @@ METRICS = (
     "imports",
     "constants",
 )
+# What each metric measures, as an axis label (``qd plot``, ``qd explore``, ``qd show``).
+AXIS_NAMES = {
+    "lines": "lines",
+    "tokens": "tokens",
+    "nodes": "AST nodes",
+    "cyclomatic": "cyclomatic complexity",
+    "nesting": "nesting depth",
+    "functions": "functions",
+    "loops": "loops",
+    "calls": "calls",
+    "imports": "imports",
+    "constants": "numeric constants",
+}
 
 
 def code_metrics(source: str) -> dict[str, int] | None:
@@ -135,6 +148,10 @@ class CodeMetricsDescriptor(Descriptor):
         self.metrics = tuple(metrics)
         self.dim = len(self.metrics)
         self.lower, self.upper = tuple(map(float, lower)), tuple(map(float, upper))
+
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        return tuple(AXIS_NAMES[m] for m in self.metrics)
 
     async def describe(self, items: Sequence[Item]) -> Described:
         values = np.full((len(items), self.dim), np.nan, np.float32)

@@ -139,7 +139,8 @@ def _save_geometry(run_dir: Path, task: Any, spec: Any, ops: list[Any], settings
 
     text = task.kind != "vector"
     kinds = [op[0].genome.name for op in ops if isinstance(op, tuple) and hasattr(op[0], "genome")]
-    create_of_spec(spec, settings.islands, (kinds[0] if kinds else "text") if text else None, run_dir)
+    genome = (kinds[0] if kinds else "text") if text else None
+    create_of_spec(spec, settings.islands, genome, run_dir, task)
 
 
 def _client(llm: Any, run_dir: Path) -> Any:

@@ -203,7 +203,7 @@ def assemble(
     )
     state = _replayed(store, placement.spec(state), state)
     cells = archive.has_cells(spec)
-    report = Report(s.islands, s.qd_offset, s.islands > 1 and cells, llm, describer, cells=cells)
+    report = Report(s.islands, s.qd_offset, s.islands > 1 and cells, llm, describer, cells, budget)
     elites = EliteTable.from_store(state.archive, store, None if text else task.genome_dim)
     report.refresh(state.archive)
     return Parts(

@@ -295,6 +295,13 @@ class Descriptor(abc.ABC):
         archive's configured one."""
         return None
 
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        """A name per axis, saved with the run (``archive.json``) for ``qd plot``, ``qd explore``
+        and ``qd show`` to label the axes with; ``name0``, ``name1``, ... unless a kind that
+        measures something nameable (a code metric, a judged quality) says what."""
+        return tuple(f"{self.name}{j}" for j in range(self.dim))
+
 
 class Evaluator(abc.ABC):
     """Scores a batch of genomes: ``await evaluator(genomes) -> qd.task.Evaluation``.

@@ -113,7 +113,7 @@ class Engine:
                 pass  # not the main thread: the caller handles signals
         self._started = time.monotonic() - self.state.counters.elapsed
         self.report.start_session(self.evaluations)
-        self._progress = RunProgress(self.spending.budget.max_evaluations, self.settings.progress)
+        self._progress = RunProgress(self.settings.progress)
         pending: collections.deque[list[tuple[asyncio.Future, Ticket]]] = collections.deque()  # waves
         try:
             if self.placement.rotation_due(self.state):
@@ -141,7 +141,7 @@ class Engine:
                 await self.llm.aclose()
             self._checkpoint()
             summary = self.summary()
-            self._progress.close(self.report.status_line(self.evaluations, "done"))
+            self._progress.close(self.report.status(self.evaluations, self._elapsed(), "done"))
         return summary
 
     def _refill(self, pending: collections.deque) -> bool:
@@ -206,7 +206,7 @@ class Engine:
         rate = {"evals_per_s": round(self.report.rate(self.evaluations), 2)}
         events = self.events.write("commit", lines, {**self.summary(wave=True), **rate})
         if self.settings.progress:
-            self._progress.update(self.evaluations, self.report.status_line(self.evaluations))
+            self._progress.update(self.report.status(self.evaluations, self._elapsed()))
         await self._upkeep(batches)
         for event in events if self.parts.on_commit is not None else ():
             self.parts.on_commit(event)

@@ -1,15 +1,27 @@
-"""What a run reports: the summary (returned by ``Engine.run``, printed by ``qd-run``,
-the body of each ``commit`` event) and the progress line."""
+"""What a run reports: the summary (returned by ``Engine.run``, the body of each ``commit`` event,
+printed by ``qd-run --json``), the progress (``qd.progress``) and the lines a run ends with."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
 from qd import archive
+from qd.budget import Budget
+from qd.progress import Gauge, Status, binding, clock, eta
+
+# a budget's unit (``qd.progress.Gauge``) -> its limit in ``qd.budget.Budget`` and ``runner.*``
+LIMITS = {
+    "evaluations": "max_evaluations",
+    "LLM calls": "max_llm_calls",
+    "tokens": "max_tokens",
+    "cost": "max_cost",
+    "seconds": "max_seconds",
+}
 
 
 class Report:
@@ -29,6 +41,7 @@ class Report:
         describer: the run's describer, or None.
         cells: a cell archive (grid, CVT), whose inserts add up: each winner takes one
             cell and moves no other; otherwise every insert reads the archive again.
+        budget: the run's limits, which the progress counts against.
     """
 
     def __init__(
@@ -39,10 +52,11 @@ class Report:
         llm: Any = None,
         describer: Any = None,
         cells: bool = False,
+        budget: Budget = Budget(),
     ):
         self.islands, self.qd_offset, self.llm, self.describer = islands, qd_offset, llm, describer
-        self.union, self.add_up = union, cells
-        self.session_start, self.session_evals = time.monotonic(), 0
+        self.union, self.add_up, self.budget = union, cells, budget
+        self.start_session(0)
 
     def refresh(self, state: archive.ArchiveState) -> None:
         """Reads the whole archive: the host copy and every sum from scratch."""
@@ -104,7 +118,9 @@ class Report:
             )
 
     def start_session(self, evaluations: int) -> None:
+        """This session starts (a resume starts another): its pace is counted from here."""
         self.session_start, self.session_evals = time.monotonic(), evaluations
+        self._session_spent = self._spent(evaluations, 0.0)
 
     def rate(self, evaluations: int) -> float:
         spent = time.monotonic() - self.session_start
@@ -136,6 +152,44 @@ class Report:
         if stop_reason:
             out["stop_reason"] = stop_reason
         return out
+
+    def _spent(self, evaluations: int, elapsed: float) -> dict[str, float]:
+        """What each budget counts, by its unit: evaluations, seconds and, with a model, the
+        client's live ledger (calls, tokens, cost; a resumed run's stored calls included)."""
+        out = {"evaluations": float(evaluations), "seconds": elapsed}
+        if self.llm is not None:
+            t = self.llm.ledger.total()
+            out.update({"LLM calls": t.calls, "tokens": t.tokens_in + t.tokens_out, "cost": t.cost})
+        return out
+
+    def gauges(self, evaluations: int, elapsed: float) -> list[Gauge]:
+        """Every budget counted, evaluations first, each with its ETA at this session's pace."""
+        session, out = time.monotonic() - self.session_start, []
+        for unit, done in self._spent(evaluations, elapsed).items():
+            total = getattr(self.budget, LIMITS[unit])
+            if unit == "seconds":
+                left = None if total is None else max(0.0, total - done)
+                out.append(Gauge(unit, done, total, left))
+            else:
+                out.append(Gauge(unit, done, total, eta(done, total, self._session_spent[unit], session)))
+        return out
+
+    def status(self, evaluations: int, elapsed: float, prefix: str = "") -> Status:
+        """The progress after a commit: the budget that binds, then best so far, coverage, QD
+        score, pace and the model's calls and cost, in that order of importance."""
+        g, gauge = self.stats, binding(self.gauges(evaluations, elapsed))
+        best = float(g.max_fitness[-1])
+        fields = [
+            f"best {best + 0.0:.4g}" if np.isfinite(best) else "no elite yet",  # + 0.0: -0 reads 0
+            f"coverage {100 * float(g.coverage[-1]):.3g}%",
+            f"QD score {float(g.qd_score[-1]):.4g}",
+            f"{self.rate(evaluations):.3g} evals/s",
+        ]
+        if self.llm is not None:
+            t = self.llm.ledger.total()
+            calls = [] if gauge.unit == "LLM calls" else [f"{t.calls} LLM calls"]
+            fields += [*calls, *([f"{t.failed} failed"] if t.failed else []), f"${t.cost:.4g}"]
+        return Status(gauge, tuple(fields), self.status_line(evaluations, prefix))
 
     def status_line(self, evaluations: int, prefix: str = "") -> str:
         g = self.stats
@@ -198,3 +252,57 @@ def commit_lines(
             }
         )
     return lines
+
+
+def closing_lines(summary: dict[str, Any], run_dir: Path, budget: Budget, valid: int | None) -> list[str]:
+    """The end of a run as a person reads it, one aligned ``name  value`` line each: what it
+    evaluated (``valid`` of them valid; None: the store keeps only elites), what the archive
+    holds, what the model cost, why and when it stopped, and where its files are. The whole
+    summary stays in ``events.jsonl`` and in ``qd-run --json``'s line."""
+    g = summary["global"]
+    rows = [
+        ("evaluations", f"{summary['evaluations']}" + ("" if valid is None else f" ({valid} valid)")),
+        ("coverage", f"{100 * g['coverage']:.3g}% ({int(g['num_elites'])} elites)"),
+        ("QD score", f"{g['qd_score']:.6g}"),
+    ]
+    if "union" in summary:  # islands merged cell by cell: what the run found
+        u = summary["union"]
+        rows.append(("islands merged", f"coverage {100 * u['coverage']:.3g}%, QD score {u['qd_score']:.6g}"))
+    if "descriptor" in summary:
+        d = summary["descriptor"]
+        rows.append(("descriptor", f"{d['name']} ({d['dim']} axes, {d['fits']} fits)"))
+    if "llm" in summary:
+        m = summary["llm"]
+        tokens = f"{m['tokens_in'] + m['tokens_out']:,} ({m['tokens_in']:,} in, {m['tokens_out']:,} out)"
+        rows += [
+            ("LLM calls", f"{m['calls']} ({m['failed_calls']} failed, {m['cached_calls']} cached)"),
+            ("tokens", tokens),
+            ("cost", f"${m['cost']:.4g}"),
+        ]
+    rows += [
+        ("stopped", stopped(summary, budget)),
+        ("elapsed", clock(summary["elapsed_s"])),
+        ("run dir", str(run_dir)),
+    ]
+    width = max(len(name) for name, _ in rows) + 2
+    return [f"{name:<{width}}{value}" for name, value in rows]
+
+
+def stopped(summary: dict[str, Any], budget: Budget) -> str:
+    """Why a run ended: the reason it stopped on (a failure, or a stop rule met), else the first
+    budget it reached, else a stop asked for (Ctrl-C, SIGTERM)."""
+    if summary.get("stop_reason") or summary.get("stop"):
+        return summary.get("stop_reason") or summary["stop"]
+    llm = summary.get("llm", {})
+    spent = {
+        "max_evaluations": summary["evaluations"],
+        "max_llm_calls": llm.get("calls", 0),
+        "max_tokens": llm.get("tokens_in", 0) + llm.get("tokens_out", 0),
+        "max_cost": llm.get("cost", 0.0),
+        "max_seconds": summary["elapsed_s"],
+    }
+    for limit, value in spent.items():
+        total = getattr(budget, limit)
+        if total is not None and value >= total:
+            return f"runner.{limit}={total:g} reached"
+    return "asked to stop"

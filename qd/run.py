@@ -1,8 +1,14 @@
-"""``qd-run``: the hydra entry point (single runs, ``-m`` sweeps, ``resume=RUN_DIR``), and building a run.
+"""``qd-run``: the hydra entry point (single runs, ``-m`` sweeps, ``resume=RUN_DIR``, ``--json``), and
+building a run.
 
 A config is validated once into a ``qd.plan.Plan`` (``main`` plans the first job
 up front and that job reuses the plan; a resume plans once); ``build_engine``
 turns a plan into the run's objects without checking anything again.
+
+A run ends with a few aligned lines (evaluations, coverage, QD score, the model's calls and
+cost, why it stopped, where its files are) and its best elite; ``qd-run --json ...`` prints the
+summary as one JSON line on stdout instead (one per job of a sweep), for scripts. The progress
+goes to stderr either way, and every commit's summary is in the run's ``events.jsonl``.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from qd.errors import CheckpointError
 from qd.evaluator import HostRunner, InProcessEvaluator, PoolEvaluator, StagedEvaluator
 from qd.paths import conf_dir
 from qd.plan import Plan, as_saved, compose, plan
+from qd.report import closing_lines
 from qd.rundir import layout, write_results, written_best
 from qd.search.build import build_arms, build_strategy
 
@@ -156,30 +163,22 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
     return engine
 
 
-def run_in(p: Plan, run_dir: Path) -> dict[str, Any]:
-    """Runs (or continues) the planned experiment in ``run_dir`` and prints its summary."""
+def run_in(p: Plan, run_dir: Path, as_json: bool = False) -> dict[str, Any]:
+    """Runs (or continues) the planned experiment in ``run_dir`` and prints how it ended: a few
+    aligned lines and the best elite, or with ``as_json`` (``qd-run --json``) the summary as one
+    JSON line, with the run's directory, loop and store."""
     engine = build_engine(p, run_dir)
     try:
         summary = engine.run()
     finally:
         engine.close()
-    print_best(written_best(run_dir), run_dir)
-    print(f"run_dir={run_dir}")
-    print(f"loop={p.loop} store={p.store}")
-    print("summary=" + json.dumps(summary["global"]))
-    if "union" in summary:  # islands merged cell by cell: what the run found
-        print("union=" + json.dumps(summary["union"]))
-    if "descriptor" in summary:
-        d, cells = summary["descriptor"], int(summary["global"]["num_elites"])
-        per_100 = 100.0 * cells / max(summary["evaluations"], 1)
-        print(
-            f"descriptor={d['name']} dim={d['dim']} fits={d['fits']} "
-            f"cells={cells} evaluations={summary['evaluations']} cells_per_100_evals={per_100:.1f}"
-        )
-    if "llm" in summary:
-        print("llm=" + json.dumps({k: v for k, v in summary["llm"].items() if k != "per_model"}))
-    if summary.get("stop"):  # a stop rule met (runner.target_fitness, runner.patience)
-        print(f"stop: {summary['stop']}")
+    if as_json:
+        print(json.dumps({"run_dir": str(run_dir), "loop": p.loop, "store": p.store, **summary}))
+    else:
+        with rundir.RunDir(run_dir) as run:
+            valid = run.store.count(valid=True) if run.store.keeps_every_candidate() else None
+        print("\n".join(closing_lines(summary, run_dir, p.budget, valid)))
+        print_best(written_best(run_dir), run_dir)
     if summary.get("stop_reason"):
         print(f"qd-run: stopped: {summary['stop_reason']}", file=sys.stderr)
         raise SystemExit(1)
@@ -211,7 +210,7 @@ def print_best(best: dict[str, Any] | None, run_dir: Path) -> None:
 _validated: tuple[DictConfig, Plan] | None = None  # main()'s plan of the first job, until that job takes it
 
 
-def _hydra_task(cfg: DictConfig) -> None:
+def _hydra_task(cfg: DictConfig, as_json: bool = False) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     # Hydra logs at INFO; JAX's backend probing (no TPU here) and a line per HTTP
@@ -225,6 +224,7 @@ def _hydra_task(cfg: DictConfig) -> None:
     run_in(
         checked[1] if checked is not None and checked[0] == cfg else plan(cfg),
         Path(HydraConfig.get().runtime.output_dir),
+        as_json,
     )
 
 
@@ -283,7 +283,7 @@ def _first_of_sweeps(overrides: list[str]) -> list[str]:
     return out
 
 
-def _resume(run_dir: Path, overrides: list[str], config_dirs: list[str]) -> None:
+def _resume(run_dir: Path, overrides: list[str], config_dirs: list[str], as_json: bool = False) -> None:
     """Continues the run in ``run_dir`` with its saved config; ``overrides`` (the command that
     started it, say) may give it new budgets, and must agree with it on everything else."""
     saved = run_dir / layout.CONFIG
@@ -294,12 +294,12 @@ def _resume(run_dir: Path, overrides: list[str], config_dirs: list[str]) -> None
     for key, value in (_new_budgets(cfg, given, config_dirs) if given else {}).items():
         OmegaConf.update(cfg, key, value)
     cfg.resume = str(run_dir)
-    run_in(plan(cfg), run_dir)
+    run_in(plan(cfg), run_dir, as_json)
 
 
 # What a resumed run may be given anew: its budgets and stop rules ("... with a larger budget").
 # Any other setting that differs from the run's would make it another run.
-_RENEWABLE = re.compile(r"runner\.(max_\w+|target_fitness|patience)")
+_RENEWABLE = re.compile(r"runner\.(max_\w+|target_fitness|patience|guard_after)")
 
 
 def _new_budgets(saved: DictConfig, overrides: list[str], config_dirs: list[str]) -> dict[str, Any]:
@@ -342,6 +342,7 @@ def _leaves(node: Any, key: str = "") -> dict[str, Any]:
     }
 
 
+JSON_FLAG = "--json"  # end each run with its summary as one JSON line on stdout, not the readable lines
 _VALUED_FLAGS = (
     "--config-path",
     "-cp",
@@ -376,6 +377,8 @@ def _overrides_and_config_dirs(argv: list[str]) -> tuple[list[str], list[str]]:
 def main(argv: list[str] | None = None) -> None:
     global _validated
     argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = JSON_FLAG in argv  # qd-run's own flag: hydra never sees it
+    argv = [a for a in argv if a != JSON_FLAG]
     plain, config_dirs = _overrides_and_config_dirs(argv)
     info_only = any(
         a in ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i") or a.startswith("--cfg")
@@ -384,7 +387,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         resume = [a.split("=", 1)[1] for a in plain if a.startswith("resume=")]
         if resume and resume[0] not in ("", "null"):
-            _resume(Path(resume[0]), plain, config_dirs)
+            _resume(Path(resume[0]), plain, config_dirs, as_json)
             return
         if not info_only:  # sweeps: the first job's config, up front
             cfg = compose(_first_of_sweeps(plain), config_dirs)  # hydra.main gets --config-dir as given
@@ -400,7 +403,11 @@ def main(argv: list[str] | None = None) -> None:
     import hydra
 
     sys.argv = [sys.argv[0], *argv]
-    hydra.main(config_path=str(conf_dir()), config_name="config", version_base=None)(_hydra_task)()
+
+    def job(cfg: DictConfig) -> None:
+        _hydra_task(cfg, as_json)
+
+    hydra.main(config_path=str(conf_dir()), config_name="config", version_base=None)(job)()
 
 
 if __name__ == "__main__":

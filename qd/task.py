@@ -54,6 +54,7 @@ class Task(Protocol):
     kind: str  # "vector"
     descriptor_dim: int
     genome_dim: int  # length of a vector genome
+    # Optional: ``descriptor_names``, what each descriptor axis measures (``qd.task.descriptor_names``).
 
     def initial(self, rng: np.random.Generator, n: int) -> Any:
         """n starting genomes, f32[n, dim]."""
@@ -67,6 +68,14 @@ class Task(Protocol):
     # f32[B, D], valid bool[B])``, the same evaluation as a pure, traceable JAX
     # function. A task that has it can run on the device loop (``runner.loop``:
     # select, vary, evaluate and insert fused in one jitted step; see qd.device).
+
+
+def descriptor_names(task: Any, dim: int) -> tuple[str, ...]:
+    """A name per descriptor axis: the task's ``descriptor_names`` when it names each of its
+    ``dim`` axes, else ``d0, d1, ...``. Saved with the run, they label the axes of ``qd plot``,
+    ``qd explore`` and ``qd show``."""
+    names = tuple(getattr(task, "descriptor_names", None) or ())
+    return names if len(names) == dim else tuple(f"d{j}" for j in range(dim))
 
 
 def has_device_evaluation(task: Any) -> bool:
@@ -109,6 +118,7 @@ class TextTask(Protocol):
 
     kind: str  # "text"
     descriptor_dim: int
+    # Optional: ``descriptor_names``, what each descriptor axis measures (``qd.task.descriptor_names``).
     description: str  # what the LLM is told; must not leak hidden targets
     language: str  # "python"
     sandbox_entry: str  # "path/to/file.py:function"

@@ -24,11 +24,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from descriptors.code_metrics import code_metrics
+from descriptors.code_metrics import AXIS_NAMES, code_metrics
 from qd.reasoning.task import ReasoningTask
 from qd.task import Scored, Stage, load_module
 
@@ -38,6 +38,7 @@ seeds = load_module(_HERE / "seeds.py", "experiments_agent_design_seeds")
 
 @dataclasses.dataclass
 class AgentDesignTask(ReasoningTask):
+    descriptor_names: ClassVar[tuple[str, ...]] = ("model calls per problem", AXIS_NAMES["nodes"])
     item_seconds: float = 120.0
     genome: str = "agent"
 

@@ -22,7 +22,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -54,6 +54,7 @@ FOUNDER = (
 
 @dataclasses.dataclass
 class AgentTeamTask(ReasoningTask):
+    descriptor_names: ClassVar[tuple[str, ...]] = ("team size", "role diversity")
     solver_max_tokens: int = 96
     model_names: Any = ()  # the run's models (``llm.models``: names or {name: ...}); a role may name one
     genome: str = "team"

@@ -8,6 +8,7 @@ fitness is minus the variance of the joint angles (smooth arms are preferred).
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 
@@ -20,6 +21,7 @@ class ArmTask:
     dof: int = 12
     kind: str = "vector"
     descriptor_dim: int = 2
+    descriptor_names: ClassVar[tuple[str, ...]] = ("end effector x", "end effector y")
 
     def __post_init__(self) -> None:
         if self.dof < 1:

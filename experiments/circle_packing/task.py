@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -72,6 +72,7 @@ class CirclePackingTask:
     kind: str = "text"
     language: str = "python"
     descriptor_dim: int = 2
+    descriptor_names: ClassVar[tuple[str, ...]] = ("radius std", "boundary fraction")
 
     def __post_init__(self) -> None:
         self.description = (

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -37,6 +37,7 @@ class CreativeWritingTask:
     genome: str = "text"
     models: bool = True  # the quality judge is the run's model
     descriptor_dim: int = 2
+    descriptor_names: ClassVar[tuple[str, ...]] = ("lines", "characters")
 
     def __post_init__(self) -> None:
         if self.max_chars < 40:

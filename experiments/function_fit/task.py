@@ -14,11 +14,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from descriptors.code_metrics import code_metrics
+from descriptors.code_metrics import AXIS_NAMES, code_metrics
 from qd.contract import ConfigError
 from qd.task import Scored, Stage
 
@@ -49,6 +49,7 @@ class FunctionFitTask:
     kind: str = "text"
     language: str = "python"
     descriptor_dim: int = 2
+    descriptor_names: ClassVar[tuple[str, ...]] = (AXIS_NAMES["nodes"], AXIS_NAMES["constants"])
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from descriptors.code_metrics import METRICS, code_metrics
+from descriptors.code_metrics import AXIS_NAMES, METRICS, code_metrics
 from qd.contract import ConfigError
 from qd.task import Scored, Stage
 
@@ -85,6 +85,8 @@ class OpenEvolveTask:
                 f"e.g. [nodes, constants] (code metrics: {', '.join(METRICS)}) or your evaluator's keys",
             )
         self.descriptor_dim = len(self.descriptors)
+        # what each axis measures: a code metric's, or the evaluator's key as it is
+        self.descriptor_names = tuple(AXIS_NAMES.get(d, d) for d in self.descriptors)
         self.sandbox_entry = f"{_HERE / 'entry.py'}:run"
         self.stages = [
             Stage(

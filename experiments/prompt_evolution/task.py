@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -34,6 +34,7 @@ seeds = load_module(_HERE / "seeds.py", "experiments_prompt_evolution_seeds")
 
 @dataclasses.dataclass
 class PromptEvolutionTask(ReasoningTask):
+    descriptor_names: ClassVar[tuple[str, ...]] = ("prompt words", "answer characters (mean)")
     search_items: int = 8
     solver_max_tokens: int = 160
     genome: str = "prompt"

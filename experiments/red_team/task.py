@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -50,6 +50,7 @@ class RedTeamTask:
     genome: str = "prompt"
     models: bool = True  # the evaluation calls the run's model (the target)
     descriptor_dim: int = 2
+    descriptor_names: ClassVar[tuple[str, ...]] = ("technique", "rule targeted")
 
     def __post_init__(self) -> None:
         if not 1 <= self.variants <= len(target.SECRETS):

@@ -10,6 +10,7 @@ the fitness is the mean skill and the descriptors are skills a and b.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 
@@ -25,6 +26,7 @@ class SkillsTask:
     seed: int = 0
     kind: str = "vector"
     descriptor_dim: int = 2
+    descriptor_names: ClassVar[tuple[str, ...]] = ("skill a", "skill b")
 
     def __post_init__(self) -> None:
         if self.dim < 1:

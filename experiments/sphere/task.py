@@ -8,6 +8,7 @@ first and second half of the (clipped) coordinates.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 
@@ -23,6 +24,7 @@ class SphereTask:
     function: str = "sphere"
     kind: str = "vector"
     descriptor_dim: int = 2
+    descriptor_names: ClassVar[tuple[str, ...]] = ("first-half sum", "second-half sum")
 
     def __post_init__(self) -> None:
         if self.function not in ("sphere", "rastrigin"):

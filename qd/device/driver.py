@@ -33,7 +33,7 @@ import numpy as np
 from qd.device.record import LOOP, DeviceRecord, HostState
 from qd.device.step import Candidates, DeviceLoop, DeviceOperator, DeviceState, Migration, device_loop
 from qd.events import EventLog
-from qd.progress import RunProgress
+from qd.progress import RunProgress, Status
 from qd.report import Report
 from qd.rundir import layout
 
@@ -73,7 +73,7 @@ class DeviceEngine:
         self.budget, self.seed = budget, seed
         self.on_commit, self._progress_enabled = on_commit, progress
         self.events = EventLog(Path(run_dir) / layout.EVENTS)
-        self.report = Report(islands, qd_offset, union=islands > 1)
+        self.report = Report(islands, qd_offset, union=islands > 1, budget=budget)
         self.stop_reason: str | None = None
         self._stop, self._closers, self._elapsed0 = False, [], 0.0
         self._started = time.monotonic()
@@ -123,7 +123,7 @@ class DeviceEngine:
                 pass  # not the main thread: the caller handles signals
         self._elapsed0, self._started = self._elapsed(), time.monotonic()
         self.report.start_session(self.evaluations)
-        progress = RunProgress(self.budget.max_evaluations, self._progress_enabled)
+        progress = RunProgress(self._progress_enabled)
         limit = NO_LIMIT if self.budget.max_evaluations is None else self.budget.max_evaluations
         writing = None
         try:
@@ -151,7 +151,7 @@ class DeviceEngine:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             summary = self.summary()
-            progress.close(self.report.status_line(self.evaluations, "done"))
+            progress.close(self.report.status(self.evaluations, self._elapsed(), "done"))
         return summary
 
     def _out_of_time(self) -> bool:
@@ -167,9 +167,9 @@ class DeviceEngine:
 
     def _write(
         self, snap: HostState, generations: int, added: int, candidates: Candidates | None
-    ) -> tuple[dict, str]:
+    ) -> tuple[dict, Status]:
         """Store rows, then the checkpoint, then the event (the module doc says why in this
-        order); returns the event and the progress line (the report is the writer's)."""
+        order); returns the event and the progress status (the report is the writer's)."""
         self.record.add_rows(snap.state, candidates)
         self.record.save(snap)
         self.report.refresh(snap.state.archive)
@@ -184,11 +184,11 @@ class DeviceEngine:
                 "evals_per_s": round(self.report.rate(evaluations), 3),
             },
         )
-        return event, self.report.status_line(evaluations)
+        return event, self.report.status(evaluations, snap.elapsed)
 
-    def _written(self, written: tuple[dict, str], progress: RunProgress) -> None:
-        event, line = written
-        progress.update(event["evaluations"], line)
+    def _written(self, written: tuple[dict, Status], progress: RunProgress) -> None:
+        event, status = written
+        progress.update(status)
         if self.on_commit is not None:
             self.on_commit(event)
 

@@ -18,6 +18,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from qd.rundir.layout import CENTROIDS, CONFIG, Geometry, spec_of
+from qd.task import descriptor_names
 
 
 def create(p: Any, run_dir: Path) -> Any:
@@ -35,11 +36,13 @@ def create(p: Any, run_dir: Path) -> Any:
     return spec_of(g, centroids)
 
 
-def create_of_spec(spec: Any, islands: int, genome: str | None, run_dir: Path) -> None:
+def create_of_spec(spec: Any, islands: int, genome: str | None, run_dir: Path, task: Any) -> None:
     """Writes the founding files of a run built from Python objects (``qd.build`` with parts,
-    no config): its geometry, and a CVT's centroids, all read off ``spec``."""
+    no config): its geometry, and a CVT's centroids, all read off ``spec`` (the axes' names off
+    ``task``)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    Geometry.of_spec(spec, islands, genome).save(run_dir)
+    axes = descriptor_names(task, int(spec.descriptor_dim))
+    Geometry.of_spec(spec, islands, genome, axes).save(run_dir)
     if spec.kind == "cvt":
         np.save(run_dir / CENTROIDS, np.asarray(spec.centroids, np.float32))
 
@@ -96,19 +99,12 @@ def geometry_of(p: Any, centroids: np.ndarray | None) -> Geometry:
 
 
 def axis_names(p: Any) -> tuple[str, ...]:
-    """A name per descriptor axis: the task's ``descriptor_names``, a describer's part axes,
-    else ``d0, d1, ...``."""
-    names = getattr(p.task, "descriptor_names", None)
-    if p.describer is not None:
-        names = []
-        for part in getattr(p.describer, "parts", [p.describer]):
-            axes = getattr(part, "axes", None)
-            label = getattr(part, "name", type(part).__name__)
-            names += (
-                [getattr(a, "name", str(a)) for a in axes]
-                if axes
-                else [f"{label}{j}" for j in range(part.dim)]
-            )
-    names = list(names or [])
+    """A name per descriptor axis: the describer's (``Descriptor.axis_names``), else the task's
+    (``qd.task.descriptor_names``). Under cyclic objectives the axes change with each phase,
+    which one saved geometry cannot say: they stay ``d0, d1, ...``, as for a task that names none."""
     dim = p.geometry.dim
-    return tuple(names) if len(names) == dim else tuple(f"d{j}" for j in range(dim))
+    if p.strategy.cycle is not None:
+        return descriptor_names(None, dim)
+    if p.describer is not None and len(p.describer.axis_names) == dim:
+        return tuple(p.describer.axis_names)
+    return descriptor_names(p.task, dim)

@@ -68,9 +68,10 @@ class Geometry:
     loop: str = "host"
 
     @classmethod
-    def of_spec(cls, spec: Any, islands: int, genome: str | None) -> Geometry:
-        """The geometry of a run built from Python objects (``qd.build`` with parts): all of it is
-        in the spec (a CVT's centroids are saved beside it, as ``centroids.npy``)."""
+    def of_spec(cls, spec: Any, islands: int, genome: str | None, axes: tuple[str, ...]) -> Geometry:
+        """The geometry of a run built from Python objects (``qd.build`` with parts): all of it but
+        the ``axes``' names is in the spec (a CVT's centroids are saved beside it, as
+        ``centroids.npy``)."""
         from qd import archive
 
         dim, kind = int(spec.descriptor_dim), spec.kind
@@ -90,7 +91,7 @@ class Geometry:
             bins=bins,
             lower=tuple(map(float, lower)),
             upper=tuple(map(float, upper)),
-            axes=tuple(f"d{i}" for i in range(dim)),
+            axes=tuple(axes),
             thresholds=archive.thresholds(spec),
             novelty=novelty,
             genome=genome,

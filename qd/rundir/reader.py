@@ -48,7 +48,7 @@ class RunDir:
         if not is_run(self.path):
             raise RunDirError(
                 f"{self.path}: no {STORE if described(self.path) else CONFIG}; pass a run directory made by "
-                "qd-run or qd.build (its path is printed as run_dir=... at the end of a run)"
+                "qd-run or qd.build (its path is printed as `run dir` at the end of a run)"
             )
         self.store = Store(self.path / STORE, readonly=True)
         self._geometry: Geometry | None = None

@@ -67,6 +67,7 @@ def test_logprob_expectation_per_axis(scripted_llm):
         ]
     )
     d = AIFeedbackDescriptor([TONE, LENGTH], client_for(server.base_url))
+    assert d.axis_names == ("tone", "length")  # what archive.json labels the axes with
     assert isinstance(d, Descriptor) and (d.name, d.dim, d.lower, d.upper, d.bins) == (
         "ai_feedback",
         2,

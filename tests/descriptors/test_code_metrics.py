@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from descriptors.code_metrics import METRICS, code_metrics
+from descriptors.base import Combined
+from descriptors.code_metrics import AXIS_NAMES, METRICS, CodeMetricsDescriptor, code_metrics
 
 PROGRAM = """import math
 from os import path
@@ -40,3 +41,11 @@ def test_unparsable_or_pathological_source_gives_none_or_metrics(source):
 def test_never_raises(source):
     m = code_metrics(source)
     assert m is None or all(isinstance(v, int) and v >= 0 for v in m.values())
+
+
+def test_axes_are_named_for_the_metric_they_measure():
+    assert set(AXIS_NAMES) == set(METRICS)
+    nodes = CodeMetricsDescriptor(["nodes", "constants"], [0, 0], [80, 10])
+    assert nodes.axis_names == ("AST nodes", "numeric constants")
+    both = Combined([nodes, CodeMetricsDescriptor(["loops"], [0], [5])])
+    assert both.axis_names == ("AST nodes", "numeric constants", "loops")

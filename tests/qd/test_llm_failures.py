@@ -30,6 +30,7 @@ def qd_run(base_url: str, run_dir, *overrides: str) -> list[str]:
         sys.executable,
         "-m",
         "qd.run",
+        "--json",
         "experiment=function_fit",
         "llm.provider=server",
         f"llm.base_url={base_url}",
@@ -58,7 +59,8 @@ def rows(run_dir) -> list[tuple]:
 
 
 def llm_line(stdout: str) -> dict:
-    return json.loads(next(ln for ln in stdout.splitlines() if ln.startswith("llm="))[4:])
+    """The ledger in ``qd-run --json``'s summary line (its last line on stdout)."""
+    return json.loads(stdout.strip().splitlines()[-1])["llm"]
 
 
 def test_a_flaky_server_is_ridden_out_to_the_call_budget(tmp_path, scripted_llm):

@@ -210,7 +210,7 @@ def test_real_llama_server_produces_valid_children_that_fill_new_cells(tmp_path,
 def test_progress_line_shows_llm_calls_tokens_and_cost(tmp_path, scripted_llm, capsys):
     server = scripted_llm([Rule("", PERFECT)])
     run_config(config(server.base_url, "runner.progress=true", "runner.max_llm_calls=4"), tmp_path)
-    done = [line for line in capsys.readouterr().out.splitlines() if line.startswith("done")][-1]
+    done = [line for line in capsys.readouterr().err.splitlines() if line.startswith("done")][-1]
     assert "llm_calls=4 failed=0" in done and "in_flight=0" in done and "tokens=" in done and "cost=$" in done
 
 

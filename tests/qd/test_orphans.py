@@ -291,10 +291,10 @@ def test_sigkilled_qd_run_leaves_no_process_and_resumes(tmp_path):
     assert (run_dir / "llm_server.json").exists()  # the dead server's record, for resume to check
 
     done = subprocess.run(
-        [*qd_run, f"resume={run_dir}"], cwd=REPO, capture_output=True, text=True, timeout=300
+        [*qd_run, "--json", f"resume={run_dir}"], cwd=REPO, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    llm = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("llm="))[4:])
+    llm = json.loads(done.stdout.strip().splitlines()[-1])["llm"]
     assert llm["calls"] == CALLS, done.stdout
     assert answered(store) == CALLS
     assert not (run_dir / "llm_server.json").exists()  # stopped cleanly, the record went with it

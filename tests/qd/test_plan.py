@@ -3,6 +3,8 @@ objects while validating, one "off" idiom across the switchable groups."""
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -67,19 +69,19 @@ def test_qd_run_validates_a_run_and_a_resume_once(tmp_path, monkeypatch, capsys)
     run_dir = tmp_path / "run"
     qd.run.main([*SPHERE, f"hydra.run.dir={run_dir}", *QUIET])
     assert len(calls) == 1  # main() planned it up front; the job reused that plan
-    assert "summary=" in capsys.readouterr().out
+    assert re.search(rf"^run dir +{re.escape(str(run_dir))}$", capsys.readouterr().out, re.M)
 
     calls.clear()
-    qd.run.main([f"resume={run_dir}", "runner.max_evaluations=48"])
+    qd.run.main(["--json", f"resume={run_dir}", "runner.max_evaluations=48"])
     assert len(calls) == 1
-    assert "summary=" in capsys.readouterr().out
+    assert json.loads(capsys.readouterr().out)["evaluations"] == 48
 
 
 def test_a_sweep_plans_each_job_once(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["qd-run"])
     calls = counting(monkeypatch)
     qd.run.main(["-m", *SPHERE, "seed=0,1", f"hydra.sweep.dir={tmp_path}", *QUIET])
-    assert capsys.readouterr().out.count("summary=") == 2
+    assert capsys.readouterr().out.count("\nQD score ") == 2
     assert len(calls) == 2  # the first job's plan was made up front, the second job made its own
 
 

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -82,19 +83,25 @@ def test_bad_config_fails_at_start_with_one_line(tmp_path, override, message):
 
 
 def test_multirun_sweeps_seeds(tmp_path):
-    proc = qd_run("-m", "experiment=sphere", "seed=0,1", "runner.max_evaluations=64", *SMALL, cwd=tmp_path)
+    proc = qd_run(
+        "-m", "experiment=sphere", "seed=0,1", "runner.max_evaluations=64", "--json", *SMALL, cwd=tmp_path
+    )
     runs = sorted((tmp_path / "outputs" / "sphere" / "multirun").glob("*/[0-9]*"))
     assert [r.name for r in runs] == ["0", "1"]
     for r in runs:
         assert (r / "config.yaml").exists() and (r / "store.sqlite").exists()
         assert (r / "events.jsonl").read_text().strip()
-    assert proc.stdout.count("summary=") == 2
+    ends = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [Path(e["run_dir"]) for e in ends] == runs and all("global" in e for e in ends)
 
 
 def test_arm_experiment_runs_on_the_device_loop(tmp_path):
-    proc = qd_run("experiment=arm", "runner.max_evaluations=512", "runner.progress=false", cwd=tmp_path)
-    assert "loop=device store=elites" in proc.stdout.splitlines()
-    summary = json.loads(proc.stdout.split("summary=")[-1])
+    proc = qd_run(
+        "--json", "experiment=arm", "runner.max_evaluations=512", "runner.progress=false", cwd=tmp_path
+    )
+    end = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (end["loop"], end["store"]) == ("device", "elites")
+    summary = end["global"]
     assert summary["num_elites"] > 20 and summary["max_fitness"] <= 0
 
 

@@ -53,11 +53,17 @@ def test_a_task_file_outside_the_repository_runs_and_resumes_from_another_direct
 
 def test_config_dir_adds_the_users_experiment(user_folder):
     proc = qd_run(
-        "--config-dir", "my_task", "experiment=my_task", "runner.max_evaluations=128", *QUIET, cwd=user_folder
+        "--config-dir",
+        "my_task",
+        "experiment=my_task",
+        "runner.max_evaluations=128",
+        "--json",
+        *QUIET,
+        cwd=user_folder,
     )
     (run_dir,) = (user_folder / "outputs" / "my_task").iterdir()
     assert OmegaConf.load(run_dir / "config.yaml").experiment.task == str(user_folder / "my_task" / "task.py")
-    summary = json.loads(proc.stdout.split("summary=")[-1].splitlines()[0])
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])["global"]
     assert summary["num_elites"] > 10 and summary["max_fitness"] > 50
 
 

@@ -30,6 +30,11 @@ def heatmap(api, run, island, **axes):
     return w, h, values, cells
 
 
+def test_the_api_names_function_fits_axes_by_what_they_measure(api):
+    assert api.get("/api/run/0/summary").json()["axes"] == ["AST nodes", "numeric constants"]
+    assert api.get("/api/runs").json()[1]["axes"] == ["first-half sum", "second-half sum"]
+
+
 def elite_with_parent(run: RunDir):
     """(island, cell, candidate) of an elite made from a parent (it has a diff)."""
     snap = run.snapshot()

@@ -89,6 +89,8 @@ def test_the_page_shows_a_clicked_elite_and_follows_its_lineage(browser, text_ru
     with serve([text_run]) as server:
         browser.get(server.url)
         wait_for(browser, "return document.body.dataset.ready", "1")
+        assert browser.find_element(By.ID, "axis-label-x").text.startswith("AST nodes (")
+        assert browser.find_element(By.ID, "axis-label-y").text.startswith("numeric constants (")
         browser.find_element(By.CSS_SELECTOR, f"#islands button[data-island='{island}']").click()
         wait_for(browser, "return document.querySelector('#heatmap').dataset.island", str(island))
 

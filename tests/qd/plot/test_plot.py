@@ -95,6 +95,18 @@ def test_grid_heatmap_pixel_of_each_cell_is_its_fitness(text_run):
     ]
 
 
+def test_function_fits_axes_are_labelled_by_what_they_measure(text_run):
+    from qd.plot.archive import archive_figure, parallel_figure
+
+    with RunDir(text_run) as run:
+        heatmap, _ = archive_figure(run, dpi=40)
+        parallel, _ = parallel_figure(run, dpi=40)
+    for ax in heatmap.axes[:2]:  # both islands' panels
+        assert (ax.get_xlabel(), ax.get_ylabel()) == ("AST nodes", "numeric constants")
+    ticks = [t.get_text().split("\n")[0] for t in parallel.axes[0].get_xticklabels()]
+    assert ticks == ["AST nodes", "numeric constants"]
+
+
 def test_cvt_cells_are_voronoi_polygons_filled_with_their_fitness(cvt_run):
     from matplotlib.path import Path as Polygon
 
