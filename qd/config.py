@@ -413,7 +413,8 @@ class RunnerConf:
     # runner=ray: the cluster to join (ray.init's address); None: start one here
     address: Optional[str] = None
     batch_size: int = number(64, ge=1)  # children per proposal
-    in_flight: int = number(2, ge=1)  # proposals running at once
+    # proposals running at once; null: sized by the runner (ray: the cluster's CPUs, local: 2)
+    in_flight: Optional[int] = number(2, ge=1)
     # founder children (of the task's initial genomes) in flight per empty island; the rest wait for parents
     initial_population: int = number(8, ge=1)
     # auto | inprocess | pool | sandbox | host; auto picks inprocess for numeric genomes, sandbox for

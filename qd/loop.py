@@ -269,6 +269,8 @@ class Engine:
         budget reserves nothing more (gate resamples in flight get no new calls)."""
         if self.llm is not None and self.llm.down is not None:
             self.request_stop(self.llm.down)
+        if self.parts.evaluator.down is not None:  # e.g. a Ray cluster with no node left
+            self.request_stop(self.parts.evaluator.down)
         stop = should_stop(self.state, self.spending, self._elapsed(), self.llm)
         if stop:
             self.spending.stop()
