@@ -266,6 +266,7 @@ def test_runs_in_flight_on_the_cluster_are_its_cpus_and_the_rest_wait_on_the_dri
     assert len(spans) == 10 and most == sandbox.workers == 4  # w1 and w2, two CPUs each
 
 
+@pytest.mark.slow
 def test_in_flight_unset_is_the_clusters_cpus(cluster, scripted_llm, tmp_path):
     """``runner.in_flight`` null on ``runner=ray``: proposals enough for every CPU of the cluster
     (2 nodes of 2 CPUs, 1 child each: 4 evaluations at once), measured by the driver as it sends
@@ -401,6 +402,7 @@ def test_a_run_lost_twice_is_a_failure_with_the_reason(cluster, tmp_path):
         sandbox.close()
 
 
+@pytest.mark.slow
 def test_a_run_lost_twice_on_the_engine_is_stored_failed_and_the_run_goes_on(
     cluster, scripted_llm, tmp_path, capfd
 ):
@@ -440,18 +442,21 @@ def test_a_run_lost_twice_on_the_engine_is_stored_failed_and_the_run_goes_on(
         assert run.is_alive()
         err += capfd.readouterr().err
         time.sleep(0.05)
+    assert f"lost node {first[:8]} (1 of 3" in err
     time.sleep(0.3)
     cluster.kill_node(second)
     run.join(timeout=300)
-    assert not run.is_alive()
+    err += capfd.readouterr().err
+    assert not run.is_alive() and "Traceback" not in err, err[-3000:]
     candidates = stored(path)
-    assert len(candidates) == 6 + calls  # the founders and every call's child: the run went on
+    assert len(candidates) == 1 + calls  # the founder and every call's child: the run went on
     [failed] = [c for c in candidates if c.error and "ray: lost the worker" in c.error]
     assert "tried 2 time(s)" in failed.error and failed.id < candidates[-1].id
     [session] = sessions(path)
     assert sorted(session["lost"]) == sorted([first, second]) and third in session["ran"]
 
 
+@pytest.mark.slow
 def test_losing_every_node_stops_the_run_at_a_checkpoint_and_resume_continues(
     cluster, scripted_llm, tmp_path
 ):
