@@ -171,6 +171,17 @@ def events(path: Path) -> list[dict]:
     return [{k: v for k, v in e.items() if k not in TIMING} for e in read_events(path)]
 
 
+def stored_so_far(path: Path) -> int:
+    """Candidates a running run has stored; 0 until its store has its tables (the file appears
+    first: reading it then would race the run creating them)."""
+    import sqlite3
+
+    try:
+        return len(stored(path)) if (path / "store.sqlite").exists() else 0
+    except sqlite3.OperationalError:
+        return 0
+
+
 def slow_program(request: dict) -> str:
     """``varied_program``, each call of ``f`` taking 0.05 s: an evaluation (two stages) lasts
     about a second, so a node can be lost in the middle of one."""
@@ -360,7 +371,7 @@ def test_a_node_lost_mid_run_costs_a_retry_and_the_store_is_the_same(cluster, sc
     )
     run.start()
     deadline = time.monotonic() + 120
-    while not (path / "store.sqlite").exists() or len(stored(path)) < 9:  # children are under way
+    while stored_so_far(path) < 9:  # children are under way
         assert run.is_alive() and time.monotonic() < deadline
         time.sleep(0.2)
     cluster.kill_node(node)
@@ -435,7 +446,7 @@ def test_a_run_lost_twice_on_the_engine_is_stored_failed_and_the_run_goes_on(
         ),
     )
     run.start()
-    wait_for(lambda: (path / "store.sqlite").exists() and len(stored(path)) >= 2, "children under way")
+    wait_for(lambda: stored_so_far(path) >= 2, "children under way")
     cluster.kill_node(first)
     err = ""
     while "qd: ray: lost node" not in err:  # the first loss is noticed; its retry has started
@@ -456,6 +467,24 @@ def test_a_run_lost_twice_on_the_engine_is_stored_failed_and_the_run_goes_on(
     assert sorted(session["lost"]) == sorted([first, second]) and third in session["ran"]
 
 
+def start_driver(run: Path, base_url: str, *overrides: str, **popen) -> subprocess.Popen:
+    """``qd-run`` of function_fit on ``runner=ray`` asking the scripted server at ``base_url``,
+    into ``run``: a process of its own, as a user starts it (this checkout's qd)."""
+    args = [
+        "experiment=function_fit",
+        "llm.provider=server",
+        f"llm.base_url={base_url}",
+        "llm.models=[{name: scripted}]",
+        "llm.api_key_env=null",
+        "runner.progress=false",
+        "runner=ray",
+        f"hydra.run.dir={run}",
+        *overrides,
+    ]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    return subprocess.Popen([sys.executable, "-m", "qd.run", *args], env=env, **popen)
+
+
 @pytest.mark.slow
 def test_losing_every_node_stops_the_run_at_a_checkpoint_and_resume_continues(
     cluster, scripted_llm, tmp_path
@@ -467,27 +496,16 @@ def test_losing_every_node_stops_the_run_at_a_checkpoint_and_resume_continues(
 
     server = scripted_llm([Rule("", slow_program)])
     run = tmp_path / "run"
-    args = [
-        "experiment=function_fit",
-        "llm.provider=server",
-        f"llm.base_url={server.base_url}",
-        "llm.models=[{name: scripted}]",
-        "llm.api_key_env=null",
-        "runner.progress=false",
+    driver = start_driver(
+        run,
+        server.base_url,
         "runner.max_llm_calls=20",
-        "runner=ray",
         f"runner.address={cluster.address}",
-        f"hydra.run.dir={run}",
-    ]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "qd.run", *args],
-        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    wait_for(lambda: (run / "store.sqlite").exists() and len(stored(run)) >= 8, "children under way")
+    wait_for(lambda: stored_so_far(run) >= 8, "children under way")
     killed = cluster.live()
     for node in killed:
         cluster.kill_node(node)
@@ -524,25 +542,13 @@ def test_a_cluster_qd_starts_ends_with_a_killed_run_and_resume_finishes_it(scrip
 
     server = scripted_llm([Rule("", varied_program)])
     run = tmp_path / "run"
-    args = [
-        "experiment=function_fit",
-        "llm.provider=server",
-        f"llm.base_url={server.base_url}",
-        "llm.models=[{name: scripted}]",
-        "llm.api_key_env=null",
-        "runner.progress=false",
-        "runner.max_llm_calls=200",
-        "runner=ray",
-        f"hydra.run.dir={run}",
-    ]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     log = open(tmp_path / "driver.log", "w")
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "qd.run", *args], env=env, stdout=log, stderr=subprocess.STDOUT
+    driver = start_driver(
+        run, server.base_url, "runner.max_llm_calls=200", stdout=log, stderr=subprocess.STDOUT
     )
     try:
         deadline = time.monotonic() + 120
-        while not (run / "store.sqlite").exists() or len(stored(run)) < 40:
+        while stored_so_far(run) < 40:
             assert driver.poll() is None and time.monotonic() < deadline, (
                 tmp_path / "driver.log"
             ).read_text()[-2000:]
