@@ -421,7 +421,8 @@ class RunnerConf:
     # runner=ray: the cluster to join (ray.init's address); None: start one here
     address: Optional[str] = None
     batch_size: int = number(64, ge=1)  # children per proposal
-    in_flight: int = number(2, ge=1)  # proposals running at once
+    # proposals running at once; null: sized by the runner (ray: the cluster's CPUs, local: 2)
+    in_flight: Optional[int] = number(2, ge=1)
     # founder children (of the task's initial genomes) in flight per empty island; the rest wait for parents
     initial_population: int = number(8, ge=1)
     # auto | inprocess | pool | sandbox | host; auto picks inprocess for numeric genomes, sandbox for
@@ -483,8 +484,18 @@ def schema() -> DictConfig:
 
 
 def register() -> None:
-    """The schema, and ``${qd_experiments:}``: the experiments folder (a checkout's or the
-    installed wheel's), for configs that name an experiment's files (prompt templates)."""
+    """The schema; ``${qd_experiments:}``: the experiments folder (a checkout's or the installed
+    wheel's), for configs that name an experiment's files (prompt templates); and
+    ``${qd_local:${runner.name},N}``: an experiment's setting for this machine (N proposals in
+    flight on ``runner=local``) that a cluster sizes itself (None on ``runner=ray``), while a
+    value the user gives replaces it on either."""
     ConfigStore.instance().store(name="qd_schema", node=schema())
     if not OmegaConf.has_resolver("qd_experiments"):
         OmegaConf.register_new_resolver("qd_experiments", lambda: str(experiments_dir()))
+    if not OmegaConf.has_resolver("qd_local"):
+        OmegaConf.register_new_resolver("qd_local", _on_this_machine)
+
+
+def _on_this_machine(runner: str, value: Any) -> Any:
+    """``value`` on the local runner; None (the runner decides) on a cluster."""
+    return value if runner == "local" else None

@@ -309,9 +309,12 @@ class Evaluator(abc.ABC):
     Attributes:
         model_calls: model calls one evaluation may make (a child reserves them
             against ``runner.max_llm_calls``; default 0).
+        down: None, or why no evaluation can run any more (a Ray cluster that lost
+            every node): the engine stops the run with it, as with a dead client.
     """
 
     model_calls: int = 0
+    down: str | None = None
 
     @abc.abstractmethod
     async def __call__(self, genomes: Any) -> Any: ...

@@ -198,6 +198,11 @@ class StagedEvaluator(Evaluator):
         """Model calls one evaluation may make (what a child reserves against runner.max_llm_calls)."""
         return self.budget.calls if self.client is not None else 0
 
+    @property
+    def down(self) -> str | None:
+        """The runner's reason no run can go on (``RaySandbox.down``); local runners have none."""
+        return getattr(self.runner, "down", None)
+
     def close(self) -> None:
         self.runner.close()
 

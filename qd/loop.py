@@ -277,6 +277,8 @@ class Engine:
         budget reserves nothing more (gate resamples in flight get no new calls)."""
         if self.llm is not None and self.llm.down is not None:
             self.request_stop(self.llm.down)
+        if self.parts.evaluator.down is not None:  # e.g. a Ray cluster with no node left
+            self.request_stop(self.parts.evaluator.down)
         self.state, event = applied(self.state, self.settings.stop, self.store.common_errors)
         if event is not None:
             self.events.write("stop", event)

@@ -85,7 +85,7 @@ def build_llm(p: Plan, run_dir: Path, stack: contextlib.ExitStack) -> Any:
     return LLMClient(settings)
 
 
-def _build_evaluator(p: Plan, client: Any) -> Any:
+def _build_evaluator(p: Plan, client: Any, run_dir: Path) -> Any:
     """The plan's evaluator; a task whose evaluation calls the model gets ``client``, within
     ``p.eval_budget``."""
     r = p.cfg.runner
@@ -99,13 +99,28 @@ def _build_evaluator(p: Plan, client: Any) -> Any:
     elif r.name == "ray":
         from qd.sandbox.cluster import RaySandbox
 
-        runner = RaySandbox(p.task.sandbox_entry, limits=p.sandbox, address=r.address, cpus=r.workers)
+        runner = RaySandbox(
+            p.task.sandbox_entry,
+            limits=p.sandbox,
+            address=r.address,
+            cpus=r.workers,
+            record=run_dir / layout.RAY,
+        )
     else:
         from qd.sandbox import Sandbox
 
         runner = Sandbox(p.task.sandbox_entry, workers=r.workers, limits=p.sandbox)
     models = p.eval_budget is not None
     return StagedEvaluator(p.task, runner, client if models else None, p.eval_budget)
+
+
+def _in_flight(p: Plan, evaluator: Any) -> int:
+    """``runner.in_flight``; unset (null, as ``runner=ray`` leaves it): on Ray, enough proposals
+    to keep every CPU of the cluster busy (docs/scaling.md), else 2."""
+    r = p.cfg.runner
+    if r.in_flight is not None:
+        return r.in_flight
+    return evaluator.runner.proposals_for(r.batch_size) if r.name == "ray" else 2
 
 
 def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None) -> Any:
@@ -130,13 +145,13 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
 
     with contextlib.ExitStack() as stack:
         client = build_llm(p, run_dir, stack) if p.llm is not None else None
-        evaluator = _build_evaluator(p, client)
+        evaluator = _build_evaluator(p, client, run_dir)
         stack.callback(getattr(evaluator, "close", lambda: None))
         arms = build_arms(p.strategy, [op for op, _ in build_operators(p, client)])
         settings = Settings(
             islands=cfg.islands.count,
             batch_size=r.batch_size,
-            in_flight=r.in_flight,
+            in_flight=_in_flight(p, evaluator),
             checkpoint_every=r.checkpoint_every,
             seed=cfg.seed,
             initial_population=r.initial_population,

@@ -151,7 +151,7 @@ def text_engine(cfg: DictConfig, path: Path, describer, stack, spec=None):
         task=p.task,
         spec=spec or archive.GridSpec((8,) * d, (0.0,) * d, (1.0,) * d),
         operators=build_operators(p, client),
-        evaluator=_build_evaluator(p, client),
+        evaluator=_build_evaluator(p, client, path),
         run_dir=path,
         budget=Budget(max_llm_calls=cfg.runner.max_llm_calls),
         settings=settings,

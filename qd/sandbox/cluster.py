@@ -15,7 +15,13 @@ wherever the evaluation runs, and a worker never needs the model's address or ke
 A node lost mid-run (its actor dies) costs the runs it held one retry on another node;
 a second loss is a failed run with the reason, stored as any other failure. Lost nodes
 are not used again. ``run`` never raises because of the cluster, as ``Sandbox.run``
-never raises because of the candidate.
+never raises because of the candidate: once every node is lost, each run fails at once
+and ``down`` says why, which the engine reads as a dead client's reason (it stops the run
+at a checkpoint; ``resume=`` continues once nodes are back).
+
+What each session of a run did on the cluster (the evaluations each node ran, the most
+at once, the nodes lost) is appended to ``record`` at ``close``: where a run's
+evaluations went is read there, not guessed.
 
 Ray is an optional extra (``pip install ".[ray]"``); this module imports it on use.
 """
@@ -25,6 +31,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import json
+import math
 import os
 import shutil
 import signal
@@ -203,90 +211,129 @@ def _on_this_node(entry: str) -> str:
     return entry  # (the sandbox names the missing file)
 
 
+@dataclasses.dataclass
+class _Node:
+    """A node of the cluster as ``RaySandbox`` uses it: its sandbox actor and its CPUs (the
+    actor's workers, so the runs it takes at once)."""
+
+    id: str
+    actor: Any
+    cpus: int
+    busy: int = 0
+    ran: int = 0  # runs it finished (whatever the candidate did)
+    lost: bool = False
+
+
 class RaySandbox:
     """``Sandbox``'s ``run(text, args, calls=)`` on the Ray cluster ``ray.init`` joined
-    (see the module doc). ``workers``: the runs it takes at once, the cluster's CPUs."""
+    (see the module doc). ``workers``: the runs it takes at once, the cluster's CPUs.
+    ``down``: None, or why no run can go on (every node lost). ``record``: a file that
+    ``close`` appends this session's line to (see the module doc)."""
 
-    def __init__(self, entry: str, *, limits: Limits = Limits(), address: str | None = None, cpus: int = 2):
+    def __init__(
+        self,
+        entry: str,
+        *,
+        limits: Limits = Limits(),
+        address: str | None = None,
+        cpus: int = 2,
+        record: Path | None = None,
+    ):
         ray = need_ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        self.entry, self.limits = _check_entry(entry), limits
+        self.entry, self.limits, self.record = _check_entry(entry), limits, record
         self._cluster = connect(address, cpus, self.entry)
         actor = ray.remote(_NodeSandbox)
-        self._actors: list[tuple[Any, int]] = []  # (actor, workers) per node
+        self._nodes: list[_Node] = []
         for node in sorted(
             (n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) >= 1),
             key=lambda n: n["NodeID"],
         ):
-            cpus = int(node["Resources"]["CPU"])
+            cpus = int(node["Resources"]["CPU"])  # the node's workers follow its CPUs
             pinned = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-            self._actors.append(
-                (
-                    actor.options(
-                        num_cpus=0, scheduling_strategy=pinned, max_restarts=0, max_concurrency=1000
-                    ).remote(self.entry, cpus, dataclasses.asdict(limits)),
-                    cpus,
-                )
-            )
-        if not self._actors:
+            sandbox = actor.options(
+                num_cpus=0, scheduling_strategy=pinned, max_restarts=0, max_concurrency=1000
+            ).remote(self.entry, cpus, dataclasses.asdict(limits))
+            self._nodes.append(_Node(node["NodeID"], sandbox, cpus))
+        if not self._nodes:
             raise RuntimeError("runner=ray: the cluster has no node with a CPU to run evaluations on")
-        self.workers = sum(cpus for _, cpus in self._actors)
-        self._busy = [0] * len(self._actors)
+        self.workers = sum(n.cpus for n in self._nodes)
+        self.down: str | None = None
+        self._most = 0  # the most runs on the cluster at once
+        self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._condition: asyncio.Condition | None = None
-        self._lost: set[int] = set()
         self._ids = itertools.count()
         self._ray = ray
+
+    def proposals_for(self, batch_size: int) -> int:
+        """Proposals at once (of ``batch_size`` children each) that keep every CPU of the cluster
+        busy: what ``runner.in_flight`` left unset means on ``runner=ray``."""
+        return max(1, math.ceil(self.workers / batch_size))
 
     async def run(self, text: str, args: dict | None = None, *, calls: Calls | None = None) -> SandboxResult:
         """What ``Sandbox.run`` does, on the least busy live node; a lost node costs one retry."""
         lost = []
         for _ in range(RETRIES + 1):
             node = await self._slot()
-            if node is None:
+            if node is None:  # every node is gone (``down``): the engine stops the run
                 break
             try:
-                return await self._run_on(node, text, args or {}, calls)
+                result = await self._run_on(node, text, args or {}, calls)
+                node.ran += 1
+                return result
             except self._ray.exceptions.RayActorError as e:  # the node (or its actor) died
-                if node not in self._lost:
-                    self._lost.add(node)
-                    print(
-                        f"qd: ray: lost node {node} of {len(self._actors)} ({type(e).__name__}); "
-                        "its evaluations are retried once on the others",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                lost.append(f"node {node}: {type(e).__name__}")
+                self._lose(node, e)
+                lost.append(f"node {node.id[:8]}: {type(e).__name__}")
             finally:
-                self._busy[node] -= 1
+                node.busy -= 1
                 freed = self._freed()
                 async with freed:  # a CPU is free, or a node is gone: the waiters look again
                     freed.notify_all()
-        if not lost:  # every node is gone: a run cannot go on without evaluations
-            raise RuntimeError(
-                "runner=ray: every node of the cluster was lost; resume= the run once it is back"
-            )
+        if not lost:
+            return _failed(self.down)
+        gone = "; no node is left" if self.down else ""
         return _failed(
-            f"ray: lost the worker running this evaluation ({'; '.join(lost)}); tried {len(lost)} time(s)"
+            f"ray: lost the worker running this evaluation ({'; '.join(lost)}); "
+            f"tried {len(lost)} time(s){gone}"
         )
 
-    async def _slot(self) -> int | None:
+    def _lose(self, node: _Node, error: BaseException) -> None:
+        """Marks ``node`` lost (its runs' retries go elsewhere); the last one sets ``down``."""
+        if node.lost:
+            return
+        node.lost = True
+        print(
+            f"qd: ray: lost node {node.id[:8]} ({self._nodes.index(node) + 1} of {len(self._nodes)}, "
+            f"{type(error).__name__}); its evaluations are retried once on the others",
+            file=sys.stderr,
+            flush=True,
+        )
+        if all(n.lost for n in self._nodes):
+            self.down = (
+                f"runner=ray: every node of the cluster is gone (last: {node.id[:8]}, "
+                f"{type(error).__name__}); the run stopped at a checkpoint: qd-run resume=RUN_DIR "
+                "continues it once nodes are back"
+            )
+
+    async def _slot(self) -> _Node | None:
         """A live node with a free CPU, marked busy (waits while every CPU of the cluster is busy:
         what is in flight on the cluster is sized to its CPUs, the rest waits here, on the driver,
         for whichever node frees first); None when no node is left."""
         freed = self._freed()
         async with freed:
             while True:
-                live = [k for k in range(len(self._actors)) if k not in self._lost]
-                free = [k for k in live if self._busy[k] < self._actors[k][1]]
+                live = [n for n in self._nodes if not n.lost]
+                free = [n for n in live if n.busy < n.cpus]
                 if free or not live:
                     break
                 await freed.wait()
         if not live:
             return None
-        node = min(free, key=lambda k: (self._busy[k] / self._actors[k][1], k))
-        self._busy[node] += 1
+        node = min(free, key=lambda n: n.busy / n.cpus)  # (the first of the least busy: node order)
+        node.busy += 1
+        self._most = max(self._most, sum(n.busy for n in self._nodes))
         return node
 
     def _freed(self) -> asyncio.Condition:
@@ -296,8 +343,8 @@ class RaySandbox:
             self._loop, self._condition = loop, asyncio.Condition()
         return self._condition
 
-    async def _run_on(self, node: int, text: str, args: dict, calls: Calls | None) -> SandboxResult:
-        actor = self._actors[node][0]
+    async def _run_on(self, node: _Node, text: str, args: dict, calls: Calls | None) -> SandboxResult:
+        actor = node.actor
         run_id = next(self._ids)
         result = actor.run.remote(run_id, text, args, calls is not None)
         if calls is None:
@@ -329,14 +376,27 @@ class RaySandbox:
 
     def isolation(self) -> dict[str, bool]:
         """The isolation in force on the first node (as ``Sandbox.isolation``)."""
-        return self._ray.get(self._actors[0][0].isolation.remote())
+        return self._ray.get(self._nodes[0].actor.isolation.remote())
 
     def close(self) -> None:
-        """Stops the nodes' sandboxes, leaves the cluster, and stops a local one."""
-        for k, (actor, _) in enumerate(self._actors):
-            if k not in self._lost:
+        """Records the session, stops the nodes' sandboxes, leaves the cluster, and stops a local one;
+        a second call does nothing (the engine and the run's exit stack both close the evaluator)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.record is not None:
+            session = {
+                "ran": {n.id: n.ran for n in self._nodes if n.ran},
+                "most_at_once": self._most,
+                "cpus": self.workers,
+                "lost": [n.id for n in self._nodes if n.lost],
+            }
+            with open(self.record, "a") as f:
+                f.write(json.dumps(session) + "\n")
+        for node in self._nodes:
+            if not node.lost:
                 try:
-                    self._ray.get(actor.close.remote(), timeout=10)
+                    self._ray.get(node.actor.close.remote(), timeout=10)
                 except Exception:  # a node lost since: nothing left to stop there
                     pass
         self._ray.shutdown()

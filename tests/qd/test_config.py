@@ -39,3 +39,15 @@ def test_text_experiments_compose_with_every_llm_provider(experiment, llm, monke
     cfg = compose([f"experiment={experiment}", f"llm={llm}"])
     plan(cfg)
     assert cfg.operators.mix and cfg.llm.models
+
+
+@pytest.mark.parametrize(
+    "experiment, local", [("function_fit", 4), ("openevolve", 4), ("circle_packing", 8), ("red_team", 3)]
+)
+def test_an_experiments_in_flight_is_for_this_machine_and_a_cluster_sizes_its_own(experiment, local):
+    """An experiment's in-flight number holds on runner=local; on runner=ray it is unset (the
+    cluster's CPUs size it), and a number the user gives wins on either."""
+    assert compose([f"experiment={experiment}"]).runner.in_flight == local
+    assert compose([f"experiment={experiment}", "runner=ray"]).runner.in_flight is None
+    assert compose([f"experiment={experiment}", "runner=ray", "runner.in_flight=6"]).runner.in_flight == 6
+    assert compose(["experiment=agent_design", "runner=ray"]).runner.in_flight == 1  # sequential by design

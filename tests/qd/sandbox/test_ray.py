@@ -1,7 +1,9 @@
-"""``runner=ray`` on a real local Ray cluster: a head and two worker nodes, each its own
-``ray start --block`` process on this machine (usage stats and dashboard off, a small object
-store, health checks every 0.5 s so a lost node is noticed in seconds), one cluster for the
-module. Without Ray the module is skipped, except under CI (``CI`` set), where it fails.
+"""``runner=ray`` on a real local Ray cluster: a head without CPUs and two worker nodes of
+2 CPUs, each its own ``ray start --block`` process on this machine (usage stats and dashboard
+off, a small object store, health checks every 0.5 s so a lost node is noticed in seconds), one
+cluster for the module. Tests that lose nodes add their own first; the last ones lose every
+node and bring one back. Without Ray the module is skipped, except under CI (``CI`` set), where
+it fails.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class Cluster:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.root, self.address, self.nodes = root, f"127.0.0.1:{self.port}", []
+        self.workers: dict[str, str] = {}  # name -> node id of each worker node started
+        self.lost: set[str] = set()  # node ids killed
         self.start(
             "head",
             [
@@ -90,13 +94,26 @@ class Cluster:
 
         ray.init(address=self.address, log_to_driver=False)
         try:
-            return next(n["NodeID"] for n in ray.nodes() if n["Alive"] and name in n["Resources"])
+            node = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and name in n["Resources"])
         finally:
             ray.shutdown()
+        self.workers[name] = node
+        return node
+
+    def live(self) -> list[str]:
+        """The worker nodes not killed, in the order ``RaySandbox`` uses them (by node id)."""
+        return sorted(set(self.workers.values()) - self.lost)
 
     def kill_node(self, node_id: str) -> None:
-        """kill -9 of the node's raylet: the node is lost, as if its machine went down."""
-        subprocess.run(["pkill", "-9", "-f", f"raylet.*{node_id}"], check=False)
+        """kill -9 of the node's raylet and of the workers it started: the node is lost, as if its
+        machine went down (a worker outliving its raylet a moment could still finish a run)."""
+        listed = subprocess.run(["pgrep", "-f", f"raylet.*{node_id}"], capture_output=True, text=True)
+        for raylet in map(int, listed.stdout.split()):
+            os.kill(raylet, signal.SIGSTOP)  # it starts no worker while its workers are listed
+            workers = subprocess.run(["pgrep", "-P", str(raylet)], capture_output=True, text=True)
+            for pid in [raylet, *map(int, workers.stdout.split())]:
+                os.kill(pid, signal.SIGKILL)
+        self.lost.add(node_id)
 
     def stop(self) -> None:
         os.killpg(self.nodes[0].pid, signal.SIGKILL)
@@ -111,8 +128,8 @@ def cluster(tmp_path_factory):
         Path(tempfile.mkdtemp(prefix="qdray", dir="/tmp"))
     )  # Ray's socket paths must stay < 108 bytes
     try:
-        c.add_worker("w1")
-        c.add_worker("w2")
+        c.add_worker("w1", cpus=2)
+        c.add_worker("w2", cpus=2)
         yield c
     finally:
         c.stop()
@@ -160,125 +177,23 @@ def events(path: Path) -> list[dict]:
     return [{k: v for k, v in e.items() if k not in TIMING} for e in read_events(path)]
 
 
+def stored_so_far(path: Path) -> int:
+    """Candidates a running run has stored; 0 until its store has its tables (the file appears
+    first: reading it then would race the run creating them)."""
+    import sqlite3
+
+    try:
+        return len(stored(path)) if (path / "store.sqlite").exists() else 0
+    except sqlite3.OperationalError:
+        return 0
+
+
 def slow_program(request: dict) -> str:
     """``varied_program``, each call of ``f`` taking 0.05 s: an evaluation (two stages) lasts
     about a second, so a node can be lost in the middle of one."""
     return varied_program(request).replace(
         "def f(x):\n", "def f(x):\n    import time\n    time.sleep(0.05)\n", 1
     )
-
-
-def test_a_node_lost_mid_run_costs_a_retry_and_the_store_is_the_same(cluster, scripted_llm, tmp_path, capfd):
-    import threading
-
-    from scripted_llm import Rule
-
-    server = scripted_llm([Rule("", slow_program)])
-    small = ("sandbox.wall_s=30", "runner.max_llm_calls=14")
-    local = text_run(tmp_path / "local", server.base_url, *small)
-    node = cluster.add_worker("w3")
-    path = tmp_path / "ray"
-    run = threading.Thread(
-        target=text_run,
-        args=(path, server.base_url, *small, "runner=ray", f"runner.address={cluster.address}"),
-    )
-    run.start()
-    deadline = time.monotonic() + 120
-    while not (path / "store.sqlite").exists() or len(stored(path)) < 9:  # children are under way
-        assert run.is_alive() and time.monotonic() < deadline
-        time.sleep(0.2)
-    cluster.kill_node(node)
-    run.join(timeout=300)
-    assert not run.is_alive()
-    assert comparable(path) == comparable(local)  # each child stored once, as a local run stores it
-    assert "qd: ray: lost node" in capfd.readouterr().err  # the lost node held evaluations: they were retried
-
-
-def test_a_run_lost_twice_is_a_failure_with_the_reason(cluster, tmp_path):
-    import asyncio
-
-    import ray
-
-    from qd.sandbox import Limits
-    from qd.sandbox.cluster import RaySandbox
-
-    entry = tmp_path / "entry.py"
-    entry.write_text("def run(text):\n    import time\n    time.sleep(float(text))\n    return text\n")
-    sandbox = RaySandbox(f"{entry}:run", limits=Limits(wall_s=30), address=cluster.address)
-    try:
-        actors = [actor for actor, _ in sandbox._actors]
-        assert sandbox.workers == 2 and asyncio.run(sandbox.run("0")).value == "0"
-
-        async def lose_both() -> object:
-            running = asyncio.create_task(sandbox.run("20"))
-            for actor in actors:  # the node running it, then the one it is retried on
-                await asyncio.sleep(2.0)
-                ray.kill(actor)
-            return await running
-
-        result = asyncio.run(lose_both())
-        assert not result.ok and result.error.startswith("ray: lost the worker running this evaluation")
-        assert "tried 2 time(s)" in result.error
-        with pytest.raises(RuntimeError, match="every node of the cluster was lost"):
-            asyncio.run(sandbox.run("0"))
-    finally:
-        sandbox.close()
-
-
-def _cluster_of(driver: int) -> list[str]:
-    """Live processes of the cluster the run ``driver`` started: the group its lifeline leads
-    (the lifeline's command line names ``--parent <driver>``; Ray's processes join its group)."""
-    listing = subprocess.run(
-        ["ps", "-eww", "-o", "pid=,pgid=,stat=,args="], capture_output=True, text=True
-    ).stdout
-    ps = [line.split(None, 3) for line in listing.splitlines()]
-    groups = {pid for pid, _, _, args in ps if f"--parent {driver} --tag qd-ray" in args}
-    return [args for pid, pgid, stat, args in ps if pgid in groups and not stat.startswith("Z")]
-
-
-def test_a_cluster_qd_starts_ends_with_a_killed_run_and_resume_finishes_it(scripted_llm, tmp_path):
-    """No ``runner.address``: qd starts a one-node cluster; ``kill -9`` of qd-run takes the whole
-    cluster down (the lifeline kills its process group), and ``resume=`` completes the run."""
-    from helpers import qd_run
-    from scripted_llm import Rule
-
-    server = scripted_llm([Rule("", varied_program)])
-    run = tmp_path / "run"
-    args = [
-        "experiment=function_fit",
-        "llm.provider=server",
-        f"llm.base_url={server.base_url}",
-        "llm.models=[{name: scripted}]",
-        "llm.api_key_env=null",
-        "runner.progress=false",
-        "runner.max_llm_calls=200",
-        "runner=ray",
-        f"hydra.run.dir={run}",
-    ]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
-    log = open(tmp_path / "driver.log", "w")
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "qd.run", *args], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while not (run / "store.sqlite").exists() or len(stored(run)) < 40:
-            assert driver.poll() is None and time.monotonic() < deadline, (
-                tmp_path / "driver.log"
-            ).read_text()[-2000:]
-            time.sleep(0.3)
-        assert (
-            len(_cluster_of(driver.pid)) >= 3
-        )  # the cluster is up (the head: gcs, raylet, ...), under the run
-    finally:
-        driver.kill()
-        driver.wait()
-    deadline = time.monotonic() + 15
-    while _cluster_of(driver.pid):
-        assert time.monotonic() < deadline, _cluster_of(driver.pid)
-        time.sleep(0.3)
-    qd_run(f"resume={run}", cwd=tmp_path)
-    assert len(stored(run)) == 206  # 6 founders and the 200 calls' children
 
 
 ASKS_TWICE = """```python
@@ -358,18 +273,64 @@ def test_runs_in_flight_on_the_cluster_are_its_cpus_and_the_rest_wait_on_the_dri
     try:
 
         async def many() -> list:
-            return await asyncio.gather(*(sandbox.run(str(i)) for i in range(6)))
+            return await asyncio.gather(*(sandbox.run(str(i)) for i in range(10)))
 
         spans = [r.value for r in asyncio.run(many())]
+        assert [sandbox.proposals_for(b) for b in (1, 3, 4, 8)] == [4, 2, 1, 1]  # what in_flight: null means
     finally:
         sandbox.close()
     most = max(sum(a <= t < b for a, b in spans) for t, _ in spans)  # runs under way at each start
-    assert len(spans) == 6 and most == sandbox.workers == 2  # w1 and w2, one CPU each
+    assert len(spans) == 10 and most == sandbox.workers == 4  # w1 and w2, two CPUs each
+
+
+@pytest.mark.slow
+def test_in_flight_unset_is_the_clusters_cpus(cluster, scripted_llm, tmp_path):
+    """``runner.in_flight`` null on ``runner=ray``: proposals enough for every CPU of the cluster
+    (2 nodes of 2 CPUs, 1 child each: 4 evaluations at once), measured by the driver as it sends
+    them (``ray.jsonl``). One founder at a time, so only the children can reach 4."""
+    from scripted_llm import Rule
+
+    server = scripted_llm([Rule("", slow_program)])
+    path = text_run(
+        tmp_path / "ray",
+        server.base_url,
+        "runner.max_llm_calls=8",
+        "runner.in_flight=null",
+        "runner.initial_population=1",
+        "islands.count=1",
+        "runner=ray",
+        f"runner.address={cluster.address}",
+    )
+    [session] = sessions(path)
+    assert session["cpus"] == 4 and session["most_at_once"] == 4
+    assert set(session["ran"]) == set(cluster.live())
+
+
+def sessions(path: Path) -> list[dict]:
+    """``ray.jsonl``: what each session of a run on Ray did on the cluster."""
+    import json
+
+    return [json.loads(line) for line in (path / "ray.jsonl").read_text().splitlines()]
+
+
+def slower_program(request: dict) -> str:
+    """``varied_program`` whose ``f`` takes 1.5 s to define (a default argument that sleeps; the
+    entry keeps only definitions): every stage lasts that long at least, so a node killed 0.3 s
+    into one is lost mid-stage."""
+    return varied_program(request).replace("def f(x):", 'def f(x, _pause=__import__("time").sleep(1.5)):', 1)
+
+
+def wait_for(condition, what: str, seconds: float = 120.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
 
 
 def test_a_sweep_sends_each_job_to_the_cluster(cluster, scripted_llm, tmp_path):
     """``qd-run -m`` with ``runner=ray runner.address=...``: hydra's basic launcher runs the jobs
-    one after another, each joining the cluster for its evaluations (docs/scaling.md, Sweeps)."""
+    one after another, each joining the cluster for its evaluations (docs/scaling.md, Sweeps);
+    each job's ``ray.jsonl`` names the nodes that ran them: the cluster's workers, both used."""
     from helpers import qd_run
     from scripted_llm import Rule
 
@@ -394,3 +355,223 @@ def test_a_sweep_sends_each_job_to_the_cluster(cluster, scripted_llm, tmp_path):
         len(stored(job.parent)) == 18 for job in jobs
     )  # 6 founders + 12 children each
     assert comparable(jobs[0].parent) != comparable(jobs[1].parent)  # two seeds, two runs
+    workers = set(cluster.live())
+    for job in jobs:
+        [session] = sessions(job.parent)
+        ran = session["ran"]
+        assert set(ran) == workers and session["cpus"] == 4  # every node that ran one is a worker
+        assert sum(ran.values()) >= 18  # every stored candidate's evaluation (stages: one run each)
+
+
+def test_a_node_lost_mid_run_costs_a_retry_and_the_store_is_the_same(cluster, scripted_llm, tmp_path, capfd):
+    import threading
+
+    from scripted_llm import Rule
+
+    server = scripted_llm([Rule("", slow_program)])
+    small = ("sandbox.wall_s=30", "runner.max_llm_calls=14")
+    local = text_run(tmp_path / "local", server.base_url, *small)
+    node = cluster.add_worker("w3")
+    path = tmp_path / "ray"
+    run = threading.Thread(
+        target=text_run,
+        args=(path, server.base_url, *small, "runner=ray", f"runner.address={cluster.address}"),
+    )
+    run.start()
+    deadline = time.monotonic() + 120
+    while stored_so_far(path) < 9:  # children are under way
+        assert run.is_alive() and time.monotonic() < deadline
+        time.sleep(0.2)
+    cluster.kill_node(node)
+    run.join(timeout=300)
+    assert not run.is_alive()
+    assert comparable(path) == comparable(local)  # each child stored once, as a local run stores it
+    assert "qd: ray: lost node" in capfd.readouterr().err  # the lost node held evaluations: they were retried
+
+
+def test_a_run_lost_twice_is_a_failure_with_the_reason(cluster, tmp_path):
+    import asyncio
+
+    import ray
+
+    from qd.sandbox import Limits
+    from qd.sandbox.cluster import RaySandbox
+
+    entry = tmp_path / "entry.py"
+    entry.write_text("def run(text):\n    import time\n    time.sleep(float(text))\n    return text\n")
+    sandbox = RaySandbox(f"{entry}:run", limits=Limits(wall_s=30), address=cluster.address)
+    try:
+        actors = [node.actor for node in sandbox._nodes]
+        assert sandbox.workers == 4 and asyncio.run(sandbox.run("0")).value == "0"
+
+        async def lose_both() -> object:
+            running = asyncio.create_task(sandbox.run("20"))
+            for actor in actors:  # the node running it, then the one it is retried on
+                await asyncio.sleep(2.0)
+                ray.kill(actor)
+            return await running
+
+        result = asyncio.run(lose_both())
+        assert not result.ok and result.error.startswith("ray: lost the worker running this evaluation")
+        assert "tried 2 time(s); no node is left" in result.error
+        assert sandbox.down.startswith("runner=ray: every node of the cluster is gone (last: ")
+        after = asyncio.run(sandbox.run("0"))  # fails at once, with why: the engine stops on ``down``
+        assert not after.ok and after.error == sandbox.down
+    finally:
+        sandbox.close()
+
+
+@pytest.mark.slow
+def test_a_run_lost_twice_on_the_engine_is_stored_failed_and_the_run_goes_on(
+    cluster, scripted_llm, tmp_path, capfd
+):
+    """One proposal at a time, so its evaluation runs on the first node (by id); that node is
+    killed, the evaluation is retried on the second, which is killed too: the candidate is stored
+    failed with the reason, and the run finishes its budget on the third node."""
+    import threading
+
+    from scripted_llm import Rule
+
+    while len(cluster.live()) < 3:
+        cluster.add_worker(f"w{len(cluster.workers) + 1}")
+    first, second, third = cluster.live()[:3]
+    server = scripted_llm([Rule("", slower_program)])
+    path, calls = tmp_path / "ray", 4
+    run = threading.Thread(
+        target=text_run,
+        args=(
+            path,
+            server.base_url,
+            "sandbox.wall_s=30",
+            f"runner.max_llm_calls={calls}",
+            "runner.in_flight=1",
+        )
+        + (
+            "runner.initial_population=1",
+            "islands.count=1",
+            "runner=ray",
+            f"runner.address={cluster.address}",
+        ),
+    )
+    run.start()
+    wait_for(lambda: stored_so_far(path) >= 2, "children under way")
+    cluster.kill_node(first)
+    err = ""
+    while "qd: ray: lost node" not in err:  # the first loss is noticed; its retry has started
+        assert run.is_alive()
+        err += capfd.readouterr().err
+        time.sleep(0.05)
+    assert f"lost node {first[:8]} (1 of 3" in err
+    time.sleep(0.3)
+    cluster.kill_node(second)
+    run.join(timeout=300)
+    err += capfd.readouterr().err
+    assert not run.is_alive() and "Traceback" not in err, err[-3000:]
+    candidates = stored(path)
+    assert len(candidates) == 1 + calls  # the founder and every call's child: the run went on
+    lost = [c for c in candidates if c.error and "ray: lost the worker" in c.error]
+    assert len(lost) == 1, ([(c.id, c.error) for c in candidates], sessions(path), err)
+    [failed] = lost
+    assert "tried 2 time(s)" in failed.error and failed.id < candidates[-1].id
+    [session] = sessions(path)
+    assert sorted(session["lost"]) == sorted([first, second]) and third in session["ran"]
+
+
+def start_driver(run: Path, base_url: str, *overrides: str, **popen) -> subprocess.Popen:
+    """``qd-run`` of function_fit on ``runner=ray`` asking the scripted server at ``base_url``,
+    into ``run``: a process of its own, as a user starts it (this checkout's qd)."""
+    args = [
+        "experiment=function_fit",
+        "llm.provider=server",
+        f"llm.base_url={base_url}",
+        "llm.models=[{name: scripted}]",
+        "llm.api_key_env=null",
+        "runner.progress=false",
+        "runner=ray",
+        f"hydra.run.dir={run}",
+        *overrides,
+    ]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    return subprocess.Popen([sys.executable, "-m", "qd.run", *args], env=env, **popen)
+
+
+@pytest.mark.slow
+def test_losing_every_node_stops_the_run_at_a_checkpoint_and_resume_continues(
+    cluster, scripted_llm, tmp_path
+):
+    """Every worker node killed mid-run: ``qd-run`` ends with one line saying so (no traceback) and
+    a checkpoint; with a node back, ``resume=`` finishes the run to its budget."""
+    from helpers import qd_run
+    from scripted_llm import Rule
+
+    server = scripted_llm([Rule("", slow_program)])
+    run = tmp_path / "run"
+    driver = start_driver(
+        run,
+        server.base_url,
+        "runner.max_llm_calls=12",
+        f"runner.address={cluster.address}",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(lambda: stored_so_far(run) >= 8, "children under way")
+    killed = cluster.live()
+    for node in killed:
+        cluster.kill_node(node)
+    _, err = driver.communicate(timeout=120)
+    assert driver.returncode == 1 and "Traceback" not in err, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("qd-run: stopped: runner=ray: every node of the cluster is gone (last: ")
+    assert last.endswith("resume=RUN_DIR continues it once nodes are back")
+    assert (run / "checkpoints" / "checkpoint.npz").is_file()
+    stopped = len(stored(run))
+    assert stopped < 18
+    cluster.add_worker(f"w{len(cluster.workers) + 1}", cpus=2)
+    qd_run(f"resume={run}", cwd=tmp_path)
+    assert len(stored(run)) == 18  # 6 founders and the 12 calls' children
+    assert [sorted(s["lost"]) for s in sessions(run)] == [killed, []]
+
+
+def _cluster_of(driver: int) -> list[str]:
+    """Live processes of the cluster the run ``driver`` started: the group its lifeline leads
+    (the lifeline's command line names ``--parent <driver>``; Ray's processes join its group)."""
+    listing = subprocess.run(
+        ["ps", "-eww", "-o", "pid=,pgid=,stat=,args="], capture_output=True, text=True
+    ).stdout
+    ps = [line.split(None, 3) for line in listing.splitlines()]
+    groups = {pid for pid, _, _, args in ps if f"--parent {driver} --tag qd-ray" in args}
+    return [args for pid, pgid, stat, args in ps if pgid in groups and not stat.startswith("Z")]
+
+
+def test_a_cluster_qd_starts_ends_with_a_killed_run_and_resume_finishes_it(scripted_llm, tmp_path):
+    """No ``runner.address``: qd starts a one-node cluster; ``kill -9`` of qd-run takes the whole
+    cluster down (the lifeline kills its process group), and ``resume=`` completes the run."""
+    from helpers import qd_run
+    from scripted_llm import Rule
+
+    server = scripted_llm([Rule("", varied_program)])
+    run = tmp_path / "run"
+    log = open(tmp_path / "driver.log", "w")
+    driver = start_driver(
+        run, server.base_url, "runner.max_llm_calls=200", stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while stored_so_far(run) < 40:
+            assert driver.poll() is None and time.monotonic() < deadline, (
+                tmp_path / "driver.log"
+            ).read_text()[-2000:]
+            time.sleep(0.3)
+        assert (
+            len(_cluster_of(driver.pid)) >= 3
+        )  # the cluster is up (the head: gcs, raylet, ...), under the run
+    finally:
+        driver.kill()
+        driver.wait()
+    deadline = time.monotonic() + 15
+    while _cluster_of(driver.pid):
+        assert time.monotonic() < deadline, _cluster_of(driver.pid)
+        time.sleep(0.3)
+    qd_run(f"resume={run}", cwd=tmp_path)
+    assert len(stored(run)) == 206  # 6 founders and the 200 calls' children
