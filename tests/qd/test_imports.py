@@ -80,6 +80,9 @@ LAYERS = (
         "qd.committee",
         "qd.tables",
         "qd.design_table",
+        "qd.optimize",
+        "qd.optimize_parts",
+        "qd.optimize_result",
     },
 )
 

@@ -1,0 +1,217 @@
+"""The parts of a ``qd.optimize`` run, made from its arguments: the task, where candidates
+land, the model client, the evaluator, and the held-out score at the end.
+
+What ``qd-run`` reads from a hydra config and a task file is made here from Python values,
+with the same checks and the same defaults as the experiments (a preset of ``conf/llm/``, a
+describer of ``conf/descriptor/``, the evaluation's call budget ``eval_llm``), so a bad argument
+fails before anything starts, in one line naming the argument.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from qd.archive import GridSpec
+from qd.config import schema
+from qd.contract import ConfigError
+from qd.paths import conf_dir
+
+__all__ = [
+    "DESCRIBERS",
+    "ModelArgs",
+    "evaluator_of",
+    "heldout_of",
+    "make_task",
+    "placement_of",
+    "start_client",
+]
+
+DESCRIBERS = ("code_metrics", "embedding")  # descriptors qd computes from the text (``descriptors/``)
+METRIC_FIX = "give exact, contains, numeric, regex, choice, or a function (row, output) -> float | dict"
+# a ``qd.llm.plan`` field -> the argument of ``qd.optimize`` that sets it
+_MODEL_FIELDS = {"llm.models": "model", "llm.base_url": "base_url", "llm.api_key_env": "api_key_env"}
+
+
+def make_task(
+    seeds: list[str],
+    kind: Any,
+    evaluate: Callable[..., Any] | None,
+    dataset: Any,
+    metric: Any,
+    columns: dict[str, str],
+    description: str,
+    descriptors: Any,
+    random_seed: int,
+) -> Any:
+    """The task of the arguments: a code genome scored by ``evaluate`` in the sandbox, a data
+    genome scored by ``evaluate`` on the host, or a data genome scored on ``dataset``."""
+    if kind.code:
+        if dataset is not None:
+            raise ConfigError(
+                "dataset",
+                f"{kind.name} genomes are scored by evaluate=, in the sandbox",
+                "give evaluate=, or genome='prompt' or 'agent' to score on a dataset",
+            )
+        if evaluate is None:
+            raise ConfigError("evaluate", "is missing", "give evaluate(program_path) -> number | dict")
+        from qd.callable_tasks import code_task
+
+        own = _task_descriptors(descriptors)
+        return code_task(seeds, evaluate, kind.name, description=description, **own)
+    if (evaluate is None) == (dataset is None):
+        raise ConfigError(
+            "evaluate",
+            f"a {kind.name} genome is scored by evaluate= or by dataset=, exactly one",
+            "give evaluate(candidate, llm) -> number | dict, or dataset= and metric=",
+        )
+    if evaluate is not None:
+        from qd.callable_tasks import host_task
+
+        return host_task(seeds, evaluate, kind.name)
+    if not (isinstance(metric, str) or callable(metric)):
+        raise ConfigError(
+            "metric", f"is a {type(metric).__name__}, neither a metric name nor callable", METRIC_FIX
+        )
+    from qd.data.metrics import metric_of
+    from qd.data.rows import load_rows
+    from qd.data.task import dataset_task
+
+    rows = load_rows(dataset, **columns)
+    return dataset_task(seeds, rows, metric_of(metric), kind.name, seed=random_seed)
+
+
+def _listed(descriptors: Any) -> list[Any]:
+    if descriptors is None:
+        return []
+    return [descriptors] if isinstance(descriptors, str) or callable(descriptors) else list(descriptors)
+
+
+def _task_descriptors(descriptors: Any) -> dict[str, Any]:
+    """The ``descriptors=`` a code task reports itself (metric names, callables), if any."""
+    own = [d for d in _listed(descriptors) if d not in DESCRIBERS]
+    return {"descriptors": own} if own else {}
+
+
+def placement_of(task: Any, kind: Any, descriptors: Any, random_seed: int) -> tuple[Any, GridSpec]:
+    """The describer (None: the task reports its descriptors) and the grid it places into.
+
+    ``code_metrics`` / ``embedding`` take their settings from ``conf/descriptor/``, as
+    ``descriptor=NAME`` does; a code genome given none is placed by ``code_metrics``. A task's
+    own descriptors span ``task.descriptor_bounds`` (default [0, 1] per axis), 10 bins each.
+    """
+    listed = _listed(descriptors)
+    named = [d for d in listed if isinstance(d, str) and d in DESCRIBERS] or (
+        ["code_metrics"] if kind.code and not listed else []
+    )
+    if named and len(named) != len(listed):
+        raise ConfigError(
+            "descriptors",
+            "mixes descriptors qd computes (code_metrics, embedding) with the evaluator's",
+            "give either kind",
+        )
+    if not named:
+        dim = task.descriptor_dim
+        lower, upper = getattr(task, "descriptor_bounds", ((0.0,) * dim, (1.0,) * dim))
+        return None, GridSpec((10,) * dim, tuple(lower), tuple(upper))
+    from descriptors import Combined, axis_bins, make_descriptor
+    from qd import extras
+
+    cfg = schema()
+    parts = []
+    for name in named:
+        part = OmegaConf.merge(cfg.descriptor, OmegaConf.load(conf_dir() / "descriptor" / f"{name}.yaml"))
+        parts.append(OmegaConf.to_container(part.parts[0], resolve=True))
+    built = [make_descriptor(p["kind"], p, random_seed) for p in parts]
+    for b, name in zip(built, named):
+        if b.extra is not None:
+            extras.require(b.extra, f"descriptors={name!r}")
+    bins = [n for p, b in zip(parts, built) for n in axis_bins(p["kind"], p, b.dim)]
+    describer = Combined(built)
+    return describer, GridSpec(tuple(bins), describer.lower, describer.upper)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelArgs:
+    """The model arguments of ``qd.optimize``: a client object, or a preset with overrides."""
+
+    model: str | None
+    base_url: str | None
+    api_key_env: str | None
+    llm: Any
+
+    @property
+    def preset(self) -> str:
+        """``llm=`` when it names one; else ``base_url`` alone means any OpenAI-compatible server,
+        ``model`` alone OpenAI, and nothing the embedded SmolLM2."""
+        if isinstance(self.llm, str):
+            return self.llm
+        return "server" if self.base_url else "openai" if self.model else "local"
+
+
+def start_client(m: ModelArgs, random_seed: int, run_dir: Path, stack: contextlib.ExitStack) -> Any:
+    """The run's ``qd.llm.LLMClient``: a client object wrapped as ``qd.build`` wraps it, or the
+    preset's checked as ``qd-run`` checks ``llm=`` (the embedded server started, and stopped
+    by ``stack``)."""
+    from qd.api import client_of
+    from qd.llm.plan import plan_llm
+    from qd.run import start_llm
+
+    if m.llm is not None and not isinstance(m.llm, str):
+        if m.model or m.base_url or m.api_key_env:
+            raise ConfigError(
+                "llm", "is a client object", "drop model=, base_url= and api_key_env= (a preset's)"
+            )
+        return client_of(m.llm, run_dir)
+    node = OmegaConf.create({"provider": "server"}) if m.preset == "server" else _preset(m.preset)
+    given = {"base_url": m.base_url, "api_key_env": m.api_key_env}
+    given = {k: v for k, v in given.items() if v is not None} | (
+        {"models": [{"name": m.model}]} if m.model else {}
+    )
+    cfg = OmegaConf.merge(schema(), {"llm": node, "seed": random_seed}, {"llm": given})
+    if not cfg.llm.models:
+        raise ConfigError("model", "is missing", f"name the model the {m.preset} server serves")
+    try:
+        planned = plan_llm(cfg)
+    except ConfigError as e:
+        raise ConfigError(_MODEL_FIELDS.get(e.field, "llm"), e.problem, e.fix) from None
+    return start_llm(planned, run_dir, stack)
+
+
+def _preset(name: str) -> Any:
+    """``conf/llm/NAME.yaml``; a one-line error naming the presets otherwise."""
+    path = conf_dir() / "llm" / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise ConfigError("llm", f"no preset {name!r}", f"use one of {known}, or pass a client object")
+    return OmegaConf.load(path)
+
+
+def evaluator_of(task: Any, client: Any) -> Any:
+    """The task's stages on the host (data genomes) or in the sandbox (code); a task whose
+    evaluation calls the model (``task.models``) gets the run's client, within ``eval_llm``'s
+    defaults per evaluation, as a config's run does."""
+    from qd.evaluator import HostRunner, StagedEvaluator
+    from qd.llm.gateway import CallBudget
+
+    if getattr(task, "host_entry", None) is not None:
+        runner: Any = HostRunner(task.host_entry)
+    else:
+        from qd.sandbox import Sandbox
+
+        runner = Sandbox(task.sandbox_entry)
+    models = bool(getattr(task, "models", False))
+    return StagedEvaluator(task, runner, client if models else None, CallBudget() if models else None)
+
+
+def heldout_of(run_dir: Path, client: Any) -> tuple[float, tuple[float, float]] | None:
+    """The best candidate's score on the dataset's test split, with its 95 % interval
+    (``qd.data.task.heldout``: its calls are ledgered under ``heldout``, outside the budget)."""
+    from qd.data.task import heldout
+
+    return heldout(run_dir, client)
