@@ -112,7 +112,7 @@ def _run_of_parts(
     text = task.kind != "vector"
     if text and llm is None:
         raise TypeError("qd.build: a text task needs llm= (a qd.llm.LLMClient, or a ChatClient to wrap)")
-    client = client_of(llm, run_dir) if text else None
+    client = _client(llm, run_dir) if text else None
     ops = _operators(task, operators, client)
     evaluator = evaluator if evaluator is not None else _evaluator(task, parts["settings"])
     _save_geometry(run_dir, task, spec, ops, parts["settings"])
@@ -143,7 +143,7 @@ def _save_geometry(run_dir: Path, task: Any, spec: Any, ops: list[Any], settings
     create_of_spec(spec, settings.islands, genome, run_dir, task)
 
 
-def client_of(llm: Any, run_dir: Path) -> Any:
+def _client(llm: Any, run_dir: Path) -> Any:
     """The run's client: qd's ``LLMClient`` as given, or a caller's ``ChatClient`` wrapped in
     qd's ledger, budget, retries and response cache (in the run's ``llm_cache/``, as a config's
     run keeps it), so ``max_llm_calls`` binds for it too and a rerun replays it."""

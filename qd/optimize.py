@@ -41,7 +41,7 @@ from qd.api import build
 from qd.assembly import Settings
 from qd.budget import Budget
 from qd.contract import ConfigError
-from qd.optimize_parts import ModelArgs, evaluator_of, heldout_of, make_task, placement_of, start_client
+from qd.optimize_parts import ModelArgs, heldout_of, make_task, placement_of, start_client
 from qd.optimize_result import OptimizeResult, read_result
 from qd.rundir import layout
 from qd.stop_rules import StopRules
@@ -130,7 +130,6 @@ def optimize(
             task=task,
             spec=spec,
             operators=list(operators),
-            evaluator=evaluator_of(task, client),
             llm=client,
             describer=describer,
             budget=limits,

@@ -1,10 +1,11 @@
 """The parts of a ``qd.optimize`` run, made from its arguments: the task, where candidates
-land, the model client, the evaluator, and the held-out score at the end.
+land, the model client, and the held-out score at the end (the evaluator is the task's own,
+as ``qd.build`` makes it).
 
 What ``qd-run`` reads from a hydra config and a task file is made here from Python values,
 with the same checks and the same defaults as the experiments (a preset of ``conf/llm/``, a
-describer of ``conf/descriptor/``, the evaluation's call budget ``eval_llm``), so a bad argument
-fails before anything starts, in one line naming the argument.
+describer of ``conf/descriptor/``), so a bad argument fails before anything starts, in one
+line naming the argument.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from qd.archive import GridSpec
 from qd.config import schema
 from qd.contract import ConfigError
 from qd.paths import conf_dir
+from qd.task import descriptor_names
 
 __all__ = [
     "DESCRIBERS",
     "ModelArgs",
-    "evaluator_of",
     "heldout_of",
     "make_task",
     "placement_of",
@@ -33,6 +34,8 @@ __all__ = [
 ]
 
 DESCRIBERS = ("code_metrics", "embedding")  # descriptors qd computes from the text (``descriptors/``)
+# a data task's measures of its text (``qd.callable_tasks``): ranges a prompt or an agent spans
+TEXT_BOUNDS = {"words": (0.0, 200.0), "lines": (0.0, 50.0), "characters": (0.0, 1500.0)}
 METRIC_FIX = "give exact, contains, numeric, regex, choice, or a function (row, output) -> float | dict"
 # a ``qd.llm.plan`` field -> the argument of ``qd.optimize`` that sets it
 _MODEL_FIELDS = {"llm.models": "model", "llm.base_url": "base_url", "llm.api_key_env": "api_key_env"}
@@ -49,41 +52,31 @@ def make_task(
     descriptors: Any,
     random_seed: int,
 ) -> Any:
-    """The task of the arguments: a code genome scored by ``evaluate`` in the sandbox, a data
-    genome scored by ``evaluate`` on the host, or a data genome scored on ``dataset``."""
-    if kind.code:
-        if dataset is not None:
-            raise ConfigError(
-                "dataset",
-                f"{kind.name} genomes are scored by evaluate=, in the sandbox",
-                "give evaluate=, or genome='prompt' or 'agent' to score on a dataset",
-            )
-        if evaluate is None:
-            raise ConfigError("evaluate", "is missing", "give evaluate(program_path) -> number | dict")
-        from qd.callable_tasks import code_task
-
-        own = _task_descriptors(descriptors)
-        return code_task(seeds, evaluate, kind.name, description=description, **own)
+    """The task of the arguments: a genome scored on ``dataset`` (prompts, agents), a code
+    genome scored by ``evaluate`` in the sandbox, or a data genome scored by it on the host."""
     if (evaluate is None) == (dataset is None):
         raise ConfigError(
             "evaluate",
             f"a {kind.name} genome is scored by evaluate= or by dataset=, exactly one",
-            "give evaluate(candidate, llm) -> number | dict, or dataset= and metric=",
+            "give evaluate(program_path) for code, evaluate(candidate, llm) for data, or dataset= and metric=",
         )
-    if evaluate is not None:
-        from qd.callable_tasks import host_task
+    if dataset is not None:
+        if not (isinstance(metric, str) or callable(metric)):
+            raise ConfigError(
+                "metric", f"is a {type(metric).__name__}, neither a metric name nor callable", METRIC_FIX
+            )
+        from qd.data.metrics import metric_of
+        from qd.data.rows import load_rows
+        from qd.data.task import dataset_task
 
-        return host_task(seeds, evaluate, kind.name)
-    if not (isinstance(metric, str) or callable(metric)):
-        raise ConfigError(
-            "metric", f"is a {type(metric).__name__}, neither a metric name nor callable", METRIC_FIX
-        )
-    from qd.data.metrics import metric_of
-    from qd.data.rows import load_rows
-    from qd.data.task import dataset_task
+        rows = load_rows(dataset, **columns)
+        return dataset_task(seeds, rows, metric_of(metric), kind.name, seed=random_seed)
+    from qd.callable_tasks import code_task, host_task
 
-    rows = load_rows(dataset, **columns)
-    return dataset_task(seeds, rows, metric_of(metric), kind.name, seed=random_seed)
+    own = _task_descriptors(descriptors)
+    if kind.code:
+        return code_task(seeds, evaluate, kind.name, description=description, **own)
+    return host_task(seeds, evaluate, kind.name, description=description, **own)
 
 
 def _listed(descriptors: Any) -> list[Any]:
@@ -103,7 +96,8 @@ def placement_of(task: Any, kind: Any, descriptors: Any, random_seed: int) -> tu
 
     ``code_metrics`` / ``embedding`` take their settings from ``conf/descriptor/``, as
     ``descriptor=NAME`` does; a code genome given none is placed by ``code_metrics``. A task's
-    own descriptors span ``task.descriptor_bounds`` (default [0, 1] per axis), 10 bins each.
+    own descriptors span ``task.descriptor_bounds`` (else :data:`TEXT_BOUNDS` of a measure of the
+    text, [0, 1] for a metric of the evaluator), 10 bins each.
     """
     listed = _listed(descriptors)
     named = [d for d in listed if isinstance(d, str) and d in DESCRIBERS] or (
@@ -116,9 +110,11 @@ def placement_of(task: Any, kind: Any, descriptors: Any, random_seed: int) -> tu
             "give either kind",
         )
     if not named:
-        dim = task.descriptor_dim
-        lower, upper = getattr(task, "descriptor_bounds", ((0.0,) * dim, (1.0,) * dim))
-        return None, GridSpec((10,) * dim, tuple(lower), tuple(upper))
+        bounds = getattr(task, "descriptor_bounds", None) or [
+            TEXT_BOUNDS.get(a, (0.0, 1.0)) for a in descriptor_names(task, task.descriptor_dim)
+        ]
+        lower, upper = zip(*bounds)
+        return None, GridSpec((10,) * task.descriptor_dim, lower, upper)
     from descriptors import Combined, axis_bins, make_descriptor
     from qd import extras
 
@@ -155,10 +151,9 @@ class ModelArgs:
 
 
 def start_client(m: ModelArgs, random_seed: int, run_dir: Path, stack: contextlib.ExitStack) -> Any:
-    """The run's ``qd.llm.LLMClient``: a client object wrapped as ``qd.build`` wraps it, or the
-    preset's checked as ``qd-run`` checks ``llm=`` (the embedded server started, and stopped
-    by ``stack``)."""
-    from qd.api import client_of
+    """The run's model client: a client object as given (``qd.build`` wraps a ``ChatClient`` in
+    qd's ledger and budget), or the preset's ``qd.llm.LLMClient``, checked as ``qd-run`` checks
+    ``llm=`` (the embedded server started, and stopped by ``stack``)."""
     from qd.llm.plan import plan_llm
     from qd.run import start_llm
 
@@ -167,7 +162,7 @@ def start_client(m: ModelArgs, random_seed: int, run_dir: Path, stack: contextli
             raise ConfigError(
                 "llm", "is a client object", "drop model=, base_url= and api_key_env= (a preset's)"
             )
-        return client_of(m.llm, run_dir)
+        return m.llm
     node = OmegaConf.create({"provider": "server"}) if m.preset == "server" else _preset(m.preset)
     given = {"base_url": m.base_url, "api_key_env": m.api_key_env}
     given = {k: v for k, v in given.items() if v is not None} | (
@@ -190,23 +185,6 @@ def _preset(name: str) -> Any:
         known = sorted(p.stem for p in path.parent.glob("*.yaml"))
         raise ConfigError("llm", f"no preset {name!r}", f"use one of {known}, or pass a client object")
     return OmegaConf.load(path)
-
-
-def evaluator_of(task: Any, client: Any) -> Any:
-    """The task's stages on the host (data genomes) or in the sandbox (code); a task whose
-    evaluation calls the model (``task.models``) gets the run's client, within ``eval_llm``'s
-    defaults per evaluation, as a config's run does."""
-    from qd.evaluator import HostRunner, StagedEvaluator
-    from qd.llm.gateway import CallBudget
-
-    if getattr(task, "host_entry", None) is not None:
-        runner: Any = HostRunner(task.host_entry)
-    else:
-        from qd.sandbox import Sandbox
-
-        runner = Sandbox(task.sandbox_entry)
-    models = bool(getattr(task, "models", False))
-    return StagedEvaluator(task, runner, client if models else None, CallBudget() if models else None)
 
 
 def heldout_of(run_dir: Path, client: Any) -> tuple[float, tuple[float, float]] | None:
