@@ -58,7 +58,7 @@ def make_task(
         raise ConfigError(
             "evaluate",
             f"a {kind.name} genome is scored by evaluate= or by dataset=, exactly one",
-            "give evaluate(program_path) for code, evaluate(candidate, llm) for data, or dataset= and metric=",
+            "give evaluate(program_path) for code, evaluate(candidate, llm) for data, or dataset=",
         )
     if dataset is not None:
         if not (isinstance(metric, str) or callable(metric)):
