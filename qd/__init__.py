@@ -1,6 +1,6 @@
 """qd: quality-diversity search with a JAX archive and LLM operators.
 
-Your own problem in one call: ``qd.optimize`` (``qd.optimize``). The Python API
+Your own problem in one call: ``qd.optimize`` (``qd.optimizer``). The Python API
 (``qd.api``): ``qd.compose`` a config with the CLI's names,
 ``qd.build`` the run, ``engine.run()``, then ``qd.elites(run_dir)``. The
 functional archive is ``qd.archive`` (``init`` / ``insert`` / ``elites``).
@@ -25,7 +25,7 @@ _API = {
     "Settings": "qd.api",
     "StopRules": "qd.stop_rules",
     "Run": "qd.api",
-    "optimize": "qd.optimize",
+    "optimize": "qd.optimizer",
     "OptimizeResult": "qd.optimize_result",
 }
 __all__ = sorted(_API)

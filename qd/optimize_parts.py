@@ -103,7 +103,7 @@ def placement_of(task: Any, kind: Any, descriptors: Any, random_seed: int) -> tu
     named = [d for d in listed if isinstance(d, str) and d in DESCRIBERS] or (
         ["code_metrics"] if kind.code and not listed else []
     )
-    if named and len(named) != len(listed):
+    if listed and named and len(named) != len(listed):
         raise ConfigError(
             "descriptors",
             "mixes descriptors qd computes (code_metrics, embedding) with the evaluator's",

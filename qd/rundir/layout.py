@@ -27,7 +27,7 @@ ELITES = "elites.jsonl"  # every elite at the end, best first
 BEST = "best"  # ``best.<ext>``: the best elite's genome at the end
 LLM_CACHE = "llm_cache"  # the LLM response cache of a run with ``llm.cache``
 LLM_SERVER_LOG = "llm_server.log"  # the embedded llama.cpp server's log (``llm.provider=local``)
-OPTIMIZE = "optimize.json"  # a run made by ``qd.optimize`` (``qd-run resume=`` refuses it: see qd.optimize)
+OPTIMIZE = "optimize.json"  # a run made by ``qd.optimize`` (``qd-run resume=`` refuses it: see qd.optimizer)
 HYDRA_OVERRIDES = Path(".hydra") / "overrides.yaml"  # the command line of a run started by Hydra
 
 

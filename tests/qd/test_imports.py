@@ -80,7 +80,7 @@ LAYERS = (
         "qd.committee",
         "qd.tables",
         "qd.design_table",
-        "qd.optimize",
+        "qd.optimizer",
         "qd.optimize_parts",
         "qd.optimize_result",
     },

@@ -121,7 +121,9 @@ def optimize(
         stop=StopRules(target_fitness=target_fitness, patience=patience),
     )
     folder = _run_dir(run_dir, kind.name)
-    task = make_task(seeds, kind, evaluate, dataset, metric, dict(columns or {}), description, descriptors)
+    task = make_task(
+        seeds, kind, evaluate, dataset, metric, dict(columns or {}), description, descriptors, random_seed
+    )
     describer, spec = placement_of(task, kind, descriptors, random_seed)
     with contextlib.ExitStack() as stack:  # the embedded server, if started, stops last
         client = start_client(ModelArgs(model, base_url, api_key_env, llm), random_seed, folder, stack)

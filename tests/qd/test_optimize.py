@@ -1,0 +1,184 @@
+"""``qd.optimize``: a program scored by a function, called from a notebook's event loop, an
+agent genome, a call interrupted by SIGINT and continued, bad arguments, ``qd-run resume=``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import runpy
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from helpers import varied_program
+from scripted_llm import Rule
+
+import qd
+from qd.contract import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = "def f(x):\n    return x\n"
+
+
+def evaluate(program_path):
+    """A program's score: how close its f(2) is to 7 (run in the sandbox, shipped as source)."""
+    f = runpy.run_path(program_path)["f"]
+    return {"score": -abs(f(2.0) - 7.0), "feedback": f"f(2) = {f(2.0)}"}
+
+
+def stored(run_dir: Path) -> list[tuple[int, str]]:
+    with sqlite3.connect(run_dir / "store.sqlite") as db:
+        return db.execute("SELECT id, text FROM candidates ORDER BY id").fetchall()
+
+
+def test_optimize_completes_when_called_from_inside_a_running_event_loop(scripted_llm, tmp_path):
+    server = scripted_llm([Rule("", varied_program)])
+
+    async def notebook_cell():  # a notebook runs each cell inside its own event loop
+        asyncio.get_running_loop()
+        return qd.optimize(
+            SEED,
+            evaluate=evaluate,
+            base_url=server.base_url,
+            model="scripted",
+            budget={"llm_calls": 6},
+            run_dir=tmp_path / "run",
+        )
+
+    result = asyncio.run(notebook_cell())
+    assert result.ledger.calls == 6 and server.stats()["requests"] == 6
+    assert result.best is not None and result.best.fitness == max(r["fitness"] for r in result.elites)
+    assert result.best.text != SEED and result.best.metrics["score"] == result.best.fitness
+    assert {"id", "fitness", "text", "AST nodes", "score"} <= set(result.elites[0])  # rows a DataFrame reads
+    assert repr(result).startswith("OptimizeResult(best=") and str(result.run_dir) in repr(result)
+    assert json.loads((result.run_dir / "optimize.json").read_text())["made_by"] == "qd.optimize"
+
+
+def test_an_agent_genome_runs_end_to_end_through_optimize(scripted_llm, tmp_path):
+    agent = "```python\ndef forward(task, llm):\n    return llm(task)\n```"
+    server = scripted_llm([Rule("", agent)])
+    seed = "def forward(task, llm):\n    return task\n"
+    result = qd.optimize(
+        seed,
+        evaluate=evaluate_agent_file,
+        genome="agent",
+        base_url=server.base_url,
+        model="scripted",
+        budget={"llm_calls": 4},
+        run_dir=tmp_path / "agent",
+    )
+    assert result.best is not None and "def forward" in result.best.text
+    with sqlite3.connect(result.run_dir / "store.sqlite") as db:
+        assert {g for (g,) in db.execute("SELECT DISTINCT genome FROM candidates")} == {"agent"}
+
+
+def evaluate_agent_file(program_path):
+    """An agent is code: it runs in the sandbox, and is scored by calling its forward."""
+    forward = runpy.run_path(program_path)["forward"]
+    return float(forward("ping", lambda prompt: prompt.upper()) == "PING")
+
+
+NOTEBOOK = textwrap.dedent(
+    """
+    import runpy
+    import sys
+
+    import qd
+
+
+    def evaluate(program_path):  # defined in __main__, as in a notebook
+        f = runpy.run_path(program_path)["f"]
+        return -abs(f(2.0) - 7.0)
+
+
+    result = qd.optimize(
+        "def f(x):\\n    return x\\n",
+        evaluate=evaluate,
+        base_url=sys.argv[1],
+        model="scripted",
+        budget={"llm_calls": 24},
+        run_dir=sys.argv[2],
+    )
+    print("calls", result.ledger.calls, "stop", result.summary.get("stop_reason"))
+    """
+)
+
+
+@pytest.mark.slow
+def test_an_interrupted_call_keeps_its_candidates_and_the_same_call_continues_it(scripted_llm, tmp_path):
+    server = scripted_llm([Rule("", varied_program)], latency_s=0.15)
+    script, run_dir = tmp_path / "notebook.py", tmp_path / "run"
+    script.write_text(NOTEBOOK)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, str(script), server.base_url, str(run_dir)]
+    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and first.poll() is None:
+        if (run_dir / "store.sqlite").exists() and len(stored(run_dir)) >= 6:
+            break
+        time.sleep(0.1)
+    first.send_signal(signal.SIGINT)
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err[-2000:]
+    kept = stored(run_dir)
+    assert 6 <= len(kept) and int(out.split()[1]) < 24  # stopped cleanly, before its budget
+    second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert second.stdout.split()[:2] == ["calls", "24"]  # the budget counts both calls' model calls
+    rows = stored(run_dir)
+    assert rows[: len(kept)] == kept  # what the first call evaluated stays, once
+    assert len({i for i, _ in rows}) == len(rows)
+    assert [t for _, t in rows].count("def f(x):\n    return x\n") == [t for _, t in kept].count(
+        "def f(x):\n    return x\n"
+    )  # no founder evaluated again
+    assert server.stats()["requests"] == 24  # every model call was made once
+
+
+def test_bad_arguments_each_give_one_line_naming_the_argument(tmp_path):
+    def fails(**kwargs) -> ConfigError:
+        args = {"seed": SEED, "evaluate": evaluate, "run_dir": tmp_path / "never"} | kwargs
+        with pytest.raises(ConfigError) as e:
+            qd.optimize(**args)
+        assert "\n" not in str(e.value) and e.value.fix
+        return e.value
+
+    assert fails(genome="sonnet").field == "genome"
+    assert "budget" == fails(budget={"llm_calls": 0}).field == fails(budget={"evaluation": 5}).field
+    assert (
+        fails(genome="prompt", evaluate=None, dataset=[{"input": "1", "answer": "1"}], metric=3).field
+        == "metric"
+    )
+    assert fails(seed=[]).field == fails(seed="  ").field == "seed"
+    assert fails(llm="no-such-preset").field == "llm"
+    assert fails(evaluate=None).field == "evaluate"
+    assert fails(islands=0).field == "islands"
+    assert fails(model="m", api_key_env="QD_TEST_UNSET_KEY").field == "api_key_env"
+    assert not (tmp_path / "never").exists()  # nothing starts before the arguments are checked
+
+
+def test_qd_run_resume_refuses_a_run_made_by_optimize_in_one_line(tmp_path, capsys):
+    from qd.run import main
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "optimize.json").write_text(json.dumps({"made_by": "qd.optimize"}))
+    with pytest.raises(SystemExit) as e:
+        main([f"resume={run_dir}"])
+    assert e.value.code == 2
+    line = capsys.readouterr().err.strip()
+    assert "\n" not in line and f"qd.optimize(..., run_dir='{run_dir}')" in line
+
+
+def test_a_run_dir_qd_run_made_is_refused_by_optimize(tmp_path):
+    run_dir = tmp_path / "cli_run"
+    run_dir.mkdir()
+    (run_dir / "store.sqlite").write_bytes(b"")
+    with pytest.raises(ConfigError, match=f"qd-run resume={run_dir}") as e:
+        qd.optimize(SEED, evaluate=evaluate, run_dir=run_dir)
+    assert e.value.field == "run_dir"
