@@ -115,7 +115,9 @@ def optimize(
     seeds, kind, limits = _seeds(seed), _genome(genome), _budget(budget)
     settings = Settings(
         islands=_positive("islands", islands),
-        in_flight=2,  # what the experiments run with (runner.in_flight)
+        batch_size=len(seeds),  # the founding proposal holds every seed (initial() is asked per batch)
+        in_flight=4,  # children in flight, as the code experiments run (function_fit, openevolve)
+        initial_population=len(seeds),  # each seed evaluated once
         seed=random_seed,
         progress=progress,
         stop=StopRules(target_fitness=target_fitness, patience=patience),
