@@ -50,6 +50,8 @@ LAYERS = (
         "qd.sandbox",
         "qd.llm",
         "qd.task",
+        "qd.shipping",
+        "qd.callable_tasks",
         "qd.config",
         "qd.reasoning",
     },
