@@ -183,7 +183,7 @@ def _operators(task: Any, operators: list[Any] | None, client: Any) -> list[Any]
 def _evaluator(task: Any, client: Any) -> Any:
     """The task's own evaluation: in process (numeric), or its stages on the host or in the sandbox;
     a host task whose evaluation calls the model (``task.models``) gets the run's ``client``, within
-    the default per-evaluation ``CallBudget``."""
+    its ``eval_budget`` (a ``CallBudget``; the default one if it has none)."""
     from qd.evaluator import HostRunner, InProcessEvaluator, StagedEvaluator
     from qd.llm.gateway import CallBudget
 
@@ -191,7 +191,8 @@ def _evaluator(task: Any, client: Any) -> Any:
         return InProcessEvaluator(task)
     if getattr(task, "host_entry", None) is not None:
         models = getattr(task, "models", False)
-        return StagedEvaluator(task, HostRunner(task.host_entry), *((client, CallBudget()) if models else ()))
+        budget = getattr(task, "eval_budget", None) or CallBudget()
+        return StagedEvaluator(task, HostRunner(task.host_entry), *((client, budget) if models else ()))
     from qd.sandbox import Sandbox
 
     return StagedEvaluator(task, Sandbox(task.sandbox_entry))

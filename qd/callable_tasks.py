@@ -34,6 +34,7 @@ import numpy as np
 
 from descriptors.code_metrics import AXIS_NAMES, METRICS, code_metrics
 from qd.contract import ConfigError
+from qd.llm.gateway import CallBudget
 from qd.sandbox.evaluator_entry import outcome
 from qd.shipping import Shipped, ship
 from qd.task import Scored, Stage
@@ -74,9 +75,11 @@ def host_task(
     *,
     description: str = "",
     descriptors: Sequence[Descriptor] = ("words",),
+    calls_per_evaluation: int = CallBudget.calls,
 ) -> HostTask:
     """A task that evolves data (a prompt, an agent, a text) from ``seeds``, each scored on the host
-    by ``evaluate(candidate, llm)`` (see the module doc)."""
+    by ``evaluate(candidate, llm)`` (see the module doc). ``llm`` answers ``calls_per_evaluation``
+    calls at most per candidate; the run's ``max_llm_calls`` reserves that many for each child."""
     if not callable(evaluate):
         raise ConfigError("evaluate", f"{type(evaluate).__name__} is not callable", "pass a function")
     return HostTask(
@@ -86,7 +89,15 @@ def host_task(
         or f"Improve this {genome}. Each version is scored by an evaluation that uses it (higher is better).",
         axes=_axes(descriptors, code=False),
         evaluate=evaluate,
+        eval_budget=_call_budget(calls_per_evaluation),
     )
+
+
+def _call_budget(calls: int) -> CallBudget:
+    try:
+        return CallBudget(calls=calls)
+    except ValueError as e:
+        raise ConfigError("calls_per_evaluation", str(e).partition(": ")[2], "e.g. 4") from None
 
 
 def _seeds(seeds: Sequence[str]) -> list[str]:
@@ -223,6 +234,7 @@ class HostTask(_CallableTask):
     evaluate: Callable[[str, Callable[..., str]], Any] | None = None
     language: str = "text"
     models: bool = True  # the evaluation calls the run's model
+    eval_budget: CallBudget = CallBudget()  # per candidate (what ``qd.build`` gives its gateway)
     stages: list[Stage] = dataclasses.field(default_factory=lambda: [Stage(name="evaluate")])
 
     def host_entry(self, text: str, llm: Callable[..., str] | None = None) -> dict:
