@@ -80,6 +80,7 @@ LAYERS = (
         "qd.committee",
         "qd.tables",
         "qd.design_table",
+        "qd.data",
     },
 )
 
