@@ -114,7 +114,7 @@ def _run_of_parts(
         raise TypeError("qd.build: a text task needs llm= (a qd.llm.LLMClient, or a ChatClient to wrap)")
     client = _client(llm, run_dir) if text else None
     ops = _operators(task, operators, client)
-    evaluator = evaluator if evaluator is not None else _evaluator(task, parts["settings"])
+    evaluator = evaluator if evaluator is not None else _evaluator(task, client)
     _save_geometry(run_dir, task, spec, ops, parts["settings"])
     engine = Engine(
         assemble(
@@ -180,14 +180,19 @@ def _operators(task: Any, operators: list[Any] | None, client: Any) -> list[Any]
     ]
 
 
-def _evaluator(task: Any, settings: Settings) -> Any:
-    """The task's own evaluation: in process (numeric), or its stages on the host or in the sandbox."""
+def _evaluator(task: Any, client: Any) -> Any:
+    """The task's own evaluation: in process (numeric), or its stages on the host or in the sandbox;
+    a host task whose evaluation calls the model (``task.models``) gets the run's ``client``, within
+    its ``eval_budget`` (a ``CallBudget``; the default one if it has none)."""
     from qd.evaluator import HostRunner, InProcessEvaluator, StagedEvaluator
+    from qd.llm.gateway import CallBudget
 
     if task.kind == "vector":
         return InProcessEvaluator(task)
     if getattr(task, "host_entry", None) is not None:
-        return StagedEvaluator(task, HostRunner(task.host_entry))
+        models = getattr(task, "models", False)
+        budget = getattr(task, "eval_budget", None) or CallBudget()
+        return StagedEvaluator(task, HostRunner(task.host_entry), *((client, budget) if models else ()))
     from qd.sandbox import Sandbox
 
     return StagedEvaluator(task, Sandbox(task.sandbox_entry))

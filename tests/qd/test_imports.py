@@ -50,6 +50,8 @@ LAYERS = (
         "qd.sandbox",
         "qd.llm",
         "qd.task",
+        "qd.shipping",
+        "qd.callable_tasks",
         "qd.config",
         "qd.reasoning",
     },
@@ -83,6 +85,7 @@ LAYERS = (
         "qd.optimizer",
         "qd.optimize_parts",
         "qd.optimize_result",
+        "qd.data",
     },
 )
 

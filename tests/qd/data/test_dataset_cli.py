@@ -1,0 +1,74 @@
+"""``qd-run experiment=prompt_evolution experiment.dataset=FILE experiment.metric=numeric`` end to end on
+the scripted server: children that lose on their minibatch make no validation call (their stored
+traces), wrong training rows reach the operators' prompts, validation and test rows never do."""
+
+import json
+import re
+
+import pytest
+from helpers import qd_run, stored
+from scripted_llm import Rule
+
+from qd.data import dataset_task
+from qd.store import Store
+
+ROWS = [{"id": f"r{i}", "input": f"Q{i}: what is {i} times 3?", "answer": str(3 * i)} for i in range(20)]
+QUESTION = re.compile(r"^Q(\d+): what is \d+ times 3\?$")
+
+
+def reply(request: dict) -> str:
+    """The solver (a row's question): right on every row for a prompt that says so, on even rows for the
+    seed prompts, wrong for the rest; an operator: a new prompt, right or wrong by its seed."""
+    question = QUESTION.match(request["messages"][-1]["content"])
+    if question is None:
+        seed = int(request.get("seed") or 0)
+        return f"Always answer right, variant {seed}." if seed % 2 else f"Guess wildly, variant {seed}."
+    i, prompt = int(question.group(1)), request["messages"][0]["content"]
+    right = prompt.startswith("Always answer right") or (not prompt.startswith("Guess") and i % 2 == 0)
+    return f"Answer: {3 * i if right else -1}"
+
+
+@pytest.mark.slow  # a qd-run process: about 10 s
+def test_prompt_evolution_on_a_dataset_from_the_command_line(tmp_path, scripted_llm):
+    server = scripted_llm([Rule("", reply)])
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    run = tmp_path / "run"
+    qd_run(
+        "experiment=prompt_evolution",
+        "experiment.dataset=rows.jsonl",  # relative to where qd-run is run
+        "experiment.metric=numeric",
+        "experiment.params.minibatch=4",
+        "llm.provider=server",
+        f"llm.base_url={server.base_url}",
+        "llm.models=[{name: scripted}]",
+        "llm.api_key_env=null",
+        "descriptor=task",
+        "meta=none",
+        "archive.bins=[4,4]",
+        "archive.upper=[40.0,60.0]",
+        "runner.progress=false",
+        "runner.max_llm_calls=100",
+        f"hydra.run.dir={run}",
+        cwd=tmp_path,
+    )
+    splits = dataset_task(["x"], ROWS, "numeric", minibatch=4).splits
+    rows = [c for c in stored(run) if c.kind == "text"]
+    founders, children = [c for c in rows if c.operator == "init"], [c for c in rows if c.operator != "init"]
+    assert len(founders) == 6 and all(
+        set(c.metrics["row_scores"]) == {"train", "validation"} for c in founders
+    )
+    assert {row.id for row in splits.validation} == set(founders[0].metrics["row_scores"]["validation"])
+    lost = [c for c in children if c.valid and c.text.startswith("Guess")]
+    won = [c for c in children if c.valid and c.text.startswith("Always")]
+    assert lost and won
+    with Store(run / "store.sqlite", readonly=True) as store:
+        for c in lost:  # no validation call: read from the calls stored with it
+            assert "validation" not in c.metrics and {t["stage"] for t in store.trace(c.id)} == {"minibatch"}
+        for c in won:
+            assert c.metrics["validation"] == 1.0 == c.fitness
+    operator_prompts = "\n".join(c.prompt or "" for c in children)
+    assert "expected: " in operator_prompts  # a parent's wrong training rows, shown to the operator
+    asked = "\n".join(m["content"] for r in server.requests for m in r["messages"])
+    assert not [row.input for row in splits.test if row.input in asked]
+    assert not [row.input for row in splits.validation if row.input in operator_prompts]
