@@ -34,9 +34,19 @@ __all__ = [
 ]
 
 DESCRIBERS = ("code_metrics", "embedding")  # descriptors qd computes from the text (``descriptors/``)
-# a data task's measures of its text (``qd.callable_tasks``): ranges a prompt or an agent spans
-TEXT_BOUNDS = {"words": (0.0, 200.0), "lines": (0.0, 50.0), "characters": (0.0, 1500.0)}
-METRIC_FIX = "give exact, contains, numeric, regex, choice, or a function (row, output) -> float | dict"
+# The range of each axis a task made here reports by name (``qd.callable_tasks``' measures of the
+# text, ``qd.data.task``'s axes), where the experiments' archives put them (agent_design's for an
+# agent): a task of a user's metrics spans [0, 1] per axis unless it says ``descriptor_bounds``.
+AXIS_BOUNDS = {
+    "words": (0.0, 200.0),
+    "lines": (0.0, 50.0),
+    "characters": (0.0, 1500.0),
+    "prompt words": (0.0, 200.0),
+    "output characters (mean)": (0.0, 1000.0),
+    "model calls per row": (0.0, 5.0),
+    "AST nodes": (0.0, 400.0),
+    "numeric constants": (0.0, 12.0),
+}
 # a ``qd.llm.plan`` field -> the argument of ``qd.optimize`` that sets it
 _MODEL_FIELDS = {"llm.models": "model", "llm.base_url": "base_url", "llm.api_key_env": "api_key_env"}
 
@@ -48,6 +58,7 @@ def make_task(
     dataset: Any,
     metric: Any,
     columns: dict[str, str],
+    splits: dict[str, Any],
     description: str,
     descriptors: Any,
     random_seed: int,
@@ -61,16 +72,23 @@ def make_task(
             "give evaluate(program_path) for code, evaluate(candidate, llm) for data, or dataset=",
         )
     if dataset is not None:
-        if not (isinstance(metric, str) or callable(metric)):
-            raise ConfigError(
-                "metric", f"is a {type(metric).__name__}, neither a metric name nor callable", METRIC_FIX
-            )
-        from qd.data.metrics import metric_of
-        from qd.data.rows import load_rows
         from qd.data.task import dataset_task
 
-        rows = load_rows(dataset, **columns)
-        return dataset_task(seeds, rows, metric_of(metric), kind.name, seed=random_seed)
+        try:
+            return dataset_task(
+                seeds,
+                dataset,
+                metric,
+                kind.name,
+                **columns,
+                **splits,
+                seed=random_seed,
+                description=description,
+            )
+        except ConfigError as e:  # a column's name is given in ``columns``
+            raise (
+                ConfigError("columns", e.problem, e.fix) if e.field in ("input", "answer") else e
+            ) from None
     from qd.callable_tasks import code_task, host_task
 
     own = _task_descriptors(descriptors)
@@ -96,8 +114,7 @@ def placement_of(task: Any, kind: Any, descriptors: Any, random_seed: int) -> tu
 
     ``code_metrics`` / ``embedding`` take their settings from ``conf/descriptor/``, as
     ``descriptor=NAME`` does; a code genome given none is placed by ``code_metrics``. A task's
-    own descriptors span ``task.descriptor_bounds`` (else :data:`TEXT_BOUNDS` of a measure of the
-    text, [0, 1] for a metric of the evaluator), 10 bins each.
+    own descriptors span ``task.descriptor_bounds`` (else :data:`AXIS_BOUNDS`), 10 bins each.
     """
     listed = _listed(descriptors)
     named = [d for d in listed if isinstance(d, str) and d in DESCRIBERS] or (
@@ -111,7 +128,7 @@ def placement_of(task: Any, kind: Any, descriptors: Any, random_seed: int) -> tu
         )
     if not named:
         bounds = getattr(task, "descriptor_bounds", None) or [
-            TEXT_BOUNDS.get(a, (0.0, 1.0)) for a in descriptor_names(task, task.descriptor_dim)
+            AXIS_BOUNDS.get(a, (0.0, 1.0)) for a in descriptor_names(task, task.descriptor_dim)
         ]
         lower, upper = zip(*bounds)
         return None, GridSpec((10,) * task.descriptor_dim, lower, upper)
@@ -151,9 +168,10 @@ class ModelArgs:
 
 
 def start_client(m: ModelArgs, random_seed: int, run_dir: Path, stack: contextlib.ExitStack) -> Any:
-    """The run's model client: a client object as given (``qd.build`` wraps a ``ChatClient`` in
-    qd's ledger and budget), or the preset's ``qd.llm.LLMClient``, checked as ``qd-run`` checks
-    ``llm=`` (the embedded server started, and stopped by ``stack``)."""
+    """The run's ``qd.llm.LLMClient``: a client object as ``qd.build`` takes it (a ``ChatClient``
+    wrapped in qd's ledger and budget), or the preset's, checked as ``qd-run`` checks ``llm=``
+    (the embedded server started, and stopped by ``stack``)."""
+    from qd.api import client_of
     from qd.llm.plan import plan_llm
     from qd.run import start_llm
 
@@ -162,7 +180,7 @@ def start_client(m: ModelArgs, random_seed: int, run_dir: Path, stack: contextli
             raise ConfigError(
                 "llm", "is a client object", "drop model=, base_url= and api_key_env= (a preset's)"
             )
-        return m.llm
+        return client_of(m.llm, run_dir)
     node = OmegaConf.create({"provider": "server"}) if m.preset == "server" else _preset(m.preset)
     given = {"base_url": m.base_url, "api_key_env": m.api_key_env}
     given = {k: v for k, v in given.items() if v is not None} | (
@@ -187,9 +205,15 @@ def _preset(name: str) -> Any:
     return OmegaConf.load(path)
 
 
-def heldout_of(run_dir: Path, client: Any) -> tuple[float, tuple[float, float]] | None:
-    """The best candidate's score on the dataset's test split, with its 95 % interval
-    (``qd.data.task.heldout``: its calls are ledgered under ``heldout``, outside the budget)."""
-    from qd.data.task import heldout
+def heldout_of(task: Any, m: ModelArgs, run_dir: Path, client: Any) -> tuple[Any, Any]:
+    """The best candidate's score on the dataset's test split with its 95 % interval
+    (``DatasetTask.heldout``), and the ledger of its calls (role ``heldout``, outside the run's
+    budget), on a client of its own: the run's closed its connections when the run ended."""
+    from qd.api import client_of
+    from qd.llm import LLMClient
 
-    return heldout(run_dir, client)
+    if m.llm is not None and not isinstance(m.llm, str):
+        scorer = client_of(m.llm, run_dir)
+    else:
+        scorer = LLMClient(client.settings)
+    return task.heldout(run_dir, scorer), scorer.ledger

@@ -56,14 +56,19 @@ class OptimizeResult:
         )
 
 
-def read_result(run_dir: Path, summary: dict[str, Any], heldout: Any) -> OptimizeResult:
-    """The result of the run in ``run_dir``: its archive's elites and its committed calls."""
+def read_result(
+    run_dir: Path, summary: dict[str, Any], heldout: Any, scoring: Ledger | None
+) -> OptimizeResult:
+    """The result of the run in ``run_dir``: its archive's elites and its committed calls, with
+    the held-out score's calls (``scoring``, role ``heldout``) beside them."""
     from qd.api import elites
     from qd.rundir import RunDir
 
     found = elites(run_dir)
     with RunDir(run_dir) as run:
         ledger = Ledger.from_rows(run.store.calls.totals())
+    if scoring is not None:
+        ledger.merge(scoring)
         axes = run.geometry.axes
     rows = [_row(e, axes) for e in found]
     best = None

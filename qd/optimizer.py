@@ -68,6 +68,7 @@ def optimize(
     dataset: Any = None,
     metric: str | Callable[..., Any] = "exact",
     columns: Mapping[str, str] | None = None,
+    splits: Sequence[float] | None = None,
     description: str = "",
     model: str | None = None,
     base_url: str | None = None,
@@ -94,7 +95,8 @@ def optimize(
         genome: ``program``, ``prompt``, ``agent`` or any kind registered with ``genomes.register``.
         dataset: rows for a data genome (a list of dicts, a JSONL/CSV/Parquet file, a ``datasets``
             folder), scored by ``metric`` (a name or ``(row, output) -> float | dict``);
-            ``columns`` names the ``input`` and ``answer`` columns.
+            ``columns`` names the ``input`` and ``answer`` columns (``{"input": "question"}``);
+            ``splits`` the train, validation and test fractions (default 0.5, 0.25, 0.25).
         description: what the model is told the task is.
         model, base_url, api_key_env, llm: the model: an ``llm`` preset of ``conf/llm/``
             (``openai``, ``vllm``, ...) or a client object, with ``model`` / ``base_url`` /
@@ -124,11 +126,21 @@ def optimize(
     )
     folder = _run_dir(run_dir, kind.name)
     task = make_task(
-        seeds, kind, evaluate, dataset, metric, dict(columns or {}), description, descriptors, random_seed
+        seeds,
+        kind,
+        evaluate,
+        dataset,
+        metric,
+        dict(columns or {}),
+        _splits(splits),
+        description,
+        descriptors,
+        random_seed,
     )
     describer, spec = placement_of(task, kind, descriptors, random_seed)
     with contextlib.ExitStack() as stack:  # the embedded server, if started, stops last
-        client = start_client(ModelArgs(model, base_url, api_key_env, llm), random_seed, folder, stack)
+        models = ModelArgs(model, base_url, api_key_env, llm)
+        client = start_client(models, random_seed, folder, stack)
         engine = build(
             run_dir=folder,
             task=task,
@@ -144,8 +156,8 @@ def optimize(
             summary = drive(engine)
         finally:
             engine.close()
-        scored = heldout_of(folder, client) if dataset is not None else None
-        return read_result(folder, summary, scored)
+        scored, spent = heldout_of(task, models, folder, client) if dataset is not None else (None, None)
+        return read_result(folder, summary, scored, spent)
 
 
 def drive(engine: Any) -> dict[str, Any]:
@@ -216,6 +228,11 @@ def _budget(budget: Any) -> Budget:
                 "budget", f"{key} is {value!r}: the run would stop before it starts", "give a positive number"
             )
     return Budget(**{BUDGET_KEYS[k]: v for k, v in limits.items()})
+
+
+def _splits(splits: Sequence[float] | None) -> dict[str, Any]:
+    """``splits=`` as ``dataset_task`` takes it (checked there)."""
+    return {} if splits is None else {"splits": tuple(splits)}
 
 
 def _positive(name: str, value: Any) -> int:
