@@ -67,9 +67,9 @@ def read_result(
     found = elites(run_dir)
     with RunDir(run_dir) as run:
         ledger = Ledger.from_rows(run.store.calls.totals())
+        axes = run.geometry.axes
     if scoring is not None:
         ledger.merge(scoring)
-        axes = run.geometry.axes
     rows = [_row(e, axes) for e in found]
     best = None
     if found:

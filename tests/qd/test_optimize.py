@@ -151,10 +151,11 @@ def test_bad_arguments_each_give_one_line_naming_the_argument(tmp_path):
 
     assert fails(genome="sonnet").field == "genome"
     assert "budget" == fails(budget={"llm_calls": 0}).field == fails(budget={"evaluation": 5}).field
-    assert (
-        fails(genome="prompt", evaluate=None, dataset=[{"input": "1", "answer": "1"}], metric=3).field
-        == "metric"
-    )
+    rows = [{"question": f"{n} + 1?", "answer": str(n + 1)} for n in range(10)]
+    on_rows = {"genome": "prompt", "evaluate": None, "dataset": rows}
+    assert "'input'" in fails(**on_rows).problem and fails(**on_rows).field == "columns"
+    on_rows["columns"] = {"input": "question"}
+    assert fails(**on_rows, metric=3).field == fails(**on_rows, metric="closest").field == "metric"
     assert fails(seed=[]).field == fails(seed="  ").field == "seed"
     assert fails(llm="no-such-preset").field == "llm"
     assert fails(evaluate=None).field == "evaluate"

@@ -1,0 +1,59 @@
+"""The README's "Your own problem" examples, each at most 10 lines, run against a scripted server."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from helpers import varied_program
+from scripted_llm import Rule
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+URL = "http://localhost:8000/v1"  # the examples' server; the test's scripted one takes its place
+
+
+def examples() -> list[str]:
+    section = re.search(r"^## Your own problem\n(.*?)^## ", README.read_text(), re.S | re.M)
+    assert section, "README.md has no 'Your own problem' section"
+    return re.findall(r"^```python\n(.*?)^```", section.group(1), re.S | re.M)
+
+
+def answer(request: dict) -> str:
+    """The solver's answer to an arithmetic question (right), a new prompt or a new program."""
+    asked = request["messages"][-1]["content"]
+    sum_of = re.fullmatch(r"What is (\d+) \+ (\d+)\?", asked.strip())
+    if sum_of:
+        return str(int(sum_of[1]) + int(sum_of[2]))
+    if "program" in request["messages"][0]["content"]:
+        return varied_program(request)
+    return "Prompt: Answer with the number only."
+
+
+def test_the_readme_has_two_examples_of_at_most_ten_lines():
+    blocks = examples()
+    assert len(blocks) == 2 and [len(b.splitlines()) <= 10 for b in blocks] == [True, True]
+    assert all(URL in b and "qd.optimize(" in b for b in blocks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", [0, 1], ids=["prompt_on_a_dataset", "program_with_evaluate"])
+def test_a_readme_example_prints_its_best_candidate_and_heldout_score(
+    index, scripted_llm, monkeypatch, tmp_path, capsys
+):
+    monkeypatch.chdir(tmp_path)  # the run directory goes to ./runs
+    server = scripted_llm([Rule("", answer)])
+    code = examples()[index].replace(URL, server.base_url)
+    path = tmp_path / f"readme_{index}.py"
+    path.write_text(code)  # a file, as a user's script: evaluate's source is read from it
+    exec(compile(code, str(path), "exec"), {"__name__": "__main__"})
+    printed = capsys.readouterr().out
+    runs = list((tmp_path / "runs").iterdir())
+    assert len(runs) == 1 and (runs[0] / "store.sqlite").exists()
+    if index == 0:
+        best, heldout = printed.strip().splitlines()
+        assert best in ("Answer the question.", "Answer with the number only.")
+        score, (low, high) = eval(heldout)
+        assert score == 1.0 and low <= score <= high  # the scripted solver answers every test row
+    else:
+        assert "def f(x):" in printed and printed.strip().endswith("None")  # no test split: no held-out score
