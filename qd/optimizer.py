@@ -114,7 +114,7 @@ def optimize(
             wrote is continued.
         progress: draw the progress line on the terminal.
     """
-    seeds, kind, limits = _seeds(seed), _genome(genome), _budget(budget)
+    seeds, kind, limits, arms = _seeds(seed), _genome(genome), _budget(budget), _operators(operators)
     settings = Settings(
         islands=_positive("islands", islands),
         batch_size=len(seeds),  # the founding proposal holds every seed (initial() is asked per batch)
@@ -145,7 +145,7 @@ def optimize(
             run_dir=folder,
             task=task,
             spec=spec,
-            operators=list(operators),
+            operators=arms,
             llm=client,
             describer=describer,
             budget=limits,
@@ -233,6 +233,21 @@ def _budget(budget: Any) -> Budget:
 def _splits(splits: Sequence[float] | None) -> dict[str, Any]:
     """``splits=`` as ``dataset_task`` takes it (checked there)."""
     return {} if splits is None else {"splits": tuple(splits)}
+
+
+def _operators(names: Sequence[str]) -> list[str]:
+    """The LLM operators by name, each known (``operators.check_llm_operator``)."""
+    from operators import check_llm_operator
+
+    names = [names] if isinstance(names, str) else list(names)
+    if not names:
+        raise ConfigError("operators", "is empty", "name at least one, e.g. ('rewrite',)")
+    for name in names:
+        try:
+            check_llm_operator(name)
+        except ConfigError as e:
+            raise ConfigError("operators", e.problem, e.fix) from None
+    return names
 
 
 def _positive(name: str, value: Any) -> int:

@@ -13,15 +13,17 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from helpers import varied_program
+from helpers import sums_or, varied_program
 from scripted_llm import Rule
 
 import qd
 from qd.contract import ConfigError
+from qd.optimizer import drive
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = "def f(x):\n    return x\n"
@@ -61,28 +63,56 @@ def test_optimize_completes_when_called_from_inside_a_running_event_loop(scripte
     assert json.loads((result.run_dir / "optimize.json").read_text())["made_by"] == "qd.optimize"
 
 
-def test_an_agent_genome_runs_end_to_end_through_optimize(scripted_llm, tmp_path):
-    agent = "```python\ndef forward(task, llm):\n    return llm(task)\n```"
-    server = scripted_llm([Rule("", agent)])
-    seed = "def forward(task, llm):\n    return task\n"
+AGENT = "def forward(task, llm):\n    return llm(task)\n"
+
+
+def test_an_agent_genome_runs_end_to_end_through_optimize_on_a_dataset(scripted_llm, tmp_path):
+    """The agent's code runs in the sandbox and asks the run's model through the host."""
+    rows = [{"input": f"What is {n} + {n}?", "answer": str(2 * n)} for n in range(12)]
+    told = f"```python\n{AGENT}    # asks the model directly\n```"
+    server = scripted_llm([Rule("", sums_or(lambda request: told))])
     result = qd.optimize(
-        seed,
-        evaluate=evaluate_agent_file,
+        AGENT,
         genome="agent",
+        dataset=rows,
+        metric="numeric",
         base_url=server.base_url,
         model="scripted",
-        budget={"llm_calls": 4},
+        budget={"llm_calls": 40},
         run_dir=tmp_path / "agent",
     )
-    assert result.best is not None and "def forward" in result.best.text
+    assert result.best is not None and result.best.fitness == 1.0  # the model answers every sum
+    assert result.heldout[0] == 1.0 and result.ledger.split("role")["heldout"].calls == 3  # 3 test rows
     with sqlite3.connect(result.run_dir / "store.sqlite") as db:
         assert {g for (g,) in db.execute("SELECT DISTINCT genome FROM candidates")} == {"agent"}
+        assert db.execute("SELECT COUNT(*) FROM trace").fetchone()[0] > 0  # its model calls, traced
 
 
-def evaluate_agent_file(program_path):
-    """An agent is code: it runs in the sandbox, and is scored by calling its forward."""
-    forward = runpy.run_path(program_path)["forward"]
-    return float(forward("ping", lambda prompt: prompt.upper()) == "PING")
+def test_an_interrupt_in_a_notebook_stops_the_run_on_its_thread():
+    """A notebook runs the call inside its event loop, so the run has a thread of its own and
+    Ctrl-C (a KeyboardInterrupt in the main thread) asks the engine there to stop."""
+
+    class Engine:
+        reason = None
+
+        def run(self):
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+            deadline = time.monotonic() + 20
+            while self.reason is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return {"stop_reason": self.reason}
+
+        def request_stop(self, reason):
+            self.reason = reason
+
+    async def cell():
+        return drive(Engine())
+
+    loop = asyncio.new_event_loop()  # (asyncio.run would take the SIGINT itself; a kernel does not)
+    try:
+        assert loop.run_until_complete(cell()) == {"stop_reason": "interrupted"}
+    finally:
+        loop.close()
 
 
 NOTEBOOK = textwrap.dedent(
@@ -160,6 +190,7 @@ def test_bad_arguments_each_give_one_line_naming_the_argument(tmp_path):
     assert fails(llm="no-such-preset").field == "llm"
     assert fails(evaluate=None).field == "evaluate"
     assert fails(islands=0).field == "islands"
+    assert fails(operators=["mutate"]).field == fails(operators=[]).field == "operators"
     assert fails(model="m", api_key_env="QD_TEST_UNSET_KEY").field == "api_key_env"
     assert not (tmp_path / "never").exists()  # nothing starts before the arguments are checked
 

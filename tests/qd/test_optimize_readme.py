@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import varied_program
+from helpers import sums_or, varied_program
 from scripted_llm import Rule
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -19,12 +19,8 @@ def examples() -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", section.group(1), re.S | re.M)
 
 
-def answer(request: dict) -> str:
-    """The solver's answer to an arithmetic question (right), a new prompt or a new program."""
-    asked = request["messages"][-1]["content"]
-    sum_of = re.fullmatch(r"What is (\d+) \+ (\d+)\?", asked.strip())
-    if sum_of:
-        return str(int(sum_of[1]) + int(sum_of[2]))
+def proposal(request: dict) -> str:
+    """An operator's answer: a new program, or a new prompt."""
     if "program" in request["messages"][0]["content"]:
         return varied_program(request)
     return "Prompt: Answer with the number only."
@@ -42,7 +38,7 @@ def test_a_readme_example_prints_its_best_candidate_and_heldout_score(
     index, scripted_llm, monkeypatch, tmp_path, capsys
 ):
     monkeypatch.chdir(tmp_path)  # the run directory goes to ./runs
-    server = scripted_llm([Rule("", answer)])
+    server = scripted_llm([Rule("", sums_or(proposal))])
     code = examples()[index].replace(URL, server.base_url)
     path = tmp_path / f"readme_{index}.py"
     path.write_text(code)  # a file, as a user's script: evaluate's source is read from it
