@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+import genomes
 from descriptors.code_metrics import AXIS_NAMES, METRICS, code_metrics
 from qd.contract import ConfigError
 from qd.llm.gateway import CallBudget
@@ -59,7 +60,7 @@ def code_task(
     shipped = ship(evaluate)
     return CodeTask(
         seeds=_seeds(seeds),
-        genome=genome,
+        genome=_genome(genome, code=True),
         description=description
         or "Improve this Python program. Each version is run by an evaluator that returns its score "
         f"(higher is better). Keep the functions and signatures {shipped.name}() calls.",
@@ -84,7 +85,7 @@ def host_task(
         raise ConfigError("evaluate", f"{type(evaluate).__name__} is not callable", "pass a function")
     return HostTask(
         seeds=_seeds(seeds),
-        genome=genome,
+        genome=_genome(genome, code=False),
         description=description
         or f"Improve this {genome}. Each version is scored by an evaluation that uses it (higher is better).",
         axes=_axes(descriptors, code=False),
@@ -98,6 +99,18 @@ def _call_budget(calls: int) -> CallBudget:
         return CallBudget(calls=calls)
     except ValueError as e:
         raise ConfigError("calls_per_evaluation", str(e).partition(": ")[2], "e.g. 4") from None
+
+
+def _genome(name: str, code: bool) -> str:
+    """``name`` if it is a registered genome kind that is (``code``) or is not a program."""
+    try:
+        kind = genomes.get(name)
+    except ConfigError as e:
+        raise ConfigError("genome", e.problem, e.fix) from None
+    if kind.code != code:
+        what, other = ("data", "host_task: evaluate(candidate, llm)") if code else ("code", "code_task")
+        raise ConfigError("genome", f"{name!r} is a {what} genome", f"use {other} for it")
+    return name
 
 
 def _seeds(seeds: Sequence[str]) -> list[str]:

@@ -264,6 +264,9 @@ def test_host_task_descriptors_measure_the_text_or_call_a_function():
         (lambda: code_task(["x"], number, descriptors=[]), "descriptors: must name at least one"),
         (lambda: code_task(["x"], lambda p: 1.0), "evaluate: a lambda cannot be shipped"),
         (lambda: host_task(["x"], "graded"), "evaluate: str is not callable"),
+        (lambda: code_task(["x"], number, genome="poem"), "genome: unknown genome kind 'poem'"),
+        (lambda: code_task(["x"], number, genome="prompt"), "genome: 'prompt' is a data genome"),
+        (lambda: host_task(["x"], graded, genome="program"), "genome: 'program' is a code genome"),
         (lambda: host_task(["x"], graded, calls_per_evaluation=-1), "calls_per_evaluation: -1 is not"),
     ],
 )
