@@ -8,6 +8,7 @@ import math
 import os
 import random
 import socket
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -115,55 +116,55 @@ def test_an_evaluate_of_main_evolves_a_program_in_the_sandbox(tmp_path, scripted
         assert feedback.endswith("/program.py") and not Path(feedback).exists()  # not the host's file
 
 
-def test_hostile_candidates_are_contained(tmp_path):
-    """The sandbox tests' hostile programs, as candidates of a code_task: the host's files, network
-    and processes stay out of their reach, and the sandbox keeps scoring."""
+@pytest.mark.slow
+def test_hostile_candidates_are_contained(tmp_path, scripted_llm):
+    """The sandbox tests' hostile programs, as the model's answers in a code_task's run: the host's
+    files, network and processes stay out of their reach, and the sandbox keeps scoring."""
+    from scripted_llm import Rule
+
     task = code_task(["def main():\n    return 0\n"], run_main, descriptors=["lines"])
-    probe = Sandbox(task.sandbox_entry, workers=1, limits=LIMITS)
-    try:
-        report = probe.isolation()
-    finally:
-        probe.close()
+    sandbox = Sandbox(task.sandbox_entry, workers=2, limits=LIMITS)
+    report = sandbox.isolation()
     token = f"cbx_{random.randrange(10**9)}"
     secret = tmp_path / "secret.txt"
-    secret.write_text(token)
+    secret.write_text(token[::-1])  # what only reading the file shows
     outside = [str(REPO / token), str(tmp_path / token), f"/tmp/{token}", f"/dev/shm/{token}"]
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0)
-    port = server.getsockname()[1]
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0)
     hostile = {
         "read": f"def main():\n    return open({str(secret)!r}).read()\n",
-        "write": textwrap.dedent(
-            f"""
-            def main():
-                for path in {outside!r}:
-                    try:
-                        open(path, "w").write("x")
-                    except OSError:
-                        pass
-                return "tried"
-            """
-        ),
-        "network": textwrap.dedent(
-            f"""
-            import socket
-            def main():
-                socket.create_connection(("127.0.0.1", {port}), timeout=1).close()
-                return "connected"
-            """
-        ),
+        "write": f"def main():\n    for path in {outside!r}:\n        try:\n"
+        "            open(path, 'w').write('x')\n        except OSError:\n            pass\n",
+        "network": "import socket\ndef main():\n    socket.create_connection(('127.0.0.1', "
+        f"{listener.getsockname()[1]}), timeout=1).close()\n    return 'connected'\n",
         "fork_bomb": "import os\ndef main():\n    while True:\n        try:\n            os.fork()\n"
         "        except OSError:\n            pass\n",
         "kill_parent": "import os\ndef main():\n    os.kill(os.getppid(), 9)\n    return 'survived'\n",
+        "fine": "def main():\n    return 'fine'\n",
     }
+    server = scripted_llm([Rule("", f"```python\n{text}```", times=1) for text in hostile.values()])
+    client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("scripted"),)))
+    run = qd.build(
+        run_dir=tmp_path / "run",
+        task=task,
+        spec=archive.GridSpec((8,), (0.0,), (16.0,)),
+        llm=client,
+        evaluator=StagedEvaluator(task, sandbox),
+        budget=qd.Budget(max_llm_calls=len(hostile)),
+        settings=Settings(batch_size=1, in_flight=1, initial_population=1, progress=False),
+    )
     try:
-        ev = evaluate_in(task, list(hostile.values()) + ["def main():\n    return 'fine'\n"])
+        run.run()
         with pytest.raises(BlockingIOError):
-            server.accept()  # nothing connected
+            listener.accept()  # nothing connected
     finally:
-        server.close()
-    said = {name: (ev.valid[i], ev.error[i], ev.artifacts[i]) for i, name in enumerate(hostile)}
-    assert token not in json.dumps([ev.metrics, ev.error, ev.artifacts])  # the secret never came back
+        run.close()
+        listener.close()
+    with sqlite3.connect(tmp_path / "run" / "store.sqlite") as db:
+        rows = db.execute("SELECT text, valid, error, artifacts FROM candidates").fetchall()
+    assert token[::-1] not in json.dumps(rows)  # the secret never came back
+    said = {name: row[1:] for name, text in hostile.items() for row in rows if row[0] == text}
+    assert set(said) == set(hostile)  # each was evaluated
     if report["private_tmp"]:
         assert not said["read"][0] and "FileNotFoundError" in said["read"][1]
     if report["private_tmp"] and report["read_only_fs"]:
@@ -171,8 +172,8 @@ def test_hostile_candidates_are_contained(tmp_path):
     assert report["network_off"] and not said["network"][0]
     assert not said["fork_bomb"][0] and "timeout" in said["fork_bomb"][1]
     valid, error, artifacts = said["kill_parent"]
-    assert (valid and "survived" in artifacts["feedback"]) or "sandbox worker died" not in error
-    assert ev.valid[-1] and ev.fitness[-1] == 1.0 and "fine" in ev.artifacts[-1]["feedback"]
+    assert (valid and "survived" in artifacts) or "sandbox worker died" not in error
+    assert said["fine"][0] and "fine" in said["fine"][2]  # the sandbox kept scoring after them all
 
 
 def lengths(program_path):
