@@ -24,6 +24,7 @@ be continued only by calling ``qd.optimize`` again, never by ``qd-run resume=``.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
@@ -54,9 +55,12 @@ def code_task(
     *,
     description: str = "",
     descriptors: Sequence[Descriptor] = ("nodes", "constants"),
+    calls_per_evaluation: int = CallBudget.calls,
 ) -> CodeTask:
     """A task that evolves programs from ``seeds``, each scored by ``evaluate(program_path)`` in the
-    sandbox (see the module doc); a ``ConfigError`` if ``evaluate`` cannot be shipped."""
+    sandbox (see the module doc); a ``ConfigError`` if ``evaluate`` cannot be shipped. An
+    ``evaluate(program_path, llm)`` (two parameters: an agent's evaluator) also gets the run's
+    model, as ``host_task``'s does, for ``calls_per_evaluation`` calls at most per candidate."""
     shipped = ship(evaluate)
     return CodeTask(
         seeds=_seeds(seeds),
@@ -66,7 +70,16 @@ def code_task(
         f"(higher is better). Keep the functions and signatures {shipped.name}() calls.",
         axes=_axes(descriptors, code=True),
         stages=[Stage({"evaluator": shipped.source, "function": shipped.name}, name="evaluate")],
+        models=_takes_llm(shipped),
+        eval_budget=_call_budget(calls_per_evaluation),
     )
+
+
+def _takes_llm(shipped: Shipped) -> bool:
+    """Whether the shipped function takes a second positional parameter (``llm``)."""
+    tree = ast.parse(shipped.source)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == shipped.name)
+    return len(fn.args.posonlyargs) + len(fn.args.args) >= 2
 
 
 def host_task(
@@ -207,12 +220,14 @@ def score_metrics(text: str, output: Any, axes: Axes, fitness_keys: Sequence[str
 
 @dataclasses.dataclass
 class _CallableTask:
-    """What both tasks share: the seeds, the genome kind, the axes, the marker."""
+    """What both tasks share: the seeds, the genome kind, the axes, the model budget, the marker."""
 
     seeds: list[str]
     genome: str
     description: str
     axes: Axes
+    models: bool = False  # the evaluation calls the run's model
+    eval_budget: CallBudget = CallBudget()  # its calls per candidate (what ``qd.build`` gives its gateway)
     kind: str = "text"
     made_by: str = MADE_BY
 
@@ -227,6 +242,9 @@ class _CallableTask:
     def initial(self, rng: np.random.Generator, n: int) -> list[str]:
         return [self.seeds[i % len(self.seeds)] for i in range(n)]
 
+    def score(self, text: str, outputs: list[Any], trace: list[dict] | None = None) -> Scored:
+        return score_metrics(text, outputs[-1], self.axes)
+
 
 @dataclasses.dataclass
 class CodeTask(_CallableTask):
@@ -236,23 +254,16 @@ class CodeTask(_CallableTask):
     language: str = "python"
     sandbox_entry: str = SANDBOX_ENTRY
 
-    def score(self, text: str, outputs: list[Any]) -> Scored:
-        return score_metrics(text, outputs[-1], self.axes)
-
 
 @dataclasses.dataclass
 class HostTask(_CallableTask):
     """Data scored on the host by ``evaluate(candidate, llm)`` (``host_task``)."""
 
     evaluate: Callable[[str, Callable[..., str]], Any] | None = None
+    models: bool = True
     language: str = "text"
-    models: bool = True  # the evaluation calls the run's model
-    eval_budget: CallBudget = CallBudget()  # per candidate (what ``qd.build`` gives its gateway)
     stages: list[Stage] = dataclasses.field(default_factory=lambda: [Stage(name="evaluate")])
 
     def host_entry(self, text: str, llm: Callable[..., str] | None = None) -> dict:
         """The stage the host runs (``qd.evaluator.HostRunner``): ``evaluate`` and its outcome."""
         return outcome(self.evaluate(text, llm), getattr(self.evaluate, "__name__", "evaluate"))
-
-    def score(self, text: str, outputs: list[Any], trace: list[dict] | None = None) -> Scored:
-        return score_metrics(text, outputs[-1], self.axes)

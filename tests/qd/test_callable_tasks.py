@@ -207,6 +207,37 @@ def test_a_bare_number_is_the_fitness_and_a_raising_evaluate_fails_the_candidate
     assert not ev.valid[0] and "RuntimeError: no score for you" in ev.error[0]
 
 
+def asks_the_agent(program_path, llm):
+    """An agent's evaluator: runs the candidate's ``forward(question, llm)`` with the run's model."""
+    namespace = {}
+    with open(program_path) as f:
+        exec(f.read(), namespace)
+    answer = namespace["forward"]("What is 2+2?", llm)
+    return {"score": float(answer.strip() == "4"), "feedback": f"answered {answer!r}"}
+
+
+def test_an_agents_evaluate_gets_the_runs_model_in_the_sandbox(scripted_llm):
+    from scripted_llm import Rule
+
+    server = scripted_llm([Rule(r"What is 2\+2", "4")])
+    client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("scripted"),)))
+    task = code_task(
+        ["def forward(q, llm):\n    return q\n"], asks_the_agent, "agent", calls_per_evaluation=1
+    )
+    assert task.models and task.eval_budget.calls == 1 and not code_task(["x"], number).models
+    agent = "def forward(question, llm):\n    return llm('Answer: ' + question)\n"
+    greedy = "def forward(question, llm):\n    llm(question)\n    return llm(question)\n"
+    evaluator = StagedEvaluator(task, Sandbox(task.sandbox_entry, limits=LIMITS), client, task.eval_budget)
+    try:
+        ev = asyncio.run(evaluator([agent, greedy]))
+    finally:
+        evaluator.close()
+    assert ev.valid[0] and ev.fitness[0] == 1.0 and ev.artifacts[0]["feedback"] == "answered '4'"
+    assert len(ev.traces[0]) == 1 and ev.metrics[0]["model_calls"] == 1
+    assert not ev.valid[1] and "llm" in ev.error[1]  # its second call is over the candidate's budget
+    assert len(server.requests) == 2
+
+
 def graded(candidate, llm):
     answer = llm(f"{candidate}\nWhat is 2+2?")
     return {"score": float(answer.strip() == "4"), "feedback": f"answered {answer!r}"}
