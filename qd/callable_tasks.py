@@ -6,7 +6,9 @@ evolves when it is given ``evaluate=`` instead of a task file.
   sandbox's private folder, and ``evaluate(program_path)`` (OpenEvolve's convention: the
   evaluator gets the candidate's file path, and imports or runs it) is called beside it. The
   sandbox runs standard-library Python under ``python -I``, so ``evaluate`` crosses as source
-  (``qd.shipping.ship``), with the imports, helpers and constants of its module it reads.
+  (``qd.shipping.ship``), with the imports, helpers and constants of its module it reads. An
+  ``evaluate(program_path, llm)`` (an agent's evaluator: it runs the candidate with a model) gets
+  the sandbox's channel to the run's model, budgeted and ledgered as ``host_task``'s ``llm``.
 - ``host_task(seeds, evaluate)``: a data genome is never executed, so ``evaluate(candidate,
   llm)`` runs on the host, trusted, with ``llm(prompt_or_messages) -> str``: the run's model,
   within a per-evaluation budget, every call in the run's ledger and counted in its budget.
