@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -96,8 +97,9 @@ def host_task(
     """A task that evolves data (a prompt, an agent, a text) from ``seeds``, each scored on the host
     by ``evaluate(candidate, llm)`` (see the module doc). ``llm`` answers ``calls_per_evaluation``
     calls at most per candidate; the run's ``max_llm_calls`` reserves that many for each child."""
-    if not callable(evaluate):
-        raise ConfigError("evaluate", f"{type(evaluate).__name__} is not callable", "pass a function")
+    if not callable(evaluate) or inspect.iscoroutinefunction(evaluate):
+        what = "an async def" if callable(evaluate) else f"{type(evaluate).__name__}, not callable"
+        raise ConfigError("evaluate", f"{what}: the evaluation calls it plainly", "pass a function (def)")
     return HostTask(
         seeds=_seeds(seeds),
         genome=_genome(genome, code=False),

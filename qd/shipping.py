@@ -70,6 +70,8 @@ def _check_shippable(fn: Any) -> None:
         raise _refuse(f"{what} ({type(fn).__name__}) is not a Python function with source to ship")
     if fn.__name__ == "<lambda>":
         raise _refuse("a lambda cannot be shipped into the sandbox (its source is not a definition)")
+    if inspect.iscoroutinefunction(fn):
+        raise _refuse(f"{what} is an async def: the evaluation calls it plainly", "define it with def")
 
 
 def _closure_of(fn: types.FunctionType) -> dict[str, Any]:

@@ -271,6 +271,10 @@ def test_a_host_task_gets_the_runs_budgeted_ledgered_model(tmp_path, scripted_ll
     assert any(e.candidate.text.strip() == "Answer with the number only." for e in elites)
 
 
+async def answer_later(candidate, llm):
+    return 1.0
+
+
 def qd_operator(name, client, genome):
     import genomes
     from operators import make_llm_operator
@@ -295,7 +299,9 @@ def test_host_task_descriptors_measure_the_text_or_call_a_function():
         (lambda: code_task([], number), "seed: give one or more non-empty starting texts"),
         (lambda: code_task(["x"], number, descriptors=[]), "descriptors: must name at least one"),
         (lambda: code_task(["x"], lambda p: 1.0), "evaluate: a lambda cannot be shipped"),
-        (lambda: host_task(["x"], "graded"), "evaluate: str is not callable"),
+        (lambda: host_task(["x"], "graded"), "evaluate: str, not callable"),
+        (lambda: host_task(["x"], answer_later), "evaluate: an async def"),
+        (lambda: code_task(["x"], answer_later), "evaluate: answer_later is an async def"),
         (lambda: code_task(["x"], number, genome="poem"), "genome: unknown genome kind 'poem'"),
         (lambda: code_task(["x"], number, genome="prompt"), "genome: 'prompt' is a data genome"),
         (lambda: host_task(["x"], graded, genome="program"), "genome: 'program' is a code genome"),
