@@ -25,10 +25,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
+from descriptors.code_metrics import AXIS_NAMES, code_metrics
 from qd.contract import ConfigError
 from qd.data.metrics import Metric, Verdict, metric_of
 from qd.data.rows import Row, load_rows
@@ -63,7 +64,6 @@ class DatasetTask:
     models: bool = True  # the evaluation calls the run's model
     language: str = "python"
     descriptor_dim: int = 2
-    descriptor_names: ClassVar[tuple[str, ...]] = ("genome words", "output characters (mean)")
 
     def __post_init__(self) -> None:
         if self.genome not in GENOMES:
@@ -96,6 +96,21 @@ class DatasetTask:
             self.stage(self.batch, "minibatch"),
             dataclasses.replace(self.stage(self.splits.validation, "validation"), runs_if=self.beats_parents),
         ]
+
+    @property
+    def descriptor_names(self) -> tuple[str, str]:
+        """A prompt's length x its answers' (the task's own axes); an agent's model calls per row x
+        its code's size (agent_design's)."""
+        if self.genome == "prompt":
+            return ("prompt words", "output characters (mean)")
+        return ("model calls per row", AXIS_NAMES["nodes"])
+
+    def descriptor(self, text: str, said: list[str], trace: list[dict]) -> list[float] | None:
+        """Where ``text`` lands on :attr:`descriptor_names` (None: an agent that does not parse)."""
+        if self.genome == "prompt":
+            return [len(text.split()), float(np.mean([len(s) for s in said]))]
+        size = code_metrics(text)
+        return None if size is None else [sum("text" in call for call in trace) / len(said), size["nodes"]]
 
     @property
     def eval_calls(self) -> int:
@@ -163,7 +178,9 @@ class DatasetTask:
                 p.fitness for p in parents_of(text) if p.fitness is not None and math.isfinite(p.fitness)
             ]
             fitness = min(minibatch, max(parents)) if parents else minibatch
-        descriptor = [len(text.split()), float(np.mean([len(s) for s in said]))]
+        descriptor = self.descriptor(text, said, trace)
+        if descriptor is None:
+            return Scored(math.nan, None, False, metrics, error="syntax error")
         wrong = self.wrong_rows(verdicts, said[: len(self.batch)])
         return Scored(fitness, descriptor, True, metrics, artifacts={"wrong_rows": wrong} if wrong else None)
 
