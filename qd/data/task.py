@@ -34,6 +34,7 @@ from qd.contract import ConfigError
 from qd.data.metrics import Metric, Verdict, metric_of
 from qd.data.rows import Row, load_rows
 from qd.data.splits import Splits, split_rows
+from qd.llm.gateway import MAX_CALLS, CallBudget
 from qd.paths import experiments_dir
 from qd.task import Scored, Stage, parents_of
 
@@ -113,9 +114,24 @@ class DatasetTask:
         return None if size is None else [sum("text" in call for call in trace) / len(said), size["nodes"]]
 
     @property
-    def eval_calls(self) -> int:
-        """Model calls one evaluation may need: its minibatch and the validation split."""
-        return (len(self.batch) + len(self.splits.validation)) * self.calls_per_row
+    def descriptor_bounds(self) -> list[tuple[float, float]]:
+        """The span of each of :attr:`descriptor_names` (an archive's grid over them)."""
+        if self.genome == "prompt":
+            return [(0.0, 120.0), (0.0, 600.0)]
+        return [(0.0, float(self.calls_per_row + 1)), (0.0, 400.0)]
+
+    @property
+    def eval_budget(self) -> CallBudget:
+        """Model calls one evaluation may need: a call (an agent: ``calls_per_row``) per row of its
+        minibatch and of the validation split."""
+        calls = (len(self.batch) + len(self.splits.validation)) * self.calls_per_row
+        return CallBudget(
+            calls=min(calls, MAX_CALLS), tokens=calls * (self.max_tokens + 1024), max_tokens=self.max_tokens
+        )
+
+    def held_out(self) -> list[str]:
+        """The test rows' inputs: what no export may hold (``qd export --kind sft`` leaves them out)."""
+        return [row.input for row in self.splits.test]
 
     def _describe(self) -> str:
         example = self.batch[0]
@@ -198,7 +214,8 @@ class DatasetTask:
 
     def heldout(self, source: Any, llm: Any) -> tuple[float, tuple[float, float]]:
         """The test-split score of ``source`` (a genome's text, a run directory or a result with
-        ``run_dir``: its best elite), with its bootstrap 95 % interval (``qd.data.heldout``)."""
+        ``run_dir``: its best elite), with its bootstrap 95 % interval, on the client ``llm``
+        (its calls ledgered under the role ``heldout``: ``qd.data.heldout``)."""
         from qd.data.heldout import test_score
 
         return test_score(self, source, llm)
