@@ -6,7 +6,9 @@ evolves when it is given ``evaluate=`` instead of a task file.
   sandbox's private folder, and ``evaluate(program_path)`` (OpenEvolve's convention: the
   evaluator gets the candidate's file path, and imports or runs it) is called beside it. The
   sandbox runs standard-library Python under ``python -I``, so ``evaluate`` crosses as source
-  (``qd.shipping.ship``), with the imports, helpers and constants of its module it reads.
+  (``qd.shipping.ship``), with the imports, helpers and constants of its module it reads. An
+  ``evaluate(program_path, llm)`` (an agent's evaluator: it runs the candidate with a model) gets
+  the sandbox's channel to the run's model, budgeted and ledgered as ``host_task``'s ``llm``.
 - ``host_task(seeds, evaluate)``: a data genome is never executed, so ``evaluate(candidate,
   llm)`` runs on the host, trusted, with ``llm(prompt_or_messages) -> str``: the run's model,
   within a per-evaluation budget, every call in the run's ledger and counted in its budget.
@@ -24,7 +26,9 @@ be continued only by calling ``qd.optimize`` again, never by ``qd-run resume=``.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+import genomes
 from descriptors.code_metrics import AXIS_NAMES, METRICS, code_metrics
 from qd.contract import ConfigError
 from qd.llm.gateway import CallBudget
@@ -53,19 +58,31 @@ def code_task(
     *,
     description: str = "",
     descriptors: Sequence[Descriptor] = ("nodes", "constants"),
+    calls_per_evaluation: int = CallBudget.calls,
 ) -> CodeTask:
     """A task that evolves programs from ``seeds``, each scored by ``evaluate(program_path)`` in the
-    sandbox (see the module doc); a ``ConfigError`` if ``evaluate`` cannot be shipped."""
+    sandbox (see the module doc); a ``ConfigError`` if ``evaluate`` cannot be shipped. An
+    ``evaluate(program_path, llm)`` (two parameters: an agent's evaluator) also gets the run's
+    model, as ``host_task``'s does, for ``calls_per_evaluation`` calls at most per candidate."""
     shipped = ship(evaluate)
     return CodeTask(
         seeds=_seeds(seeds),
-        genome=genome,
+        genome=_genome(genome, code=True),
         description=description
         or "Improve this Python program. Each version is run by an evaluator that returns its score "
         f"(higher is better). Keep the functions and signatures {shipped.name}() calls.",
         axes=_axes(descriptors, code=True),
         stages=[Stage({"evaluator": shipped.source, "function": shipped.name}, name="evaluate")],
+        models=_takes_llm(shipped),
+        eval_budget=_call_budget(calls_per_evaluation),
     )
+
+
+def _takes_llm(shipped: Shipped) -> bool:
+    """Whether the shipped function takes a second positional parameter (``llm``)."""
+    tree = ast.parse(shipped.source)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == shipped.name)
+    return len(fn.args.posonlyargs) + len(fn.args.args) >= 2
 
 
 def host_task(
@@ -80,11 +97,12 @@ def host_task(
     """A task that evolves data (a prompt, an agent, a text) from ``seeds``, each scored on the host
     by ``evaluate(candidate, llm)`` (see the module doc). ``llm`` answers ``calls_per_evaluation``
     calls at most per candidate; the run's ``max_llm_calls`` reserves that many for each child."""
-    if not callable(evaluate):
-        raise ConfigError("evaluate", f"{type(evaluate).__name__} is not callable", "pass a function")
+    if not callable(evaluate) or inspect.iscoroutinefunction(evaluate):
+        what = "an async def" if callable(evaluate) else f"{type(evaluate).__name__}, not callable"
+        raise ConfigError("evaluate", f"{what}: the evaluation calls it plainly", "pass a function (def)")
     return HostTask(
         seeds=_seeds(seeds),
-        genome=genome,
+        genome=_genome(genome, code=False),
         description=description
         or f"Improve this {genome}. Each version is scored by an evaluation that uses it (higher is better).",
         axes=_axes(descriptors, code=False),
@@ -98,6 +116,18 @@ def _call_budget(calls: int) -> CallBudget:
         return CallBudget(calls=calls)
     except ValueError as e:
         raise ConfigError("calls_per_evaluation", str(e).partition(": ")[2], "e.g. 4") from None
+
+
+def _genome(name: str, code: bool) -> str:
+    """``name`` if it is a registered genome kind that is (``code``) or is not a program."""
+    try:
+        kind = genomes.get(name)
+    except ConfigError as e:
+        raise ConfigError("genome", e.problem, e.fix) from None
+    if kind.code != code:
+        what, other = ("data", "host_task: evaluate(candidate, llm)") if code else ("code", "code_task")
+        raise ConfigError("genome", f"{name!r} is a {what} genome", f"use {other} for it")
+    return name
 
 
 def _seeds(seeds: Sequence[str]) -> list[str]:
@@ -194,12 +224,14 @@ def score_metrics(text: str, output: Any, axes: Axes, fitness_keys: Sequence[str
 
 @dataclasses.dataclass
 class _CallableTask:
-    """What both tasks share: the seeds, the genome kind, the axes, the marker."""
+    """What both tasks share: the seeds, the genome kind, the axes, the model budget, the marker."""
 
     seeds: list[str]
     genome: str
     description: str
     axes: Axes
+    models: bool = False  # the evaluation calls the run's model
+    eval_budget: CallBudget = CallBudget()  # its calls per candidate (what ``qd.build`` gives its gateway)
     kind: str = "text"
     made_by: str = MADE_BY
 
@@ -214,6 +246,9 @@ class _CallableTask:
     def initial(self, rng: np.random.Generator, n: int) -> list[str]:
         return [self.seeds[i % len(self.seeds)] for i in range(n)]
 
+    def score(self, text: str, outputs: list[Any], trace: list[dict] | None = None) -> Scored:
+        return score_metrics(text, outputs[-1], self.axes)
+
 
 @dataclasses.dataclass
 class CodeTask(_CallableTask):
@@ -223,23 +258,16 @@ class CodeTask(_CallableTask):
     language: str = "python"
     sandbox_entry: str = SANDBOX_ENTRY
 
-    def score(self, text: str, outputs: list[Any]) -> Scored:
-        return score_metrics(text, outputs[-1], self.axes)
-
 
 @dataclasses.dataclass
 class HostTask(_CallableTask):
     """Data scored on the host by ``evaluate(candidate, llm)`` (``host_task``)."""
 
     evaluate: Callable[[str, Callable[..., str]], Any] | None = None
+    models: bool = True
     language: str = "text"
-    models: bool = True  # the evaluation calls the run's model
-    eval_budget: CallBudget = CallBudget()  # per candidate (what ``qd.build`` gives its gateway)
     stages: list[Stage] = dataclasses.field(default_factory=lambda: [Stage(name="evaluate")])
 
     def host_entry(self, text: str, llm: Callable[..., str] | None = None) -> dict:
         """The stage the host runs (``qd.evaluator.HostRunner``): ``evaluate`` and its outcome."""
         return outcome(self.evaluate(text, llm), getattr(self.evaluate, "__name__", "evaluate"))
-
-    def score(self, text: str, outputs: list[Any], trace: list[dict] | None = None) -> Scored:
-        return score_metrics(text, outputs[-1], self.axes)

@@ -243,7 +243,7 @@ def _genome(task: Any) -> Any:
 
 def _eval_budget(cfg: DictConfig, task: Any) -> Any:
     """``eval_llm`` as a ``CallBudget`` when the task's evaluation calls the model (``task.models``);
-    at least the calls a task says one evaluation needs (``task.eval_calls``: a dataset task's
+    at least the calls a task says one evaluation needs (``task.eval_budget``: a dataset task's
     minibatch and validation rows)."""
     if task.kind == "vector" or not getattr(task, "models", False):
         return None
@@ -251,7 +251,7 @@ def _eval_budget(cfg: DictConfig, task: Any) -> Any:
 
     e = cfg.eval_llm
     return CallBudget(
-        calls=max(e.calls, getattr(task, "eval_calls", 0)),
+        calls=max(e.calls, getattr(getattr(task, "eval_budget", None), "calls", 0)),
         tokens=e.tokens,
         max_tokens=e.max_tokens,
         seconds=e.seconds if e.seconds is not None else cfg.sandbox.wall_s,

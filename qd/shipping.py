@@ -70,6 +70,8 @@ def _check_shippable(fn: Any) -> None:
         raise _refuse(f"{what} ({type(fn).__name__}) is not a Python function with source to ship")
     if fn.__name__ == "<lambda>":
         raise _refuse("a lambda cannot be shipped into the sandbox (its source is not a definition)")
+    if inspect.iscoroutinefunction(fn):
+        raise _refuse(f"{what} is an async def: the evaluation calls it plainly", "define it with def")
 
 
 def _closure_of(fn: types.FunctionType) -> dict[str, Any]:
@@ -88,11 +90,12 @@ def _definition_source(name: str, obj: Any) -> str:
     """The ``def``/``class`` source of ``obj``, dedented (a nested function's too), undecorated."""
     try:
         source = textwrap.dedent(inspect.getsource(obj))
-    except (OSError, TypeError) as e:
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError) as e:  # no file or cell; a nested def that does not dedent
         raise _refuse(
-            f"the source of {name} cannot be read ({e})", "define it in a .py file or a notebook cell"
-        )
-    tree = ast.parse(source)
+            f"the source of {name} cannot be read ({type(e).__name__}: {e})",
+            "define it at the top of a .py file or a notebook cell",
+        ) from None
     node = tree.body[0] if tree.body else None
     if (
         not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))

@@ -37,6 +37,8 @@ def load_rows(source: Any, input: str = "input", answer: str = "answer") -> list
     included), the path of a ``.jsonl``/``.json``, ``.csv`` or ``.parquet`` file or of a
     ``datasets`` folder, or the name of a dataset shipped in ``qd/data/samples`` (``arith60``).
     ``input`` and ``answer`` name the question and answer columns."""
+    if isinstance(source, list) and source and all(isinstance(r, Row) for r in source):
+        return source  # loaded already
     records = _records(source)
     if not records:
         raise ConfigError("dataset", "has no rows", "give at least one row (a dict per example)")

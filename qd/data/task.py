@@ -25,14 +25,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
+from descriptors.code_metrics import AXIS_NAMES, code_metrics
 from qd.contract import ConfigError
 from qd.data.metrics import Metric, Verdict, metric_of
 from qd.data.rows import Row, load_rows
 from qd.data.splits import Splits, split_rows
+from qd.llm.gateway import MAX_CALLS, CallBudget
 from qd.paths import experiments_dir
 from qd.task import Scored, Stage, parents_of
 
@@ -63,7 +65,6 @@ class DatasetTask:
     models: bool = True  # the evaluation calls the run's model
     language: str = "python"
     descriptor_dim: int = 2
-    descriptor_names: ClassVar[tuple[str, ...]] = ("genome words", "output characters (mean)")
 
     def __post_init__(self) -> None:
         if self.genome not in GENOMES:
@@ -98,9 +99,39 @@ class DatasetTask:
         ]
 
     @property
-    def eval_calls(self) -> int:
-        """Model calls one evaluation may need: its minibatch and the validation split."""
-        return (len(self.batch) + len(self.splits.validation)) * self.calls_per_row
+    def descriptor_names(self) -> tuple[str, str]:
+        """A prompt's length x its answers' (the task's own axes); an agent's model calls per row x
+        its code's size (agent_design's)."""
+        if self.genome == "prompt":
+            return ("prompt words", "output characters (mean)")
+        return ("model calls per row", AXIS_NAMES["nodes"])
+
+    def descriptor(self, text: str, said: list[str], trace: list[dict]) -> list[float] | None:
+        """Where ``text`` lands on :attr:`descriptor_names` (None: an agent that does not parse)."""
+        if self.genome == "prompt":
+            return [len(text.split()), float(np.mean([len(s) for s in said]))]
+        size = code_metrics(text)
+        return None if size is None else [sum("text" in call for call in trace) / len(said), size["nodes"]]
+
+    @property
+    def descriptor_bounds(self) -> list[tuple[float, float]]:
+        """The span of each of :attr:`descriptor_names` (an archive's grid over them)."""
+        if self.genome == "prompt":
+            return [(0.0, 120.0), (0.0, 600.0)]
+        return [(0.0, float(self.calls_per_row + 1)), (0.0, 400.0)]
+
+    @property
+    def eval_budget(self) -> CallBudget:
+        """Model calls one evaluation may need: a call (an agent: ``calls_per_row``) per row of its
+        minibatch and of the validation split."""
+        calls = (len(self.batch) + len(self.splits.validation)) * self.calls_per_row
+        return CallBudget(
+            calls=min(calls, MAX_CALLS), tokens=calls * (self.max_tokens + 1024), max_tokens=self.max_tokens
+        )
+
+    def held_out(self) -> list[str]:
+        """The test rows' inputs: what no export may hold (``qd export --kind sft`` leaves them out)."""
+        return [row.input for row in self.splits.test]
 
     def _describe(self) -> str:
         example = self.batch[0]
@@ -163,7 +194,9 @@ class DatasetTask:
                 p.fitness for p in parents_of(text) if p.fitness is not None and math.isfinite(p.fitness)
             ]
             fitness = min(minibatch, max(parents)) if parents else minibatch
-        descriptor = [len(text.split()), float(np.mean([len(s) for s in said]))]
+        descriptor = self.descriptor(text, said, trace)
+        if descriptor is None:
+            return Scored(math.nan, None, False, metrics, error="syntax error")
         wrong = self.wrong_rows(verdicts, said[: len(self.batch)])
         return Scored(fitness, descriptor, True, metrics, artifacts={"wrong_rows": wrong} if wrong else None)
 
@@ -181,7 +214,8 @@ class DatasetTask:
 
     def heldout(self, source: Any, llm: Any) -> tuple[float, tuple[float, float]]:
         """The test-split score of ``source`` (a genome's text, a run directory or a result with
-        ``run_dir``: its best elite), with its bootstrap 95 % interval (``qd.data.heldout``)."""
+        ``run_dir``: its best elite), with its bootstrap 95 % interval, on the client ``llm``
+        (its calls ledgered under the role ``heldout``: ``qd.data.heldout``)."""
         from qd.data.heldout import test_score
 
         return test_score(self, source, llm)

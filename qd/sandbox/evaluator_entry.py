@@ -11,6 +11,9 @@ still goes on ``sys.path`` for the evaluator's own imports where it is readable;
 shipped module is written beside the candidate as ``evaluator.py`` (its tracebacks then
 show its lines).
 
+Where the evaluation calls the model (an agent's evaluator, ``evaluate(program_path, llm)``),
+``llm`` is the sandbox's channel to the run's model on the host.
+
 Only JSON goes back (:func:`outcome`): the numbers as metrics (a bare number is the
 metric ``score``), anything else as short strings for the next prompts. The host turns
 them into a fitness (``qd.callable_tasks.score_metrics``). Standard library only.
@@ -26,7 +29,7 @@ NOTE_CHARS = 500  # a non-numeric metric (``feedback``), as the next prompts sho
 ARTIFACT_CHARS = 2000  # an OpenEvolve ``EvaluationResult``'s artifact
 
 
-def run(text: str, evaluator: str, evaluator_path: str = "", function: str = "evaluate") -> dict:
+def run(text: str, evaluator: str, evaluator_path: str = "", function: str = "evaluate", llm=None) -> dict:
     program = os.path.abspath("program.py")
     with open(program, "w") as f:
         f.write(text)
@@ -45,7 +48,8 @@ def run(text: str, evaluator: str, evaluator_path: str = "", function: str = "ev
         evaluator_path,
     )  # tracebacks
     exec(compile(evaluator, evaluator_path, "exec"), module.__dict__)
-    return outcome(getattr(module, function)(program), function)
+    evaluate = getattr(module, function)
+    return outcome(evaluate(program) if llm is None else evaluate(program, llm), function)
 
 
 def outcome(result, function: str = "evaluate") -> dict:

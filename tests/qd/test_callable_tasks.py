@@ -8,6 +8,7 @@ import math
 import os
 import random
 import socket
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -115,55 +116,55 @@ def test_an_evaluate_of_main_evolves_a_program_in_the_sandbox(tmp_path, scripted
         assert feedback.endswith("/program.py") and not Path(feedback).exists()  # not the host's file
 
 
-def test_hostile_candidates_are_contained(tmp_path):
-    """The sandbox tests' hostile programs, as candidates of a code_task: the host's files, network
-    and processes stay out of their reach, and the sandbox keeps scoring."""
+@pytest.mark.slow
+def test_hostile_candidates_are_contained(tmp_path, scripted_llm):
+    """The sandbox tests' hostile programs, as the model's answers in a code_task's run: the host's
+    files, network and processes stay out of their reach, and the sandbox keeps scoring."""
+    from scripted_llm import Rule
+
     task = code_task(["def main():\n    return 0\n"], run_main, descriptors=["lines"])
-    probe = Sandbox(task.sandbox_entry, workers=1, limits=LIMITS)
-    try:
-        report = probe.isolation()
-    finally:
-        probe.close()
+    sandbox = Sandbox(task.sandbox_entry, workers=2, limits=LIMITS)
+    report = sandbox.isolation()
     token = f"cbx_{random.randrange(10**9)}"
     secret = tmp_path / "secret.txt"
-    secret.write_text(token)
+    secret.write_text(token[::-1])  # what only reading the file shows
     outside = [str(REPO / token), str(tmp_path / token), f"/tmp/{token}", f"/dev/shm/{token}"]
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0)
-    port = server.getsockname()[1]
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0)
     hostile = {
         "read": f"def main():\n    return open({str(secret)!r}).read()\n",
-        "write": textwrap.dedent(
-            f"""
-            def main():
-                for path in {outside!r}:
-                    try:
-                        open(path, "w").write("x")
-                    except OSError:
-                        pass
-                return "tried"
-            """
-        ),
-        "network": textwrap.dedent(
-            f"""
-            import socket
-            def main():
-                socket.create_connection(("127.0.0.1", {port}), timeout=1).close()
-                return "connected"
-            """
-        ),
+        "write": f"def main():\n    for path in {outside!r}:\n        try:\n"
+        "            open(path, 'w').write('x')\n        except OSError:\n            pass\n",
+        "network": "import socket\ndef main():\n    socket.create_connection(('127.0.0.1', "
+        f"{listener.getsockname()[1]}), timeout=1).close()\n    return 'connected'\n",
         "fork_bomb": "import os\ndef main():\n    while True:\n        try:\n            os.fork()\n"
         "        except OSError:\n            pass\n",
         "kill_parent": "import os\ndef main():\n    os.kill(os.getppid(), 9)\n    return 'survived'\n",
+        "fine": "def main():\n    return 'fine'\n",
     }
+    server = scripted_llm([Rule("", f"```python\n{text}```", times=1) for text in hostile.values()])
+    client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("scripted"),)))
+    run = qd.build(
+        run_dir=tmp_path / "run",
+        task=task,
+        spec=archive.GridSpec((8,), (0.0,), (16.0,)),
+        llm=client,
+        evaluator=StagedEvaluator(task, sandbox),
+        budget=qd.Budget(max_llm_calls=len(hostile)),
+        settings=Settings(batch_size=1, in_flight=1, initial_population=1, progress=False),
+    )
     try:
-        ev = evaluate_in(task, list(hostile.values()) + ["def main():\n    return 'fine'\n"])
+        run.run()
         with pytest.raises(BlockingIOError):
-            server.accept()  # nothing connected
+            listener.accept()  # nothing connected
     finally:
-        server.close()
-    said = {name: (ev.valid[i], ev.error[i], ev.artifacts[i]) for i, name in enumerate(hostile)}
-    assert token not in json.dumps([ev.metrics, ev.error, ev.artifacts])  # the secret never came back
+        run.close()
+        listener.close()
+    with sqlite3.connect(tmp_path / "run" / "store.sqlite") as db:
+        rows = db.execute("SELECT text, valid, error, artifacts FROM candidates").fetchall()
+    assert token[::-1] not in json.dumps(rows)  # the secret never came back
+    said = {name: row[1:] for name, text in hostile.items() for row in rows if row[0] == text}
+    assert set(said) == set(hostile)  # each was evaluated
     if report["private_tmp"]:
         assert not said["read"][0] and "FileNotFoundError" in said["read"][1]
     if report["private_tmp"] and report["read_only_fs"]:
@@ -171,8 +172,8 @@ def test_hostile_candidates_are_contained(tmp_path):
     assert report["network_off"] and not said["network"][0]
     assert not said["fork_bomb"][0] and "timeout" in said["fork_bomb"][1]
     valid, error, artifacts = said["kill_parent"]
-    assert (valid and "survived" in artifacts["feedback"]) or "sandbox worker died" not in error
-    assert ev.valid[-1] and ev.fitness[-1] == 1.0 and "fine" in ev.artifacts[-1]["feedback"]
+    assert (valid and "survived" in artifacts) or "sandbox worker died" not in error
+    assert said["fine"][0] and "fine" in said["fine"][2]  # the sandbox kept scoring after them all
 
 
 def lengths(program_path):
@@ -204,6 +205,37 @@ def test_a_bare_number_is_the_fitness_and_a_raising_evaluate_fails_the_candidate
     assert ev.valid[0] and ev.fitness[0] == 0.25 and ev.metrics[0]["score"] == 0.25
     ev = evaluate_in(code_task(["x = 1\n"], raises), ["x = 1\n"])
     assert not ev.valid[0] and "RuntimeError: no score for you" in ev.error[0]
+
+
+def asks_the_agent(program_path, llm):
+    """An agent's evaluator: runs the candidate's ``forward(question, llm)`` with the run's model."""
+    namespace = {}
+    with open(program_path) as f:
+        exec(f.read(), namespace)
+    answer = namespace["forward"]("What is 2+2?", llm)
+    return {"score": float(answer.strip() == "4"), "feedback": f"answered {answer!r}"}
+
+
+def test_an_agents_evaluate_gets_the_runs_model_in_the_sandbox(scripted_llm):
+    from scripted_llm import Rule
+
+    server = scripted_llm([Rule(r"What is 2\+2", "4")])
+    client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("scripted"),)))
+    task = code_task(
+        ["def forward(q, llm):\n    return q\n"], asks_the_agent, "agent", calls_per_evaluation=1
+    )
+    assert task.models and task.eval_budget.calls == 1 and not code_task(["x"], number).models
+    agent = "def forward(question, llm):\n    return llm('Answer: ' + question)\n"
+    greedy = "def forward(question, llm):\n    llm(question)\n    return llm(question)\n"
+    evaluator = StagedEvaluator(task, Sandbox(task.sandbox_entry, limits=LIMITS), client, task.eval_budget)
+    try:
+        ev = asyncio.run(evaluator([agent, greedy]))
+    finally:
+        evaluator.close()
+    assert ev.valid[0] and ev.fitness[0] == 1.0 and ev.artifacts[0]["feedback"] == "answered '4'"
+    assert len(ev.traces[0]) == 1 and ev.metrics[0]["model_calls"] == 1
+    assert not ev.valid[1] and "llm" in ev.error[1]  # its second call is over the candidate's budget
+    assert len(server.requests) == 2
 
 
 def graded(candidate, llm):
@@ -239,6 +271,10 @@ def test_a_host_task_gets_the_runs_budgeted_ledgered_model(tmp_path, scripted_ll
     assert any(e.candidate.text.strip() == "Answer with the number only." for e in elites)
 
 
+async def answer_later(candidate, llm):
+    return 1.0
+
+
 def qd_operator(name, client, genome):
     import genomes
     from operators import make_llm_operator
@@ -263,7 +299,12 @@ def test_host_task_descriptors_measure_the_text_or_call_a_function():
         (lambda: code_task([], number), "seed: give one or more non-empty starting texts"),
         (lambda: code_task(["x"], number, descriptors=[]), "descriptors: must name at least one"),
         (lambda: code_task(["x"], lambda p: 1.0), "evaluate: a lambda cannot be shipped"),
-        (lambda: host_task(["x"], "graded"), "evaluate: str is not callable"),
+        (lambda: host_task(["x"], "graded"), "evaluate: str, not callable"),
+        (lambda: host_task(["x"], answer_later), "evaluate: an async def"),
+        (lambda: code_task(["x"], answer_later), "evaluate: answer_later is an async def"),
+        (lambda: code_task(["x"], number, genome="poem"), "genome: unknown genome kind 'poem'"),
+        (lambda: code_task(["x"], number, genome="prompt"), "genome: 'prompt' is a data genome"),
+        (lambda: host_task(["x"], graded, genome="program"), "genome: 'program' is a code genome"),
         (lambda: host_task(["x"], graded, calls_per_evaluation=-1), "calls_per_evaluation: -1 is not"),
     ],
 )

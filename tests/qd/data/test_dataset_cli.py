@@ -72,3 +72,43 @@ def test_prompt_evolution_on_a_dataset_from_the_command_line(tmp_path, scripted_
     asked = "\n".join(m["content"] for r in server.requests for m in r["messages"])
     assert not [row.input for row in splits.test if row.input in asked]
     assert not [row.input for row in splits.validation if row.input in operator_prompts]
+
+
+@pytest.mark.slow  # six agents in the sandbox: about 15 s
+def test_agent_design_on_a_dataset(tmp_path, scripted_llm):
+    """The hand-designed agents run in the sandbox on a dataset's rows; test rows reach no model call."""
+    from helpers import run_config
+
+    from qd.plan import compose
+
+    server = scripted_llm([Rule("", "Answer: 9")])
+    data = tmp_path / "rows.csv"
+    data.write_text(
+        "id,question,answer\n" + "".join(f"r{i},Q{i}: what is {i} times 3?,{3 * i}\n" for i in range(20))
+    )
+    cfg = compose(
+        [
+            "experiment=agent_design",
+            f"experiment.dataset={data}",
+            "experiment.metric=numeric",
+            "experiment.params.input=question",
+            "experiment.params.minibatch=2",
+            "llm.provider=server",
+            f"llm.base_url={server.base_url}",
+            "llm.models=[{name: scripted}]",
+            "llm.api_key_env=null",
+            "runner.progress=false",
+            "runner.max_llm_calls=200",
+            "sandbox.wall_s=20",
+        ]
+    )
+    run_config(cfg, tmp_path / "run")
+    splits = dataset_task(["x"], data, "numeric", input="question", minibatch=2).splits
+    founders = [c for c in stored(tmp_path / "run") if c.operator == "init"]
+    assert len(founders) == 6 and {c.genome for c in founders} == {"agent"}
+    for c in founders:  # the model always says 9: only row r3 (3 times 3) can be right
+        scores = {**c.metrics["row_scores"]["train"], **c.metrics["row_scores"]["validation"]}
+        assert c.valid and set(c.metrics["row_scores"]["validation"]) == {r.id for r in splits.validation}
+        assert not [row for row, score in scores.items() if score and row != "r3"]
+    asked = "\n".join(m["content"] for r in server.requests for m in r["messages"])
+    assert not [row.input for row in splits.test if row.input in asked]

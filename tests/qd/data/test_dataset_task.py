@@ -8,7 +8,6 @@ from scripted_llm import Rule
 from qd.contract import ConfigError, Parent
 from qd.data import dataset_task
 from qd.llm import LLMClient, LLMSettings, ModelSpec
-from qd.llm.gateway import CallBudget
 from qd.task import evaluating_children
 
 ROWS = [{"id": f"r{i}", "input": f"Q{i}: what is {i} times 3?", "answer": str(3 * i)} for i in range(20)]
@@ -38,7 +37,7 @@ def inputs(rows) -> set[str]:
 
 def test_a_founder_is_scored_on_the_minibatch_then_validation(task, scripted_llm):
     server = scripted_llm([Rule("", solver)])
-    ev = evaluate_on_host(task, server.base_url, [HALF], CallBudget(calls=task.eval_calls))
+    ev = evaluate_on_host(task, server.base_url, [HALF], task.eval_budget)
     s = task.splits
     assert len(s.train) == 10 and len(s.validation) == 5 and len(s.test) == 5 and len(task.batch) == 4
     assert asked(server) == [r.input for r in task.batch + s.validation]  # minibatch first, no test row
@@ -64,7 +63,7 @@ def test_a_child_that_loses_on_its_minibatch_makes_no_validation_call(task, scri
     server = scripted_llm([Rule("", solver)])
     parent = Parent(1, HALF, 0.6, {"minibatch": 0.5})
     with evaluating_children({"Be wrong.": [parent], GOOD: [parent]}):
-        ev = evaluate_on_host(task, server.base_url, ["Be wrong.", GOOD], CallBudget(calls=task.eval_calls))
+        ev = evaluate_on_host(task, server.base_url, ["Be wrong.", GOOD], task.eval_budget)
     lost, won = ev.metrics
     assert "validation" not in lost and set(lost["row_scores"]) == {"train"} and lost["model_calls"] == 4
     assert ev.fitness[0] == 0.0 and ev.traces[0] and {t["stage"] for t in ev.traces[0]} == {"minibatch"}
@@ -79,7 +78,7 @@ def test_a_lost_child_keeps_an_estimate_below_its_parent(task, scripted_llm):
     server = scripted_llm([Rule("", solver)])
     parent = Parent(1, GOOD, 0.1, {"minibatch": 1.0})  # its minibatch says 1.0, its validation 0.1
     with evaluating_children({HALF: [parent]}):
-        ev = evaluate_on_host(task, server.base_url, [HALF], CallBudget(calls=task.eval_calls))
+        ev = evaluate_on_host(task, server.base_url, [HALF], task.eval_budget)
     assert ev.metrics[0]["minibatch"] == 0.25 and ev.fitness[0] == pytest.approx(0.1)
 
 

@@ -93,3 +93,8 @@ def test_the_shipped_sample_is_what_its_generator_makes():
 
     made = [(p.id, p.question, p.answer) for p in problems("search", 60, seed=28, families=("arithmetic",))]
     assert as_tuples(load_rows("arith60")) == made
+
+
+def test_loaded_rows_load_as_they_are():
+    rows = load_rows(ROWS)
+    assert load_rows(rows) is rows
