@@ -34,16 +34,14 @@ __all__ = [
 ]
 
 DESCRIBERS = ("code_metrics", "embedding")  # descriptors qd computes from the text (``descriptors/``)
-# The range of each axis a task made here reports by name (``qd.callable_tasks``' measures of the
-# text, ``qd.data.task``'s axes), where the experiments' archives put them (agent_design's for an
-# agent): a task of a user's metrics spans [0, 1] per axis unless it says ``descriptor_bounds``.
+# The range of each axis a task made of ``evaluate`` reports by name (``qd.callable_tasks``: its
+# measures of a data genome's text, the AST metrics of a program's), where the experiments'
+# archives put them; a task that knows its own says ``descriptor_bounds`` (``qd.data``'s), and
+# an axis of the user's metrics spans [0, 1].
 AXIS_BOUNDS = {
     "words": (0.0, 200.0),
     "lines": (0.0, 50.0),
     "characters": (0.0, 1500.0),
-    "prompt words": (0.0, 200.0),
-    "output characters (mean)": (0.0, 1000.0),
-    "model calls per row": (0.0, 5.0),
     "AST nodes": (0.0, 400.0),
     "numeric constants": (0.0, 12.0),
 }
