@@ -107,18 +107,17 @@ def _task_descriptors(descriptors: Any) -> dict[str, Any]:
     return {"descriptors": own} if own else {}
 
 
-def placement_of(task: Any, kind: Any, descriptors: Any, random_seed: int) -> tuple[Any, GridSpec]:
+def placement_of(task: Any, descriptors: Any, random_seed: int) -> tuple[Any, GridSpec]:
     """The describer (None: the task reports its descriptors) and the grid it places into.
 
     ``code_metrics`` / ``embedding`` take their settings from ``conf/descriptor/``, as
-    ``descriptor=NAME`` does; a code genome given none is placed by ``code_metrics``. A task's
-    own descriptors span ``task.descriptor_bounds`` (else :data:`AXIS_BOUNDS`), 10 bins each.
+    ``descriptor=NAME`` does. Otherwise the task places its candidates (a program by its AST
+    size and constants, a prompt by its length, ...), each axis over ``task.descriptor_bounds``
+    (else :data:`AXIS_BOUNDS`) in 10 bins.
     """
     listed = _listed(descriptors)
-    named = [d for d in listed if isinstance(d, str) and d in DESCRIBERS] or (
-        ["code_metrics"] if kind.code and not listed else []
-    )
-    if listed and named and len(named) != len(listed):
+    named = [d for d in listed if isinstance(d, str) and d in DESCRIBERS]
+    if named and len(named) != len(listed):
         raise ConfigError(
             "descriptors",
             "mixes descriptors qd computes (code_metrics, embedding) with the evaluator's",

@@ -106,7 +106,8 @@ def optimize(
             ``tokens``, ``cost`` (default: 100 LLM calls); the run stops at the first reached.
         descriptors: where candidates land in the archive: ``"code_metrics"`` or ``"embedding"``
             (computed from the text), or the evaluator's metric names / callables, for the
-            task to report (default: code_metrics for code, the task's own for data).
+            task to report (default: the task's own: a program's AST size and constants, a
+            text's words, a dataset task's axes).
         islands, operators: the island count and the LLM operators by name (``rewrite``, ``diff``).
         target_fitness, patience: stop rules beside the budget (``qd.StopRules``).
         random_seed: the run's seed (every random draw, the model's sampling seeds).
@@ -137,10 +138,12 @@ def optimize(
         descriptors,
         random_seed,
     )
-    describer, spec = placement_of(task, kind, descriptors, random_seed)
+    describer, spec = placement_of(task, descriptors, random_seed)
     with contextlib.ExitStack() as stack:  # the embedded server, if started, stops last
         models = ModelArgs(model, base_url, api_key_env, llm)
         client = start_client(models, random_seed, folder, stack)
+        # marked before anything is stored: only qd.optimize continues it
+        _mark(folder, kind.name, evaluate, dataset)
         engine = build(
             run_dir=folder,
             task=task,
@@ -151,7 +154,6 @@ def optimize(
             budget=limits,
             settings=settings,
         )
-        _mark(folder, kind.name, evaluate, dataset)
         try:
             summary = drive(engine)
         finally:

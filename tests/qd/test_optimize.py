@@ -51,6 +51,7 @@ def test_optimize_completes_when_called_from_inside_a_running_event_loop(scripte
             base_url=server.base_url,
             model="scripted",
             budget={"llm_calls": 6},
+            descriptors="code_metrics",  # placed by qd's describer (conf/descriptor/code_metrics.yaml)
             run_dir=tmp_path / "run",
         )
 
@@ -61,6 +62,7 @@ def test_optimize_completes_when_called_from_inside_a_running_event_loop(scripte
     assert {"id", "fitness", "text", "AST nodes", "score"} <= set(result.elites[0])  # rows a DataFrame reads
     assert repr(result).startswith("OptimizeResult(best=") and str(result.run_dir) in repr(result)
     assert json.loads((result.run_dir / "optimize.json").read_text())["made_by"] == "qd.optimize"
+    assert result.summary["descriptor"]["name"] == "code_metrics"
 
 
 AGENT = "def forward(task, llm):\n    return llm(task)\n"
