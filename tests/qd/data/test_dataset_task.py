@@ -94,6 +94,18 @@ def test_heldout_scores_the_test_split_under_its_own_role(task, scripted_llm):
     }
 
 
+def test_heldout_works_inside_a_running_event_loop(task, scripted_llm):
+    import asyncio
+
+    server = scripted_llm([Rule("", solver)])
+    client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("scripted"),), timeout_s=10))
+
+    async def notebook_cell():
+        return task.heldout(GOOD, client)
+
+    assert asyncio.run(notebook_cell()) == (1.0, (1.0, 1.0))
+
+
 @pytest.mark.parametrize(
     "kwargs, field",
     [
