@@ -272,6 +272,9 @@ def experiment_dataset_task(
     path = Path(data.pop("dataset")).expanduser()
     source = str(path.resolve()) if path.exists() else str(path)
     mapped = {_EXPERIMENT_PARAMS[k]: v for k, v in params.items() if k in _EXPERIMENT_PARAMS}
-    task = dataset_task(seeds, source, data.pop("metric") or "exact", genome, **data, **mapped)
+    try:
+        task = dataset_task(seeds, source, data.pop("metric") or "exact", genome, **data, **mapped)
+    except ConfigError as e:  # named as the command line names it
+        raise e.under("experiment" if e.field in ("dataset", "metric") else "experiment.params") from None
     task.resolved_params = {"dataset": source}
     return task

@@ -120,3 +120,21 @@ def test_agent_design_on_a_dataset(tmp_path, scripted_llm):
         assert not [row for row, score in scores.items() if score and row != "r3"]
     asked = "\n".join(m["content"] for r in server.requests for m in r["messages"])
     assert not [row.input for row in splits.test if row.input in asked]
+
+
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        (["experiment.metric=fuzzy"], "experiment.metric: unknown metric 'fuzzy' (use one of ["),
+        (["experiment.params.input=question"], "experiment.params.input: row 0 of the dataset has no column"),
+        (["experiment.dataset=no/such.jsonl"], "experiment.dataset: no file or folder"),
+        (["experiment.params.minibatch=0"], "experiment.params.minibatch: 0 is not a row count"),
+    ],
+)
+def test_a_bad_dataset_argument_is_one_line_naming_it(overrides, says):
+    from qd.contract import ConfigError
+    from qd.plan import compose, plan
+
+    with pytest.raises(ConfigError) as e:
+        plan(compose(["experiment=prompt_evolution", "experiment.dataset=arith60", *overrides]))
+    assert str(e.value).startswith(says) and "\n" not in str(e.value) and e.value.fix
