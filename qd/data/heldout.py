@@ -74,7 +74,7 @@ async def _scores(task: Any, text: str, llm: Any) -> list[float]:
 
 
 def _runner(task: Any, rows: int) -> Any:
-    if task.genome == "prompt":
+    if task.runs.entry == "host_entry":
         from qd.evaluator import HostRunner
 
         return HostRunner(task.host_entry, workers=1)
