@@ -221,7 +221,7 @@ def declared_params(make_task: Callable[..., Any]) -> list[str] | None:
     ``-> ReasoningTask | DatasetTask``), that class's (a dataclass's fields). None where it
     takes any keyword, so that nothing can be checked up front."""
     own = _keywords(make_task, keep_var=True)
-    if own is None or own[-1] != "**":
+    if not own or own[-1] != "**":
         return own
     try:
         made = get_type_hints(make_task).get("return")

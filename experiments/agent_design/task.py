@@ -99,6 +99,7 @@ def make_task(
     answer: str = "answer",
     metric_options: dict[str, Any] | None = None,
     minibatch: int = 8,
+    splits: list[float] | None = None,
     **params: Any,
 ) -> AgentDesignTask | DatasetTask:
     """Agent design on the generated problems; given a ``dataset`` (``experiment.dataset``), the
@@ -116,4 +117,5 @@ def make_task(
         answer=answer,
         metric_options=metric_options,
         minibatch=minibatch,
+        **({"splits": splits} if splits is not None else {}),
     )

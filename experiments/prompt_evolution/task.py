@@ -97,6 +97,7 @@ def make_task(
     answer: str = "answer",
     metric_options: dict[str, Any] | None = None,
     minibatch: int = 8,
+    splits: list[float] | None = None,
     **params: Any,
 ) -> PromptEvolutionTask | DatasetTask:
     """Promptbreeder on the generated problems; given a ``dataset`` (``experiment.dataset``), the
@@ -114,4 +115,5 @@ def make_task(
         answer=answer,
         metric_options=metric_options,
         minibatch=minibatch,
+        **({"splits": splits} if splits is not None else {}),
     )

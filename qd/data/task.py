@@ -38,11 +38,49 @@ from qd.llm.gateway import MAX_CALLS, CallBudget
 from qd.paths import experiments_dir
 from qd.task import Scored, Stage, parents_of
 
-GENOMES = {
-    "prompt": "prompt_evolution",
-    "agent": "agent_design",
-}  # genome -> the experiment whose entry runs it
 _SHOWN = 300  # characters of a row's input and output that feedback shows
+
+
+@dataclasses.dataclass(frozen=True)
+class OnRows:
+    """How a genome kind runs on a dataset's rows: the entry of the experiment that runs it (a
+    prompt's on the host, an agent's in the sandbox), the model calls a row may take, and the
+    axes it is placed on (with their spans)."""
+
+    experiment: str
+    entry: str  # the task attribute the entry goes in: host_entry | sandbox_entry
+    limit: str  # the task field the entry gets, its per-row limit: max_tokens | item_seconds
+    calls_per_row: int
+    descriptor_names: tuple[str, str]
+    descriptor_bounds: tuple[tuple[float, float], tuple[float, float]]
+
+    def descriptor(self, text: str, said: list[str], trace: list[dict]) -> list[float] | None:
+        """A prompt's length x its answers'; an agent's model calls per row x its code's size
+        (None: code that does not parse)."""
+        if self.entry == "host_entry":
+            return [len(text.split()), float(np.mean([len(s) for s in said]))]
+        size = code_metrics(text)
+        return None if size is None else [sum("text" in call for call in trace) / len(said), size["nodes"]]
+
+
+GENOMES = {
+    "prompt": OnRows(
+        "prompt_evolution",
+        "host_entry",
+        "max_tokens",
+        1,
+        ("prompt words", "output characters (mean)"),
+        ((0, 120), (0, 600)),
+    ),
+    "agent": OnRows(
+        "agent_design",
+        "sandbox_entry",
+        "item_seconds",
+        4,
+        ("model calls per row", AXIS_NAMES["nodes"]),
+        ((0, 5), (0, 400)),
+    ),
+}
 
 
 @dataclasses.dataclass
@@ -81,12 +119,14 @@ class DatasetTask:
             raise ConfigError(
                 "minibatch", f"{self.minibatch!r} is not a row count", "use a whole number >= 1"
             )
-        entry = f"{experiments_dir() / GENOMES[self.genome] / 'entry.py'}:run"
-        if self.genome == "prompt":
-            self.host_entry, self.extra = entry, {"max_tokens": self.max_tokens}
-        else:
-            self.sandbox_entry, self.extra = entry, {"item_seconds": self.item_seconds}
-        self.calls_per_row = self.calls_per_row or (1 if self.genome == "prompt" else 4)
+        self.runs = GENOMES[self.genome]
+        setattr(self, self.runs.entry, f"{experiments_dir() / self.runs.experiment / 'entry.py'}:run")
+        self.extra = {self.runs.limit: getattr(self, self.runs.limit)}
+        self.calls_per_row = self.calls_per_row or self.runs.calls_per_row
+        self.descriptor_names, self.descriptor_bounds = (
+            self.runs.descriptor_names,
+            self.runs.descriptor_bounds,
+        )
         train = self.splits.train
         picked = np.random.default_rng(self.seed).choice(
             len(train), min(self.minibatch, len(train)), replace=False
@@ -97,28 +137,6 @@ class DatasetTask:
             self.stage(self.batch, "minibatch"),
             dataclasses.replace(self.stage(self.splits.validation, "validation"), runs_if=self.beats_parents),
         ]
-
-    @property
-    def descriptor_names(self) -> tuple[str, str]:
-        """A prompt's length x its answers' (the task's own axes); an agent's model calls per row x
-        its code's size (agent_design's)."""
-        if self.genome == "prompt":
-            return ("prompt words", "output characters (mean)")
-        return ("model calls per row", AXIS_NAMES["nodes"])
-
-    def descriptor(self, text: str, said: list[str], trace: list[dict]) -> list[float] | None:
-        """Where ``text`` lands on :attr:`descriptor_names` (None: an agent that does not parse)."""
-        if self.genome == "prompt":
-            return [len(text.split()), float(np.mean([len(s) for s in said]))]
-        size = code_metrics(text)
-        return None if size is None else [sum("text" in call for call in trace) / len(said), size["nodes"]]
-
-    @property
-    def descriptor_bounds(self) -> list[tuple[float, float]]:
-        """The span of each of :attr:`descriptor_names` (an archive's grid over them)."""
-        if self.genome == "prompt":
-            return [(0.0, 120.0), (0.0, 600.0)]
-        return [(0.0, float(self.calls_per_row + 1)), (0.0, 400.0)]
 
     @property
     def eval_budget(self) -> CallBudget:
@@ -194,7 +212,7 @@ class DatasetTask:
                 p.fitness for p in parents_of(text) if p.fitness is not None and math.isfinite(p.fitness)
             ]
             fitness = min(minibatch, max(parents)) if parents else minibatch
-        descriptor = self.descriptor(text, said, trace)
+        descriptor = self.runs.descriptor(text, said, trace)
         if descriptor is None:
             return Scored(math.nan, None, False, metrics, error="syntax error")
         wrong = self.wrong_rows(verdicts, said[: len(self.batch)])
@@ -272,6 +290,9 @@ def experiment_dataset_task(
     path = Path(data.pop("dataset")).expanduser()
     source = str(path.resolve()) if path.exists() else str(path)
     mapped = {_EXPERIMENT_PARAMS[k]: v for k, v in params.items() if k in _EXPERIMENT_PARAMS}
-    task = dataset_task(seeds, source, data.pop("metric") or "exact", genome, **data, **mapped)
+    try:
+        task = dataset_task(seeds, source, data.pop("metric") or "exact", genome, **data, **mapped)
+    except ConfigError as e:  # named as the command line names it
+        raise e.under("experiment" if e.field in ("dataset", "metric") else "experiment.params") from None
     task.resolved_params = {"dataset": source}
     return task

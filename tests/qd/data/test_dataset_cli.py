@@ -10,6 +10,7 @@ from helpers import qd_run, stored
 from scripted_llm import Rule
 
 from qd.data import dataset_task
+from qd.llm import LLMClient, LLMSettings, ModelSpec
 from qd.store import Store
 
 ROWS = [{"id": f"r{i}", "input": f"Q{i}: what is {i} times 3?", "answer": str(3 * i)} for i in range(20)]
@@ -72,6 +73,13 @@ def test_prompt_evolution_on_a_dataset_from_the_command_line(tmp_path, scripted_
     asked = "\n".join(m["content"] for r in server.requests for m in r["messages"])
     assert not [row.input for row in splits.test if row.input in asked]
     assert not [row.input for row in splits.validation if row.input in operator_prompts]
+    # after the run: the best prompt (right on every row) on the test split, under the role heldout
+    client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("scripted"),), timeout_s=10))
+    before = len(server.requests)
+    assert dataset_task(["x"], data, "numeric").heldout(run, client) == (1.0, (1.0, 1.0))
+    assert sorted(r["messages"][-1]["content"] for r in server.requests[before:]) == sorted(
+        row.input for row in splits.test
+    )
 
 
 @pytest.mark.slow  # six agents in the sandbox: about 15 s
@@ -112,3 +120,21 @@ def test_agent_design_on_a_dataset(tmp_path, scripted_llm):
         assert not [row for row, score in scores.items() if score and row != "r3"]
     asked = "\n".join(m["content"] for r in server.requests for m in r["messages"])
     assert not [row.input for row in splits.test if row.input in asked]
+
+
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        (["experiment.metric=fuzzy"], "experiment.metric: unknown metric 'fuzzy' (use one of ["),
+        (["experiment.params.input=question"], "experiment.params.input: row 0 of the dataset has no column"),
+        (["experiment.dataset=no/such.jsonl"], "experiment.dataset: no file or folder"),
+        (["experiment.params.minibatch=0"], "experiment.params.minibatch: 0 is not a row count"),
+    ],
+)
+def test_a_bad_dataset_argument_is_one_line_naming_it(overrides, says):
+    from qd.contract import ConfigError
+    from qd.plan import compose, plan
+
+    with pytest.raises(ConfigError) as e:
+        plan(compose(["experiment=prompt_evolution", "experiment.dataset=arith60", *overrides]))
+    assert str(e.value).startswith(says) and "\n" not in str(e.value) and e.value.fix

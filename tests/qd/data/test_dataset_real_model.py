@@ -23,6 +23,7 @@ def test_a_prompt_on_arith60_with_the_real_model(tmp_path, llama_server, capsys)
                 "experiment.dataset=arith60",
                 "experiment.metric=numeric",
                 "experiment.params.minibatch=2",
+                "experiment.params.splits=[0.8,0.1,0.1]",  # 48 / 6 / 6 rows
                 "llm.provider=server",
                 f"llm.base_url={llama_server.base_url}",
                 f"llm.models=[{{name: {llama_server.model}}}]",
@@ -34,14 +35,14 @@ def test_a_prompt_on_arith60_with_the_real_model(tmp_path, llama_server, capsys)
                 "runner.progress=false",
                 "experiment.params.solver_max_tokens=32",  # the answers are numbers
                 "eval_llm.max_tokens=32",
-                "runner.initial_population=1",  # one founder (17 calls) and one child (18)
+                "runner.initial_population=1",  # one founder (8 calls) and one child (9)
                 "runner.batch_size=1",
-                "runner.max_llm_calls=36",
+                "runner.max_llm_calls=17",
             ]
         ),
         run,
     )
-    assert 0 < summary["llm"]["calls"] <= 36
+    assert 0 < summary["llm"]["calls"] <= 17
     rows = stored(run)
     assert len(rows) == 2 and all(c.valid for c in rows if c.operator == "init")
     assert all(
@@ -55,8 +56,8 @@ def test_a_prompt_on_arith60_with_the_real_model(tmp_path, llama_server, capsys)
             texts += [c.text or "", c.prompt or "", c.response or "", json.dumps(c.artifacts or {})]
             texts += [json.dumps(store.trace(c.id))]
     texts += [p.read_text() for p in (run / "llm_cache").rglob("*.json")]
-    test_rows = dataset_task(["x"], "arith60", "numeric", minibatch=2).splits.test
-    assert len(test_rows) == 15 and texts
+    test_rows = dataset_task(["x"], "arith60", "numeric", minibatch=2, splits=(0.8, 0.1, 0.1)).splits.test
+    assert len(test_rows) == 6 and texts
     assert not [row.id for row in test_rows if any(row.input in t for t in texts)]
 
     cli.main(["show", str(run)])

@@ -1,6 +1,8 @@
 """dataset_task's evaluation on the scripted server: the minibatch -> validation cascade, per-row
 scores, feedback from wrong training rows only, and the test split scored only by ``heldout``."""
 
+import asyncio
+
 import pytest
 from helpers import evaluate_on_host
 from scripted_llm import Rule
@@ -82,9 +84,15 @@ def test_a_lost_child_keeps_an_estimate_below_its_parent(task, scripted_llm):
     assert ev.metrics[0]["minibatch"] == 0.25 and ev.fitness[0] == pytest.approx(0.1)
 
 
-def test_heldout_scores_the_test_split_under_its_own_role(task, scripted_llm):
+def test_heldout_scores_the_test_split_under_its_own_role(task, scripted_llm, tmp_path):
     server = scripted_llm([Rule("", solver)])
-    client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("scripted"),), timeout_s=10))
+    cache = tmp_path / "llm_cache"
+    client = LLMClient(
+        LLMSettings(
+            base_url=server.base_url, models=(ModelSpec("scripted"),), timeout_s=10, cache_dir=str(cache)
+        )
+    )
+    asyncio.run(client.aclose())  # as a run leaves its client
     score, (lo, hi) = task.heldout(HALF, client)
     even = [float(int(r.answer) % 2 == 0) for r in task.splits.test]
     assert score == pytest.approx(sum(even) / 5) and lo <= score <= hi
@@ -92,6 +100,16 @@ def test_heldout_scores_the_test_split_under_its_own_role(task, scripted_llm):
     assert client.ledger.split("role")["heldout"].calls == 5 and set(client.ledger.split("role")) == {
         "heldout"
     }
+
+
+def test_heldout_works_inside_a_running_event_loop(task, scripted_llm):
+    server = scripted_llm([Rule("", solver)])
+    client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("scripted"),), timeout_s=10))
+
+    async def notebook_cell():
+        return task.heldout(GOOD, client)
+
+    assert asyncio.run(notebook_cell()) == (1.0, (1.0, 1.0))
 
 
 @pytest.mark.parametrize(
