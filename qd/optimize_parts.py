@@ -202,15 +202,11 @@ def _preset(name: str) -> Any:
     return OmegaConf.load(path)
 
 
-def heldout_of(task: Any, m: ModelArgs, run_dir: Path, client: Any) -> tuple[Any, Any]:
+def heldout_of(task: Any, run_dir: Path, client: Any) -> tuple[Any, Any]:
     """The best candidate's score on the dataset's test split with its 95 % interval
-    (``DatasetTask.heldout``), and the ledger of its calls (role ``heldout``, outside the run's
-    budget), on a client of its own: the run's closed its connections when the run ended."""
-    from qd.api import client_of
-    from qd.llm import LLMClient
+    (``DatasetTask.heldout``, on the run's model, outside its budget), and the ledger of those
+    calls alone (role ``heldout``), which the store does not hold."""
+    from qd.llm import Ledger
 
-    if m.llm is not None and not isinstance(m.llm, str):
-        scorer = client_of(m.llm, run_dir)
-    else:
-        scorer = LLMClient(client.settings)
-    return task.heldout(run_dir, scorer), scorer.ledger
+    scored = task.heldout(run_dir, client)
+    return scored, Ledger.from_rows([row for row in client.ledger.rows() if row[0] == "heldout"])

@@ -158,7 +158,7 @@ def optimize(
             summary = drive(engine)
         finally:
             engine.close()
-        scored, spent = heldout_of(task, models, folder, client) if dataset is not None else (None, None)
+        scored, spent = heldout_of(task, folder, client) if dataset is not None else (None, None)
         return read_result(folder, summary, scored, spent)
 
 
