@@ -34,7 +34,6 @@ def test_the_readme_has_two_examples_of_at_most_ten_lines():
     assert all(MODEL in b and "qd.optimize(" in b for b in blocks)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("index", [0, 1], ids=["prompt_on_a_dataset", "program_with_evaluate"])
 def test_a_readme_example_prints_its_best_candidate_and_heldout_score(
     index, scripted_llm, monkeypatch, tmp_path, capsys
