@@ -22,6 +22,7 @@ from helpers import sums_or, varied_program
 from scripted_llm import Rule
 
 import qd
+from qd import cli
 from qd.contract import ConfigError
 from qd.optimizer import drive
 
@@ -40,7 +41,7 @@ def stored(run_dir: Path) -> list[tuple[int, str]]:
         return db.execute("SELECT id, text FROM candidates ORDER BY id").fetchall()
 
 
-def test_optimize_completes_when_called_from_inside_a_running_event_loop(scripted_llm, tmp_path):
+def test_optimize_completes_when_called_from_inside_a_running_event_loop(scripted_llm, tmp_path, capsys):
     server = scripted_llm([Rule("", varied_program)])
 
     async def notebook_cell():  # a notebook runs each cell inside its own event loop
@@ -63,6 +64,8 @@ def test_optimize_completes_when_called_from_inside_a_running_event_loop(scripte
     assert repr(result).startswith("OptimizeResult(best=") and str(result.run_dir) in repr(result)
     assert json.loads((result.run_dir / "optimize.json").read_text())["made_by"] == "qd.optimize"
     assert result.summary["descriptor"]["name"] == "code_metrics"
+    cli.main(["show", str(result.run_dir)])  # a run directory like any other
+    assert f"{result.summary['evaluations']} evaluations" in capsys.readouterr().out
 
 
 AGENT = "def forward(task, llm):\n    return llm(task)\n"
