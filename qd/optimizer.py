@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -46,7 +47,7 @@ from qd.optimize_result import OptimizeResult, read_result
 from qd.rundir import layout
 from qd.stop_rules import StopRules
 
-__all__ = ["BUDGET_KEYS", "OptimizeResult", "optimize"]
+__all__ = ["BUDGET_KEYS", "OptimizeResult", "SavedTask", "optimize", "saved_task"]
 
 # ``budget=`` keys -> ``qd.Budget`` fields (the words of the issue: LLM calls, evaluations, seconds, cost)
 BUDGET_KEYS = {
@@ -143,7 +144,7 @@ def optimize(
         models = ModelArgs(model, base_url, api_key_env, llm)
         client = start_client(models, random_seed, folder, stack)
         # marked before anything is stored: only qd.optimize continues it
-        _mark(folder, kind.name, evaluate, dataset)
+        _mark(folder, kind.name, evaluate, dataset, task)
         engine = build(
             run_dir=folder,
             task=task,
@@ -277,14 +278,39 @@ def _run_dir(run_dir: str | Path | None, genome: str) -> Path:
     return folder
 
 
-def _mark(folder: Path, genome: str, evaluate: Any, dataset: Any) -> None:
+def _mark(folder: Path, genome: str, evaluate: Any, dataset: Any, task: Any) -> None:
     """``optimize.json``: the run was made by ``qd.optimize`` (its evaluator is the caller's own
-    Python object, so only the same call can continue it), and what it was given."""
+    Python object, so only the same call can continue it), what it was given, and what readers
+    of the run need of its task, which no file names (:func:`saved_task`)."""
+    held_out = getattr(task, "held_out", None)
     made = {
         **MARKER,
         "genome": genome,
         "evaluate": getattr(evaluate, "__qualname__", None) if evaluate is not None else None,
         "dataset": dataset if isinstance(dataset, (str, Path)) else None,
+        "description": task.description,
+        "held_out": held_out() if callable(held_out) else [],
     }
     folder.mkdir(parents=True, exist_ok=True)
     (folder / layout.OPTIMIZE).write_text(json.dumps(made, default=str, indent=2) + "\n")
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedTask:
+    """A ``qd.optimize`` run's task as its readers see it (``qd export``): what the operators were
+    told, and the held-out items (a dataset's test inputs) no export may hold."""
+
+    description: str
+    held_out_items: tuple[str, ...] = ()
+
+    def held_out(self) -> list[str]:
+        return list(self.held_out_items)
+
+
+def saved_task(run_dir: str | Path) -> SavedTask | None:
+    """The task of the ``qd.optimize`` run in ``run_dir`` (None: ``qd.optimize`` did not make it)."""
+    marker = Path(run_dir) / layout.OPTIMIZE
+    if not marker.exists():
+        return None
+    made = json.loads(marker.read_text())
+    return SavedTask(made.get("description", ""), tuple(made.get("held_out", ())))

@@ -91,6 +91,11 @@ def test_an_agent_genome_runs_end_to_end_through_optimize_on_a_dataset(scripted_
     with sqlite3.connect(result.run_dir / "store.sqlite") as db:
         assert {g for (g,) in db.execute("SELECT DISTINCT genome FROM candidates")} == {"agent"}
         assert db.execute("SELECT COUNT(*) FROM trace").fetchone()[0] > 0  # its model calls, traced
+    held_out = json.loads((result.run_dir / "optimize.json").read_text())["held_out"]
+    out = tmp_path / "sft.jsonl"
+    cli.main(["export", str(result.run_dir), "--kind", "sft", "--out", str(out)])  # its task is in no file
+    exported = out.read_text()
+    assert len(held_out) == 3 and exported and not [q for q in held_out if q in exported]
 
 
 def test_an_interrupt_in_a_notebook_stops_the_run_on_its_thread():
