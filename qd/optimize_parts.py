@@ -190,6 +190,7 @@ def start_client(m: ModelArgs, random_seed: int, run_dir: Path, stack: contextli
         planned = plan_llm(cfg)
     except ConfigError as e:
         raise ConfigError(_MODEL_FIELDS.get(e.field, "llm"), e.problem, e.fix) from None
+    run_dir.mkdir(parents=True, exist_ok=True)  # the embedded server's log goes there
     return start_llm(planned, run_dir, stack)
 
 
