@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 CONFIG = "config.yaml"  # the resolved config: what ``qd-run resume=RUN_DIR`` reads
+OPTIMIZE = "optimize.json"  # a run made by ``qd.optimize`` (``qd-run resume=`` refuses it: see qd.optimizer)
 GEOMETRY = "archive.json"  # the archive's geometry (:class:`Geometry`)
 CENTROIDS = "centroids.npy"  # a CVT's fixed centroids, so a resume reuses the same cells
 STORE = "store.sqlite"  # every candidate, its LLM calls, migrations and side tables
@@ -27,7 +28,6 @@ ELITES = "elites.jsonl"  # every elite at the end, best first
 BEST = "best"  # ``best.<ext>``: the best elite's genome at the end
 LLM_CACHE = "llm_cache"  # the LLM response cache of a run with ``llm.cache``
 LLM_SERVER_LOG = "llm_server.log"  # the embedded llama.cpp server's log (``llm.provider=local``)
-OPTIMIZE = "optimize.json"  # a run made by ``qd.optimize`` (``qd-run resume=`` refuses it: see qd.optimizer)
 HYDRA_OVERRIDES = Path(".hydra") / "overrides.yaml"  # the command line of a run started by Hydra
 
 
