@@ -1,6 +1,7 @@
 """qd: quality-diversity search with a JAX archive and LLM operators.
 
-The Python API (``qd.api``): ``qd.compose`` a config with the CLI's names,
+Your own problem in one call: ``qd.optimize`` (``qd.optimizer``). The Python API
+(``qd.api``): ``qd.compose`` a config with the CLI's names,
 ``qd.build`` the run, ``engine.run()``, then ``qd.elites(run_dir)``. The
 functional archive is ``qd.archive`` (``init`` / ``insert`` / ``elites``).
 Names are imported on first use, so ``import qd`` stays light.
@@ -24,6 +25,8 @@ _API = {
     "Settings": "qd.api",
     "StopRules": "qd.stop_rules",
     "Run": "qd.api",
+    "optimize": "qd.optimizer",
+    "OptimizeResult": "qd.optimize_result",
 }
 __all__ = sorted(_API)
 

@@ -112,9 +112,9 @@ def _run_of_parts(
     text = task.kind != "vector"
     if text and llm is None:
         raise TypeError("qd.build: a text task needs llm= (a qd.llm.LLMClient, or a ChatClient to wrap)")
-    client = _client(llm, run_dir) if text else None
+    client = client_of(llm, run_dir) if text else None
     ops = _operators(task, operators, client)
-    evaluator = evaluator if evaluator is not None else _evaluator(task, parts["settings"])
+    evaluator = evaluator if evaluator is not None else _evaluator(task, client)
     _save_geometry(run_dir, task, spec, ops, parts["settings"])
     engine = Engine(
         assemble(
@@ -143,7 +143,7 @@ def _save_geometry(run_dir: Path, task: Any, spec: Any, ops: list[Any], settings
     create_of_spec(spec, settings.islands, genome, run_dir, task)
 
 
-def _client(llm: Any, run_dir: Path) -> Any:
+def client_of(llm: Any, run_dir: Path) -> Any:
     """The run's client: qd's ``LLMClient`` as given, or a caller's ``ChatClient`` wrapped in
     qd's ledger, budget, retries and response cache (in the run's ``llm_cache/``, as a config's
     run keeps it), so ``max_llm_calls`` binds for it too and a rerun replays it."""
@@ -180,17 +180,24 @@ def _operators(task: Any, operators: list[Any] | None, client: Any) -> list[Any]
     ]
 
 
-def _evaluator(task: Any, settings: Settings) -> Any:
-    """The task's own evaluation: in process (numeric), or its stages on the host or in the sandbox."""
+def _evaluator(task: Any, client: Any) -> Any:
+    """The task's own evaluation: in process (numeric), or its stages on the host or in the sandbox;
+    a task whose evaluation calls the model (``task.models``: a host task, an agent in the sandbox)
+    gets the run's ``client``, within its ``eval_budget`` (a ``CallBudget``; the default one if it
+    has none)."""
     from qd.evaluator import HostRunner, InProcessEvaluator, StagedEvaluator
+    from qd.llm.gateway import CallBudget
 
     if task.kind == "vector":
         return InProcessEvaluator(task)
+    calls = (
+        (client, getattr(task, "eval_budget", None) or CallBudget()) if getattr(task, "models", False) else ()
+    )
     if getattr(task, "host_entry", None) is not None:
-        return StagedEvaluator(task, HostRunner(task.host_entry))
+        return StagedEvaluator(task, HostRunner(task.host_entry), *calls)
     from qd.sandbox import Sandbox
 
-    return StagedEvaluator(task, Sandbox(task.sandbox_entry))
+    return StagedEvaluator(task, Sandbox(task.sandbox_entry), *calls)  # an agent calls the model from there
 
 
 @dataclasses.dataclass(frozen=True)

@@ -228,7 +228,11 @@ class StagedEvaluator(Evaluator):
         trace: list[dict] = []
         scored, seconds, spent = None, 0.0, (0, 0)  # model calls and tokens of the stages so far
         for i, stage in enumerate(self.task.stages):
-            if i and (not scored.valid or (stage.threshold is not None and scored.fitness < stage.threshold)):
+            if i and (
+                not scored.valid
+                or (stage.threshold is not None and scored.fitness < stage.threshold)
+                or (stage.runs_if is not None and not stage.runs_if(text, scored))
+            ):
                 break
             gateway = self._gateway(text, stage.name, *spent)
             try:

@@ -242,14 +242,16 @@ def _genome(task: Any) -> Any:
 
 
 def _eval_budget(cfg: DictConfig, task: Any) -> Any:
-    """``eval_llm`` as a ``CallBudget`` when the task's evaluation calls the model (``task.models``)."""
+    """``eval_llm`` as a ``CallBudget`` when the task's evaluation calls the model (``task.models``);
+    at least the calls a task says one evaluation needs (``task.eval_budget``: a dataset task's
+    minibatch and validation rows)."""
     if task.kind == "vector" or not getattr(task, "models", False):
         return None
     from qd.llm.gateway import CallBudget
 
     e = cfg.eval_llm
     return CallBudget(
-        calls=e.calls,
+        calls=max(e.calls, getattr(getattr(task, "eval_budget", None), "calls", 0)),
         tokens=e.tokens,
         max_tokens=e.max_tokens,
         seconds=e.seconds if e.seconds is not None else cfg.sandbox.wall_s,

@@ -34,6 +34,7 @@ from qd.evaluator import failed_batch
 from qd.llm import Ledger, tally
 from qd.search import select
 from qd.search.gate import rejected, reuse
+from qd.task import evaluating_children
 
 
 @dataclasses.dataclass(frozen=True)
@@ -343,7 +344,7 @@ class TextProposer:
                 drafts, parents = [Draft(InitialGenome(text), []) for text in texts], np.full((t.size, 2), -1)
             else:
                 drafts, parents = await self._children(t, shown)
-            candidates = await self._evaluate(t.island, drafts)
+            candidates = await self._evaluate(t.island, drafts, shown)
             fits = t.fits if self.placement.fitted else None
             await self.placement.describe(candidates)
         reserved = t.size + sum(d.resample + d.extra_calls for d in drafts)
@@ -357,12 +358,15 @@ class TextProposer:
             calls,
         )
 
-    async def _evaluate(self, island: int, drafts: list[Draft]) -> list[Candidate]:
-        """Candidates of the drafts: stored evaluations for duplicates, the sandbox for the rest."""
+    async def _evaluate(self, island: int, drafts: list[Draft], shown: Shown | None) -> list[Candidate]:
+        """Candidates of the drafts: stored evaluations for duplicates, the sandbox for the rest
+        (a cascade may read each child's parents: ``qd.task.parents_of``)."""
         dup = self.duplicates.lookup([d.child.text if d.usable else None for d in drafts])
         originals = dict(zip(dup.stored, self.store.get(dup.stored.values())))
         todo = [j for j, d in enumerate(drafts) if d.usable and j not in dup]
-        ev = await self.evaluator([drafts[j].child.text for j in todo]) if todo else None
+        parents = {drafts[j].child.text: shown.parents[j] for j in todo} if shown is not None else {}
+        with evaluating_children(parents):
+            ev = await self.evaluator([drafts[j].child.text for j in todo]) if todo else None
         at = {j: k for k, j in enumerate(todo)}
         out = []
         for j, d in enumerate(drafts):

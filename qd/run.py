@@ -59,9 +59,14 @@ def build_operators(p: Plan, client: Any = None) -> list[tuple[Any, float]]:
 
 def build_llm(p: Plan, run_dir: Path, stack: contextlib.ExitStack) -> Any:
     """The run's LLM client; for provider local, starts the embedded server (stopped by ``stack``)."""
+    return start_llm(p.llm, run_dir, stack)
+
+
+def start_llm(llm: Any, run_dir: Path, stack: contextlib.ExitStack) -> Any:
+    """The client of a checked ``qd.llm.plan.LLMPlan`` (``qd.optimize`` plans one without a
+    config); for provider local, starts the embedded server (stopped by ``stack``)."""
     from qd.llm import LLMClient
 
-    llm = p.llm
     settings = llm.settings
     if llm.provider == "local":
         from qd.llm.server import EmbeddedServer
@@ -302,6 +307,12 @@ def _resume(run_dir: Path, overrides: list[str], config_dirs: list[str], as_json
     """Continues the run in ``run_dir`` with its saved config; ``overrides`` (the command that
     started it, say) may give it new budgets, and must agree with it on everything else."""
     saved = run_dir / layout.CONFIG
+    if (run_dir / layout.OPTIMIZE).exists():  # its evaluator is a Python object in the caller's script
+        raise ConfigError(
+            "resume",
+            f"{run_dir} was made by qd.optimize",
+            f"continue it with qd.optimize(..., run_dir={str(run_dir)!r})",
+        )
     if not saved.exists():
         raise ConfigError("resume", f"{run_dir} has no config.yaml", "pass a run directory made by qd-run")
     cfg = OmegaConf.merge(schema(), OmegaConf.load(saved))

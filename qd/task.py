@@ -10,15 +10,17 @@ install. The contract, with an example: ``docs/tasks.md``.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import importlib.util
 import inspect
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol, get_type_hints
+from typing import Any, Protocol, get_args, get_type_hints
 
 import numpy as np
 
@@ -100,12 +102,35 @@ class Stage:
     """One step of an evaluation cascade, run in the sandbox as ``entry(text, **args)``.
 
     The next stage runs only if this one scored valid and, when the next stage has
-    a ``threshold``, its fitness is at least that (cheap checks first).
+    a ``threshold``, its fitness is at least that (cheap checks first); with ``runs_if``,
+    only if ``runs_if(text, scored_so_far)`` holds too: a cascade that depends on the
+    candidate, e.g. on its parents' scores (:func:`parents_of`).
     """
 
     args: dict[str, Any] = dataclasses.field(default_factory=dict)
     threshold: float | None = None
     name: str = "main"
+    runs_if: Callable[[str, Scored], bool] | None = None
+
+
+_PARENTS: contextvars.ContextVar[dict[str, list[Any]]] = contextvars.ContextVar("qd_parents", default={})
+
+
+@contextlib.contextmanager
+def evaluating_children(parents: dict[str, list[Any]]) -> Iterator[None]:
+    """While a proposal's children are evaluated: each child's text -> the parents it was made
+    from (``qd.contract.Parent``: their fitness and stored metrics), for :func:`parents_of`."""
+    token = _PARENTS.set(parents)
+    try:
+        yield
+    finally:
+        _PARENTS.reset(token)
+
+
+def parents_of(text: str) -> list[Any]:
+    """The parents of the child ``text`` being evaluated (``qd.contract.Parent``); empty for a
+    founder or an evaluation outside a run's proposals."""
+    return list(_PARENTS.get().get(text, ()))
 
 
 class TextTask(Protocol):
@@ -191,25 +216,29 @@ def load_task(name: str, params: dict[str, Any]) -> Task:
 
 
 def declared_params(make_task: Callable[..., Any]) -> list[str] | None:
-    """The params ``make_task`` takes by name: its own keywords, or, where it passes
-    ``**params`` on to the class its return annotation names, that class's (a dataclass's
-    fields). None where it takes any keyword, so that nothing can be checked up front."""
-    names = _keywords(make_task)
-    if names is None:
-        try:
-            made = get_type_hints(make_task).get("return")
-        except (NameError, TypeError):  # an annotation that does not resolve: nothing to check against
-            return None
-        names = _keywords(made) if isinstance(made, type) else None
-    return names
-
-
-def _keywords(fn: Callable[..., Any]) -> list[str] | None:
-    """``fn``'s keyword parameters; None if it takes ``**kwargs``."""
-    params = inspect.signature(fn).parameters.values()
-    if any(p.kind is p.VAR_KEYWORD for p in params):
+    """The params ``make_task`` takes by name: its own keywords and, where it passes
+    ``**params`` on to the class its return annotation names (the first, for a union:
+    ``-> ReasoningTask | DatasetTask``), that class's (a dataclass's fields). None where it
+    takes any keyword, so that nothing can be checked up front."""
+    own = _keywords(make_task, keep_var=True)
+    if not own or own[-1] != "**":
+        return own
+    try:
+        made = get_type_hints(make_task).get("return")
+    except (NameError, TypeError):  # an annotation that does not resolve: nothing to check against
         return None
-    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    made = next(iter(get_args(made)), None) if get_args(made) else made
+    passed = _keywords(made) if isinstance(made, type) else None
+    return None if passed is None else [*own[:-1], *(n for n in passed if n not in own)]
+
+
+def _keywords(fn: Callable[..., Any], keep_var: bool = False) -> list[str] | None:
+    """``fn``'s keyword parameters; if it takes ``**kwargs``, None (``keep_var``: they end with ``"**"``)."""
+    params = inspect.signature(fn).parameters.values()
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return [*names, "**"] if keep_var else None
+    return names
 
 
 def _check_entries(task: Any, path: Path) -> None:

@@ -194,6 +194,18 @@ def varied_program(request: dict) -> str:
     return f"```python\ndef f(x):\n    y = x * x + {a} * x + {b}{extra}    return y\n```"
 
 
+def sums_or(proposal):
+    """A scripted reply for a dataset of sums: a solver asked "What is A + B?" gets A + B (right),
+    any other request (an operator's) ``proposal(request)``."""
+    import re
+
+    def reply(request: dict) -> str:
+        asked = re.fullmatch(r"What is (\d+) \+ (\d+)\?", str(request["messages"][-1]["content"]).strip())
+        return str(int(asked[1]) + int(asked[2])) if asked else proposal(request)
+
+    return reply
+
+
 def text_run(path: Path, base_url: str, *overrides: str) -> Path:
     """A finished function_fit run in ``path``: 2 islands, 24 scripted model calls."""
     from qd.plan import compose

@@ -5,7 +5,8 @@ initial program's text. Each candidate is scored by the user's
 ``evaluate(program_path)``, which returns a dict of metrics (or an object with
 ``.metrics`` and ``.artifacts``, OpenEvolve's ``EvaluationResult``). Because an
 evaluator imports and runs the program, it runs in the sandbox with it
-(``entry.py``); the host only reads the numbers back.
+(``qd/sandbox/evaluator_entry.py``, which also runs ``qd.optimize``'s evaluator
+functions); the host only reads the numbers back.
 
 Fitness follows OpenEvolve: ``combined_score`` when the evaluator returns it,
 else the mean of the numeric metrics (those used as descriptors left out).
@@ -19,17 +20,16 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from descriptors.code_metrics import AXIS_NAMES, METRICS, code_metrics
+from descriptors.code_metrics import METRICS, code_metrics
+from qd.callable_tasks import SANDBOX_ENTRY, Axes, score_metrics
 from qd.contract import ConfigError
 from qd.task import Scored, Stage
 
-_HERE = Path(__file__).resolve().parent
 DESCRIPTION = (
     "Improve this Python program. Each version is run by an evaluator that returns metrics; "
     "a higher combined_score is better. Keep the functions and signatures the evaluator calls."
@@ -85,9 +85,10 @@ class OpenEvolveTask:
                 f"e.g. [nodes, constants] (code metrics: {', '.join(METRICS)}) or your evaluator's keys",
             )
         self.descriptor_dim = len(self.descriptors)
+        self.axes = Axes(tuple(self.descriptors), code_metrics, METRICS)
         # what each axis measures: a code metric's, or the evaluator's key as it is
-        self.descriptor_names = tuple(AXIS_NAMES.get(d, d) for d in self.descriptors)
-        self.sandbox_entry = f"{_HERE / 'entry.py'}:run"
+        self.descriptor_names = self.axes.names
+        self.sandbox_entry = SANDBOX_ENTRY
         self.stages = [
             Stage(
                 {"evaluator": source, "evaluator_path": str(evaluator), "function": self.function},
@@ -101,41 +102,7 @@ class OpenEvolveTask:
         return [self.seed] * n
 
     def score(self, text: str, outputs: list[Any]) -> Scored:
-        out = outputs[-1]
-        metrics = out.get("metrics") if isinstance(out, dict) else None
-        notes = out.get("artifacts") if isinstance(out, dict) else None
-        if (
-            not isinstance(metrics, dict)
-            or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                for v in metrics.values()
-            )
-            or not isinstance(notes, dict)
-        ):
-            return Scored(math.nan, None, False, error="the evaluation returned no dict of metrics")
-        artifacts = {str(k): str(v)[:2000] for k, v in notes.items()}
-        code = code_metrics(text)
-        descriptor = []
-        for name in self.descriptors:
-            value = (code or {}).get(name) if name in METRICS else metrics.get(name)
-            if value is None:
-                why = (
-                    "syntax error"
-                    if name in METRICS
-                    else f"the evaluator returned no metric {name!r} (a descriptor)"
-                )
-                return Scored(math.nan, None, False, metrics, why, artifacts)
-            descriptor.append(float(value))
-        if "combined_score" in metrics:
-            fitness = metrics["combined_score"]
-        else:
-            rest = [v for k, v in metrics.items() if k not in self.descriptors]
-            if not rest:
-                return Scored(
-                    math.nan, None, False, metrics, "the evaluator returned no numeric metric", artifacts
-                )
-            fitness = sum(rest) / len(rest)
-        return Scored(float(fitness), descriptor, True, metrics, artifacts=artifacts)
+        return score_metrics(text, outputs[-1], self.axes, fitness_keys=("combined_score",))
 
 
 def make_task(**params: Any) -> OpenEvolveTask:

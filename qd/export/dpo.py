@@ -113,9 +113,7 @@ def _family_pairs(run: RunDir, family: list[int], opts: dict) -> Iterator[tuple[
 def _cell_rows(run: RunDir, opts: dict) -> Iterator[dict]:
     """Each filled cell's elite against the candidates of its island and cell that it beat,
     the widest margins kept per cell as the store streams by."""
-    from omegaconf import OmegaConf
-
-    from qd.task import load_task
+    from qd.export.sft import task_of
 
     snap, g = run.snapshot(), run.geometry
     isl, cell = snap.filled()
@@ -147,8 +145,7 @@ def _cell_rows(run: RunDir, opts: dict) -> Iterator[dict]:
     for start in range(0, len(order), BATCH):
         chunk = order[start : start + BATCH].tolist()
         if task is None:
-            cfg = run.config()
-            task = load_task(cfg.experiment.task, OmegaConf.to_container(cfg.experiment.params, resolve=True))
+            task = task_of(run)
         prompt = [{"role": "user", "content": task.description}]
         ids = {int(elite[at[k]]) for k in chunk} | set(rejected[chunk].tolist())
         held = {c.id: c for c in run.store.get(sorted(ids))}

@@ -52,7 +52,7 @@ def rows(run: RunDir, options: dict[str, Any]) -> Iterator[dict[str, Any]]:
         raise ValueError(
             "sft: this run evolves vectors, which have no text to train on; export kind elites instead"
         )
-    task = _task(run)
+    task = task_of(run)
     held = held_out_strings(task)
     if any(h in task.description for h in held):
         raise ValueError(
@@ -109,12 +109,17 @@ def _picked(run: RunDir, variant: str, floor: float, cap: int | None) -> Iterato
         yield from zip(ids[order].tolist(), (slot[order] % g.cells).tolist())
 
 
-def _task(run: RunDir) -> Any:
-    """The run's task, loaded as the run loaded it (for its description and held-out items)."""
+def task_of(run: RunDir) -> Any:
+    """The run's task, loaded as the run loaded it (for its description and held-out items); a
+    ``qd.optimize`` run's, as it saved them (its evaluator is in no file)."""
     from omegaconf import OmegaConf
 
+    from qd.optimizer import saved_task
     from qd.task import load_task
 
+    saved = saved_task(run.path)
+    if saved is not None:
+        return saved
     cfg = run.config()
     return load_task(cfg.experiment.task, OmegaConf.to_container(cfg.experiment.params, resolve=True) or {})
 

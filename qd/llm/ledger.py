@@ -15,7 +15,7 @@ from qd.contract import Completion
 
 # Who makes calls. "agent": calls made inside an evaluation (an agent's own, or a prompt's
 # fixed solver), through ``qd.llm.gateway.ModelGateway``.
-ROLES = ("operator", "judge", "meta", "agent")
+ROLES = ("operator", "judge", "meta", "agent", "heldout")  # heldout: a test split scored after a run
 
 
 @dataclasses.dataclass

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 CONFIG = "config.yaml"  # the resolved config: what ``qd-run resume=RUN_DIR`` reads
+OPTIMIZE = "optimize.json"  # a run made by ``qd.optimize`` (``qd-run resume=`` refuses it: see qd.optimizer)
 GEOMETRY = "archive.json"  # the archive's geometry (:class:`Geometry`)
 CENTROIDS = "centroids.npy"  # a CVT's fixed centroids, so a resume reuses the same cells
 STORE = "store.sqlite"  # every candidate, its LLM calls, migrations and side tables

@@ -72,9 +72,12 @@ class RunDir:
         return self.path.name
 
     def config(self) -> Any:
+        """The saved config; an empty one for a run built from Python objects (``qd.build`` with
+        parts, ``qd.optimize``), which has none: its readers take their defaults."""
         from omegaconf import OmegaConf
 
-        return OmegaConf.load(self.path / CONFIG)
+        path = self.path / CONFIG
+        return OmegaConf.load(path) if path.exists() else OmegaConf.create({})
 
     @property
     def geometry(self) -> Geometry:

@@ -50,6 +50,8 @@ LAYERS = (
         "qd.sandbox",
         "qd.llm",
         "qd.task",
+        "qd.shipping",
+        "qd.callable_tasks",
         "qd.config",
         "qd.reasoning",
     },
@@ -80,6 +82,10 @@ LAYERS = (
         "qd.committee",
         "qd.tables",
         "qd.design_table",
+        "qd.optimizer",
+        "qd.optimize_parts",
+        "qd.optimize_result",
+        "qd.data",
     },
 )
 

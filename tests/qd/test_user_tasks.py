@@ -231,3 +231,30 @@ def test_a_missing_model_file_names_the_config_key_to_fix(tmp_path):
     with pytest.raises(LLMError, match=r"does not exist \(check llm\.local\.model_path\)"):
         EmbeddedServer(tmp_path / "missing.gguf", log_path=tmp_path / "server.log").start()
     assert OmegaConf.select(compose([]), "llm.local.model_path", default="absent") is None  # the key exists
+
+
+def test_declared_params_join_own_keywords_and_the_class_params_go_to():
+    import dataclasses
+
+    from qd.task import declared_params
+
+    @dataclasses.dataclass
+    class Made:
+        size: int = 1
+
+    @dataclasses.dataclass
+    class Other:
+        rows: int = 2
+
+    def own_and_passed(dataset: str | None = None, **params) -> Made | Other:
+        return Made(**params)
+
+    def takes_anything(**params):
+        return Made(**params)
+
+    def takes_nothing() -> Made:
+        return Made()
+
+    own_and_passed.__annotations__["return"] = Made | Other  # (local classes: resolved here, not by name)
+    assert declared_params(own_and_passed) == ["dataset", "size"]
+    assert declared_params(takes_anything) is None and declared_params(takes_nothing) == []

@@ -118,7 +118,7 @@ def test_elites_are_the_archive_best_first_as_stored(exported, text_run):
 
 def test_sft_task_pairs_the_description_with_the_best_program_of_each_cell(exported, text_run):
     rows = read(exported[0]["sft", "jsonl", 1], "jsonl")
-    description = sft._task(RunDir(text_run)).description
+    description = sft.task_of(RunDir(text_run)).description
     with RunDir(text_run) as run:
         f = history.fates(run)
         for r, c in zip(rows, run.store.get(r["id"] for r in rows)):
@@ -162,7 +162,7 @@ def test_sft_never_exports_a_held_out_item(text_run, tmp_path, monkeypatch):
     leaked = (
         rows[0]["completion"][0]["content"].strip().splitlines()[-1]
     )  # pretend a program line is held out
-    real = sft._task
+    real = sft.task_of
 
     class Holding:
         def __init__(self, task):
@@ -171,7 +171,7 @@ def test_sft_never_exports_a_held_out_item(text_run, tmp_path, monkeypatch):
         def held_out(self):
             return [leaked]
 
-    monkeypatch.setattr(sft, "_task", lambda run: Holding(real(run)))
+    monkeypatch.setattr(sft, "task_of", lambda run: Holding(real(run)))
     kept = read(export(text_run, "sft", out=tmp_path / "kept.jsonl", per_cell=100), "jsonl")
     assert kept and len(kept) < len(rows)
     assert not any(leaked in m["content"] for r in kept for m in r["prompt"] + r["completion"])

@@ -56,6 +56,13 @@ def test_the_worker_imports_only_the_standard_library_and_its_own_folder():
                 assert module.split(".")[0] in sys.stdlib_module_names, (name, module)
 
 
+def test_the_evaluator_entry_imports_only_the_standard_library():
+    """The entry the sandbox loads by path to run a user's evaluator (OpenEvolve's file, a shipped
+    function): the host imports it too, for its ``outcome``."""
+    found = imports(FOLDER / "evaluator_entry.py")
+    assert found and all(level == 0 and m.split(".")[0] in sys.stdlib_module_names for level, m in found)
+
+
 def test_no_host_module_imports_a_worker_part():
     """The host reaches the worker's side only through ``protocol`` (and ``worker.py``'s path)."""
     worker_only = {f"qd.sandbox.{name}" for name in worker_parts() - {"protocol"}}
