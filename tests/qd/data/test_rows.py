@@ -98,3 +98,19 @@ def test_the_shipped_sample_is_what_its_generator_makes():
 def test_loaded_rows_load_as_they_are():
     rows = load_rows(ROWS)
     assert load_rows(rows) is rows
+
+
+@pytest.mark.parametrize("kind", ["parquet", "datasets"])
+def test_parquet_and_datasets_without_the_export_extra_is_one_line(tmp_path, monkeypatch, kind):
+    import importlib.util
+
+    from qd import extras
+
+    path = write(tmp_path, kind)
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        extras.importlib.util, "find_spec", lambda name: None if name == "pyarrow" else found(name)
+    )
+    with pytest.raises(extras.MissingExtra) as e:
+        load_rows(path)
+    assert 'pip install "qd-engine[export]"' in str(e.value) and "\n" not in str(e.value)
