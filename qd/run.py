@@ -119,13 +119,16 @@ def _build_evaluator(p: Plan, client: Any, run_dir: Path) -> Any:
     return StagedEvaluator(p.task, runner, client if models else None, p.eval_budget)
 
 
-def _in_flight(p: Plan, evaluator: Any) -> int:
+def _in_flight(p: Plan, evaluator: Any, run_dir: Path) -> int:
     """``runner.in_flight``; unset (null, as ``runner=ray`` leaves it): on Ray, enough proposals
-    to keep every CPU of the cluster busy (docs/scaling.md), else 2."""
+    to keep every CPU of the cluster busy (docs/scaling.md), else 2, settled into the run's
+    config so that a resume (on a cluster of any size) replays the run as it ran."""
     r = p.cfg.runner
     if r.in_flight is not None:
         return r.in_flight
-    return evaluator.runner.proposals_for(r.batch_size) if r.name == "ray" else 2
+    n = evaluator.runner.proposals_for(r.batch_size) if r.name == "ray" else 2
+    rundir.founding.settle(run_dir, "runner.in_flight", n)
+    return n
 
 
 def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None) -> Any:
@@ -156,7 +159,7 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
         settings = Settings(
             islands=cfg.islands.count,
             batch_size=r.batch_size,
-            in_flight=_in_flight(p, evaluator),
+            in_flight=_in_flight(p, evaluator, run_dir),
             checkpoint_every=r.checkpoint_every,
             seed=cfg.seed,
             initial_population=r.initial_population,
@@ -345,6 +348,8 @@ def _new_budgets(saved: DictConfig, overrides: list[str], config_dirs: list[str]
     budgets = {}
     for key in sorted(set(new) | set(old)):
         if key == "resume" or new.get(key) == old.get(key):
+            continue
+        if key in rundir.founding.SETTLED and new.get(key) is None:  # unset: as the run settled it
             continue
         if key in named and _RENEWABLE.fullmatch(key):
             budgets[key] = new[key]

@@ -36,6 +36,18 @@ def create(p: Any, run_dir: Path) -> Any:
     return spec_of(g, centroids)
 
 
+# Settings a run decides when it starts (``runner.in_flight`` unset on ``runner=ray``: sized from
+# the cluster's CPUs), kept in its config so a resume replays it as it ran, on any cluster.
+SETTLED = ("runner.in_flight",)
+
+
+def settle(run_dir: Path, key: str, value: Any) -> None:
+    """Writes ``key`` (one of :data:`SETTLED`), as the run decided it, into its saved config."""
+    cfg = OmegaConf.load(run_dir / CONFIG)
+    OmegaConf.update(cfg, key, value)
+    OmegaConf.save(cfg, run_dir / CONFIG)
+
+
 def create_of_spec(spec: Any, islands: int, genome: str | None, run_dir: Path, task: Any) -> None:
     """Writes the founding files of a run built from Python objects (``qd.build`` with parts,
     no config): its geometry, and a CVT's centroids, all read off ``spec`` (the axes' names off

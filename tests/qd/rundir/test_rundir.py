@@ -231,3 +231,21 @@ def test_a_geometry_from_before_the_grouped_thresholds_loads_them_grouped(tmp_pa
     assert g.thresholds == {"learning_rate": 0.5, "threshold_min": -2.0}
     spec = layout.spec_of(g, None)
     assert archive.thresholds(spec) == g.thresholds and spec.bins == (4,)
+
+
+def test_a_setting_the_run_settles_at_its_start_is_what_its_resume_reads(tmp_path):
+    """``runner.in_flight`` sized from a cluster is written into the saved config, so the
+    resumed run replays with the number it ran with, not a new cluster's."""
+    from omegaconf import OmegaConf
+
+    from qd.plan import compose
+    from qd.rundir import founding, layout
+
+    p = plan(compose(["experiment=openevolve", "runner=ray"]))
+    assert p.cfg.runner.in_flight is None
+    founding.create(p, tmp_path)
+    founding.settle(tmp_path, "runner.in_flight", 7)
+    saved = OmegaConf.load(tmp_path / layout.CONFIG)
+    assert (
+        saved.runner.in_flight == 7 and saved.runner.name == "ray" and "runner.in_flight" in founding.SETTLED
+    )

@@ -529,7 +529,8 @@ def test_losing_every_node_stops_the_run_at_a_checkpoint_and_resume_continues(
     assert stopped < 18
     cluster.add_worker(f"w{len(cluster.workers) + 1}", cpus=2)
     qd_run(f"resume={run}", cwd=tmp_path)
-    assert len(stored(run)) == 18  # 6 founders and the 12 calls' children
+    children = [c for c in stored(run) if c.parent_ids]  # the founders' number follows in_flight
+    assert len(children) == 12 and 1 <= len(stored(run)) - 12 <= 6  # each of the 12 calls' children
     assert [sorted(s["lost"]) for s in sessions(run)] == [killed, []]
 
 
@@ -574,4 +575,5 @@ def test_a_cluster_qd_starts_ends_with_a_killed_run_and_resume_finishes_it(scrip
         assert time.monotonic() < deadline, _cluster_of(driver.pid)
         time.sleep(0.3)
     qd_run(f"resume={run}", cwd=tmp_path)
-    assert len(stored(run)) == 206  # 6 founders and the 200 calls' children
+    children = [c for c in stored(run) if c.parent_ids]  # the founders' number follows in_flight
+    assert len(children) == 200 and 1 <= len(stored(run)) - 200 <= 6  # each of the 200 calls' children
