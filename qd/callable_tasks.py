@@ -39,7 +39,7 @@ import numpy as np
 import genomes
 from descriptors.code_metrics import AXIS_NAMES, METRICS, code_metrics
 from qd.contract import ConfigError
-from qd.llm.gateway import CallBudget
+from qd.llm.gateway import MAX_CALLS, CallBudget
 from qd.sandbox.evaluator_entry import outcome
 from qd.shipping import Shipped, ship
 from qd.task import Scored, Stage
@@ -112,10 +112,14 @@ def host_task(
 
 
 def _call_budget(calls: int) -> CallBudget:
-    try:
-        return CallBudget(calls=calls)
-    except ValueError as e:
-        raise ConfigError("calls_per_evaluation", str(e).partition(": ")[2], "e.g. 4") from None
+    """The model calls one evaluation may make, checked here so the error names this argument."""
+    if isinstance(calls, bool) or not isinstance(calls, int) or not 0 <= calls <= MAX_CALLS:
+        raise ConfigError(
+            "calls_per_evaluation",
+            f"{calls!r} is not allowed",
+            f"use a whole number in 0..{MAX_CALLS}, e.g. 4",
+        )
+    return CallBudget(calls=calls)
 
 
 def _genome(name: str, code: bool) -> str:

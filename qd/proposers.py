@@ -364,7 +364,11 @@ class TextProposer:
         dup = self.duplicates.lookup([d.child.text if d.usable else None for d in drafts])
         originals = dict(zip(dup.stored, self.store.get(dup.stored.values())))
         todo = [j for j, d in enumerate(drafts) if d.usable and j not in dup]
-        parents = {drafts[j].child.text: shown.parents[j] for j in todo} if shown is not None else {}
+        shown_by_id = {p.id: p for ps in (shown.parents if shown is not None else []) for p in ps}
+        parents = {
+            drafts[j].child.text: [shown_by_id[i] for i in drafts[j].parent_ids if i in shown_by_id]
+            for j in todo
+        }
         with evaluating_children(parents):
             ev = await self.evaluator([drafts[j].child.text for j in todo]) if todo else None
         at = {j: k for k, j in enumerate(todo)}

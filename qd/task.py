@@ -168,6 +168,12 @@ def task_ref(ref: str) -> str:
     return str(Path(ref).expanduser().resolve()) if is_task_file(ref) else ref
 
 
+# What an experiment routes into its params from ``experiment.dataset``/``experiment.metric``
+# (prompt_evolution, agent_design); unset (None), they are left out for a task file run under
+# that experiment whose make_task does not take them.
+ROUTED = ("dataset", "metric")
+
+
 def load_task(name: str, params: dict[str, Any]) -> Task:
     """Imports the ``task.py`` that ``name`` (``experiment.task``) names and calls ``make_task(**params)``.
 
@@ -203,6 +209,7 @@ def load_task(name: str, params: dict[str, Any]) -> Task:
         else f"see {path}"
     )
     known = declared_params(module.make_task)
+    params = {k: v for k, v in params.items() if not (k in ROUTED and v is None and k not in (known or ()))}
     unknown = [key for key in params if known is not None and key not in known]
     if unknown:
         takes = f"its params: {', '.join(known)}" if known else "it takes none"
