@@ -8,6 +8,8 @@ engine imports them. Everything here is plain data, a protocol or a plug-in's ba
   prefixes it where a builder knows the plug-in's place in the config);
 - ``Candidate``: one evaluated genome as the store keeps it;
 - ``Parent``, ``Child``, ``PromptContext``: what an LLM operator reads and returns;
+- ``Attempt``, ``RunMemory``: what the run remembers for its LLM operators (the children
+  already tried from a parent with their fates, and the run's lessons note);
 - ``ChatClient``, ``Completion`` and the ``LLMError`` family: what a plug-in may
   ask of the run's model client and what it gets back;
 - ``Item``, ``Described``, ``Descriptor``: what a descriptor reads, returns and is;
@@ -143,6 +145,43 @@ class Child:
         return cls(None, error, operator, None, None, None, 0, 0, 0.0)
 
 
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """A child made from a parent earlier in the run, and what became of it.
+
+    Run memory shows these to the model so a mutation that failed is not proposed
+    again (GEPA's "doesn't remember rejected proposals"). ``fate`` is one of
+    ``failed`` (no usable answer, or its evaluation failed: ``reason`` says why),
+    ``rejected`` (the novelty gate turned it away), ``duplicate`` (an exact copy of an
+    evaluated text), ``worse`` (evaluated, entered no cell) or ``kept`` (entered the
+    archive).
+    """
+
+    id: int
+    operator: str
+    fate: str
+    fitness: float  # NaN where it never scored
+    parent_fitness: float | None
+    reason: str | None = None
+    text: str | None = None  # the child's genome; clip before showing
+
+
+class RunMemory(Protocol):
+    """What an LLM operator may read of the run's past (``PromptContext.memory``), never the store.
+
+    It answers from what was committed when the proposal started, so a replay from the
+    cache shows the same block in the same prompt.
+    """
+
+    def children(self, parent_id: int, limit: int) -> list[Attempt]:
+        """The ``limit`` most recent children of ``parent_id``, newest first."""
+        ...
+
+    def lessons(self) -> str | None:
+        """The run's latest lessons note (a ``meta``-role call's summary), or None."""
+        ...
+
+
 @dataclasses.dataclass
 class PromptContext:
     """What the operator needs besides the programs."""
@@ -157,6 +196,7 @@ class PromptContext:
     # Reserves one more model call against the run's budget (False: none left); an operator
     # asks before each call beyond its first (debug rounds). None: no extra calls.
     reserve_call: Callable[[], bool] | None = None
+    memory: RunMemory | None = None  # the run's memory (``qd.memory``); None: shown nothing
 
 
 def sample_index(child: int, attempt: int = 0, stream: int = 0) -> int:
