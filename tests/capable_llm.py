@@ -14,7 +14,9 @@ a capable model would, from the small shipped sets under ``tests/data/capable/``
   roles' instructions are shipped ones of the same job (``teams.json``'s ``job``);
 - a committee judge (``qd.committee.judge_prompt``): the number of a correct candidate;
 - anything holding a generated problem (an agent's or a role's call): its right answer
-  ``RIGHT_PERCENT`` % of the time, a wrong one otherwise.
+  ``RIGHT_PERCENT`` % of the time, a wrong one otherwise; asked for an arithmetic expression
+  (``Expression:``, as the hand-designed ``python_compute`` asks), one over the question's
+  numbers that the agent then computes.
 
 Every choice is a hash of the request's messages and sample seed: the same request gets the
 same answer (caches and reruns agree), different agents' prompts err on different problems.
@@ -24,7 +26,9 @@ from a separate process (``ScriptedLLM.start(in_process=True)``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
 import json
 import re
 from pathlib import Path
@@ -90,6 +94,33 @@ def solve(request: dict, problem: problems.Problem) -> str:
     return f"Working through it step by step.\nAnswer: {answer}"
 
 
+@functools.cache
+def expression(question: str, value: str) -> str | None:
+    """An arithmetic expression over the question's numbers, each once, worth ``value`` (Python's
+    precedence, or left to right), as a model that can compute writes one; None when there is none."""
+    numbers = re.findall(r"\d+", question)
+    for order in itertools.permutations(numbers):
+        for ops in itertools.product("+-*/", repeat=len(order) - 1):
+            flat = order[0] + "".join(f" {op} {n}" for op, n in zip(ops, order[1:]))
+            nested = "(" * len(ops) + order[0] + "".join(f" {op} {n})" for op, n in zip(ops, order[1:]))
+            for text in (flat, nested):
+                try:
+                    if eval(text) == int(value):  # digits and + - * / only
+                        return text
+                except ZeroDivisionError:
+                    continue
+    return None
+
+
+def computed(request: dict, problem: problems.Problem) -> str:
+    """An agent's request for an expression to compute: by the draw, a right one (the worked answer
+    when the question's numbers make none, e.g. "twice"), or a wrong one: the numbers' sum."""
+    n = draw(request)
+    if n % 100 >= RIGHT_PERCENT:
+        return " + ".join(re.findall(r"\d+", problem.question))
+    return expression(problem.question, problem.answer) or solve(request, problem)
+
+
 def same_job(prompt: str) -> str:
     found = _ROLES.search(prompt)
     jobs = [JOBS.get(text.strip()) for text in found.groups()] if found else [None, None]
@@ -118,4 +149,6 @@ def reply(request: dict) -> str:
         return "I cannot tell from this."
     if prompt.startswith("Question:") and "Candidate answers:" in prompt:
         return judged(prompt, problem)
+    if prompt.rstrip().endswith("Expression:") and problem.family == "arithmetic":
+        return computed(request, problem)
     return solve(request, problem)
