@@ -19,6 +19,7 @@ from helpers import stored
 from scripted_llm import Rule, ScriptedLLM
 
 from operators.meta import HYPER, META
+from qd import design_table
 from qd.store import Store
 from qd.task import load_module
 
@@ -39,12 +40,12 @@ def table(server, tmp_path_factory, experiment: str, *args: str) -> tuple[dict, 
     """``experiments/<experiment>/table.py`` at small settings on the capable model: its result, its
     output folder and the requests it sent (each one a prompt the model knows)."""
     out = tmp_path_factory.mktemp(experiment)
-    script = load_module(EXPERIMENTS / experiment / "table.py", f"success_text_{experiment}_table")
     before = len(server.requests)
     argv = ["--base-url", server.base_url, "--model", "scripted", "--seeds", "0", "--out", str(out), *args]
-    if experiment == "prompt_evolution":  # its table.py hands its argv to qd.design_table
-        result = script.design_table.main(experiment, argv)
+    if experiment == "prompt_evolution":  # its table.py is design_table.main("prompt_evolution", argv)
+        result = design_table.main(experiment, argv)
     else:
+        script = load_module(EXPERIMENTS / experiment / "table.py", f"success_text_{experiment}_table")
         result = script.main(argv)
     requests = server.requests[before:]
     assert [r for r in requests if capable_text.role(r) is None] == []
