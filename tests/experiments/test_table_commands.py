@@ -7,7 +7,9 @@ accepts every flag, and its overrides compose and validate into a plan as a run 
 would; the marked one's JSON (``<script>.json`` beside the README) exists, is cited, records the
 command's seeds, budget and held-out size, and the script's own ``markdown`` rendering of it —
 every row name and number — is in the README. A command quoted in the README's prose must be
-one of the fenced ones, so the results never name settings the printed command lacks.
+one of the fenced ones, so the results never name settings the printed command lacks. A table
+whose JSON was never committed and that could not be rerun is named in ``NOT_RERUN``, and its
+command's comment says so.
 """
 
 from __future__ import annotations
@@ -24,7 +26,11 @@ from qd import tables
 from qd.plan import compose, plan
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
-MARK = "# the table below"
+MARK = "the table below"
+# Tables measured before their JSON was committed and not rerun since (a rerun did not fit the shared
+# 2-core machine when this test was written): the command's comment says "not rerun", the README says
+# why beside the table, and the entry goes when the rerun's JSON is committed.
+NOT_RERUN = {"experiments/creative_writing/table.py"}
 SCRIPT = re.compile(r"python (experiments/[\w/]+table\.py)")
 
 
@@ -46,19 +52,19 @@ def fenced_lines(text: str) -> list[str]:
     return lines
 
 
-def table_commands(readme: Path) -> list[tuple[str, bool]]:
-    """(the command without its comment, whether it made the table below) for each fenced table line."""
+def table_commands(readme: Path) -> list[tuple[str, str]]:
+    """(the command, its comment) for each fenced table line; the comment says whether it made the table."""
     return [
-        (" ".join(shlex.split(line, comments=True)), MARK in line)
+        (" ".join(shlex.split(line, comments=True)), line.partition("#")[2].strip())
         for line in fenced_lines(readme.read_text())
         if SCRIPT.match(line)
     ]
 
 
 COMMANDS = [
-    pytest.param(readme, command, marked, id=f"{readme.parent.name}: {command[len('python ') :][:70]}")
+    pytest.param(readme, command, comment, id=f"{readme.parent.name}: {command[len('python ') :]}")
     for readme in sorted(EXPERIMENTS.glob("*/README.md"))
-    for command, marked in table_commands(readme)
+    for command, comment in table_commands(readme)
 ]
 
 
@@ -86,7 +92,12 @@ def renderer(script: Path):
 
 
 def test_every_table_script_has_a_command_that_made_its_table():
-    marked = {SCRIPT.match(c)[1] for r in EXPERIMENTS.glob("*/README.md") for c, m in table_commands(r) if m}
+    marked = {
+        SCRIPT.match(c)[1]
+        for r in EXPERIMENTS.glob("*/README.md")
+        for c, comment in table_commands(r)
+        if comment.startswith(MARK)
+    }
     scripts = {str(p.relative_to(EXPERIMENTS.parent)) for p in EXPERIMENTS.glob("*/*table.py")}
     assert scripts and scripts <= marked, f"no '{MARK}' command for {sorted(scripts - marked)}"
 
@@ -101,15 +112,19 @@ def check_table(readme: Path, script: Path, result: dict, args, budget: int) -> 
     assert not missing, f"{script.stem}.json renders lines the README's table lacks: {missing}"
 
 
-@pytest.mark.parametrize("readme, command, marked", COMMANDS)
-def test_a_table_command_parses_and_composes(readme, command, marked, tmp_path, monkeypatch):
+@pytest.mark.parametrize("readme, command, comment", COMMANDS)
+def test_a_table_command_parses_and_composes(readme, command, comment, tmp_path, monkeypatch):
     parsed = parse(command, tmp_path, monkeypatch)
     overrides = tables.shared_overrides(parsed.experiment, parsed.options, "http://127.0.0.1:1/v1", "model")
     budget = plan(compose(overrides)).cfg.runner.max_llm_calls
-    if not marked:
+    if not comment.startswith(MARK):
         return
     script = EXPERIMENTS.parent / shlex.split(command)[1]
     cited = script.with_suffix(".json")
+    if str(script.relative_to(EXPERIMENTS.parent)) in NOT_RERUN:
+        assert not cited.is_file(), f"{cited.name} is committed: take {script.name} off NOT_RERUN"
+        assert "not rerun" in comment, f"{command}: its comment must say the table was not rerun"
+        return
     assert f"`{cited.name}`" in readme.read_text(), (
         f"{readme.parent.name}'s README does not cite {cited.name}"
     )
@@ -133,18 +148,18 @@ def test_the_checks_catch_a_command_and_a_table_that_differ(tmp_path, monkeypatc
     )
     with pytest.raises(AssertionError, match="quoted but not printed"):
         test_a_command_quoted_in_the_results_is_the_printed_one(readme)
-    ((command, marked),) = table_commands(readme)
+    ((command, comment),) = table_commands(readme)
     with pytest.raises(AssertionError, match="does not cite"):
-        test_a_table_command_parses_and_composes(readme, command, marked, tmp_path, monkeypatch)
+        test_a_table_command_parses_and_composes(readme, command, comment, tmp_path, monkeypatch)
     with pytest.raises(SystemExit):  # argparse refuses a flag the script does not take
         parse("python experiments/prompt_evolution/table.py --budget 90", tmp_path, monkeypatch)
     with pytest.raises(Exception, match="Could not override"):  # hydra refuses a key the config lacks
         test_a_table_command_parses_and_composes(
-            readme, command + " meta.evolve_everyx=6", False, tmp_path, monkeypatch
+            readme, command.replace("--seeds", "meta.evolve_everyx=6 --seeds"), "", tmp_path, monkeypatch
         )
     real = EXPERIMENTS / "prompt_evolution"
     result = json.loads((real / "table.json").read_text())
-    marked = next(c for c, m in table_commands(real / "README.md") if m)
+    marked = next(c for c, comment in table_commands(real / "README.md") if comment.startswith(MARK))
     args = parse(marked, tmp_path, monkeypatch).options
     check_table(real / "README.md", real / "table.py", result, args, result["max_llm_calls"])
     result["rows"][0]["held_out_accuracy"] += 0.5
