@@ -9,7 +9,7 @@ command's seeds, budget and held-out size, and the script's own ``markdown`` ren
 every row name and number — is in the README. A command quoted in the README's prose must be
 one of the fenced ones, so the results never name settings the printed command lacks. A table
 whose JSON was never committed and that could not be rerun is named in ``NOT_RERUN``, and its
-command's comment says so.
+command's comment says so. The README's fenced ``qd-run`` lines compose too.
 """
 
 from __future__ import annotations
@@ -130,6 +130,20 @@ def test_a_table_command_parses_and_composes(readme, command, comment, tmp_path,
     )
     assert cited.is_file(), f"{cited} is not committed"
     check_table(readme, script, json.loads(cited.read_text()), parsed.options, budget)
+
+
+RUNS = [
+    pytest.param(line, id=f"{readme.parent.name}: {line}")
+    for readme in sorted(EXPERIMENTS.glob("*/README.md"))
+    for line in fenced_lines(readme.read_text())
+    if line.startswith("qd-run ")
+]
+
+
+@pytest.mark.parametrize("command", RUNS)
+def test_a_run_command_beside_a_table_composes(command):
+    """The README's ``qd-run`` lines (its default runs are measured by them) name keys the config has."""
+    assert compose(shlex.split(command, comments=True)[1:]).experiment.task
 
 
 @pytest.mark.parametrize("readme", sorted(EXPERIMENTS.glob("*/README.md")), ids=lambda r: r.parent.name)
