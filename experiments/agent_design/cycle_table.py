@@ -14,7 +14,8 @@ calls per problem, then the earliest) is scored on the held-out problems (other
 templates), per family. Each row: held-out accuracy overall and per family, 95%
 bootstrap intervals over the problems (each arm's row pools its seeds' best
 agents), model calls per problem, and the best search accuracy each family
-reached during the run. Written to ``<out>/table.json``; the Markdown is printed.
+reached during the run. Written to ``<out>/cycle_table.json`` (the name the README cites beside
+it); the Markdown is printed.
 
     python experiments/agent_design/cycle_table.py --seeds 0 1 2 --max-llm-calls 90
     python experiments/agent_design/cycle_table.py --base-url http://host:8000/v1 --model NAME
@@ -91,13 +92,13 @@ def row(
     return out
 
 
-def markdown(rows: list[dict[str, Any]]) -> str:
+def markdown(result: dict[str, Any]) -> str:
     lines = [
         "| arm | runs | held-out accuracy | arithmetic | knights | model calls / problem | "
         "best search accuracy (arithmetic / knights) |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for r in rows:
+    for r in result["rows"]:
         cells = [f"{r[p]:.3f} [{r[p + '_ci95'][0]:.2f}, {r[p + '_ci95'][1]:.2f}]" for p in ("all", *FAMILIES)]
         lines.append(
             f"| {r['arm']} | {r['runs']} | {' | '.join(cells)} | {r['calls_per_problem']:.2f} | "
@@ -156,8 +157,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             },
             "rows": rows,
         }
-        (a.out / "table.json").write_text(json.dumps(result, indent=2))
-        print(markdown(rows))
+        (a.out / "cycle_table.json").write_text(json.dumps(result, indent=2))
+        print(markdown(result))
         return result
 
 

@@ -111,4 +111,4 @@ def test_cycle_table_compares_cycleqd_with_the_fixed_objective(tmp_path, scripte
     for arm in ("fixed", "cycleqd"):
         (run,) = result["runs"][arm]
         assert 0 < run["llm_calls"] <= 40  # the same budget for both arms
-    assert json.loads((tmp_path / "table.json").read_text())["rows"] == result["rows"]
+    assert json.loads((tmp_path / "cycle_table.json").read_text())["rows"] == result["rows"]
