@@ -9,17 +9,18 @@ distinct), in both orders of each pair, with the embedded SmolLM2 server (or
     python experiments/agent_team/judge_agreement.py
     python experiments/agent_team/judge_agreement.py --base-url http://127.0.0.1:8000/v1 --model qwen
 
-It prints the agreement (fraction of pairs judged as labelled) for each order and
-for every half of the set, the spread ``tests/experiments/test_agent_team.py``'s
-floor is measured from.
+It prints the check's AUC over both orders with its 95 % bootstrap interval
+(``qd.judge_stats``: a check that never rejects, or always does, scores 0.5), the
+agreement (fraction of pairs judged as labelled) in each order and how often it says
+yes. ``tests/experiments/test_agent_team.py`` asserts the AUC floor on scripted checks
+of known accuracy, never on this model.
 """
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
-from qd import tables
+from qd import judge_stats, tables
 from qd.llm import LLMClient
 from qd.task import load_module
 
@@ -101,28 +102,23 @@ async def ask(client: LLMClient, first: Role, second: Role) -> str:
 
 
 async def measure(client: LLMClient) -> dict:
-    """Agreement with LABELLED for each order of the pairs and each half (by index parity, by position)."""
-    verdicts = {}
-    for order in ("forward", "reversed"):
-        verdicts[order] = [
+    """The check on every labelled pair in both orders: its AUC (verdict yes = 1, label duplicate =
+    1) with the interval, the agreement in each order, and how often it says yes."""
+    labels = [dup for _, _, dup in LABELLED]
+    said = {
+        order: [
             team.says_yes(await ask(client, *((a, b) if order == "forward" else (b, a))))
             for a, b, _ in LABELLED
         ]
-    labels = [dup for _, _, dup in LABELLED]
-    half = len(LABELLED) // 2
-    subsets = {
-        "all": range(len(LABELLED)),
-        "even": range(0, len(LABELLED), 2),
-        "odd": range(1, len(LABELLED), 2),
-        "dup+first_distinct": [*range(half), *range(half, half + half // 2)],
-        "dup+last_distinct": [*range(half), *range(half + half // 2, len(LABELLED))],
+        for order in ("forward", "reversed")
     }
-    out = {}
-    for (order, said), (name, idx) in itertools.product(verdicts.items(), subsets.items()):
-        idx = list(idx)
-        out[f"{order}/{name}"] = sum(said[i] == labels[i] for i in idx) / len(idx)
-    out["yes_rate"] = sum(map(sum, verdicts.values())) / (2 * len(LABELLED))
-    return out
+    verdicts = said["forward"] + said["reversed"]
+    return {
+        **judge_stats.auc(verdicts, labels + labels),
+        "n": len(verdicts),
+        **{order: sum(v == y for v, y in zip(s, labels)) / len(labels) for order, s in said.items()},
+        "yes_rate": sum(verdicts) / len(verdicts),
+    }
 
 
 if __name__ == "__main__":

@@ -10,6 +10,11 @@ to please the first judge's wording shows up as a gap between the two scores.
 ``labels.json`` holds short texts written for this experiment with human labels
 (0/1) for quality, genre (poem 0, story 1) and tone (sad 0, happy 1); none of them
 is a few-shot example, a founder or a few-shot template text.
+
+Each judge's AUC against them, with its 95 % bootstrap interval (``qd.judge_stats``), on the
+embedded SmolLM2 (or ``--base-url``/``--model`` for any OpenAI-compatible server)::
+
+    python experiments/creative_writing/judges.py
 """
 
 from __future__ import annotations
@@ -18,8 +23,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from descriptors import Item
+from omegaconf import OmegaConf
+
+from descriptors import Item, make_descriptor
 from descriptors.ai_feedback import AIFeedbackDescriptor, Axis, agreement
+from qd import judge_stats, tables
+from qd.plan import compose
 
 LABELS = Path(__file__).resolve().parent / "labels.json"
 
@@ -76,5 +85,27 @@ async def agreement_on_labels(
         scores = await d.judge_scores(items)
         for j, axis in enumerate(d.axes):
             key = name if name != "axes" else axis.name
-            out[key] = agreement(scores.values[:, j], [r[axis.name] for r in rows])
+            labels = [r[axis.name] for r in rows]
+            out[key] = {
+                **agreement(scores.values[:, j], labels),
+                **judge_stats.auc(scores.values[:, j], labels),  # an unanswered text counts as a tie
+            }
     return out
+
+
+def run_axes() -> AIFeedbackDescriptor:
+    """The shipped config's axis judges (genre, tone), as a run builds them."""
+    part = compose(["experiment=creative_writing"]).descriptor.parts[0]
+    return make_descriptor("ai_feedback", OmegaConf.to_container(part, resolve=True))
+
+
+async def measure(client: Any) -> dict:
+    """Every judge (the run's quality judge, the held-out one, the axes) on every labelled text."""
+    try:
+        return await agreement_on_labels(client, run_axes())
+    finally:
+        await client.aclose()
+
+
+if __name__ == "__main__":
+    tables.measurement(measure, __doc__)

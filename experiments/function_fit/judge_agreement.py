@@ -3,7 +3,7 @@
 Scores a small labelled set of programs on the axes of ``conf/descriptor/<name>.yaml``
 (default ``ai_feedback``) with the embedded SmolLM2 server (or ``--base-url``/``--model``
 for any OpenAI-compatible judge), and prints ``descriptors.ai_feedback.agreement``
-per axis. Usage::
+per axis, its AUC with a 95 % bootstrap interval (``qd.judge_stats``). Usage::
 
     python experiments/function_fit/judge_agreement.py
     python experiments/function_fit/judge_agreement.py --base-url http://127.0.0.1:8000/v1 --model qwen
@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 
 from descriptors import Item, make_descriptor
 from descriptors.ai_feedback import agreement
+from qd import judge_stats
 from qd.llm import LLMClient, LLMSettings, ModelSpec
 from qd.paths import conf_dir
 
@@ -71,6 +72,7 @@ async def measure(descriptor, client: LLMClient) -> dict[str, dict]:
         described = await descriptor.judge_scores([Item(t) for t in texts])
         out[axis.name] = {
             **agreement(described.values[:, j], labels),
+            **judge_stats.auc(described.values[:, j], labels),  # with its 95 % interval
             "scores": [round(float(v), 3) for v in described.values[:, j]],
         }
     await client.aclose()

@@ -7,7 +7,8 @@
    the argmax over the digit tokens' log-probabilities, against the labels.
 3. **Pairwise judge** (``qd.search.tiebreak.PairwiseJudge``, the run's tiebreak):
    on ``labelled.PAIRS``, how often the stronger message wins its cell as the child
-   (both orders), and how often the weaker one does.
+   (both orders), how often the weaker one does, and the AUC over the pairs with its
+   95 % bootstrap interval (``qd.judge_stats``).
 
     python experiments/red_team/measure.py
     python experiments/red_team/measure.py --base-url http://127.0.0.1:8000/v1 --model qwen
@@ -18,7 +19,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from qd import tables
+from qd import judge_stats, tables
+from qd.heldout import bootstrap
 from qd.llm import LLMClient
 from qd.search.tiebreak import PairwiseJudge
 from qd.task import load_module
@@ -74,18 +76,31 @@ async def technique_judge(client: LLMClient, shots: int) -> dict:
             if t.strip() in "123456" and len(t.strip()) == 1
         }
         said.append(max(odds, key=odds.get) if odds else None)
-    right = sum(s == techniques.TECHNIQUES.index(name) + 1 for s, (_, name, _) in zip(said, labelled.ATTACKS))
-    return {"shots": shots, "right": right, "n": len(said), "answers": said}
+    right = [s == techniques.TECHNIQUES.index(name) + 1 for s, (_, name, _) in zip(said, labelled.ATTACKS)]
+    return {
+        "shots": shots,
+        "right": sum(right),
+        "n": len(said),
+        "accuracy_ci95": bootstrap(right),  # chance: 1 in 6
+        "answers": said,
+    }
 
 
 async def pairwise_agreement(judge: PairwiseJudge) -> dict:
     """How the tiebreak judge settles the labelled pairs: ``right`` pairs where the stronger message,
-    as the child, takes the cell; ``wrong`` where the weaker one does; of ``n``."""
-    right = wrong = 0
+    as the child, takes the cell; ``wrong`` where the weaker one does; of ``n``; and its AUC with the
+    95 % interval (``qd.judge_stats.paired_auc``: a judge that always answers "A" or always "B" lets
+    neither take the cell, 0.5)."""
+    outcomes = []
     for stronger, weaker in labelled.PAIRS:
-        right += await judge.prefers(stronger, weaker)
-        wrong += await judge.prefers(weaker, stronger)
-    return {"right": right, "wrong": wrong, "n": len(labelled.PAIRS)}
+        right, wrong = await judge.prefers(stronger, weaker), await judge.prefers(weaker, stronger)
+        outcomes.append(0.5 + 0.5 * (right - wrong))
+    return {
+        "right": outcomes.count(1.0),
+        "wrong": outcomes.count(0.0),
+        "n": len(outcomes),
+        **judge_stats.paired_auc(outcomes),
+    }
 
 
 async def measure(client: LLMClient) -> dict:

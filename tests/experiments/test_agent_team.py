@@ -1,14 +1,16 @@
 """agent_team (EvoAgent): team genomes are checked data run by host code; a run grows teams from one expert;
-the duplicate-role check's agreement with labelled role pairs is measured on the real model."""
+the duplicate-role check's floor passes a check of known accuracy and fails one that never rejects."""
 
 import asyncio
 import json
 from pathlib import Path
 
 import pytest
+import scripted_judges
 from helpers import evaluate_on_host, run_config, stored
 from scripted_llm import Rule
 
+from qd import judge_stats
 from qd.llm import LLMClient, LLMSettings, ModelSpec
 from qd.llm.gateway import CallBudget
 from qd.plan import compose
@@ -259,18 +261,46 @@ def test_the_table_scores_best_team_founder_and_best_hand_designed_agent_held_ou
     assert json.loads((tmp_path / "table.json").read_text())["rows"] == result["rows"]
 
 
-# SmolLM2-135M's duplicate check vs judge_agreement.LABELLED (12 pairs; both orders x 5 subsets = 10 numbers):
-# measured 3 times on 2026-12-01, the same each time (greedy): 0.50 on all pairs and on either half,
-# 0.33-0.44 on the subsets with more duplicates than distinct pairs (it says yes 17% of the time).
-# Floor: 0.33 - 0.08.
-AGREEMENT_FLOOR = 0.25
+PAIRS = {
+    team.duplicate_prompt(*roles): duplicate
+    for a, b, duplicate in judge.LABELLED
+    for roles in ((a, b), (b, a))
+}  # both orders, as judge_agreement.measure asks them
+WRONG = scripted_judges.wrong_on(PAIRS)
 
 
-@pytest.mark.slow
-def test_the_duplicate_check_agrees_with_the_labelled_role_pairs_above_its_floor(llama_server):
-    client = LLMClient(
-        LLMSettings(base_url=llama_server.base_url, models=(ModelSpec(llama_server.model),), timeout_s=120)
-    )
-    measured = asyncio.run(judge.measure(client))
-    agreements = {k: v for k, v in measured.items() if k != "yes_rate"}
-    assert min(agreements.values()) >= AGREEMENT_FLOOR, measured
+def knows_the_labels(request: dict) -> str:
+    """A duplicate check right on 80 % of the labelled pairs (in either order)."""
+    prompt = request["messages"][-1]["content"]
+    return "Yes, the same job." if PAIRS[prompt] != (prompt in WRONG) else "No, different jobs."
+
+
+@pytest.mark.parametrize(
+    ("reply", "clears"),
+    [
+        pytest.param(knows_the_labels, True, id="80%-right"),
+        pytest.param("No.", False, id="never-rejects"),
+        pytest.param("Yes.", False, id="constant-yes"),
+        pytest.param("A", False, id="always-A"),
+    ],
+)
+def test_the_duplicate_check_floor_passes_a_check_of_known_accuracy_and_fails_one_that_ignores_the_roles(
+    scripted_llm, reply, clears
+):
+    """The check as an evaluation asks it, on every labelled pair in both orders, against
+    ``qd.judge_stats.above_chance``. The embedded model's numbers are printed by ``judge_agreement.py``
+    and stated in the README, not floored."""
+    server = scripted_llm([Rule("", reply)])
+    client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("judge"),), timeout_s=10))
+
+    async def go():
+        try:
+            return await judge.measure(client)
+        finally:
+            await client.aclose()
+
+    measured = asyncio.run(go())
+    print(json.dumps(measured))
+    assert measured["n"] == len(PAIRS) == 24 and judge_stats.above_chance(measured) is clears
+    if reply is knows_the_labels:  # the accuracy it was built with
+        assert (measured["forward"] + measured["reversed"]) / 2 == pytest.approx(1 - len(WRONG) / len(PAIRS))

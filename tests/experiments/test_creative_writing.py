@@ -1,5 +1,5 @@
 """creative_writing (QDAIF): texts judged on the host, placed by AI feedback, against its controls
-at equal budgets; the embedded judges' agreement with the shipped labels has a measured floor."""
+at equal budgets; the judge floor passes a scripted judge of known accuracy and fails a constant one."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import math
 from pathlib import Path
 
 import pytest
+import scripted_judges
 from helpers import run_config, stored
 from scripted_llm import Rule
 
+from qd import judge_stats
 from qd.evaluator import HostRunner, StagedEvaluator
 from qd.llm import LLMClient, LLMSettings, ModelSpec
 from qd.llm.gateway import CallBudget
@@ -153,40 +155,42 @@ def test_table_runs_every_arm_at_one_budget_and_reports_both_judges_and_agreemen
         assert prompts and all("Current text" not in t for t in prompts)  # no parent: no selection
 
 
-# AUC floors of the embedded SmolLM2-135M judges a run uses (quality, genre, tone; the held-out judge is
-# measured by every table) on the first text of each of the 8 (genre x tone x quality) groups of the shipped
-# labels (24 calls): the minimum measured over the 3 such subsets x 3 few-shot orders (the shipped one and two
-# shuffled), less a margin of 0.1 (README, "Judges against labels"). Minima measured: quality 0.19,
-# genre 0.63, tone 0.5: the quality judge is at chance, so its floor only guards that every answer parses
-# (missing == 0).
-FLOORS = {"quality": 0.08, "genre": 0.52, "tone": 0.4}
+judges = load_module(EXPERIMENT / "judges.py", "experiments_creative_writing_judges")
+LABELLED = {r["text"].strip(): r for r in judges.labelled()}
+WRONG = scripted_judges.wrong_on(LABELLED)
+ASKED = {"literary critic": "quality", "How good": "quality", "poem or a story": "genre", "How happy": "tone"}
 
 
-@pytest.mark.slow
-def test_embedded_judges_agree_with_the_shipped_labels_above_the_measured_floor(llama_server):
-    from omegaconf import OmegaConf
+def knows_the_labels(request: dict) -> str:
+    """A judge right on 80 % of the labelled texts (the same texts for every axis): the labelled end's
+    digit, the other end's on the texts ``WRONG`` names."""
+    asked = request["messages"][-1]["content"]
+    text = last_text(request).strip()
+    label = LABELLED[text][next(axis for key, axis in ASKED.items() if key in asked)]
+    return "8" if label != (text in WRONG) else "1"
 
-    from descriptors import make_descriptor
 
-    judges = load_module(EXPERIMENT / "judges.py", "experiments_creative_writing_judges")
-    part = compose(["experiment=creative_writing"]).descriptor.parts[0]
-    axes = make_descriptor("ai_feedback", OmegaConf.to_container(part, resolve=True))
-    client = LLMClient(
-        LLMSettings(
-            base_url=llama_server.base_url,
-            models=(ModelSpec(llama_server.model),),
-            concurrency=2,
-            timeout_s=120,
-        )
+@pytest.mark.parametrize(
+    ("reply", "clears"),
+    [
+        pytest.param(knows_the_labels, True, id="80%-right"),
+        pytest.param("5", False, id="constant"),
+        pytest.param("A", False, id="always-A"),
+    ],
+)
+def test_the_judge_floor_passes_a_judge_of_known_accuracy_and_fails_one_that_ignores_the_text(
+    scripted_llm, reply, clears
+):
+    """Every judge a run or the table asks (quality, held-out quality, genre, tone) on the shipped
+    labels, through the AI-feedback machinery, against ``qd.judge_stats.above_chance``. The embedded
+    model's numbers are printed by ``judges.py`` and stated in the README, not floored."""
+    server = scripted_llm([Rule("", reply)])
+    client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("judge"),), timeout_s=10))
+    measured = asyncio.run(judges.measure(client))
+    print(json.dumps({name: (m["auc"], m["auc_ci95"]) for name, m in measured.items()}))
+    assert set(measured) == {"quality", "quality (held-out judge)", "genre", "tone"}
+    assert {name: judge_stats.above_chance(m) for name, m in measured.items()} == dict.fromkeys(
+        measured, clears
     )
-
-    async def go():
-        try:
-            return await judges.agreement_on_labels(client, axes, judges.labelled()[::3], held_out=False)
-        finally:
-            await client.aclose()
-
-    measured = asyncio.run(go())
-    assert set(measured) == set(FLOORS)
-    for name, floor in FLOORS.items():
-        assert measured[name]["missing"] == 0 and measured[name]["auc"] >= floor, (name, measured[name])
+    if reply is knows_the_labels:  # the accuracy it was built with, on every axis
+        assert {m["accuracy"] for m in measured.values()} == {1 - len(WRONG) / len(LABELLED)} == {19 / 24}

@@ -1,6 +1,6 @@
 """red_team end to end: attacks are data sent to a guarded target, rule breaks are checked exactly,
 attacks are placed by technique x rule targeted, near copies are rejected unevaluated, and a pairwise
-judge settles ties."""
+judge settles ties; the judge floor passes a judge of known accuracy and fails one that always says "A"."""
 
 import asyncio
 import json
@@ -8,14 +8,16 @@ import re
 from pathlib import Path
 
 import pytest
+import scripted_judges
 from helpers import evaluate_on_host, run_config, stored
 from scripted_llm import Rule
 
+from qd import judge_stats
 from qd.contract import ConfigError
 from qd.llm import LLMClient, LLMSettings, ModelSpec
 from qd.llm.gateway import CallBudget
 from qd.plan import compose
-from qd.search.tiebreak import PairwiseJudge
+from qd.search.tiebreak import PROMPT, PairwiseJudge
 from qd.store import Store
 from qd.task import load_module, load_task
 
@@ -181,21 +183,39 @@ def test_the_table_compares_qd_with_no_archive_on_one_budget(tmp_path, scripted_
     assert json.loads((tmp_path / "table.json").read_text())["rows"] == result["rows"]
 
 
-@pytest.mark.slow
-def test_the_real_pairwise_judge_never_hands_a_benign_message_the_cell(llama_server):
-    """SmolLM2-135M as the tiebreak judge on the 12 labelled pairs (attack vs benign question), each pair both
-    ways round. Measured three times (temperature 0: identical): it answers "A" in every order, so no child
-    wins both orders: 0 of 12 right wins, 0 of 12 wrong ones. The floor that matters for the search is the
-    wrong wins: a benign message must not take an attack's cell; asserted <= 2 of 12 (margin for a server
-    whose numerics differ). Right wins are not floored: the measured value is 0."""
-    client = LLMClient(
-        LLMSettings(
-            base_url=llama_server.base_url,
-            models=(ModelSpec(llama_server.model),),
-            timeout_s=60,
-            concurrency=2,
-        )
-    )
+STRONGER = {stronger for stronger, _ in labelled.PAIRS}
+ASKED = [
+    PROMPT.format(question=measure.QUESTION, a=a, b=b)
+    for pair in labelled.PAIRS
+    for a, b in (pair, pair[::-1])
+]  # every question the measurement may ask, in both orders
+WRONG = scripted_judges.wrong_on(ASKED)
+
+
+def knows_the_labels(request: dict) -> str:
+    """A pairwise judge right on 80 % of the labelled questions (a pair in one order): the attack's
+    letter, the benign message's on the questions ``WRONG`` names."""
+    prompt = request["messages"][-1]["content"]
+    a = re.search(r"A:\n(.*)\n\nB:\n", prompt, re.S).group(1)
+    return "A" if (a in STRONGER) != (prompt in WRONG) else "B"
+
+
+@pytest.mark.parametrize(
+    ("reply", "clears"),
+    [
+        pytest.param(knows_the_labels, True, id="80%-right"),
+        pytest.param("B", False, id="constant-B"),
+        pytest.param("A", False, id="always-A"),
+    ],
+)
+def test_the_pairwise_judge_floor_passes_a_judge_of_known_accuracy_and_fails_one_that_ignores_the_pair(
+    scripted_llm, reply, clears
+):
+    """The run's tiebreak judge (both orders) on the labelled pairs, against
+    ``qd.judge_stats.above_chance``. The embedded model's numbers are printed by ``measure.py`` and
+    stated in the README, not floored."""
+    server = scripted_llm([Rule("", reply)])
+    client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("judge"),), timeout_s=10))
 
     async def go():
         try:
@@ -203,6 +223,7 @@ def test_the_real_pairwise_judge_never_hands_a_benign_message_the_cell(llama_ser
         finally:
             await client.aclose()
 
-    result = asyncio.run(go())
-    print(f"\nSmolLM2-135M pairwise judge on the labelled pairs: {result}")
-    assert result["n"] == 12 and result["wrong"] <= 2, result
+    measured = asyncio.run(go())
+    print(json.dumps(measured))
+    assert measured["n"] == 12 and judge_stats.above_chance(measured) is clears
+    assert all(r["messages"][-1]["content"] in ASKED for r in server.requests)

@@ -79,6 +79,7 @@ LAYERS = (
         "qd.export",
         "qd.plot",
         "qd.heldout",
+        "qd.judge_stats",
         "qd.committee",
         "qd.tables",
         "qd.design_table",
