@@ -78,6 +78,14 @@ class Spending:
         self.reserved += 1
         return True
 
+    def try_reserve_evaluation(self) -> bool:
+        """Reserves one more evaluation (an agent's trial), with a child's calls, if the budgets
+        leave room; :meth:`commit` releases it with the proposal that made it."""
+        if self.stopping or self.size(1) < 1:
+            return False
+        self.reserved += 1
+        return True
+
     def commit(self, candidates: int, reserved: int, calls: Ledger) -> None:
         """A proposal's candidates and calls are in the store; its reservation is released."""
         self.evaluations += candidates

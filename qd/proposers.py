@@ -35,6 +35,7 @@ from qd.llm import Ledger, tally
 from qd.search import select
 from qd.search.gate import rejected, reuse
 from qd.task import evaluating_children
+from qd.workbench import TrialBench
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,10 +258,13 @@ class Draft:
     rejection: dict[str, Any] | None = None  # the candidate's fields when the novelty gate turned it away
     resample: bool = False  # asked again after a rejection (an extra LLM call)
     extra_calls: int = 0  # calls its operator reserved beyond the first (debug rounds), released at commit
+    trial: dict[str, Any] | None = (
+        None  # the candidate's fields when it is an agent's trial (``qd.workbench``)
+    )
 
     @property
     def usable(self) -> bool:
-        return self.child.text is not None and self.rejection is None
+        return self.child.text is not None and self.rejection is None and self.trial is None
 
 
 def as_parent(candidate: Candidate) -> Parent:
@@ -347,7 +351,7 @@ class TextProposer:
             candidates = await self._evaluate(t.island, drafts, shown)
             fits = t.fits if self.placement.fitted else None
             await self.placement.describe(candidates)
-        reserved = t.size + sum(d.resample + d.extra_calls for d in drafts)
+        reserved = t.size + sum(d.resample + d.extra_calls + (d.trial is not None) for d in drafts)
         return Proposal(
             candidates,
             None if t.founding else t.arm,
@@ -375,8 +379,8 @@ class TextProposer:
         out = []
         for j, d in enumerate(drafts):
             child, k = d.child, at.get(j)
-            if d.rejection is not None:
-                fields = d.rejection
+            if d.rejection is not None or d.trial is not None:
+                fields = d.rejection or d.trial
             elif j in originals:  # an exact duplicate: the stored evaluation, not a new one
                 fields = reuse(originals[j])
             elif j in dup.earlier:
@@ -450,6 +454,7 @@ class TextProposer:
             return ok
 
         for attempt in range(1 + (self.gate.resample if self.gate is not None else 0)):
+            bench = TrialBench(self.evaluator, self.spending, f"{arm.operator.name}>trial")
             context = PromptContext(
                 task=self.task.description,
                 language=self.genome.language,
@@ -459,15 +464,16 @@ class TextProposer:
                 model=arm.model,
                 instruction=instruction.text if instruction else None,
                 reserve_call=reserve_call,
+                workbench=bench,
             )
             failed = False
             try:
                 answers = await arm.operator(parents, shown.inspirations[j], context)
             except LLMError as err:  # this child fails; a client that is down stops the run
                 answers, failed = [Child.unanswered(arm.operator.name, str(err))], True
-            drafts += [
-                Draft(c, ids, instruction.id if instruction else None, resample=attempt > 0) for c in answers
-            ]
+            shown_id = instruction.id if instruction else None
+            drafts += [Draft(c, ids, shown_id, trial=fields) for c, fields in bench.tried]  # each reserved
+            drafts += [Draft(c, ids, shown_id, resample=attempt > 0) for c in answers]
             if (
                 failed
                 or not await self._gate(drafts[-len(answers) :], parents, shown.elites)
