@@ -159,7 +159,8 @@ class Proposal:
     ``parents`` is i64[B, 2]: (island, cell) of each candidate's first parent, -1
     for founders; ``instructions`` the meta instruction id behind each candidate;
     ``fits`` the describer fit it was described under (None if unfitted);
-    ``reserved`` the budget units it held (children and gate resamples).
+    ``reserved`` the budget units it held (children and gate resamples); ``trials`` the trial
+    evaluations it held (an agent operator's, ``qd.workbench``).
     """
 
     candidates: list[Candidate]
@@ -169,6 +170,7 @@ class Proposal:
     reserved: int
     fits: int | None = None
     calls: Ledger = dataclasses.field(default_factory=Ledger)  # its LLM calls, committed with it
+    trials: int = 0
 
 
 class Proposer(Protocol):
@@ -351,7 +353,7 @@ class TextProposer:
             candidates = await self._evaluate(t.island, drafts, shown)
             fits = t.fits if self.placement.fitted else None
             await self.placement.describe(candidates)
-        reserved = t.size + sum(d.resample + d.extra_calls + (d.trial is not None) for d in drafts)
+        reserved = t.size + sum(d.resample + d.extra_calls for d in drafts)
         return Proposal(
             candidates,
             None if t.founding else t.arm,
@@ -360,6 +362,7 @@ class TextProposer:
             reserved,
             fits,
             calls,
+            sum(d.trial is not None for d in drafts),
         )
 
     async def _evaluate(self, island: int, drafts: list[Draft], shown: Shown | None) -> list[Candidate]:
@@ -472,7 +475,7 @@ class TextProposer:
             except LLMError as err:  # this child fails; a client that is down stops the run
                 answers, failed = [Child.unanswered(arm.operator.name, str(err))], True
             shown_id = instruction.id if instruction else None
-            drafts += [Draft(c, ids, shown_id, trial=fields) for c, fields in bench.tried]  # each reserved
+            drafts += [Draft(c, ids, shown_id, trial=fields) for c, fields in bench.tried]
             drafts += [Draft(c, ids, shown_id, resample=attempt > 0) for c in answers]
             if (
                 failed

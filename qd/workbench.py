@@ -5,8 +5,8 @@ proposer gives each child a :class:`TrialBench` (the contract's ``Workbench`` po
 the draft on the evaluator's first stage (``Evaluator.first_stage``) and keeps the outcome as
 the fields of a candidate of its own: the proposal stores it beside the child, so a trial is
 
-- **counted**: it reserves an evaluation (with a child's model calls) before it runs
-  (``Spending.try_reserve_evaluation``), released when its proposal commits, and is then one
+- **counted**: it reserves an evaluation (and the model calls its evaluation may make) before
+  it runs (``Spending.try_reserve_trial``), released when its proposal commits, and is then one
   of the run's evaluations (``runner.max_evaluations`` and the stop rules count it);
 - **never placed**: ``valid`` is False and ``artifacts[TRIAL]`` marks it, so the archive,
   the describer and the duplicate index (``qd.search.gate.evaluated``) pass it by, while the
@@ -37,7 +37,7 @@ class TrialBench:
         self.tried: list[tuple[Child, dict[str, Any]]] = []  # each trial's child and candidate fields
 
     async def trial(self, text: str) -> Trial | None:
-        if not self.spending.try_reserve_evaluation():
+        if not self.spending.try_reserve_trial():
             return None
         try:
             ev = await self.evaluator.first_stage([text])
