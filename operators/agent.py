@@ -200,7 +200,8 @@ class AgentOperator(TextOperator):
         if tool == "read_parent":
             return self._show(f"Current {self.genome.noun}", parent, feedback=True)
         if tool == "read_elite":
-            n = int(arg) if arg.isdigit() else 0
+            number = re.match(r"\d+", arg)
+            n = int(number[0]) if number else 0
             if not 1 <= n <= len(elites):
                 return f"No elite {arg or '(no number)'}: there are {len(elites)}."
             return self._show(f"Elite {n}", elites[n - 1], feedback=False)
