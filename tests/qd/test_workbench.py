@@ -40,6 +40,7 @@ def finished(cfg, path):
     return summary, engine.state.archive, stored(path)
 
 
+@pytest.mark.slow
 def test_trials_are_stored_and_counted_never_placed_and_a_rerun_replays_them(tmp_path, scripted_llm):
     server = scripted_llm([Rule("", tries_then_submits)])
     # one child at a time: which step gets the budget's last calls is then fixed
