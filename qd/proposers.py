@@ -260,9 +260,7 @@ class Draft:
     rejection: dict[str, Any] | None = None  # the candidate's fields when the novelty gate turned it away
     resample: bool = False  # asked again after a rejection (an extra LLM call)
     extra_calls: int = 0  # calls its operator reserved beyond the first (debug rounds), released at commit
-    trial: dict[str, Any] | None = (
-        None  # the candidate's fields when it is an agent's trial (``qd.workbench``)
-    )
+    trial: dict[str, Any] | None = None  # an agent's trial: its candidate's fields (``qd.workbench``)
 
     @property
     def usable(self) -> bool:
