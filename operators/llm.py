@@ -238,16 +238,7 @@ class LLMOperator(TextOperator):
         )
 
     def _whole(self, frame: str, answer: str, parents: list[Parent]) -> str:
-        """A whole-genome answer -> the child; for code kinds, the parent's frozen code around
-        the answer's EVOLVE-BLOCK regions."""
-        if not answer.strip():
-            raise MalformedAnswer("empty answer")
-        if self.genome.code:
-            child = self.genome.check(rebuild(frame, extract_code(answer, self.genome.language)))
-        else:
-            child = self.genome.parse(answer)
-        _check_new(child, parents)
-        return child
+        return whole_child(self.genome, frame, answer, parents)
 
     def _diffed(self, parent: Parent, answer: str) -> str:
         """A SEARCH/REPLACE answer applied to the parent, inside its EVOLVE-BLOCK regions only."""
@@ -373,6 +364,23 @@ def check_llm_operator(
 def make_llm_operator(name: str, client: ChatClient, **settings: Any) -> LLMOperator:
     """Builds an LLM operator by name (``settings``: see :func:`check_llm_operator`, which checks them)."""
     return LLMOperator(client=client, **check_llm_operator(name, **settings))
+
+
+def whole_child(genome: GenomeKind, frame: str, answer: str, parents: list[Parent]) -> str:
+    """A whole-genome answer -> the child; for code kinds, the parent's frozen code (``frame``)
+    around the answer's EVOLVE-BLOCK regions.
+
+    Raises:
+        MalformedAnswer: no usable genome in it, or one that repeats a parent.
+    """
+    if not answer.strip():
+        raise MalformedAnswer("empty answer")
+    if genome.code:
+        child = genome.check(rebuild(frame, extract_code(answer, genome.language)))
+    else:
+        child = genome.parse(answer)
+    _check_new(child, parents)
+    return child
 
 
 def _check_new(child: str, parents: list[Parent]) -> None:

@@ -161,13 +161,13 @@ def _operators(task: Any, operators: list[Any] | None, client: Any) -> list[Any]
     """(operator, weight) pairs: built operators as given, names built (LLM operators on the run's
     client for text tasks, numeric ones within the task's bounds); the default: one rewrite or
     one Gaussian operator."""
-    from operators import make_llm_operator, make_numeric_operator
+    from operators import make_numeric_operator, make_text_operator
 
     def made(op: Any) -> Any:
         if not isinstance(op, str):
             return op
         if client is not None:
-            return make_llm_operator(op, client)
+            return make_text_operator(op, client)
         # a numeric operator by name takes the settings of its config (conf/operators/NAME.yaml)
         params = OmegaConf.to_container(OmegaConf.load(conf_dir() / "operators" / f"{op}.yaml").mix[0])
         params = {k: v for k, v in params.items() if k not in ("name", "weight")}

@@ -184,7 +184,9 @@ def assemble(
         + evaluator.model_calls
         + (tiebreak.calls_per_item if tiebreak is not None else 0)
     )
-    spending = Spending(budget, store.count(kind=task.kind), spent, per_child if text else 0)
+    spending = Spending(
+        budget, store.count(kind=task.kind), spent, per_child if text else 0, evaluator.model_calls
+    )
     proposer = (
         TextProposer(
             task,

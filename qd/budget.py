@@ -40,19 +40,24 @@ class Spending:
         calls_per_child: LLM calls one text child may cost (its operator call, a
             judge call per AI-feedback axis, and the calls its evaluation may make:
             ``eval_llm.calls``); 0 for numeric tasks.
+        calls_per_trial: LLM calls an agent's trial (a draft on the first evaluation stage,
+            ``qd.workbench``) may cost: its evaluation's.
     """
 
-    def __init__(self, budget: Budget, evaluations: int, spent: Ledger, calls_per_child: int):
+    def __init__(
+        self, budget: Budget, evaluations: int, spent: Ledger, calls_per_child: int, calls_per_trial: int = 0
+    ):
         self.budget, self.evaluations, self.spent = budget, evaluations, spent
-        self.calls_per_child = calls_per_child
+        self.calls_per_child, self.calls_per_trial = calls_per_child, calls_per_trial
         self.reserved = 0  # children (and gate resamples) started and not yet committed
+        self.trials = 0  # trial evaluations started and not yet committed
         self.stopping = False  # the driver stopped: reserve nothing more
 
     def size(self, batch_size: int) -> int:
         """Children the next proposal may have: the batch size, cut to what the budgets leave."""
         size = batch_size
         if self.budget.max_evaluations is not None:
-            size = min(size, self.budget.max_evaluations - self.evaluations - self.reserved)
+            size = min(size, self.budget.max_evaluations - self.evaluations - self.reserved - self.trials)
         if self.calls_per_child:
             size = min(size, self.calls_left() // self.calls_per_child)
         return max(0, int(size))
@@ -61,7 +66,8 @@ class Spending:
         """LLM calls the budget leaves after the committed ones and the reserved ones."""
         if self.budget.max_llm_calls is None:
             return math.inf
-        return self.budget.max_llm_calls - self.spent.calls - self.reserved * self.calls_per_child
+        reserved = self.reserved * self.calls_per_child + self.trials * self.calls_per_trial
+        return self.budget.max_llm_calls - self.spent.calls - reserved
 
     def reserve(self, units: int) -> None:
         """Holds ``units`` children (or resamples) until :meth:`commit` releases them."""
@@ -78,10 +84,23 @@ class Spending:
         self.reserved += 1
         return True
 
-    def commit(self, candidates: int, reserved: int, calls: Ledger) -> None:
-        """A proposal's candidates and calls are in the store; its reservation is released."""
+    def try_reserve_trial(self) -> bool:
+        """Reserves one trial evaluation (an agent's) with its calls if the budgets leave room;
+        :meth:`commit` releases it with the proposal that made it."""
+        evaluations = self.budget.max_evaluations
+        if self.stopping or self.calls_left() < self.calls_per_trial:
+            return False
+        if evaluations is not None and evaluations - self.evaluations - self.reserved - self.trials < 1:
+            return False
+        self.trials += 1
+        return True
+
+    def commit(self, candidates: int, reserved: int, calls: Ledger, trials: int = 0) -> None:
+        """A proposal's candidates and calls are in the store; its reservation (``reserved``
+        units, ``trials`` trials) is released."""
         self.evaluations += candidates
         self.reserved -= reserved
+        self.trials -= trials
         self.spent.merge(calls)
 
     def exhausted(self, elapsed: float, live: Ledger | None) -> bool:

@@ -323,9 +323,8 @@ class CycleConf:
 
 @dataclasses.dataclass
 class OperatorConf:
-    name: str = (
-        MISSING  # numeric: gaussian | isoline; LLM: rewrite | diff | crossover | inspiration | meta_agent
-    )
+    # numeric: gaussian | isoline; LLM: rewrite | diff | crossover | inspiration | meta_agent | agent
+    name: str = MISSING
     label: Optional[str] = None  # names the arm (two entries may share an operator with other templates)
     weight: float = number(1.0, ge=0)  # the mix's weights need a positive sum (checked with the operators)
     sigma: Optional[float] = number(None, gt=0)  # gaussian step size
@@ -340,6 +339,11 @@ class OperatorConf:
     num_inspirations: Optional[int] = number(None, ge=1)
     fallback_to_rewrite: bool = True  # diff: a failed diff is stored, then a rewrite is asked
     debug_rounds: int = number(0, ge=0)  # an unusable answer's reason is shown back this many times at most
+    # agent (a tool loop, operators.agent): per child its model calls, trials and prompt tokens
+    # at most (None: 4, 1 and 1500, which fits the embedded model's 2,048-token context)
+    max_steps: Optional[int] = number(None, ge=1)
+    max_trials: Optional[int] = number(None, ge=0)
+    max_conversation_tokens: Optional[int] = number(None, ge=1)
     templates: dict[str, str] = dataclasses.field(default_factory=dict)  # template name -> file
 
 

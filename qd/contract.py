@@ -10,6 +10,7 @@ engine imports them. Everything here is plain data, a protocol or a plug-in's ba
 - ``Parent``, ``Child``, ``PromptContext``: what an LLM operator reads and returns;
 - ``Attempt``, ``RunMemory``: what the run remembers for its LLM operators (the children
   already tried from a parent with their fates, and the run's lessons note);
+- ``Trial``, ``Workbench``: an agent operator's trial of a draft on the first evaluation stage;
 - ``ChatClient``, ``Completion`` and the ``LLMError`` family: what a plug-in may
   ask of the run's model client and what it gets back;
 - ``Item``, ``Described``, ``Descriptor``: what a descriptor reads, returns and is;
@@ -197,6 +198,7 @@ class PromptContext:
     # asks before each call beyond its first (debug rounds). None: no extra calls.
     reserve_call: Callable[[], bool] | None = None
     memory: RunMemory | None = None  # the run's memory (``qd.memory``); None: shown nothing
+    workbench: Workbench | None = None  # runs drafts on the first stage (``agent``'s trials); None: none
 
 
 def sample_index(child: int, attempt: int = 0, stream: int = 0) -> int:
@@ -359,6 +361,11 @@ class Evaluator(abc.ABC):
     @abc.abstractmethod
     async def __call__(self, genomes: Any) -> Any: ...
 
+    async def first_stage(self, genomes: Any) -> Any:
+        """The cheapest evaluation it offers (an agent's trial, ``Workbench``): a cascade's
+        first stage; by default the whole evaluation."""
+        return await self(genomes)
+
     def close(self) -> None:
         """Stops what it started (worker processes, the sandbox); by default nothing."""
 
@@ -388,3 +395,28 @@ class TextOperator(Operator, abc.ABC):
     async def __call__(
         self, parents: list[Parent], inspirations: list[Parent], context: PromptContext
     ) -> list[Child]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Trial:
+    """A draft run on the first evaluation stage: what an agent operator's ``trial`` tool shows.
+
+    ``feedback`` holds the evaluator's error and output tails, as a parent's does.
+    """
+
+    valid: bool
+    fitness: float  # NaN where it did not score
+    metrics: dict | None = None
+    feedback: str | None = None
+
+
+class Workbench(Protocol):
+    """Where an agent operator tries a draft before it submits a child (``PromptContext.workbench``).
+
+    The run stores every trial as a candidate of its own (never placed in the archive) and
+    counts it against ``runner.max_evaluations``, so a trial is paid for like any evaluation.
+    """
+
+    async def trial(self, text: str) -> Trial | None:
+        """``text`` run on the first evaluation stage; None when the budgets leave no evaluation."""
+        ...

@@ -207,9 +207,16 @@ class StagedEvaluator(Evaluator):
         self.runner.close()
 
     async def __call__(self, texts: list[str]) -> Evaluation:
-        scored = (
-            [await self._one(texts[0])] if len(texts) == 1 else await asyncio.gather(*map(self._one, texts))
-        )
+        return await self._evaluate(texts, len(self.task.stages))
+
+    async def first_stage(self, texts: list[str]) -> Evaluation:
+        """The cascade's first stage only (an agent's trial: ``qd.workbench``)."""
+        return await self._evaluate(texts, 1)
+
+    async def _evaluate(self, texts: list[str], stages: int) -> Evaluation:
+        """``texts`` through the first ``stages`` stages of the cascade."""
+        one = functools.partial(self._one, stages=stages)
+        scored = [await one(texts[0])] if len(texts) == 1 else await asyncio.gather(*map(one, texts))
         dim = self.task.descriptor_dim
         descriptor = np.asarray([_descriptor(s, dim) for s, _, _ in scored], np.float32)  # may invalidate
         return Evaluation(
@@ -223,11 +230,11 @@ class StagedEvaluator(Evaluator):
             traces=[trace for _, _, trace in scored] if self.client is not None else None,
         )
 
-    async def _one(self, text: str) -> tuple[Scored, float, list[dict]]:
+    async def _one(self, text: str, stages: int) -> tuple[Scored, float, list[dict]]:
         outputs: list[Any] = []
         trace: list[dict] = []
         scored, seconds, spent = None, 0.0, (0, 0)  # model calls and tokens of the stages so far
-        for i, stage in enumerate(self.task.stages):
+        for i, stage in enumerate(self.task.stages[:stages]):
             if i and (
                 not scored.valid
                 or (stage.threshold is not None and scored.fitness < stage.threshold)

@@ -178,10 +178,11 @@ class Engine:
     async def _commit(self, proposals: list[Proposal]) -> None:
         """place -> store -> insert -> record -> strategy -> report for one wave, then upkeep."""
         calls, batches = Ledger.merged(p.calls for p in proposals), self.state.counters.batches
-        reserved, proposals = sum(p.reserved for p in proposals), [p for p in proposals if p.candidates]
+        reserved, trials = sum(p.reserved for p in proposals), sum(p.trials for p in proposals)
+        proposals = [p for p in proposals if p.candidates]
         candidates = [c for p in proposals for c in p.candidates]
         if not candidates:
-            return self.spending.commit(0, reserved, calls)
+            return self.spending.commit(0, reserved, calls, trials)
         self.state, offers = self.placement.offers(candidates, self.state)
         spec, tiebreak = self.placement.spec(self.state), self.parts.tiebreak
         if tiebreak is not None:  # before storing: a win is part of the candidate's record
@@ -189,7 +190,7 @@ class Engine:
             await self.spending.counted(settled, self.store)
         # Stored before it counts; SQLite releases the GIL, so proposals in flight run meanwhile.
         ids = np.asarray(await asyncio.to_thread(self.store.add, candidates, calls.rows()))
-        self.spending.commit(len(ids), reserved, calls)
+        self.spending.commit(len(ids), reserved, calls, trials)
         a, result = archive.insert(spec, self.state.archive, *offers.columns(ids))
         self.elites.enter(offers.island, result, candidates)
         self.proposer.committed(candidates)

@@ -239,15 +239,15 @@ def _splits(splits: Sequence[float] | None) -> dict[str, Any]:
 
 
 def _operators(names: Sequence[str]) -> list[str]:
-    """The LLM operators by name, each known (``operators.check_llm_operator``)."""
-    from operators import check_llm_operator
+    """The LLM operators by name, each known (``operators.check_text_operator``)."""
+    from operators import check_text_operator
 
     names = [names] if isinstance(names, str) else list(names)
     if not names:
         raise ConfigError("operators", "is empty", "name at least one, e.g. ('rewrite',)")
     for name in names:
         try:
-            check_llm_operator(name)
+            check_text_operator(name)
         except ConfigError as e:
             raise ConfigError("operators", e.problem, e.fix) from None
     return names

@@ -60,6 +60,9 @@ _LLM_PARAMS = (
     "fallback_to_rewrite",
     "templates",
     "debug_rounds",
+    "max_steps",
+    "max_trials",
+    "max_conversation_tokens",
 )
 
 
@@ -561,10 +564,10 @@ def _operator_params(o: DictConfig, task: Any, genome: Any) -> dict[str, Any]:
         from operators import check_numeric_operator
 
         return check_numeric_operator(o.name, **{k: o[k] for k in _NUMERIC_PARAMS})
-    from operators import check_llm_operator
+    from operators import check_text_operator
 
     params = OmegaConf.to_container(o, resolve=True)
-    return check_llm_operator(o.name, genome=genome, **{k: params[k] for k in _LLM_PARAMS})
+    return check_text_operator(o.name, genome=genome, **{k: params[k] for k in _LLM_PARAMS})
 
 
 __all__ = ["DescriptorSpace", "LLMPlan", "LocalServer", "OperatorEntry", "Plan", "compose", "plan"]

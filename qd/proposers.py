@@ -35,6 +35,7 @@ from qd.llm import Ledger, tally
 from qd.search import select
 from qd.search.gate import rejected, reuse
 from qd.task import evaluating_children
+from qd.workbench import TrialBench
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +159,8 @@ class Proposal:
     ``parents`` is i64[B, 2]: (island, cell) of each candidate's first parent, -1
     for founders; ``instructions`` the meta instruction id behind each candidate;
     ``fits`` the describer fit it was described under (None if unfitted);
-    ``reserved`` the budget units it held (children and gate resamples).
+    ``reserved`` the budget units it held (children and gate resamples); ``trials`` the trial
+    evaluations it held (an agent operator's, ``qd.workbench``).
     """
 
     candidates: list[Candidate]
@@ -168,6 +170,7 @@ class Proposal:
     reserved: int
     fits: int | None = None
     calls: Ledger = dataclasses.field(default_factory=Ledger)  # its LLM calls, committed with it
+    trials: int = 0
 
 
 class Proposer(Protocol):
@@ -257,10 +260,11 @@ class Draft:
     rejection: dict[str, Any] | None = None  # the candidate's fields when the novelty gate turned it away
     resample: bool = False  # asked again after a rejection (an extra LLM call)
     extra_calls: int = 0  # calls its operator reserved beyond the first (debug rounds), released at commit
+    trial: dict[str, Any] | None = None  # an agent's trial: its candidate's fields (``qd.workbench``)
 
     @property
     def usable(self) -> bool:
-        return self.child.text is not None and self.rejection is None
+        return self.child.text is not None and self.rejection is None and self.trial is None
 
 
 def as_parent(candidate: Candidate) -> Parent:
@@ -356,6 +360,7 @@ class TextProposer:
             reserved,
             fits,
             calls,
+            sum(d.trial is not None for d in drafts),
         )
 
     async def _evaluate(self, island: int, drafts: list[Draft], shown: Shown | None) -> list[Candidate]:
@@ -375,8 +380,8 @@ class TextProposer:
         out = []
         for j, d in enumerate(drafts):
             child, k = d.child, at.get(j)
-            if d.rejection is not None:
-                fields = d.rejection
+            if d.rejection is not None or d.trial is not None:
+                fields = d.rejection or d.trial
             elif j in originals:  # an exact duplicate: the stored evaluation, not a new one
                 fields = reuse(originals[j])
             elif j in dup.earlier:
@@ -450,6 +455,7 @@ class TextProposer:
             return ok
 
         for attempt in range(1 + (self.gate.resample if self.gate is not None else 0)):
+            bench = TrialBench(self.evaluator, self.spending, f"{arm.operator.name}>trial")
             context = PromptContext(
                 task=self.task.description,
                 language=self.genome.language,
@@ -459,15 +465,16 @@ class TextProposer:
                 model=arm.model,
                 instruction=instruction.text if instruction else None,
                 reserve_call=reserve_call,
+                workbench=bench,
             )
             failed = False
             try:
                 answers = await arm.operator(parents, shown.inspirations[j], context)
             except LLMError as err:  # this child fails; a client that is down stops the run
                 answers, failed = [Child.unanswered(arm.operator.name, str(err))], True
-            drafts += [
-                Draft(c, ids, instruction.id if instruction else None, resample=attempt > 0) for c in answers
-            ]
+            shown_id = instruction.id if instruction else None
+            drafts += [Draft(c, ids, shown_id, trial=fields) for c, fields in bench.tried]
+            drafts += [Draft(c, ids, shown_id, resample=attempt > 0) for c in answers]
             if (
                 failed
                 or not await self._gate(drafts[-len(answers) :], parents, shown.elites)

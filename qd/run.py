@@ -51,9 +51,9 @@ def build_operators(p: Plan, client: Any = None) -> list[tuple[Any, float]]:
             lower, upper = getattr(p.task, "genome_bounds", (-np.inf, np.inf))
             ops.append((make_numeric_operator(o.name, lower, upper, **o.params), o.weight))
         else:
-            from operators import LLMOperator
+            from operators import build_text_operator
 
-            ops.append((LLMOperator(client=client, **o.params), o.weight))
+            ops.append((build_text_operator(client, o.params), o.weight))
     return ops
 
 

@@ -58,6 +58,7 @@ from qd.contract import Cache, Candidate, ConfigError
 CACHE_KIND = "evaluated"
 REUSED = "reused"  # artifacts key: the store id whose evaluation a candidate copied
 SIMILARITY = "gate_similarity"  # metrics key: the cosine that got a candidate rejected
+TRIAL = "trial"  # artifacts key: an agent's trial, run on the first evaluation stage only (never placed)
 AGAINST = ("elites", "parents")
 _WORDS = re.compile(r"\w+|[^\w\s]")  # BLEU's tokens: words and punctuation marks
 # float32 unit vectors of identical inputs can differ by ~1e-7 in their dot product.
@@ -127,8 +128,10 @@ class DuplicateIndex:
 
 
 def evaluated(candidate: Candidate) -> bool:
-    """Whether ``candidate``'s evaluation is its own: not copied (``reuse``), not gate-rejected."""
-    return REUSED not in (candidate.artifacts or {}) and SIMILARITY not in (candidate.metrics or {})
+    """Whether ``candidate``'s evaluation is its own and whole: not copied (``reuse``), not
+    gate-rejected, not a trial (one stage)."""
+    artifacts = candidate.artifacts or {}
+    return REUSED not in artifacts and TRIAL not in artifacts and SIMILARITY not in (candidate.metrics or {})
 
 
 def reuse(source: Candidate) -> dict[str, Any]:

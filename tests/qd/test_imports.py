@@ -66,6 +66,7 @@ LAYERS = (
         "qd.report",
         "qd.placement",
         "qd.proposers",
+        "qd.workbench",
     },
     {"qd.loop", "qd.device"},
     {

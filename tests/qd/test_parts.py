@@ -49,6 +49,21 @@ def test_spending_resample_reserves_a_call_only_while_room_and_not_stopping():
     assert not free.try_reserve_call() and math.isinf(free.calls_left())
 
 
+def test_spending_trial_holds_an_evaluation_and_its_calls_until_its_proposal_commits():
+    s = Spending(
+        Budget(max_evaluations=4, max_llm_calls=5), 0, Ledger(), calls_per_child=2, calls_per_trial=1
+    )
+    s.reserve(1)
+    assert s.try_reserve_trial() and s.try_reserve_trial() and s.trials == 2
+    assert s.size(64) == 0 and s.calls_left() == 1  # 4 - 1 child - 2 trials; 5 - 2 - 2
+    assert s.try_reserve_trial() and not s.try_reserve_trial()  # no evaluation left
+    s.commit(4, reserved=1, calls=_calls(1), trials=3)
+    assert (s.evaluations, s.reserved, s.trials) == (4, 0, 0) and not s.try_reserve_trial()
+    stopping = Spending(Budget(), 0, Ledger(), calls_per_child=1)
+    stopping.stop()
+    assert not stopping.try_reserve_trial()
+
+
 def test_spending_exhausted_by_time_tokens_or_cost():
     s = Spending(Budget(max_seconds=5, max_tokens=100), 0, Ledger(), 1)
     assert not s.exhausted(4.9, None)
