@@ -162,3 +162,30 @@ class _Cache:
 
     def put(self, kind, values):
         self.kinds.setdefault(kind, {}).update(values)
+
+
+@pytest.mark.slow
+def test_the_longest_prompt_of_a_smollm2_run_with_memory_fits_its_context(tmp_path, llama_server):
+    """Prompt and answer tokens as the server counted them (the ledger's), per call, within the
+    embedded model's 2,048-token context, with the memory block in the prompts."""
+    cfg = compose(
+        [
+            "experiment=function_fit",
+            "llm.provider=server",
+            f"llm.base_url={llama_server.base_url}",
+            f"llm.models=[{{name: {llama_server.model}}}]",
+            "llm.api_key_env=null",
+            "runner.progress=false",
+            "runner.max_llm_calls=12",
+            "runner.in_flight=2",
+            "memory=on",
+            "memory.lessons_every=3",
+        ]
+    )
+    summary = run_engine(build_engine(cfg, tmp_path))
+    calls = [c for c in stored(tmp_path) if c.model is not None]
+    shown = sum("Recent children of this program" in c.prompt for c in calls)
+    longest = max(c.tokens_in + c.tokens_out for c in calls)
+    print(f"calls {len(calls)}, with the block {shown}, longest prompt + answer {longest} tokens")
+    assert summary["llm"]["failed_calls"] == 0 and summary["llm"]["per_role"]["meta"]["calls"] >= 1
+    assert shown >= 3 and longest <= 2048, (shown, longest)
