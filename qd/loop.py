@@ -247,8 +247,7 @@ class Engine:
 
     async def _upkeep(self, before: int) -> None:
         """A rotation or refit (each rebuilds and checkpoints), else a scheduled checkpoint (every
-        ``checkpoint_every`` proposals committed; ``before`` were before this wave); then the LLM
-        turns outside any proposal: a meta evolution, a lessons note (``qd.lessons``)."""
+        ``checkpoint_every`` proposals committed; ``before`` were before this wave); ``due_turns``."""
         if self.placement.rotation_due(self.state):
             self._rebuilt(*self.placement.rotate(self.store, self.state))
         elif self.placement.refit_due(self.state):
