@@ -89,7 +89,6 @@ def test_the_lessons_call_is_ledgered_under_meta_and_stored_with_its_cost(memory
     assert any(f"Lessons from this run: {NOTE}" in r["messages"][-1]["content"] for r in later)
 
 
-@pytest.mark.slow
 def test_a_rerun_from_the_cache_replays_memory_exactly(memory_run, server, tmp_path):
     path, _ = memory_run
     asked = len(server.requests)
@@ -104,7 +103,6 @@ def test_a_rerun_from_the_cache_replays_memory_exactly(memory_run, server, tmp_p
     assert fingerprint(path / "a") == fingerprint(tmp_path / "b")
 
 
-@pytest.mark.slow
 def test_a_resumed_run_rebuilds_the_memory_it_had_and_shows_it(server, tmp_path):
     first = build_engine(memory_config(server.base_url, "runner.max_llm_calls=12"), tmp_path)
     live = first.parts.proposer.memory
