@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 from string import Template
 from typing import Any
@@ -40,6 +39,7 @@ from genomes.answers import MalformedAnswer
 from genomes.builtin import PROGRAM
 from operators.code import layout
 from operators.llm import _FIELDS, _RULES, _clip, _metrics, load_templates, whole_child
+from operators.recall import CHARS_PER_TOKEN, attempt_line
 from qd.contract import ChatClient, Child, ConfigError, Parent, PromptContext, TextOperator, sample_index
 
 NAME = "agent"
@@ -102,6 +102,7 @@ class AgentOperator(TextOperator):
     max_steps: int = 4
     max_trials: int = 1
     max_conversation_tokens: int = 1500
+    memory_tokens: int = 300  # cap of the failed-siblings answer (the run-memory block's cap)
 
     async def __call__(
         self, parents: list[Parent], inspirations: list[Parent], context: PromptContext
@@ -209,12 +210,10 @@ class AgentOperator(TextOperator):
         failed = [a for a in memory.children(parent.id, _SIBLINGS) if a.fate != "kept"] if memory else []
         if not failed:
             return "No failed earlier changes to this parent are known."
-        return "\n".join(
-            f"- {a.operator}: {a.fate}"
-            + (f" ({a.reason})" if a.reason else "")
-            + ("" if math.isnan(a.fitness) else f", score {a.fitness:.6g}")
-            for a in failed
-        )
+        lines = [attempt_line(a) for a in failed]
+        while len(lines) > 1 and len("\n".join(lines)) > self.memory_tokens * CHARS_PER_TOKEN:
+            lines.pop()  # the oldest first
+        return "\n".join(lines)
 
     def _show(self, label: str, p: Parent, feedback: bool) -> str:
         notes = p.feedback.strip() if feedback and p.feedback else ""
@@ -279,14 +278,15 @@ def check_agent_operator(
     max_steps: int | None = None,
     max_trials: int | None = None,
     max_conversation_tokens: int | None = None,
+    memory_tokens: int = 300,
 ) -> dict[str, Any]:
     """The agent operator's settings, checked: the :class:`AgentOperator` fields except ``client``
     (None: the defaults, 2 inspirations, 4 steps, 1 trial, 1500 tokens: a 2,048-token context).
 
     Raises:
         ConfigError: a bad template (``operators.llm.load_templates``), ``max_steps`` outside
-            1..64, ``max_trials`` < 0, ``num_inspirations`` < 0, or ``max_conversation_tokens``
-            too small for the opening message and one tool result.
+            1..64, ``max_trials`` or ``memory_tokens`` < 0, ``num_inspirations`` < 0, or
+            ``max_conversation_tokens`` too small for the opening message and one tool result.
     """
     defaults = AgentOperator.__dataclass_fields__
     steps = defaults["max_steps"].default if max_steps is None else max_steps
@@ -299,6 +299,8 @@ def check_agent_operator(
         raise ConfigError("max_steps", f"must be in 1..{MAX_STEPS}, got {steps}")
     if trials < 0:
         raise ConfigError("max_trials", f"must be >= 0, got {trials}")
+    if memory_tokens < 0:
+        raise ConfigError("memory_tokens", f"must be >= 0, got {memory_tokens}")
     if shows < 0:
         raise ConfigError("num_inspirations", f"must be >= 0, got {shows}")
     if cap < 4 * _MIN_ROOM:
@@ -315,6 +317,7 @@ def check_agent_operator(
         max_steps=steps,
         max_trials=trials,
         max_conversation_tokens=cap,
+        memory_tokens=memory_tokens,
     )
 
 

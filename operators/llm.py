@@ -40,6 +40,7 @@ from genomes.answers import MalformedAnswer, extract_code
 from genomes.builtin import PROGRAM
 from operators.code import layout, rebuild
 from operators.diff import DiffError, apply_diff, parse_diff
+from operators.recall import memory_block
 from qd.contract import ChatClient, Child, ConfigError, LLMError, Parent, PromptContext, TextOperator
 
 PROMPTS = Path(__file__).parent / "prompts"
@@ -49,8 +50,9 @@ _INSPIRATION_CHARS = 1200  # per inspiration's code
 _SUMMARY_CHARS = 120  # per design in meta_agent's archive list
 
 # template name -> (placeholders it must use, placeholders it may use). ``$instruction`` is
-# "" or one line ending in a newline (``Instruction: ...\n``): put it at the start of a line.
-_COMMON = {"task", "language", "noun", "rules", "instruction"}
+# "" or one line ending in a newline (``Instruction: ...\n``), ``$memory`` "" or the run-memory
+# block's lines ending in a newline (``operators.recall``): put each at the start of a line.
+_COMMON = {"task", "language", "noun", "rules", "instruction", "memory"}
 _FIELDS: dict[str, tuple[set[str], set[str]]] = {
     "system": (set(), {"language", "noun"}),
     "program": ({"code"}, {"label", "score", "metrics", "feedback", "language", "code"}),
@@ -132,6 +134,7 @@ class LLMOperator(TextOperator):
     fallback_to_rewrite: bool = True
     genome: GenomeKind = PROGRAM
     debug_rounds: int = 0
+    memory_tokens: int = 300  # cap of the run-memory block (``PromptContext.memory``) in tokens
 
     async def __call__(
         self, parents: list[Parent], inspirations: list[Parent], context: PromptContext
@@ -265,6 +268,7 @@ class LLMOperator(TextOperator):
             "noun": noun,
             "rules": rules,
             "instruction": f"Instruction: {instruction}\n" if instruction else "",
+            "memory": memory_block(context.memory, parents, self.memory_tokens, noun),
         }
         if kind == "crossover":
             fields["parents"] = "\n\n".join(
@@ -322,6 +326,7 @@ def check_llm_operator(
     fallback_to_rewrite: bool = True,
     genome: GenomeKind = PROGRAM,
     debug_rounds: int = 0,
+    memory_tokens: int = 300,
 ) -> dict[str, Any]:
     """An LLM operator's settings, checked: the :class:`LLMOperator` fields except ``client``.
 
@@ -332,7 +337,7 @@ def check_llm_operator(
     Raises:
         ConfigError: ``name: unknown operator ...``, a bad template (see ``load_templates``),
             ``num_inspirations`` < 1 for an operator that shows inspirations, a diff on a
-            data kind, or ``debug_rounds`` < 0; fields are relative to the operator entry
+            data kind, or ``debug_rounds`` or ``memory_tokens`` < 0; fields are relative to the operator entry
             (a builder puts them under ``operators.mix[i]``).
     """
     if name not in _SHAPES:
@@ -348,6 +353,8 @@ def check_llm_operator(
         )
     if debug_rounds < 0:
         raise ConfigError("debug_rounds", f"must be >= 0, got {debug_rounds}")
+    if memory_tokens < 0:
+        raise ConfigError("memory_tokens", f"must be >= 0, got {memory_tokens}")
     return dict(
         name=name,
         num_parents=_SHAPES[name],
@@ -358,6 +365,7 @@ def check_llm_operator(
         fallback_to_rewrite=fallback_to_rewrite,
         genome=genome,
         debug_rounds=debug_rounds,
+        memory_tokens=memory_tokens,
     )
 
 

@@ -17,11 +17,11 @@ each ``commit`` event of ``events.jsonl`` (``qd.events``) as it is written:
 benchmarks and notebooks follow a run through it instead of patching the engine.
 
 ``build`` also takes the parts themselves, with no config at all: a task object, an archive
-spec, operators (built, or names of LLM operators), an LLM client, a budget and the driver's
-settings (``qd.assembly.Settings``); what is not given gets the defaults the experiments use
-(MAP-Elites, the task's own evaluation: in process for a numeric task, its ``host_entry`` on
-the host or its ``sandbox_entry`` in the sandbox for a text task). Such a run uses the host
-loop; the device loop is built from a config.
+spec, operators (built, or names of LLM operators), an LLM client, a budget, the driver's
+settings (``qd.assembly.Settings``) and run memory (``qd.memory.MemorySettings``); what is not
+given gets the defaults the experiments use (MAP-Elites, the task's own evaluation: in process
+for a numeric task, its ``host_entry`` on the host or its ``sandbox_entry`` in the sandbox for a
+text task). Such a run uses the host loop; the device loop is built from a config.
 
     run = qd.build(run_dir="runs/mine", task=MyTask(), spec=qd.archive.GridSpec((10,), (0.0,), (1.0,)),
                    llm=client, operators=["rewrite"], budget=qd.Budget(max_llm_calls=40))
@@ -39,6 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 from qd.assembly import Run, Settings
 from qd.budget import Budget
 from qd.contract import Candidate
+from qd.memory import MemorySettings
 from qd.paths import conf_dir
 from qd.plan import compose, plan
 
@@ -59,6 +60,7 @@ def build(
     strategy: Any = None,
     budget: Budget = Budget(),
     settings: Settings = Settings(),
+    memory: MemorySettings = MemorySettings(),
 ) -> Run:
     """The run ``qd-run`` would make of ``cfg`` in ``run_dir`` (a resume if it holds one), or,
     with no ``cfg``, the run of the parts given (see the module doc).
@@ -85,6 +87,7 @@ def build(
         strategy=strategy,
         budget=budget,
         settings=settings,
+        memory=memory,
         on_commit=on_commit,
     )
 
@@ -113,7 +116,7 @@ def _run_of_parts(
     if text and llm is None:
         raise TypeError("qd.build: a text task needs llm= (a qd.llm.LLMClient, or a ChatClient to wrap)")
     client = client_of(llm, run_dir) if text else None
-    ops = _operators(task, operators, client)
+    ops = _operators(task, operators, client, parts["memory"].max_tokens)
     evaluator = evaluator if evaluator is not None else _evaluator(task, client)
     _save_geometry(run_dir, task, spec, ops, parts["settings"])
     engine = Engine(
@@ -157,17 +160,17 @@ def client_of(llm: Any, run_dir: Path) -> Any:
     return LLMClient(settings, transport=ChatTransport(llm))
 
 
-def _operators(task: Any, operators: list[Any] | None, client: Any) -> list[Any]:
+def _operators(task: Any, operators: list[Any] | None, client: Any, memory_tokens: int) -> list[Any]:
     """(operator, weight) pairs: built operators as given, names built (LLM operators on the run's
-    client for text tasks, numeric ones within the task's bounds); the default: one rewrite or
-    one Gaussian operator."""
+    client for text tasks, their run-memory block capped at ``memory_tokens``; numeric ones within
+    the task's bounds); the default: one rewrite or one Gaussian operator."""
     from operators import make_numeric_operator, make_text_operator
 
     def made(op: Any) -> Any:
         if not isinstance(op, str):
             return op
         if client is not None:
-            return make_text_operator(op, client)
+            return make_text_operator(op, client, memory_tokens=memory_tokens)
         # a numeric operator by name takes the settings of its config (conf/operators/NAME.yaml)
         params = OmegaConf.to_container(OmegaConf.load(conf_dir() / "operators" / f"{op}.yaml").mix[0])
         params = {k: v for k, v in params.items() if k not in ("name", "weight")}

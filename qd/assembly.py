@@ -25,7 +25,9 @@ from qd.budget import Budget, Spending
 from qd.elite_table import EliteTable
 from qd.errors import CheckpointError
 from qd.events import EventLog
+from qd.lessons import LessonsWriter
 from qd.llm import Ledger
+from qd.memory import ChildMemory, MemorySettings
 from qd.placement import Placement
 from qd.proposers import TextProposer, VectorProposer
 from qd.report import Report
@@ -117,6 +119,7 @@ class Parts:
     state: run_state.RunState
     checkpoints: Path
     meta: Any = None
+    lessons: Any = None  # qd.lessons.LessonsWriter, or None
     tiebreak: Any = None
     on_commit: Callable[[dict], Any] | None = None
 
@@ -142,6 +145,7 @@ def assemble(
     strategy: Strategy = Strategy(),
     budget: Budget = Budget(),
     settings: Settings = Settings(),
+    memory: MemorySettings = MemorySettings(),
     on_commit: Callable[[dict], Any] | None = None,
 ) -> Parts:
     """A run's parts in ``run_dir``, resumed from its checkpoint and store if it holds a run.
@@ -156,6 +160,7 @@ def assemble(
             descriptors). Its ``dim`` must match ``spec``.
         strategy: islands, selection, scheduler, meta-prompts, novelty gate, cyclic objectives
             and tie judge (``qd.search.strategy``; the default is plain MAP-Elites).
+        memory: run memory (``qd.memory``): what text tasks' LLM prompts show of the run's past.
         on_commit: called with each ``commit`` event (``qd.events``) as it is written.
     """
     arms, weights = arms_of(operators)
@@ -187,6 +192,7 @@ def assemble(
     spending = Spending(
         budget, store.count(kind=task.kind), spent, per_child if text else 0, evaluator.model_calls
     )
+    recall, lessons = _memory(memory, store, task) if text and memory.on else (None, None)
     proposer = (
         TextProposer(
             task,
@@ -198,6 +204,7 @@ def assemble(
             duplicates=DuplicateIndex(ports.cache),
             gate=gate,
             meta=meta,
+            memory=recall,
             batch_size=s.batch_size,
         )
         if text
@@ -225,9 +232,24 @@ def assemble(
         state=state,
         checkpoints=run_dir / layout.CHECKPOINTS,
         meta=meta,
+        lessons=lessons,
         tiebreak=tiebreak,
         on_commit=on_commit,
     )
+
+
+def _memory(settings: MemorySettings, store: Store, task: Any) -> tuple[ChildMemory, LessonsWriter | None]:
+    """The run's memory, rebuilt from the store (a resumed run remembers what it had committed),
+    and the writer of its lessons note (None: ``lessons_every`` 0)."""
+    import genomes
+
+    ports = store.ports()
+    memory = ChildMemory(ports.cache, settings.children)
+    memory.rebuild(store.iter(), task.kind)
+    if settings.lessons_every <= 0:
+        return memory, None
+    noun = genomes.of_task(task).noun
+    return memory, LessonsWriter(memory, ports.log, settings.lessons_every, settings.model, noun)
 
 
 def _resumed(

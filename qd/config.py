@@ -290,6 +290,16 @@ class MetaConf:
 
 
 @dataclasses.dataclass
+class MemoryConf:
+    """Run memory (``qd.memory``): what LLM operators' prompts show of the run's past."""
+
+    children: int = number(0, ge=0)  # recent children shown per parent, with their fates (0 = off)
+    lessons_every: int = number(0, ge=0)  # commits between two lessons notes (0 = off)
+    max_tokens: int = number(300, ge=0)  # cap of the memory block in a prompt, in tokens
+    model: Optional[str] = None  # model that writes the lessons note; None = the run's
+
+
+@dataclasses.dataclass
 class GateConf:
     enabled: bool = False  # skip evaluating children too similar to their island's elites or parent
     # Cosine at or above which a child is rejected (1: MiniLM cannot tell them apart).
@@ -471,6 +481,7 @@ class Config:
     select: SelectConf = dataclasses.field(default_factory=SelectConf)
     scheduler: SchedulerConf = dataclasses.field(default_factory=SchedulerConf)
     meta: MetaConf = dataclasses.field(default_factory=MetaConf)
+    memory: MemoryConf = dataclasses.field(default_factory=MemoryConf)
     gate: GateConf = dataclasses.field(default_factory=GateConf)
     cycle: CycleConf = dataclasses.field(default_factory=CycleConf)
     tiebreak: TiebreakConf = dataclasses.field(default_factory=TiebreakConf)

@@ -26,6 +26,8 @@ Every line has ``v`` (the schema version, 1), ``event`` (its kind) and ``time``
 - ``reset`` — islands emptied for stagnation: ``islands``, ``reseeded_from``.
 - ``meta`` — an instruction mutation: ``child``, ``parent``, ``failures``, ``members``
   (``[id, uses, mean credit]``), or ``error``.
+- ``lessons`` — a run-memory lessons note (``qd.lessons``): ``id`` (its store row), ``note``, or
+  ``error``.
 - ``stop`` — a stop rule met (``qd.stop_rules``): ``rule`` (a target fitness, patience), or
   ``guard`` (the broken-evaluator guard's line).
 
@@ -43,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 VERSION = 1
-KINDS = ("commit", "refit", "rotate", "reset", "meta", "stop")
+KINDS = ("commit", "refit", "rotate", "reset", "meta", "lessons", "stop")
 
 
 class EventLog:

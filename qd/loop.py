@@ -30,7 +30,7 @@ import asyncio
 import collections
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -59,6 +59,19 @@ def should_stop(
     asked = state.stop is not None or state.done is not None
     ruled = rules.reached(state) is not None or rules.broken(state) is not None
     return asked or down or ruled or spending.exhausted(elapsed, llm.ledger if llm is not None else None)
+
+
+def due_turns(parts: Parts, batches: int) -> list[tuple[str, int, Callable[[], Awaitable[dict]]]]:
+    """The LLM turns outside any proposal due after ``batches`` commits, as (event kind, calls
+    it may make, work): a meta evolution (two calls: a hyper-mutation turn makes two), a
+    lessons note (``qd.lessons``)."""
+    meta, lessons, llm = parts.meta, parts.lessons, parts.llm
+    turns: list[tuple[str, int, Callable[[], Awaitable[dict]]]] = []
+    if meta is not None and meta.due():
+        turns.append(("meta", 2, lambda: parts.search.evolve_instructions(llm, batches, parts.settings.seed)))
+    if lessons is not None and lessons.due(batches):
+        turns.append(("lessons", 1, lambda: lessons.write(llm, batches)))
+    return turns
 
 
 class Engine:
@@ -193,7 +206,7 @@ class Engine:
         self.spending.commit(len(ids), reserved, calls, trials)
         a, result = archive.insert(spec, self.state.archive, *offers.columns(ids))
         self.elites.enter(offers.island, result, candidates)
-        self.proposer.committed(candidates)
+        self.proposer.committed(candidates, result)
         c, watch = self.state.counters, watched(self.state.watch, candidates, offers.fitness, len(proposals))
         self.state = self.state._replace(archive=a, watch=watch).count(
             last_id=int(ids[-1]), batches=c.batches + len(proposals), insertions=c.insertions + len(ids)
@@ -235,7 +248,7 @@ class Engine:
 
     async def _upkeep(self, before: int) -> None:
         """A rotation or refit (each rebuilds and checkpoints), else a scheduled checkpoint (every
-        ``checkpoint_every`` proposals committed; ``before`` were before this wave); meta evolution."""
+        ``checkpoint_every`` proposals committed; ``before`` were before this wave); ``due_turns``."""
         if self.placement.rotation_due(self.state):
             self._rebuilt(*self.placement.rotate(self.store, self.state))
         elif self.placement.refit_due(self.state):
@@ -244,15 +257,18 @@ class Engine:
             )
         elif self.state.counters.batches // (every := self.settings.checkpoint_every) > before // every:
             self._checkpoint()
-        meta = self.parts.meta
-        # (2 calls left at least: a hyper-mutation turn makes two)
-        if meta is not None and meta.due() and not self._stopping() and self.spending.calls_left() >= 2:
-            turn = self.search.evolve_instructions(self.llm, self.state.counters.batches, self.settings.seed)
-            try:
-                event = await self.spending.counted(turn, self.store)
-            finally:  # the pool's rows are not placements
-                self.state = self.state.count(last_id=self.store.last_id())
-            self.events.write("meta", event)
+        for kind, calls, work in due_turns(self.parts, self.state.counters.batches):
+            await self._turn(kind, calls, work)
+
+    async def _turn(self, kind: str, calls: int, work: Callable[[], Awaitable[dict]]) -> None:
+        """A turn of :func:`due_turns` if the budget leaves its calls; its rows are not placements."""
+        if self._stopping() or self.spending.calls_left() < calls:
+            return
+        try:
+            event = await self.spending.counted(work(), self.store)
+        finally:
+            self.state = self.state.count(last_id=self.store.last_id())
+        self.events.write(kind, event)
 
     def _rebuilt(self, state: run_state.RunState, event: dict[str, Any]) -> None:
         self.state = state._replace(stop=self.state.stop, done=self.state.done)  # (asked while it ran)

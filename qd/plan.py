@@ -40,6 +40,7 @@ from qd.budget import Budget
 from qd.config import check_ranges, register
 from qd.contract import ConfigError
 from qd.llm.plan import LLMPlan, LocalServer, plan_llm
+from qd.memory import MemorySettings, plan_memory
 from qd.paths import conf_dir
 from qd.search.build import StrategyPlan, plan_cycle, plan_strategy
 from qd.stop_rules import StopRules
@@ -138,6 +139,7 @@ class Plan:
         loop: ``host`` (the asyncio engine, ``qd.loop``) or ``device`` (``qd.device``).
         store: ``all`` (every candidate) or ``elites`` (the elites at each checkpoint).
         stop: the stop rules beside the budgets (``qd.stop_rules``; host loop).
+        memory: run memory (``qd.memory``: the ``memory`` group, checked).
     """
 
     cfg: DictConfig
@@ -155,6 +157,7 @@ class Plan:
     genome: Any = None
     eval_budget: Any = None
     stop: StopRules = StopRules()
+    memory: MemorySettings = MemorySettings()
 
 
 def plan(cfg: DictConfig) -> Plan:
@@ -205,6 +208,7 @@ def plan(cfg: DictConfig) -> Plan:
         genome=genome,
         eval_budget=eval_budget,
         stop=StopRules(r.target_fitness, r.patience, r.guard_after),
+        memory=plan_memory(cfg.memory, task.kind != "vector"),
     )
 
 

@@ -179,7 +179,7 @@ class Proposer(Protocol):
 
     def start(self, ticket: Ticket, view: ArchiveView) -> Awaitable[Proposal]: ...
 
-    def committed(self, candidates: list[Candidate]) -> None: ...
+    def committed(self, candidates: list[Candidate], result: Any) -> None: ...
 
 
 class VectorProposer:
@@ -205,7 +205,7 @@ class VectorProposer:
             genomes, name = view.genomes(t.island, cells), op.name
         return self._finish(t, op, genomes, name, parent_ids, parents)
 
-    def committed(self, candidates: list[Candidate]) -> None:
+    def committed(self, candidates: list[Candidate], result: Any) -> None:
         pass  # vector genomes are never deduplicated
 
     async def _finish(
@@ -285,6 +285,7 @@ class Shown:
     inspirations: list[list[Parent]]  # per child
     elites: list[Candidate]  # the island's elites, when the gate compares with them
     first_cells: np.ndarray  # i64[B]: cell of each child's first parent
+    memory: Any = None  # the parents' children as committed now (``qd.memory.Recalled``), or None
 
 
 class TextProposer:
@@ -298,6 +299,7 @@ class TextProposer:
         duplicates: ``qd.search.gate.DuplicateIndex`` of evaluated texts.
         store: reads the stored originals of duplicates.
         gate, meta: the novelty gate and the instruction pool, or None.
+        memory: the run's ``qd.memory.ChildMemory`` (prompts show parents' children), or None.
         batch_size: fixes each child's place in the sample-index stream.
     """
 
@@ -313,18 +315,22 @@ class TextProposer:
         store: Any,
         gate: Any = None,
         meta: Any = None,
+        memory: Any = None,
         batch_size: int = 1,
     ):
         self.task, self.arms, self.evaluator, self.placement = task, arms, evaluator, placement
         self.spending, self.duplicates, self.store = spending, duplicates, store
-        self.gate, self.meta, self.batch_size = gate, meta, batch_size
+        self.gate, self.meta, self.memory, self.batch_size = gate, meta, memory, batch_size
         self.genome = genomes.of_task(task)
 
     def start(self, ticket: Ticket, view: ArchiveView) -> Awaitable[Proposal]:
         return self._finish(ticket, None if ticket.founding else self._show(ticket, view))
 
-    def committed(self, candidates: list[Candidate]) -> None:
+    def committed(self, candidates: list[Candidate], result: Any) -> None:
+        """``result``: the archive's ``InsertResult`` for ``candidates`` (what run memory keeps)."""
         self.duplicates.remember(candidates)  # later exact duplicates reuse their evaluations
+        if self.memory is not None:
+            self.memory.committed(candidates, result.status)
 
     def _show(self, t: Ticket, view: ArchiveView) -> Shown:
         op = self.arms[t.arm].operator
@@ -334,12 +340,11 @@ class TextProposer:
             for j in range(t.size)
         ]
         gated = self.gate is not None and "elites" in self.gate.against
-        return Shown(
-            [[as_parent(view.genomes(t.island, c)) for c in row] for row in cells],
-            shown,
-            view.island_elites(t.island) if gated else [],
-            cells[:, 0],
+        parents = [[as_parent(view.genomes(t.island, c)) for c in row] for row in cells]
+        recalled = (
+            self.memory.recall(p.id for row in parents for p in row) if self.memory is not None else None
         )
+        return Shown(parents, shown, view.island_elites(t.island) if gated else [], cells[:, 0], recalled)
 
     async def _finish(self, t: Ticket, shown: Shown | None) -> Proposal:
         with tally() as calls:
@@ -466,6 +471,7 @@ class TextProposer:
                 instruction=instruction.text if instruction else None,
                 reserve_call=reserve_call,
                 workbench=bench,
+                memory=shown.memory,
             )
             failed = False
             try:

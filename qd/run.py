@@ -53,7 +53,8 @@ def build_operators(p: Plan, client: Any = None) -> list[tuple[Any, float]]:
         else:
             from operators import build_text_operator
 
-            ops.append((build_text_operator(client, o.params), o.weight))
+            params = {**o.params, "memory_tokens": p.memory.max_tokens}
+            ops.append((build_text_operator(client, params), o.weight))
     return ops
 
 
@@ -178,6 +179,7 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
             strategy=build_strategy(p.strategy),
             budget=p.budget,
             settings=settings,
+            memory=p.memory,
             on_commit=on_commit,
         )
         engine = Engine(parts)

@@ -49,6 +49,8 @@ LAYERS = (
         "qd.search",
         "qd.sandbox",
         "qd.llm",
+        "qd.memory",
+        "qd.lessons",
         "qd.task",
         "qd.shipping",
         "qd.callable_tasks",
