@@ -38,7 +38,7 @@ def memory_block(memory: RunMemory | None, parents: list[Parent], max_tokens: in
 
 def attempt_line(a: Attempt) -> str:
     """One child: its id, operator and fate (the reason, or its score against its parent's)."""
-    if a.fate in ("failed", "rejected", "duplicate"):
+    if a.fate in ("failed", "rejected", "duplicate") or (a.fate == "trial" and a.reason):
         reason = " ".join((a.reason or "no reason given").split())
         if len(reason) > _REASON_CHARS:
             reason = reason[: _REASON_CHARS - 4] + " ..."

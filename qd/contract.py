@@ -154,8 +154,9 @@ class Attempt:
     again (GEPA's "doesn't remember rejected proposals"). ``fate`` is one of
     ``failed`` (no usable answer, or its evaluation failed: ``reason`` says why),
     ``rejected`` (the novelty gate turned it away), ``duplicate`` (an exact copy of an
-    evaluated text), ``worse`` (evaluated, entered no cell) or ``kept`` (entered the
-    archive).
+    evaluated text), ``worse`` (evaluated, entered no cell), ``kept`` (entered the
+    archive) or ``trial`` (an agent's draft run on the first evaluation stage only, never
+    placed: its score, or its error in ``reason``).
     """
 
     id: int

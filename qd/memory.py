@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from qd.contract import Attempt, Cache, Candidate, ConfigError
-from qd.search.gate import REUSED, SIMILARITY
+from qd.search.gate import REUSED, SIMILARITY, TRIAL
 
 KEPT = "memory.kept"  # cache kind: ids of children that entered the archive (value b"1")
 LESSONS = "lessons"  # the ``kind`` of a lessons note's store row
@@ -79,6 +79,8 @@ def fate(c: Candidate, kept: bool) -> tuple[str, str | None]:
     """A stored child's fate (``qd.contract.Attempt.fate``) and its reason, from its row."""
     if c.text is None:
         return "failed", c.error
+    if TRIAL in (c.artifacts or {}):
+        return "trial", c.error
     if SIMILARITY in (c.metrics or {}) and not c.valid:
         return "rejected", c.error
     if REUSED in (c.artifacts or {}):

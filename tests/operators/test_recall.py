@@ -25,6 +25,10 @@ def test_lines_say_what_became_of_each_child():
     assert attempt_line(WORSE) == "- child #790 (diff): scored -3.1 vs parent -2 (worse)"
     kept = Attempt(1, "rewrite", "kept", -1.5, None)
     assert attempt_line(kept) == "- child #1 (rewrite): scored -1.5 vs parent none (kept)"
+    trial = Attempt(3, "agent>trial", "trial", -2.5, -2.0)
+    assert attempt_line(trial) == "- child #3 (agent>trial): scored -2.5 vs parent -2 (trial)"
+    broken = Attempt(4, "agent>trial", "trial", float("nan"), -2.0, "SyntaxError")
+    assert attempt_line(broken) == "- child #4 (agent>trial): trial: SyntaxError"
 
 
 def test_the_block_shows_children_newest_first_then_the_note():

@@ -13,7 +13,7 @@ from qd.contract import Candidate, ConfigError
 from qd.memory import ChildMemory, fate
 from qd.plan import compose, plan
 from qd.run import build_engine
-from qd.search.gate import REUSED, SIMILARITY
+from qd.search.gate import REUSED, SIMILARITY, TRIAL
 from qd.store import Store
 
 NOTE = "Rewrites that keep x * x pay; never raise."
@@ -131,6 +131,8 @@ def test_fates_follow_the_row_and_rings_keep_the_newest():
     memory.committed(rows, [1, 0, 0, 0, 1])
     assert [(a.id, a.fate) for a in memory.recall([0]).children(0, 5)] == [(4, "kept"), (3, "rejected")]
     assert fate(Candidate("text", 0, 1.0, None, True, "d", artifacts={REUSED: 2}), False)[0] == "duplicate"
+    trial = Candidate("text", 0, 0.7, None, False, "e", artifacts={TRIAL: "first stage"})
+    assert fate(trial, False) == ("trial", None)  # an agent's trial: never placed, not a failure
     assert memory.recall([0]).children(0, 1)[0].parent_fitness == 1.0
     assert dict(memory.tally.failures) == {"no code": 1, "gate": 1}
     assert memory.tally.operators == {"-": [4, 1]}
