@@ -129,8 +129,14 @@ def evaluating_children(parents: dict[str, list[Any]]) -> Iterator[None]:
 
 def parents_of(text: str) -> list[Any]:
     """The parents of the child ``text`` being evaluated (``qd.contract.Parent``); empty for a
-    founder or an evaluation outside a run's proposals."""
+    founder, an evaluation outside a run's proposals, or a task that does not :func:`reads_parents`."""
     return list(_PARENTS.get().get(text, ()))
+
+
+def reads_parents(task: Any) -> bool:
+    """Whether a stage of ``task``'s cascade runs only for some children (``Stage.runs_if``): the
+    one place their parents can matter, so a run sets :func:`parents_of` only for such a task."""
+    return any(stage.runs_if is not None for stage in getattr(task, "stages", ()))
 
 
 class TextTask(Protocol):

@@ -124,3 +124,11 @@ def test_bad_arguments_are_one_line_naming_the_argument(kwargs, field):
     with pytest.raises(ConfigError) as e:
         dataset_task([HALF], ROWS, "numeric", **kwargs)
     assert e.value.field == field and e.value.fix and "\n" not in str(e.value)
+
+
+def test_only_a_cascade_with_a_conditional_stage_is_told_the_childrens_parents(task):
+    from qd.callable_tasks import host_task
+    from qd.task import reads_parents
+
+    assert reads_parents(task)  # its validation stage runs only for a child that beats its parents
+    assert not reads_parents(host_task(["Be brief."], lambda candidate, llm: 1.0))
