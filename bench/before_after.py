@@ -134,7 +134,8 @@ def environment(tree: Path) -> dict[str, str]:
 # Runs a bench script as ``python SCRIPT`` would, but with the script's own folder not first on
 # sys.path and the PYTHONPATH entry taken out of this process's path: bench/llm_loop.py puts its
 # tree's root first only when the root is not on sys.path already, and behind bench/ the module
-# bench/descriptors.py would shadow the descriptors package. Its child processes keep PYTHONPATH.
+# bench/descriptors.py of a tree before its rename (now bench/descriptor_costs.py) would shadow the
+# descriptors package. Its child processes keep PYTHONPATH.
 # After the script it names the file ``import qd`` loaded, so each run proves which tree it measured.
 LAUNCHER = """
 import runpy, sys

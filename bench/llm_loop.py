@@ -85,7 +85,7 @@ from typing import Any
 # module to unpickle ``reply``, and the sandbox imports it to run ``sandbox_entry``.
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-for _p in (HERE, ROOT / "tests", ROOT):  # ROOT first: bench/descriptors.py must not shadow the package
+for _p in (HERE, ROOT / "tests", ROOT):  # ROOT first: the project's packages before any module of bench/
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 

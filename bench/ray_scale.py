@@ -74,7 +74,7 @@ def whole_runs(address: str, calls: int, root: Path) -> dict[str, float]:
     import resource
 
     # The tests' helpers after the project (tests/ has a descriptors/ folder too); and not this
-    # script's own folder, whose descriptors.py (a benchmark) would shadow the descriptors package.
+    # script's own folder: its modules are benchmarks, not the project's.
     here = Path(__file__).resolve().parent
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here] + [str(here.parent / "tests")]
     from helpers import stored, text_run, varied_program

@@ -74,7 +74,7 @@ from typing import Any
 # module for ``oe_evaluate``.
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-for _p in (HERE, ROOT):  # ROOT first: bench/descriptors.py must not shadow the package
+for _p in (HERE, ROOT):  # ROOT first: the project's packages before any module of bench/
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 

@@ -58,7 +58,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "bench"))  # after the root: bench/descriptors.py is not the package
+sys.path.append(str(ROOT / "bench"))  # after the root: the project's packages first
 
 from map_elites import BINS, DIM, RANGE, SIGMA, run_pyribs  # noqa: E402
 

@@ -48,6 +48,10 @@ MADE_BY = "qd.optimize"  # a task's ``made_by``: its evaluator is a Python calla
 SANDBOX_ENTRY = f"{Path(__file__).resolve().parent / 'sandbox' / 'evaluator_entry.py'}:run"
 FITNESS_KEYS = ("combined_score", "score")  # the first present is the fitness
 TEXT_MEASURES = ("words", "lines", "characters")
+# Where a measure of the text lands, as the experiments' archives place it; any other axis (a
+# metric of the user's, a callable, another code metric) spans [0, 1].
+TEXT_SPANS = {"words": (0.0, 200.0), "lines": (0.0, 50.0), "characters": (0.0, 1500.0)}
+CODE_SPANS = {"lines": (0.0, 50.0), "nodes": (0.0, 400.0), "constants": (0.0, 12.0)}
 Descriptor = str | Callable[[str], float]
 
 
@@ -146,16 +150,26 @@ def _seeds(seeds: Sequence[str]) -> list[str]:
 @dataclasses.dataclass(frozen=True)
 class Axes:
     """What a task's descriptor axes measure: each a metric of ``evaluate``'s dict, a measure of the
-    text computed on the host (``measures`` names those ``measure`` returns), or a callable."""
+    text computed on the host (``measures`` names those ``measure`` returns, ``spans`` where some
+    of them land), or a callable."""
 
     descriptors: tuple[Descriptor, ...]
     measure: Callable[[str], dict[str, float] | None]
     measures: tuple[str, ...]
+    spans: dict[str, tuple[float, float]]
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(
             AXIS_NAMES.get(d, d) if isinstance(d, str) else getattr(d, "__name__", "descriptor")
+            for d in self.descriptors
+        )
+
+    @property
+    def bounds(self) -> tuple[tuple[float, float], ...]:
+        """Each axis's range: a measure's span, else [0, 1]."""
+        return tuple(
+            self.spans.get(d, (0.0, 1.0)) if isinstance(d, str) and d in self.measures else (0.0, 1.0)
             for d in self.descriptors
         )
 
@@ -195,8 +209,8 @@ def _axes(descriptors: Sequence[Descriptor], code: bool) -> Axes:
             f"e.g. {measures}, a metric your evaluate returns, or a function (text) -> float",
         )
     if code:
-        return Axes(descriptors, code_metrics, METRICS)
-    return Axes(descriptors, _text_measures, TEXT_MEASURES)
+        return Axes(descriptors, code_metrics, METRICS, CODE_SPANS)
+    return Axes(descriptors, _text_measures, TEXT_MEASURES, TEXT_SPANS)
 
 
 def score_metrics(text: str, output: Any, axes: Axes, fitness_keys: Sequence[str] = FITNESS_KEYS) -> Scored:
@@ -246,6 +260,11 @@ class _CallableTask:
     @property
     def descriptor_names(self) -> tuple[str, ...]:
         return self.axes.names
+
+    @property
+    def descriptor_bounds(self) -> tuple[tuple[float, float], ...]:
+        """Where each axis lands (``qd.optimize`` places the archive over them)."""
+        return self.axes.bounds
 
     def initial(self, rng: np.random.Generator, n: int) -> list[str]:
         return [self.seeds[i % len(self.seeds)] for i in range(n)]

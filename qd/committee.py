@@ -184,13 +184,11 @@ async def measure(cfg: Any, task: Any, members: list[dict], client: Any, rule: s
 
 def _task(cfg: Any, path: Path, held_out: int) -> Any:
     """The run's task with ``held_out`` held-out problems, or a one-line refusal."""
-    from omegaconf import OmegaConf
-
     from qd.contract import ConfigError
-    from qd.task import load_task
+    from qd.task import load_task, task_params
 
     name = cfg.experiment.task
-    params = OmegaConf.to_container(cfg.experiment.params, resolve=True) or {}
+    params = task_params(cfg.experiment)
     try:
         task = load_task(name, params)
         missing = [need for need in NEEDS if not callable(getattr(task, need, None))]

@@ -160,9 +160,9 @@ class ExperimentConf:
     name: str = MISSING  # names the run directory outputs/<name>/
     task: str = MISSING  # folder in experiments/ with a task.py
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
-    # a dataset for an experiment that evolves prompts or agents (prompt_evolution, agent_design), which
-    # route these to their params: a .jsonl/.csv/.parquet file, a datasets folder or a shipped name
-    # (qd.data.load_rows); metric: how a row's output is scored (qd.data.metric_of; None: exact)
+    # a dataset for an experiment that evolves prompts or agents (prompt_evolution, agent_design): set,
+    # these go to its params (qd.task.task_params): a .jsonl/.csv/.parquet file, a datasets folder or a
+    # shipped name (qd.data.load_rows); metric: how a row's output is scored (qd.data.metric_of; None: exact)
     dataset: str | None = None
     metric: str | None = None
 

@@ -31,7 +31,7 @@ from qd import tables
 from qd.heldout import bootstrap, held_out_scores
 from qd.plan import compose
 from qd.store import Store
-from qd.task import Scored, load_task
+from qd.task import Scored, load_task, task_params
 
 
 def best_design(run_dir: Path) -> dict | None:
@@ -92,7 +92,7 @@ def main(
             if best:
                 found.append((r, best))
         cfg = compose(shared)
-        task = load_task(experiment, {**cfg.experiment.params, "held_out_items": a.held_out})
+        task = load_task(experiment, {**task_params(cfg.experiment), "held_out_items": a.held_out})
         hand = task.hand_designed()
         texts = [text for _, text in hand] + [best["text"] for _, best in found]
         client = tables.client_for(cfg, a, base_url, model)

@@ -22,7 +22,6 @@ from qd.archive import GridSpec
 from qd.config import schema
 from qd.contract import ConfigError
 from qd.paths import conf_dir
-from qd.task import descriptor_names
 
 __all__ = [
     "DESCRIBERS",
@@ -34,17 +33,6 @@ __all__ = [
 ]
 
 DESCRIBERS = ("code_metrics", "embedding")  # descriptors qd computes from the text (``descriptors/``)
-# The range of each axis a task made of ``evaluate`` reports by name (``qd.callable_tasks``: its
-# measures of a data genome's text, the AST metrics of a program's), where the experiments'
-# archives put them; a task that knows its own says ``descriptor_bounds`` (``qd.data``'s), and
-# an axis of the user's metrics spans [0, 1].
-AXIS_BOUNDS = {
-    "words": (0.0, 200.0),
-    "lines": (0.0, 50.0),
-    "characters": (0.0, 1500.0),
-    "AST nodes": (0.0, 400.0),
-    "numeric constants": (0.0, 12.0),
-}
 # a ``qd.llm.plan`` field -> the argument of ``qd.optimize`` that sets it
 _MODEL_FIELDS = {"llm.models": "model", "llm.base_url": "base_url", "llm.api_key_env": "api_key_env"}
 
@@ -112,8 +100,8 @@ def placement_of(task: Any, descriptors: Any, random_seed: int) -> tuple[Any, Gr
 
     ``code_metrics`` / ``embedding`` take their settings from ``conf/descriptor/``, as
     ``descriptor=NAME`` does. Otherwise the task places its candidates (a program by its AST
-    size and constants, a prompt by its length, ...), each axis over ``task.descriptor_bounds``
-    (else :data:`AXIS_BOUNDS`) in 10 bins.
+    size and constants, a prompt by its length, ...), each axis over the task's own
+    ``descriptor_bounds`` (``qd.callable_tasks``', ``qd.data``'s) in 10 bins.
     """
     listed = _listed(descriptors)
     named = [d for d in listed if isinstance(d, str) and d in DESCRIBERS]
@@ -124,10 +112,7 @@ def placement_of(task: Any, descriptors: Any, random_seed: int) -> tuple[Any, Gr
             "give either kind",
         )
     if not named:
-        bounds = getattr(task, "descriptor_bounds", None) or [
-            AXIS_BOUNDS.get(a, (0.0, 1.0)) for a in descriptor_names(task, task.descriptor_dim)
-        ]
-        lower, upper = zip(*bounds)
+        lower, upper = zip(*task.descriptor_bounds)
         return None, GridSpec((10,) * task.descriptor_dim, lower, upper)
     from descriptors import Combined, axis_bins, make_descriptor
     from qd import extras

@@ -44,7 +44,7 @@ from qd.memory import MemorySettings, plan_memory
 from qd.paths import conf_dir
 from qd.search.build import StrategyPlan, plan_cycle, plan_strategy
 from qd.stop_rules import StopRules
-from qd.task import load_task, task_ref
+from qd.task import load_task, task_params, task_ref
 
 register()
 
@@ -169,8 +169,7 @@ def plan(cfg: DictConfig) -> Plan:
     """
     OmegaConf.to_object(cfg)  # types and missing values
     check_ranges(cfg)  # every numeric field against its range in qd/config.py, before the cross-field checks
-    params = OmegaConf.to_container(cfg.experiment.params, resolve=True)
-    task = load_task(cfg.experiment.task, params)
+    task = load_task(cfg.experiment.task, task_params(cfg.experiment))
     cfg = as_saved(cfg, task)
     describer = _describer(cfg, task)
     cycle = plan_cycle(cfg)

@@ -34,7 +34,7 @@ from qd.evaluator import failed_batch
 from qd.llm import Ledger, tally
 from qd.search import select
 from qd.search.gate import rejected, reuse
-from qd.task import evaluating_children
+from qd.task import evaluating_children, reads_parents
 from qd.workbench import TrialBench
 
 
@@ -368,17 +368,25 @@ class TextProposer:
             sum(d.trial is not None for d in drafts),
         )
 
+    @functools.cached_property
+    def _cascade_reads_parents(self) -> bool:
+        """Decided once (a task's stages are fixed), so a run whose cascade never asks for the
+        children's parents builds no parents map per proposal."""
+        return reads_parents(self.task)
+
     async def _evaluate(self, island: int, drafts: list[Draft], shown: Shown | None) -> list[Candidate]:
         """Candidates of the drafts: stored evaluations for duplicates, the sandbox for the rest
         (a cascade may read each child's parents: ``qd.task.parents_of``)."""
         dup = self.duplicates.lookup([d.child.text if d.usable else None for d in drafts])
         originals = dict(zip(dup.stored, self.store.get(dup.stored.values())))
         todo = [j for j, d in enumerate(drafts) if d.usable and j not in dup]
-        shown_by_id = {p.id: p for ps in (shown.parents if shown is not None else []) for p in ps}
-        parents = {
-            drafts[j].child.text: [shown_by_id[i] for i in drafts[j].parent_ids if i in shown_by_id]
-            for j in todo
-        }
+        parents = {}
+        if shown is not None and self._cascade_reads_parents:
+            shown_by_id = {p.id: p for ps in shown.parents for p in ps}
+            parents = {
+                drafts[j].child.text: [shown_by_id[i] for i in drafts[j].parent_ids if i in shown_by_id]
+                for j in todo
+            }
         with evaluating_children(parents):
             ev = await self.evaluator([drafts[j].child.text for j in todo]) if todo else None
         at = {j: k for k, j in enumerate(todo)}

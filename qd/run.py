@@ -36,6 +36,7 @@ from qd.plan import Plan, as_saved, compose, plan
 from qd.report import closing_lines
 from qd.rundir import layout, write_results, written_best
 from qd.search.build import build_arms, build_strategy
+from qd.task import task_params
 
 
 def build_operators(p: Plan, client: Any = None) -> list[tuple[Any, float]]:
@@ -96,8 +97,7 @@ def _build_evaluator(p: Plan, client: Any, run_dir: Path) -> Any:
     ``p.eval_budget``."""
     r = p.cfg.runner
     if p.evaluator == "pool":
-        params = OmegaConf.to_container(p.cfg.experiment.params, resolve=True)
-        return PoolEvaluator(p.cfg.experiment.task, params, r.workers)
+        return PoolEvaluator(p.cfg.experiment.task, task_params(p.cfg.experiment), r.workers)
     if p.evaluator == "inprocess":
         return InProcessEvaluator(p.task)
     if p.evaluator == "host":
@@ -344,8 +344,7 @@ def _new_budgets(saved: DictConfig, overrides: list[str], config_dirs: list[str]
     named = [o.key_or_group for o in OverridesParser.create().parse_overrides(overrides)]
     cfg = compose(overrides, config_dirs)
     if any(k == "experiment" or k.startswith("experiment.") for k in named):  # saved with absolute paths
-        params = OmegaConf.to_container(cfg.experiment.params, resolve=True)
-        cfg = as_saved(cfg, load_task(cfg.experiment.task, params))
+        cfg = as_saved(cfg, load_task(cfg.experiment.task, task_params(cfg.experiment)))
     new, old = (_leaves(OmegaConf.to_container(c, resolve=True)) for c in (cfg, saved))
     budgets = {}
     for key in sorted(set(new) | set(old)):

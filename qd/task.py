@@ -129,8 +129,14 @@ def evaluating_children(parents: dict[str, list[Any]]) -> Iterator[None]:
 
 def parents_of(text: str) -> list[Any]:
     """The parents of the child ``text`` being evaluated (``qd.contract.Parent``); empty for a
-    founder or an evaluation outside a run's proposals."""
+    founder, an evaluation outside a run's proposals, or a task that does not :func:`reads_parents`."""
     return list(_PARENTS.get().get(text, ()))
+
+
+def reads_parents(task: Any) -> bool:
+    """Whether a stage of ``task``'s cascade runs only for some children (``Stage.runs_if``): the
+    one place their parents can matter, so a run sets :func:`parents_of` only for such a task."""
+    return any(stage.runs_if is not None for stage in getattr(task, "stages", ()))
 
 
 class TextTask(Protocol):
@@ -168,14 +174,22 @@ def task_ref(ref: str) -> str:
     return str(Path(ref).expanduser().resolve()) if is_task_file(ref) else ref
 
 
-# What an experiment routes into its params from ``experiment.dataset``/``experiment.metric``
-# (prompt_evolution, agent_design); unset (None), they are left out for a task file run under
-# that experiment whose make_task does not take them.
-ROUTED = ("dataset", "metric")
+def task_params(experiment: Any) -> dict[str, Any]:
+    """The params ``make_task`` is called with for a run's ``experiment`` config: its ``params``,
+    and ``experiment.dataset``/``experiment.metric`` only where they are set (a task that evolves
+    on a user's rows takes them: ``qd.data.task.experiment_make_task``), so a task that takes no
+    dataset is never handed them. One given in ``params`` wins: a saved run holds there its
+    dataset's path made absolute (``task.resolved_params``)."""
+    from omegaconf import OmegaConf
+
+    params = OmegaConf.to_container(experiment.params, resolve=True) or {}
+    routed = {key: experiment[key] for key in ("dataset", "metric") if experiment.get(key) is not None}
+    return {**routed, **params}
 
 
 def load_task(name: str, params: dict[str, Any]) -> Task:
-    """Imports the ``task.py`` that ``name`` (``experiment.task``) names and calls ``make_task(**params)``.
+    """Imports the ``task.py`` that ``name`` (``experiment.task``) names and calls ``make_task(**params)``
+    (a run's params: :func:`task_params`).
 
     A user's file is imported under a name derived from its resolved path, the same in
     every process (pool workers re-load the task by this name and unpickle its classes).
@@ -209,7 +223,6 @@ def load_task(name: str, params: dict[str, Any]) -> Task:
         else f"see {path}"
     )
     known = declared_params(module.make_task)
-    params = {k: v for k, v in params.items() if not (k in ROUTED and v is None and k not in (known or ()))}
     unknown = [key for key in params if known is not None and key not in known]
     if unknown:
         takes = f"its params: {', '.join(known)}" if known else "it takes none"

@@ -244,15 +244,23 @@ def cvt_run(path: Path, *overrides: str) -> Path:
     return path
 
 
-def qd_run(*args: str, cwd: Path, check: bool = True, timeout: float = 300):
+def qd_run(*args: str, cwd: Path, check: bool = True, timeout: float = 300, python: str | Path | None = None):
     """``qd-run`` as a user runs it from ``cwd``, with this checkout's qd (not an installed copy)."""
+    return run_python("-m", "qd.run", *args, cwd=cwd, check=check, timeout=timeout, python=python)
+
+
+def run_python(
+    *args: str, cwd: Path, check: bool = True, timeout: float = 300, python: str | Path | None = None
+):
+    """``python ARGS`` (this interpreter, or ``python``: another environment's) from ``cwd``, with
+    this checkout's qd first on its path; asserts it succeeded unless ``check`` is False."""
     import os
     import subprocess
     import sys
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run(
-        [sys.executable, "-m", "qd.run", *args],
+        [str(python or sys.executable), *args],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from descriptors.code_metrics import AXIS_NAMES, code_metrics
-from qd.data.task import DatasetTask, experiment_dataset_task
+from qd.data.task import experiment_make_task
 from qd.reasoning.task import ReasoningTask
 from qd.task import Scored, Stage, load_module
 
@@ -92,30 +92,4 @@ class AgentDesignTask(ReasoningTask):
         return Scored(accuracy, [per_problem, size["nodes"]], True, metrics, artifacts=artifacts)
 
 
-def make_task(
-    dataset: str | None = None,
-    metric: str | None = None,
-    input: str = "input",
-    answer: str = "answer",
-    metric_options: dict[str, Any] | None = None,
-    minibatch: int = 8,
-    splits: list[float] | None = None,
-    **params: Any,
-) -> AgentDesignTask | DatasetTask:
-    """Agent design on the generated problems; given a ``dataset`` (``experiment.dataset``), the
-    hand-designed agents evolved on its rows instead, scored by ``metric`` (``qd.data``): the
-    split and minibatch seeded by ``problem_seed``, each row timed by ``item_seconds``."""
-    if dataset is None:
-        return AgentDesignTask(**params)
-    return experiment_dataset_task(
-        [code for _, code in seeds.SEEDS],
-        "agent",
-        params,
-        dataset=dataset,
-        metric=metric,
-        input=input,
-        answer=answer,
-        metric_options=metric_options,
-        minibatch=minibatch,
-        **({"splits": splits} if splits is not None else {}),
-    )
+make_task = experiment_make_task(AgentDesignTask, [code for _, code in seeds.SEEDS], "agent")

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from descriptors.code_metrics import METRICS, code_metrics
-from qd.callable_tasks import SANDBOX_ENTRY, Axes, score_metrics
+from qd.callable_tasks import CODE_SPANS, SANDBOX_ENTRY, Axes, score_metrics
 from qd.contract import ConfigError
 from qd.task import Scored, Stage
 
@@ -85,7 +85,7 @@ class OpenEvolveTask:
                 f"e.g. [nodes, constants] (code metrics: {', '.join(METRICS)}) or your evaluator's keys",
             )
         self.descriptor_dim = len(self.descriptors)
-        self.axes = Axes(tuple(self.descriptors), code_metrics, METRICS)
+        self.axes = Axes(tuple(self.descriptors), code_metrics, METRICS, CODE_SPANS)
         # what each axis measures: a code metric's, or the evaluator's key as it is
         self.descriptor_names = self.axes.names
         self.sandbox_entry = SANDBOX_ENTRY

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from qd.data.task import DatasetTask, experiment_dataset_task
+from qd.data.task import experiment_make_task
 from qd.reasoning.task import ReasoningTask
 from qd.task import Scored, Stage, load_module
 
@@ -90,30 +90,4 @@ class PromptEvolutionTask(ReasoningTask):
         return Scored(accuracy, descriptor, True, metrics, artifacts=artifacts)
 
 
-def make_task(
-    dataset: str | None = None,
-    metric: str | None = None,
-    input: str = "input",
-    answer: str = "answer",
-    metric_options: dict[str, Any] | None = None,
-    minibatch: int = 8,
-    splits: list[float] | None = None,
-    **params: Any,
-) -> PromptEvolutionTask | DatasetTask:
-    """Promptbreeder on the generated problems; given a ``dataset`` (``experiment.dataset``), the
-    seed prompts evolved on its rows instead, scored by ``metric`` (``qd.data``): the split and
-    minibatch seeded by ``problem_seed``, the solver's answers cut at ``solver_max_tokens``."""
-    if dataset is None:
-        return PromptEvolutionTask(**params)
-    return experiment_dataset_task(
-        seeds.SEED_PROMPTS,
-        "prompt",
-        params,
-        dataset=dataset,
-        metric=metric,
-        input=input,
-        answer=answer,
-        metric_options=metric_options,
-        minibatch=minibatch,
-        **({"splits": splits} if splits is not None else {}),
-    )
+make_task = experiment_make_task(PromptEvolutionTask, seeds.SEED_PROMPTS, "prompt")

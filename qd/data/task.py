@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -277,6 +278,47 @@ _EXPERIMENT_PARAMS = {
     "solver_max_tokens": "max_tokens",
     "item_seconds": "item_seconds",
 }
+
+
+def experiment_make_task(generated: type, seeds: list[str], genome: str) -> Callable[..., Any]:
+    """The ``make_task`` of a reasoning experiment that can evolve on a user's dataset
+    (prompt_evolution, agent_design): ``generated(**params)``, the experiment's task on its
+    generated problems; given a ``dataset`` (``experiment.dataset``), its ``seeds`` evolved as
+    ``genome`` on the dataset's rows instead (:func:`experiment_dataset_task`). Its return
+    annotation names ``generated`` first, so ``qd.task.declared_params`` lists that class's
+    fields as the params it takes, beside its own keywords."""
+
+    def make_task(
+        dataset: str | None = None,
+        metric: str | None = None,
+        input: str = "input",
+        answer: str = "answer",
+        metric_options: dict[str, Any] | None = None,
+        minibatch: int = 8,
+        splits: list[float] | None = None,
+        **params: Any,
+    ) -> Any:
+        if dataset is None:
+            return generated(**params)
+        return experiment_dataset_task(
+            seeds,
+            genome,
+            params,
+            dataset=dataset,
+            metric=metric,
+            input=input,
+            answer=answer,
+            metric_options=metric_options,
+            minibatch=minibatch,
+            **({"splits": splits} if splits is not None else {}),
+        )
+
+    make_task.__annotations__["return"] = generated | DatasetTask
+    make_task.__doc__ = (
+        f"{generated.__name__} on the generated problems; given a ``dataset``, the experiment's "
+        f"seeds evolved as {genome}s on its rows, scored by ``metric`` (``qd.data``)."
+    )
+    return make_task
 
 
 def experiment_dataset_task(

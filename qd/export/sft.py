@@ -112,16 +112,14 @@ def _picked(run: RunDir, variant: str, floor: float, cap: int | None) -> Iterato
 def task_of(run: RunDir) -> Any:
     """The run's task, loaded as the run loaded it (for its description and held-out items); a
     ``qd.optimize`` run's, as it saved them (its evaluator is in no file)."""
-    from omegaconf import OmegaConf
-
     from qd.optimizer import saved_task
-    from qd.task import load_task
+    from qd.task import load_task, task_params
 
     saved = saved_task(run.path)
     if saved is not None:
         return saved
     cfg = run.config()
-    return load_task(cfg.experiment.task, OmegaConf.to_container(cfg.experiment.params, resolve=True) or {})
+    return load_task(cfg.experiment.task, task_params(cfg.experiment))
 
 
 def held_out_strings(task: Any) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from helpers import run_engine
 
 import qd
 from qd import archive
@@ -64,10 +65,7 @@ def test_a_numeric_run_from_python_objects(tmp_path):
         settings=Settings(batch_size=32, progress=False, seed=3),
     )
     assert isinstance(run, Run)
-    try:
-        summary = run.run()
-    finally:
-        run.close()
+    summary = run_engine(run)
     assert summary["evaluations"] == 256
     elites = qd.elites(tmp_path / "sphere")
     assert 1 < len(elites) <= 25
@@ -92,10 +90,7 @@ def test_a_text_run_from_python_objects_stops_at_its_call_budget(tmp_path, scrip
         budget=qd.Budget(max_llm_calls=9),
         settings=Settings(batch_size=1, in_flight=2, initial_population=2, progress=False),
     )
-    try:
-        summary = run.run()
-    finally:
-        run.close()
+    summary = run_engine(run)
     assert len(server.requests) == 9  # the budget bound the calls that reached the server
     assert summary["llm"]["calls"] == 9
     elites = qd.elites(tmp_path / "digits")
@@ -142,9 +137,6 @@ def test_a_callers_chat_client_is_wrapped_in_the_ledger_budget_and_cache(tmp_pat
         budget=qd.Budget(max_llm_calls=5),
         settings=Settings(batch_size=1, in_flight=1, initial_population=1, progress=False),
     )
-    try:
-        summary = run.run()
-    finally:
-        run.close()
+    summary = run_engine(run)
     assert chat.calls == 5 and summary["llm"]["calls"] == 5  # the budget bound the caller's client
     assert any((run_dir / "llm_cache").rglob("*"))  # and its answers are cached for a replay

@@ -9,13 +9,12 @@ import os
 import random
 import socket
 import sqlite3
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import run_engine, run_python
 
 import qd
 from descriptors.code_metrics import code_metrics
@@ -94,16 +93,7 @@ def test_an_evaluate_of_main_evolves_a_program_in_the_sandbox(tmp_path, scripted
         )
     )
     run_dir = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    done = subprocess.run(
-        [sys.executable, str(script), server.base_url, str(run_dir)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_python(str(script), server.base_url, str(run_dir), cwd=tmp_path, timeout=120)
     assert json.loads(done.stdout.splitlines()[-1]) >= 7  # the founders and six children
     elites = qd.elites(run_dir)
     assert any(e.candidate.text != "def f(x):\n    return 0.0\n" for e in elites)  # the model's entered
@@ -258,10 +248,7 @@ def test_a_host_task_gets_the_runs_budgeted_ledgered_model(tmp_path, scripted_ll
         budget=qd.Budget(max_llm_calls=12),
         settings=Settings(batch_size=1, in_flight=1, initial_population=1, progress=False),
     )
-    try:
-        summary = run.run()
-    finally:
-        run.close()
+    summary = run_engine(run)
     asked = [r for r in server.requests if "What is 2+2" in json.dumps(r)]
     assert len(server.requests) == summary["llm"]["calls"] <= 12  # evaluations' calls count in the budget
     assert len(asked) >= 2 and summary["llm"]["per_role"]["agent"]["calls"] == len(asked)
@@ -312,3 +299,14 @@ def test_bad_arguments_are_one_line_errors(make, problem):
     with pytest.raises(ConfigError) as e:
         make()
     assert str(e.value).startswith(problem) and "\n" not in str(e.value)
+
+
+def test_each_task_carries_the_range_of_its_axes():
+    def vowels(text):
+        return sum(ch in "aeiou" for ch in text)
+
+    assert code_task(["def f(x):\n    return x\n"], run_main).descriptor_bounds == ((0.0, 400.0), (0.0, 12.0))
+    program = code_task(["def f(x):\n    return x\n"], run_main, descriptors=["lines", "tokens", "error"])
+    assert program.descriptor_bounds == ((0.0, 50.0), (0.0, 1.0), (0.0, 1.0))  # a user's metric: [0, 1]
+    text = host_task(["a b"], graded, descriptors=["words", "characters", vowels, "accuracy"])
+    assert text.descriptor_bounds == ((0.0, 200.0), (0.0, 1500.0), (0.0, 1.0), (0.0, 1.0))

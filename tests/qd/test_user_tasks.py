@@ -258,3 +258,16 @@ def test_declared_params_join_own_keywords_and_the_class_params_go_to():
     own_and_passed.__annotations__["return"] = Made | Other  # (local classes: resolved here, not by name)
     assert declared_params(own_and_passed) == ["dataset", "size"]
     assert declared_params(takes_anything) is None and declared_params(takes_nothing) == []
+
+
+def test_experiment_dataset_and_metric_reach_the_params_only_when_set():
+    from qd.task import task_params
+
+    unset = OmegaConf.create({"params": {"search_items": 4}, "dataset": None, "metric": None})
+    assert task_params(unset) == {"search_items": 4}  # a task that takes no dataset loads as it is
+    given = OmegaConf.create({"params": {}, "dataset": "rows.jsonl", "metric": "numeric"})
+    assert task_params(given) == {"dataset": "rows.jsonl", "metric": "numeric"}
+    saved = OmegaConf.create(
+        {"params": {"dataset": "/abs/rows.jsonl"}, "dataset": "rows.jsonl", "metric": None}
+    )
+    assert task_params(saved) == {"dataset": "/abs/rows.jsonl"}  # as a resumed run saved it, made absolute

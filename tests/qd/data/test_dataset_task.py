@@ -124,3 +124,30 @@ def test_bad_arguments_are_one_line_naming_the_argument(kwargs, field):
     with pytest.raises(ConfigError) as e:
         dataset_task([HALF], ROWS, "numeric", **kwargs)
     assert e.value.field == field and e.value.fix and "\n" not in str(e.value)
+
+
+def test_only_a_cascade_with_a_conditional_stage_is_told_the_childrens_parents(task):
+    from qd.callable_tasks import host_task
+    from qd.task import reads_parents
+
+    assert reads_parents(task)  # its validation stage runs only for a child that beats its parents
+    assert not reads_parents(host_task(["Be brief."], lambda candidate, llm: 1.0))
+
+
+def test_an_experiments_make_task_builds_its_own_task_or_one_on_a_dataset():
+    import dataclasses
+
+    from qd.data.task import DatasetTask, experiment_make_task
+    from qd.task import declared_params
+
+    @dataclasses.dataclass
+    class Generated:
+        problem_seed: int = 0
+        search_items: int = 4
+
+    make_task = experiment_make_task(Generated, [GOOD], "prompt")
+    assert declared_params(make_task)[-2:] == ["problem_seed", "search_items"]  # seen through the factory
+    assert make_task(search_items=2) == Generated(search_items=2)
+    on_rows = make_task(dataset="arith60", metric="numeric", minibatch=3, problem_seed=5, search_items=2)
+    assert isinstance(on_rows, DatasetTask) and on_rows.seeds == [GOOD] and on_rows.genome == "prompt"
+    assert (on_rows.seed, len(on_rows.batch), on_rows.metric.name) == (5, 3, "numeric")

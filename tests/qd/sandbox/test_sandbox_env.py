@@ -2,7 +2,6 @@
 while the rest of /tmp stays private and the isolation report is the same."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -11,7 +10,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from helpers import stored
+from helpers import qd_run, run_python, stored
 from scripted_llm import Rule
 
 from qd.sandbox.isolation import kept_private, top_entry
@@ -85,40 +84,31 @@ def test_an_evaluator_imports_what_the_venv_under_tmp_holds(under_tmp, scripted_
     port = urllib.parse.urlsplit(server.base_url).port  # the evaluator tries to reach it: network off
     (project / "evaluator.py").write_text(EVALUATOR.format(port=port, planted=str(planted)))
     run_dir = under_tmp / "run"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout's qd, the venv's other packages
-    proc = subprocess.run(
-        [
-            python,
-            "-m",
-            "qd.run",
-            "experiment=openevolve",
-            "experiment.params.initial_program=initial_program.py",
-            "experiment.params.evaluator=evaluator.py",
-            "llm.provider=server",
-            f"llm.base_url={server.base_url}",
-            "llm.models=[{name: scripted}]",
-            "llm.api_key_env=null",
-            "llm.timeout_s=5",
-            "operators.mix=[{name: rewrite}]",
-            "runner.max_llm_calls=2",
-            "runner.workers=1",
-            "runner.progress=false",
-            f"hydra.run.dir={run_dir}",
-        ],
+    qd_run(  # this checkout's qd, the venv's other packages
+        "experiment=openevolve",
+        "experiment.params.initial_program=initial_program.py",
+        "experiment.params.evaluator=evaluator.py",
+        "llm.provider=server",
+        f"llm.base_url={server.base_url}",
+        "llm.models=[{name: scripted}]",
+        "llm.api_key_env=null",
+        "llm.timeout_s=5",
+        "operators.mix=[{name: rewrite}]",
+        "runner.max_llm_calls=2",
+        "runner.workers=1",
+        "runner.progress=false",
+        f"hydra.run.dir={run_dir}",
         cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
+        python=python,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
     rows = stored(run_dir)
     assert len(rows) >= 3 and all(c.valid for c in rows), [c.error for c in rows]
     assert sorted({c.fitness for c in rows}) == [1.0, 1.5]  # SCORE of the venv's package × value()
     assert all(c.metrics["sees_host_tmp"] == 0.0 and c.metrics["online"] == 0.0 for c in rows)
 
     isolation = [
-        json.loads(subprocess.run([py, "-c", ISOLATION], env=env, capture_output=True, text=True).stdout)
+        json.loads(run_python("-c", ISOLATION, cwd=Path.cwd(), python=py).stdout)
         for py in (sys.executable, python)
     ]
     assert isolation[0] == isolation[1]  # with the venv under /tmp as without it

@@ -28,9 +28,9 @@ returns a markdown section for bench/RESULTS.md; medians of repeated warm calls
 
 Usage::
 
-    python bench/descriptors.py                      # every part (~5 min on 2 cores)
-    python bench/descriptors.py --only knn
-    python bench/descriptors.py --results bench/RESULTS.md   # also write the sections
+    python bench/descriptor_costs.py                      # every part (~5 min on 2 cores)
+    python bench/descriptor_costs.py --only knn
+    python bench/descriptor_costs.py --results bench/RESULTS.md   # also write the sections
 """
 
 from __future__ import annotations
@@ -57,9 +57,9 @@ from _results import commit, versions, write_section  # noqa: E402  (bench/ is o
 
 import qd.archive as qa  # noqa: E402
 
-KNN_TITLE = "## k-NN novelty at embedding scale (bench/descriptors.py --only knn)"
-EMBED_TITLE = "## Embedding throughput (bench/descriptors.py --only embed)"
-REINSERT_TITLE = "## Re-insertion after a refit (bench/descriptors.py --only reinsert)"
+KNN_TITLE = "## k-NN novelty at embedding scale (bench/descriptor_costs.py --only knn)"
+EMBED_TITLE = "## Embedding throughput (bench/descriptor_costs.py --only embed)"
+REINSERT_TITLE = "## Re-insertion after a refit (bench/descriptor_costs.py --only reinsert)"
 
 
 def log(msg: str) -> None:
@@ -390,7 +390,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--results", type=Path, help="write each part's markdown section into this file")
     args = ap.parse_args(argv)
-    args.command = "python bench/descriptors.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    args.command = "python bench/descriptor_costs.py " + " ".join(argv if argv is not None else sys.argv[1:])
     parts = [p for p in args.only.split(",") if p]
     unknown = set(parts) - set(PARTS)
     if unknown:
