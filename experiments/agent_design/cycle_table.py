@@ -38,7 +38,7 @@ from qd import tables
 from qd.heldout import bootstrap, held_out_scores
 from qd.plan import compose
 from qd.store import Store
-from qd.task import load_task
+from qd.task import load_task, task_params
 
 ARMS = {"fixed": [], "cycleqd": ["cycle=agent_skills"]}
 FAMILIES = ("arithmetic", "knights")
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             arm: [run_summary(a.out / arm / f"seed{r['seed']}") for r in rs] for arm, rs in runs.items()
         }
         cfg = compose(shared)
-        task = load_task("agent_design", {**cfg.experiment.params, "held_out_items": a.held_out})
+        task = load_task("agent_design", {**task_params(cfg.experiment), "held_out_items": a.held_out})
         found = [(arm, i, s) for arm, ss in summaries.items() for i, s in enumerate(ss) if s["best"]]
         client = tables.client_for(cfg, a, base_url, model)
         scores = asyncio.run(held_out_scores(cfg, task, [s["best"]["text"] for _, _, s in found], client))
