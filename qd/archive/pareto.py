@@ -43,7 +43,7 @@ import numpy as np
 from qd.archive.cells import InsertResult, padded_size, unpack_result
 from qd.archive.cvt import CVTSpec
 from qd.archive.grid import GridSpec
-from qd.archive.migration import _check_topology, _targets
+from qd.archive.migration import check_topology, island_targets
 from qd.archive.state import EMPTY_ID
 from qd.contract import ConfigError
 
@@ -352,9 +352,9 @@ def migrate(
     """Copies each island's ``k`` members with the largest first objective to its targets
     (``qd.archive.TOPOLOGIES``), through the ordinary insert: a migrant joins the front
     of its own cell there, or not. Results ordered source island, target, rank."""
-    _check_topology(topology)
+    check_topology(topology)
     num_islands, num_cells, front, _ = state.objectives.shape
-    targets = _targets(key, num_islands, topology)  # [I, T]
+    targets = island_targets(key, num_islands, topology)  # [I, T]
     num_targets = targets.shape[1]
     first = jnp.where(state.genome_id >= 0, state.objectives[..., 0], -jnp.inf).reshape(num_islands, -1)
     _, slot = jax.lax.top_k(first, k)  # [I, k] over cells * front
