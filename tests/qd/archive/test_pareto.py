@@ -149,25 +149,29 @@ VALUE = st.sampled_from([0.0, 1.0, 2.0, 3.0])
 @st.composite
 def histories(draw, objectives: int, increasing_ids: bool = False) -> list[list[tuple]]:
     """Batches of candidates (island, descriptor, values, id, valid): ties everywhere,
-    some invalid (flag, NaN value or descriptor, island out of range), some ids again."""
+    some invalid (flag, NaN value or descriptor, island out of range), some candidates
+    or ids again."""
     batches, next_id, seen = [], 0, []
     for _ in range(draw(st.integers(1, 3))):
         batch = []
         for _ in range(draw(st.integers(1, 16))):
+            if seen and not increasing_ids and draw(st.integers(0, 5)) == 0:
+                batch.append(draw(st.sampled_from(seen)))  # a candidate again (a replay)
+                continue
             values = tuple(draw(VALUE) for _ in range(objectives))
             if objectives == 2 and draw(st.integers(0, 3)) > 0:
                 values = (values[0], 3.0 - values[0])  # a trade-off: fronts fill up
             if draw(st.integers(0, 15)) == 0:
                 values = (math.nan, *values[1:])
             if seen and not increasing_ids and draw(st.integers(0, 7)) == 0:
-                gid = draw(st.sampled_from(seen))  # an id again (a replay, a migrant)
+                gid = draw(st.sampled_from(seen))[3]  # an id again, with other values
             else:
                 gid = next_id if increasing_ids else draw(st.integers(0, 500))
                 next_id += 1
-            seen.append(gid)
             descriptor = draw(st.sampled_from([0.5, 0.5, 0.5, 1.0, 2.5, math.nan]))
             island = draw(st.sampled_from([0, 0, 0, 1, 2]))
             batch.append((island, descriptor, values, gid, draw(st.integers(0, 9)) > 0))
+            seen.append(batch[-1])
         batches.append(batch)
     return batches
 
