@@ -263,8 +263,6 @@ def insert_batch(
         same_cell & earlier & (genome_id[None, :] == genome_id[:, None]), axis=1
     )
     fresh = valid & ~repeated
-    # The copy that writes a cell's survivors back: its first candidate's.
-    writes = ~jnp.any(same_cell & earlier, axis=1)
     values = entries(old_values, objectives)
     ids = entries(old_id, genome_id)
     active = entries(old_member, fresh)
@@ -286,11 +284,12 @@ def insert_batch(
     )
     keep = front & (jnp.sum(better, axis=1) < k)
     slot = jnp.sum(peer & others(*_split(keep, size, k)) & (other_id < ids[:, None]), axis=1)
-    write = keep & entries(jnp.broadcast_to(writes[:, None], (size, k)), jnp.ones(size, bool))
 
     out = num_islands * num_cells
     touched = jnp.where(valid, flat, out)
-    target = jnp.where(write, group, out)
+    # Every copy of a cell's front keeps the same members in the same slots, so the
+    # copies' writes agree.
+    target = jnp.where(keep, group, out)
     descriptors = jnp.concatenate([old_descriptor.reshape(-1, dim), descriptor.astype(jnp.float32)])
 
     def rewrite(current: jax.Array, empty: float | int, new: jax.Array) -> jax.Array:
