@@ -290,7 +290,7 @@ def insert_batch(
     # Every copy of a cell's front keeps the same members in the same slots, so the
     # copies' writes agree.
     target = jnp.where(keep, group, out)
-    descriptors = jnp.concatenate([old_descriptor.reshape(-1, dim), descriptor.astype(jnp.float32)])
+    descriptors = entries(old_descriptor, descriptor.astype(jnp.float32))
 
     def rewrite(current: jax.Array, empty: float | int, new: jax.Array) -> jax.Array:
         rows = current.reshape(out, k, *current.shape[3:]).at[touched].set(empty, **_DROP)
