@@ -57,6 +57,7 @@ class Task(Protocol):
     descriptor_dim: int
     genome_dim: int  # length of a vector genome
     # Optional: ``descriptor_names``, what each descriptor axis measures (``qd.task.descriptor_names``).
+    # Optional: ``objectives``, named objectives with directions (``qd.task.objectives_of``).
 
     def initial(self, rng: np.random.Generator, n: int) -> Any:
         """n starting genomes, f32[n, dim]."""
@@ -78,6 +79,50 @@ def descriptor_names(task: Any, dim: int) -> tuple[str, ...]:
     ``qd explore`` and ``qd show``."""
     names = tuple(getattr(task, "descriptor_names", None) or ())
     return names if len(names) == dim else tuple(f"d{j}" for j in range(dim))
+
+
+DIRECTIONS = ("max", "min")
+
+
+def objectives_of(task: Any) -> tuple[tuple[str, str], ...]:
+    """The task's named objectives with directions, checked: for example
+    ``objectives = (("error", "min"), ("size", "min"))`` on either task protocol.
+
+    Each candidate returns its values in its metrics under those names
+    (``Evaluation.metrics``, ``Scored.metrics``); the scalar fitness stays what it was,
+    so a task without ``objectives`` (every earlier one) and its stored runs read as
+    before. Empty when the task declares none.
+    """
+    declared = tuple(tuple(entry) for entry in getattr(task, "objectives", None) or ())
+    for entry in declared:
+        if len(entry) != 2 or not isinstance(entry[0], str) or entry[1] not in DIRECTIONS:
+            raise ConfigError(
+                "objectives",
+                f"each entry is (name, direction), got {entry!r}",
+                f"give a name and one of {list(DIRECTIONS)}",
+            )
+    names = [name for name, _ in declared]
+    if len(set(names)) != len(names):
+        raise ConfigError("objectives", f"names repeat: {names}", "name each objective once")
+    return declared
+
+
+def objective_matrix(objectives: tuple[tuple[str, str], ...], metrics: list[dict | None]) -> np.ndarray:
+    """f32[B, M]: each candidate's objectives read from its metrics, every one maximised.
+
+    A "min" objective is negated here, the one place directions are read, so the
+    Pareto archive (``qd.archive.pareto``) only ever maximises. A value that is
+    missing or not a number reads as NaN, which the archive treats as an invalid
+    candidate.
+    """
+    sign = np.asarray([1.0 if direction == "max" else -1.0 for _, direction in objectives], np.float32)
+    out = np.full((len(metrics), len(objectives)), np.nan, np.float32)
+    for row, values in enumerate(metrics):
+        for column, (name, _) in enumerate(objectives):
+            value = (values or {}).get(name)
+            if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+                out[row, column] = value
+    return out * sign
 
 
 def has_device_evaluation(task: Any) -> bool:
@@ -150,6 +195,7 @@ class TextTask(Protocol):
     kind: str  # "text"
     descriptor_dim: int
     # Optional: ``descriptor_names``, what each descriptor axis measures (``qd.task.descriptor_names``).
+    # Optional: ``objectives``, named objectives with directions (``qd.task.objectives_of``).
     description: str  # what the LLM is told; must not leak hidden targets
     language: str  # "python"
     sandbox_entry: str  # "path/to/file.py:function"

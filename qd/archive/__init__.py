@@ -43,6 +43,7 @@ from qd.archive.novelty import (
     novelty_insert_batch,
     novelty_rebuild,
 )
+from qd.archive.pareto import ParetoSpec, ParetoState
 from qd.archive.select import Elites, elites, sample
 from qd.archive.state import CMA_MAE, ArchiveState, init, reset, thresholds, with_thresholds
 from qd.archive.stats import ArchiveStats, stats, union_stats
@@ -63,6 +64,8 @@ __all__ = [
     "NOT_ADDED",
     "NoveltySpec",
     "NoveltyState",
+    "ParetoSpec",
+    "ParetoState",
     "TOPOLOGIES",
     "archive_novelty",
     "cvt_centroids",

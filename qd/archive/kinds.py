@@ -14,11 +14,12 @@ from typing import Any, NamedTuple
 
 import jax
 
-from qd.archive import cells, novelty
+from qd.archive import cells, novelty, pareto
 from qd.archive.cells import InsertResult
 from qd.archive.cvt import CVTSpec
 from qd.archive.grid import GridSpec
 from qd.archive.novelty import NoveltySpec
+from qd.archive.pareto import ParetoSpec
 from qd.archive.state import ArchiveState
 
 Insert = Callable[..., tuple[ArchiveState, InsertResult]]
@@ -32,7 +33,8 @@ class ArchiveKind(NamedTuple):
             ``(state, InsertResult)`` on the host: pads the batch, donates ``state``,
             returns host arrays (see :func:`qd.archive.cells.insert`).
         insert_batch: the same, traceable, for use inside other jitted code (no
-            padding, no donation, ``valid`` required).
+            padding, no donation, ``valid`` required). A Pareto archive takes the
+            maximised objectives f32[B, M] where the others take fitness f32[B].
         rebuild: ``(spec, islands, island, descriptor, fitness, genome_id, valid)`` ->
             a fresh state holding all given candidates.
         has_cells: a cell index names the same niche on every island (grid, CVT), so
@@ -61,8 +63,10 @@ def _novelty_insert_batch(*args: Any) -> tuple[ArchiveState, InsertResult]:
 
 NOVELTY = ArchiveKind(_novelty_insert, _novelty_insert_batch, novelty.novelty_rebuild, has_cells=False)
 
+PARETO = ArchiveKind(pareto.insert, pareto.insert_batch, pareto.rebuild, has_cells=True)
+
 # The kind of each spec type; a spec's kind is found by its type (or a base class's).
-KINDS: dict[type, ArchiveKind] = {GridSpec: CELLS, CVTSpec: CELLS, NoveltySpec: NOVELTY}
+KINDS: dict[type, ArchiveKind] = {GridSpec: CELLS, CVTSpec: CELLS, NoveltySpec: NOVELTY, ParetoSpec: PARETO}
 
 
 def kind_of(spec: Any) -> ArchiveKind:

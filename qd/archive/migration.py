@@ -37,12 +37,13 @@ class Migrants(NamedTuple):
     valid: jax.Array
 
 
-def _check_topology(topology: str) -> None:
+def check_topology(topology: str) -> None:
+    """Raises a ConfigError naming ``topology`` unless it is one of :data:`TOPOLOGIES`."""
     if topology not in TOPOLOGIES:
         raise ConfigError("topology", f"unknown topology {topology!r}", f"use one of {list(TOPOLOGIES)}")
 
 
-def _targets(key: jax.Array, num_islands: int, topology: str) -> jax.Array:
+def island_targets(key: jax.Array, num_islands: int, topology: str) -> jax.Array:
     """i32[I, T]: the islands each island sends to."""
     source = jnp.arange(num_islands)
     if topology == "ring":
@@ -72,11 +73,11 @@ def select_migrants(
         sending: bool[I]; islands that send this time (default all). The others'
             migrants are in the result with ``valid`` False.
     """
-    _check_topology(topology)
+    check_topology(topology)
     num_islands = state.num_islands
     fitness = state.fitness if eligible is None else jnp.where(eligible, state.fitness, -jnp.inf)
     _, top_cell = jax.lax.top_k(fitness, k)  # [I, k]
-    targets = _targets(key, num_islands, topology)  # [I, T]
+    targets = island_targets(key, num_islands, topology)  # [I, T]
     num_targets = targets.shape[1]
     source = jnp.arange(num_islands, dtype=jnp.int32)[:, None]
 
@@ -112,7 +113,7 @@ def migrate(
     Returns the new state and the InsertResult of the migrants, ordered as in
     :class:`Migrants`. With a single island nothing moves.
     """
-    _check_topology(topology)
+    check_topology(topology)
     if state.num_islands < 2:
         empty = jnp.zeros((0,), jnp.int32)
         return state, InsertResult(empty, empty.astype(jnp.float32), empty, empty, empty.astype(bool))
