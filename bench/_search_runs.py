@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +50,11 @@ def function_fit_task(target: str = "quadratic"):
     return FunctionFitTask(target=target)
 
 
-def limit_child() -> None:
-    mem = LIMITS["memory_mb"] * 2**20
+def limit_child(cpu_s: int = LIMITS["cpu_s"], memory_mb: int = LIMITS["memory_mb"]) -> None:
+    """A candidate's limits (``preexec_fn``): address space, CPU seconds, no core dump."""
+    mem = memory_mb * 2**20
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-    resource.setrlimit(resource.RLIMIT_CPU, (LIMITS["cpu_s"], LIMITS["cpu_s"]))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
@@ -102,6 +104,68 @@ def score_program(text: str, target: str = "quadratic") -> dict[str, Any]:
     }
 
 
+def run_qd(p: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """A qd run of ``overrides`` (an experiment and its variant) on the server at ``p["base_url"]``,
+    ``p["calls"]`` LLM calls, run seed ``p["seed"]``: every stored program and qd's own summary."""
+    import logging
+
+    from qd.plan import compose
+    from qd.run import build_engine
+    from qd.store import Store
+
+    for name in ("jax._src.xla_bridge", "httpx", "httpx2", "httpcore", "openai"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    run_dir = Path(p["work"]) / "qd_run"
+    run_dir.mkdir(parents=True)
+    overrides = [
+        *overrides,
+        "llm.provider=server",
+        f"llm.base_url={p['base_url']}",
+        f"llm.models=[{{name: {p['model']}}}]",
+        "llm.api_key_env=null",
+        f"runner.max_llm_calls={p['calls']}",
+        "runner.progress=false",
+        f"seed={p['seed']}",
+    ]
+    cfg = compose(overrides)
+    t0 = time.perf_counter()
+    engine = build_engine(cfg, run_dir)
+    t1 = time.perf_counter()
+    try:
+        summary = engine.run()
+    finally:
+        t2 = time.perf_counter()
+        engine.close()
+    with Store(run_dir / "store.sqlite", readonly=True) as store:
+        rows = [
+            {
+                "text": c.text,
+                "fitness": c.fitness,
+                "valid": bool(c.valid),
+                "llm": c.model is not None,
+                "operator": c.operator,
+                "error": c.error,
+                "descriptor": None if c.descriptor is None else [float(x) for x in c.descriptor],
+            }
+            for c in store.iter()
+        ]
+    return {
+        "programs": rows,
+        "wall_s": t2 - t1,
+        "build_s": t1 - t0,
+        "own_qd_score": summary["global"]["qd_score"],
+        "own_best": summary["global"]["max_fitness"],
+        "own_calls": (summary.get("llm") or {}).get("calls"),
+        "stop_reason": summary.get("stop_reason"),
+        "archive": {
+            "bins": list(cfg.archive.bins),
+            "lower": list(cfg.archive.lower),
+            "upper": list(cfg.archive.upper),
+            "qd_offset": cfg.archive.qd_offset,
+        },
+    }
+
+
 def calls_in_log(path: Path) -> tuple[int, int]:
     """(chat completion requests, of which not 200) logged so far by the server."""
     n = bad = 0
@@ -114,13 +178,18 @@ def calls_in_log(path: Path) -> tuple[int, int]:
 
 
 def run_child(
-    system: str, params: dict[str, Any], log: Path, timeout_s: float, command: list[str]
+    system: str,
+    params: dict[str, Any],
+    count: Callable[[], tuple[int, int]],
+    timeout_s: float,
+    command: list[str],
 ) -> dict[str, Any]:
     """One run in a fresh child process (``command`` + the params as JSON; the child writes
-    ``result.json`` into ``params["work"]``), its LLM calls counted in the server's ``log``."""
+    ``result.json`` into ``params["work"]``), its LLM calls counted by the server: ``count()``
+    -> (requests so far, of which failed), e.g. ``calls_in_log`` of its access log."""
     work = Path(tempfile.mkdtemp(prefix=f"qd_bench_{system}_s{params['seed']}_"))
     params = {**params, "work": str(work)}
-    calls0, bad0 = calls_in_log(log)
+    calls0, bad0 = count()
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     with open(work / "child.log", "w") as f:
@@ -128,7 +197,7 @@ def run_child(
             [*command, json.dumps(params)], stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s, cwd=ROOT
         )
     proc_s = time.perf_counter() - t0
-    calls1, bad1 = calls_in_log(log)
+    calls1, bad1 = count()
     out_path = work / "result.json"
     if proc.returncode != 0 or not out_path.exists():
         tail = (work / "child.log").read_text(errors="replace")[-3000:]
@@ -150,21 +219,33 @@ def run_child(
     return out
 
 
-def grid_quality(programs: list[dict[str, Any]], archive: dict[str, Any]) -> dict[str, Any]:
-    """Best fitness per cell of the 10 x 6 code-metrics grid, over every valid program."""
+def code_descriptor(text: str) -> list[float] | None:
+    """(AST nodes, numeric constants) of a program; None if it does not parse."""
+    from descriptors.code_metrics import code_metrics
+
+    m = code_metrics(text)
+    return None if m is None else [float(m["nodes"]), float(m["constants"])]
+
+
+def grid_quality(
+    programs: list[dict[str, Any]],
+    archive: dict[str, Any],
+    describe: Callable[[str], list[float] | None] = code_descriptor,
+) -> dict[str, Any]:
+    """Best fitness per cell of one grid (``archive``: bins, lower, upper, qd_offset) over every
+    valid program, each placed by ``describe(text)`` (default: the code-metrics grid's axes)."""
     import numpy as np
 
-    from descriptors.code_metrics import code_metrics
     from qd.archive import GridSpec
 
     spec = GridSpec(tuple(archive["bins"]), tuple(archive["lower"]), tuple(archive["upper"]))
     best_cell: dict[int, float] = {}
     best, best_text, mismatched = -math.inf, None, 0
     keep = [p for p in programs if p["valid"] and p["fitness"] is not None and math.isfinite(p["fitness"])]
-    metrics = [code_metrics(p["text"]) for p in keep]
-    keep = [(p, m) for p, m in zip(keep, metrics) if m is not None]
+    described = [describe(p["text"]) for p in keep]
+    keep = [(p, d) for p, d in zip(keep, described) if d is not None]
     if keep:
-        desc = np.asarray([[m["nodes"], m["constants"]] for _, m in keep], np.float32)
+        desc = np.asarray([d for _, d in keep], np.float32)
         cells = np.asarray(spec.index(desc))
         for (p, _), d, c in zip(keep, desc, cells):
             if p.get("descriptor") is not None and list(map(float, d)) != p["descriptor"]:

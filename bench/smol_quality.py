@@ -99,9 +99,11 @@ def _configured() -> dict:
 
 CONF = _configured()
 from _search_runs import (  # noqa: E402
+    calls_in_log,
     function_fit_task,
     grid_quality,
     run_child,
+    run_qd,
     score_program,
     start_server,
 )
@@ -141,65 +143,10 @@ def oe_evaluate(program_path: str):
 
 
 def _qd_child(p: dict[str, Any]) -> dict[str, Any]:
-    import logging
-
-    from qd.plan import compose
-    from qd.run import build_engine
-    from qd.store import Store
-
-    for name in ("jax._src.xla_bridge", "httpx", "httpx2", "httpcore", "openai"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    run_dir = Path(p["work"]) / "qd_run"
-    run_dir.mkdir(parents=True)
-    overrides = [
-        "experiment=function_fit",
-        "llm.provider=server",
-        f"llm.base_url={p['base_url']}",
-        f"llm.models=[{{name: {p['model']}}}]",
-        "llm.api_key_env=null",
-        f"runner.max_llm_calls={p['calls']}",
-        "runner.progress=false",
-        f"seed={p['seed']}",
-    ]
+    overrides = ["experiment=function_fit"]
     if p["target"] != "quadratic":
         overrides.append(f"experiment.params.target={p['target']}")
-    cfg = compose(overrides)
-    t0 = time.perf_counter()
-    engine = build_engine(cfg, run_dir)
-    t1 = time.perf_counter()
-    try:
-        summary = engine.run()
-    finally:
-        t2 = time.perf_counter()
-        engine.close()
-    with Store(run_dir / "store.sqlite", readonly=True) as store:
-        rows = [
-            {
-                "text": c.text,
-                "fitness": c.fitness,
-                "valid": bool(c.valid),
-                "llm": c.model is not None,
-                "operator": c.operator,
-                "error": c.error,
-                "descriptor": None if c.descriptor is None else [float(x) for x in c.descriptor],
-            }
-            for c in store.iter()
-        ]
-    return {
-        "programs": rows,
-        "wall_s": t2 - t1,
-        "build_s": t1 - t0,
-        "own_qd_score": summary["global"]["qd_score"],
-        "own_best": summary["global"]["max_fitness"],
-        "own_calls": (summary.get("llm") or {}).get("calls"),
-        "stop_reason": summary.get("stop_reason"),
-        "archive": {
-            "bins": list(cfg.archive.bins),
-            "lower": list(cfg.archive.lower),
-            "upper": list(cfg.archive.upper),
-            "qd_offset": cfg.archive.qd_offset,
-        },
-    }
+    return run_qd(p, overrides)
 
 
 def _oe_child(p: dict[str, Any]) -> dict[str, Any]:
@@ -392,7 +339,7 @@ def run_all(args: argparse.Namespace, argv: list[str]) -> tuple[list[dict[str, A
                     r = run_child(
                         system,
                         params,
-                        log,
+                        lambda: calls_in_log(log),
                         args.calls * args.per_call_timeout + 300,
                         [sys.executable, __file__, "--_child", system],
                     )
