@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from _search_runs import run_qd
-from quality_tasks import DATASET, BenchTask, prompt_descriptor
+from quality_tasks import DATASET, SHIM, BenchTask, prompt_descriptor
 
 
 def llm_overrides(p: dict[str, Any]) -> list[str]:
@@ -38,7 +39,9 @@ def llm_overrides(p: dict[str, Any]) -> list[str]:
 
 
 def qd_run(p: dict[str, Any], task: BenchTask) -> dict[str, Any]:
-    """qd on a code task: ``task.qd_overrides`` + the variant's."""
+    """qd on a code task: ``task.qd_overrides`` + the variant's (the sandbox's workers get this
+    process's ``sys.path``, so OpenEvolve's evaluator finds the shim of its import)."""
+    sys.path.append(str(SHIM))
     return run_qd(p, [*task.qd_overrides, *p["variant"]])
 
 

@@ -10,6 +10,8 @@ system's programs get their QD score.
   the wheel does not ship its examples, so ``--oe-example`` names the folder); fitness = its
   ``combined_score``, a program valid when every metric it returns is a number (qd's rule:
   the evaluator answers a failure with an ``error`` string). qd runs it as ``experiment=openevolve``.
+  The evaluator imports ``openevolve.evaluation_result``; qd's interpreter and its sandbox get
+  it from ``bench/quality_shim`` (a stand-in of that one class), so it runs unchanged.
 * ``prompt``: the instruction for SmolLM2 on the shipped ``qd/data/samples/arith60.jsonl``
   (numeric metric), through ``qd.optimize``; the held-out best is its test split's accuracy.
 
@@ -38,12 +40,17 @@ PROMPT_SEED = "Solve the problem. Answer with the number only."
 PROMPT_GRID = {"bins": [8, 6], "lower": [0.0, 0.0], "upper": [160.0, 12.0], "qd_offset": 0.0}
 MINIMIZATION_WALL_S = 60.0  # OpenEvolve's evaluator: 10 trials of at most 5 s each
 
+SHIM = Path(__file__).resolve().parent / "quality_shim"  # openevolve.evaluation_result, for its evaluator
+
 _EVALUATE = r"""
 import importlib.util, json, sys
+sys.path.append(sys.argv[3])
 spec = importlib.util.spec_from_file_location("evaluator", sys.argv[1])
 mod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mod)
-sys.stdout.write("\n@@RESULT@@" + json.dumps(mod.evaluate(sys.argv[2]), default=str))
+out = mod.evaluate(sys.argv[2])
+metrics = getattr(out, "metrics", out)
+sys.stdout.write("\n@@RESULT@@" + json.dumps(metrics, default=str))
 """
 
 
@@ -79,7 +86,7 @@ def score_minimization(evaluator: Path, text: str) -> dict[str, Any]:
         program.write_text(text)
         try:
             p = subprocess.run(
-                [sys.executable, "-c", _EVALUATE, str(evaluator), str(program)],
+                [sys.executable, "-c", _EVALUATE, str(evaluator), str(program), str(SHIM)],
                 capture_output=True,
                 text=True,
                 timeout=MINIMIZATION_WALL_S,
