@@ -61,7 +61,7 @@ for _p in (HERE, ROOT):  # ROOT first: bench/descriptors.py must not shadow the 
     sys.path.insert(0, str(_p))
 
 from _search_runs import calls_in_log, code_descriptor, grid_quality, run_child  # noqa: E402
-from quality_tasks import TASKS, BenchTask, bench_task, prompt_descriptor  # noqa: E402
+from quality_tasks import TASKS, BenchTask, bench_task, prompt_descriptor, scorer  # noqa: E402
 
 TITLE = "## Search quality per model call: qd, its variants, peers and controls (bench/quality.py)"
 JSONL = HERE / "quality_runs.jsonl"
@@ -446,9 +446,8 @@ def _child(name: str, task_name: str, oe_example: str, params_json: str) -> None
 
 def _score(task_name: str, oe_example: str, path: str) -> None:
     """One program scored for a peer: its JSON on the last line of stdout."""
-    task = bench_task(task_name, None if oe_example == "None" else Path(oe_example))
     text = Path(path).read_text()
-    out = task.score(text)
+    out = scorer(task_name, None if oe_example == "None" else Path(oe_example))(text)
     out["descriptor"] = code_descriptor(text)
     print(json.dumps(out, default=float))
 

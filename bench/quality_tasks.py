@@ -115,6 +115,15 @@ def _score_fit(text: str) -> dict[str, Any]:
     return {"fitness": s["fitness"], "valid": s["valid"], "error": s["error"], "feedback": values}
 
 
+def scorer(name: str, oe_example: Path | None) -> Callable[[str], dict[str, Any]]:
+    """The score of a code task's program, without building the task (a peer's evaluator calls
+    it once per program: no config is composed)."""
+    if name == "function_fit":
+        return _score_fit
+    evaluator = (Path(oe_example) / "evaluator.py").resolve()
+    return lambda text: score_minimization(evaluator, text)
+
+
 def bench_task(name: str, oe_example: Path | None) -> BenchTask | str:
     """The task, or why it cannot run in this checkout."""
     if name == "function_fit":
@@ -126,7 +135,7 @@ def bench_task(name: str, oe_example: Path | None) -> BenchTask | str:
             _search_description(),
             ("experiment=function_fit",),
             _grid("function_fit"),
-            _score_fit,
+            scorer(name, oe_example),
         )
     if name == "function_minimization":
         if oe_example is None or not (oe_example / "evaluator.py").is_file():
@@ -148,7 +157,7 @@ def bench_task(name: str, oe_example: Path | None) -> BenchTask | str:
                 f"experiment.params.evaluator={evaluator}",
             ),
             _grid("openevolve"),
-            lambda text: score_minimization(evaluator, text),
+            scorer(name, oe_example),
         )
     if name == "prompt":
         return BenchTask(name, (PROMPT_SEED,), "", (), PROMPT_GRID, None)
