@@ -366,15 +366,25 @@ def report(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def _shown(path: Path) -> str:
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def _write_results(args: argparse.Namespace, lines: list[dict[str, Any]], table: list[str]) -> None:
     from _results import commit, versions, write_section
 
     seeds = sorted({ln["seed"] for ln in lines})
+    tasks = {t: bench_task(t, args.oe_example) for t in args.tasks}
+    runnable = [
+        (s, t) for t in args.tasks for s in args.systems if why_not(s, t, tasks, args.peer_python) is None
+    ]
+    planned = len(runnable) * len(args.seeds)
     loads = [x for ln in lines for x in ln["load"]] or [0.0]
     section = [
         TITLE,
         "",
-        f"- Command: `{args.command}`; runs from `{args.jsonl.relative_to(ROOT)}` (one JSON line per "
+        f"- Command: `{args.command}`; runs from `{_shown(args.jsonl)}` (one JSON line per "
         f"finished run; a rerun skips them), commit {commit()}",
         f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {len(lines)} runs, "
         f"seeds done: {' '.join(map(str, seeds)) or 'none'}",
@@ -383,9 +393,17 @@ def _write_results(args: argparse.Namespace, lines: list[dict[str, Any]], table:
         "does not).",
         f"- Versions: {versions('jax', 'llama_cpp_python', 'openai')}; peers in their own venv: "
         "openevolve 0.4.1, gepa 0.1.4",
-        f"- Budget {args.calls} calls per run on one embedded SmolLM2-135M server (n_ctx 2048), one run "
-        "at a time; setup, systems, tasks and the scoring in the docstrings of `bench/quality.py`, "
-        "`bench/quality_tasks.py`, `bench/quality_systems.py`, `bench/quality_peers.py`.",
+        f"- Budget {args.calls} calls per run on one "
+        f"{'scripted' if args.quick else 'embedded SmolLM2-135M (n_ctx 2048)'} server, one run at a time; "
+        "setup, systems, tasks and the scoring in the docstrings of `bench/quality.py`, "
+        "`bench/quality_tasks.py`, `bench/quality_systems.py`, `bench/quality_peers.py`. "
+        "`function_minimization` is OpenEvolve's example from its repository (`--oe-example`; the wheel "
+        "ships no examples), run unchanged, its one import of `openevolve.evaluation_result` served in "
+        "qd's interpreter by `bench/quality_shim`. Prompt task: the budget counts the proposer's calls "
+        "(qd's operator calls, GEPA's reflection calls); the server calls add the evaluations on the rows.",
+        f"- {'Partial: ' if len(lines) < planned else ''}{len(lines)} of {planned} runs "
+        f"({len(args.seeds)} seeds of every runnable system x task) finished; a row with 0 runs was not "
+        "reached yet or says why it cannot run.",
         "",
         *table,
     ]
