@@ -15,9 +15,10 @@ run at a time, each in a fresh child process (qd and the controls in this interp
 peers in ``--peer-python``'s: ``bench/quality_peers.py``). LLM calls are counted by the server
 (its access log), alike for all. The budget (``--calls``, 40) is what each system's own limit
 counts: model calls for the code tasks (qd's ``runner.max_llm_calls``, OpenEvolve's
-iterations, the controls' samples); for the prompt task the proposer's calls (qd's operator
-calls, GEPA's reflection calls), the evaluation's calls on the dataset rows besides, in the
-``calls`` column.
+iterations, the controls' samples); for the prompt task (``--prompt-calls``, 400) every call,
+the proposer's and the evaluation's on the dataset rows (qd's ``llm_calls`` budget counts both;
+GEPA is stopped when its reflection and task calls reach it). The held-out scoring's calls
+come after the run and are not counted.
 
 Measured per run: the held-out best (function_fit: -RMSE on the 64 held-out points of the best
 program; function_minimization: the best ``combined_score``; prompt: the test split's accuracy
@@ -131,6 +132,12 @@ def why_not(name: str, task: str, tasks: dict[str, BenchTask | str], peer_python
     return None
 
 
+def budget_of(task: str, args: argparse.Namespace) -> int:
+    """A run's call budget: ``--calls`` for a code task, ``--prompt-calls`` for the prompt task
+    (whose every evaluation calls the model on the rows: qd counts those calls in its budget too)."""
+    return args.prompt_calls if task == "prompt" else args.calls
+
+
 def run_key(line: dict[str, Any]) -> tuple:
     return (line["system"], line["task"], line["seed"], line["budget"], line["server"])
 
@@ -172,11 +179,12 @@ def one_run(
 ) -> dict[str, Any]:
     """A finished run's JSON line (the child's programs scored on the task's grid)."""
     system = SYSTEMS[name]
+    budget = budget_of(task.name, args)
     params = {
         "system": name,
         "task": task.name,
         "seed": seed,
-        "calls": args.calls,
+        "calls": budget,
         "base_url": server.base_url,
         "model": server.model,
         "seeds": list(task.seeds),
@@ -195,7 +203,7 @@ def one_run(
         if system.runs == "peer"
         else [sys.executable, __file__, "--_child", name, task.name, str(args.oe_example)]
     )
-    timeout = args.calls * args.per_call_timeout + 600
+    timeout = budget * args.per_call_timeout + 600
     r = run_child(name, params, count, timeout, command)
     describe = prompt_descriptor if task.name == "prompt" else code_descriptor
     grid = grid_quality(r["programs"], task.grid, describe)
@@ -216,7 +224,7 @@ def one_run(
         "system": name,
         "task": task.name,
         "seed": seed,
-        "budget": args.calls,
+        "budget": budget,
         "server": args.server_name,
         "heldout_best": heldout,
         "qd_score": grid["qd_score"],
@@ -224,7 +232,7 @@ def one_run(
         "best_seed": grid["best_seed"],
         "valid_frac": (sum(p["valid"] for p in llm) / len(llm)) if llm else None,
         "programs": grid["programs"],
-        "calls": r["calls"],
+        "calls": r["calls"] - r.get("heldout_calls", 0),
         "failed_calls": r["failed_calls"],
         "budget_calls": r.get("budget_calls", r["calls"]),
         "wall_s": r["wall_s"],
@@ -272,7 +280,7 @@ def run_all(args: argparse.Namespace) -> None:
         for t in args.tasks
         for s in args.systems
         if why_not(s, t, tasks, args.peer_python) is None
-        and (s, t, seed, args.calls, args.server_name) not in done
+        and (s, t, seed, budget_of(t, args), args.server_name) not in done
     ]
     print(f"{len(todo)} runs to do ({len(done)} done in {args.jsonl})", flush=True)
     if not todo:
@@ -342,7 +350,9 @@ def summarize(lines: list[dict[str, Any]], args: argparse.Namespace) -> list[dic
 
 def report(args: argparse.Namespace) -> list[dict[str, Any]]:
     lines = [json.loads(ln) for ln in args.jsonl.read_text().splitlines() if ln.strip()]
-    lines = [ln for ln in lines if ln["budget"] == args.calls and ln["server"] == args.server_name]
+    lines = [
+        ln for ln in lines if ln["budget"] == budget_of(ln["task"], args) and ln["server"] == args.server_name
+    ]
     rows = summarize(lines, args)
     table = [
         "| task | system | runs (seeds) | held-out best: median [min, max] | QD score | valid / "
@@ -400,7 +410,7 @@ def _write_results(args: argparse.Namespace, lines: list[dict[str, Any]], table:
         "`function_minimization` is OpenEvolve's example from its repository (`--oe-example`; the wheel "
         "ships no examples), run unchanged, its one import of `openevolve.evaluation_result` served in "
         "qd's interpreter by `bench/quality_shim`. Prompt task: the budget counts the proposer's calls "
-        "(qd's operator calls, GEPA's reflection calls); the server calls add the evaluations on the rows.",
+        "and its evaluations on the rows alike (`--prompt-calls`).",
         f"- {'Partial: ' if len(lines) < planned else ''}{len(lines)} of {planned} runs "
         f"({len(args.seeds)} seeds of every runnable system x task) finished; a row with 0 runs was not "
         "reached yet or says why it cannot run.",
@@ -416,7 +426,13 @@ def _write_results(args: argparse.Namespace, lines: list[dict[str, Any]], table:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--calls", type=int, default=40, help="the budget of each run")
+    ap.add_argument("--calls", type=int, default=40, help="the budget of each run of a code task")
+    ap.add_argument(
+        "--prompt-calls",
+        type=int,
+        default=400,
+        help="the budget of a prompt run: proposer and evaluation calls",
+    )
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))

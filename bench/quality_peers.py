@@ -12,8 +12,9 @@ every system is scored by the same code.
 * GEPA: ``gepa.optimize`` with its default adapter, the system prompt as the one component;
   the task model and the reflection model are the bench's server (qd's temperature and
   max_tokens); the answer judged as qd's ``numeric`` metric judges it (the last number of the
-  answer equals the row's); the budget counts reflection calls, as qd's counts its operator
-  calls (a stop callback ends the run at the budget); train and validation rows are qd's.
+  answer equals the row's); the budget counts every model call, reflection and task calls, as
+  qd's counts its operator and evaluation calls (a stop callback ends the run once it is
+  reached); train and validation rows are qd's.
 
 Usage (by the bench): ``PEER_PYTHON bench/quality_peers.py SYSTEM PARAMS_JSON``.
 """
@@ -144,9 +145,11 @@ def gepa_run(p: dict[str, Any]) -> dict[str, Any]:
     from openai import OpenAI
 
     client = OpenAI(base_url=p["base_url"], api_key="sk-none", timeout=p["timeout_s"])
-    reflections = 0
+    calls = 0
 
     def chat(messages: list[dict[str, str]]) -> str:
+        nonlocal calls
+        calls += 1
         answer = client.chat.completions.create(
             model=p["model"],
             messages=messages,
@@ -157,8 +160,6 @@ def gepa_run(p: dict[str, Any]) -> dict[str, Any]:
         return answer.choices[0].message.content or ""
 
     def reflect(prompt: str) -> str:
-        nonlocal reflections
-        reflections += 1
         return chat([{"role": "user", "content": prompt}])
 
     def judge(row: dict[str, Any], response: str) -> EvaluationResult:
@@ -168,7 +169,7 @@ def gepa_run(p: dict[str, Any]) -> dict[str, Any]:
 
     class Budget:
         def __call__(self, state: Any) -> bool:
-            return reflections >= p["calls"]
+            return calls >= p["calls"]
 
     def rows(split: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{"input": r["input"], "answer": str(r["answer"]), "additional_context": {}} for r in split]
@@ -193,7 +194,7 @@ def gepa_run(p: dict[str, Any]) -> dict[str, Any]:
         for i, (c, s) in enumerate(zip(result.candidates, result.val_aggregate_scores))
     ]
     best = result.candidates[result.best_idx]["system_prompt"]
-    return {"programs": programs, "wall_s": wall, "best_prompt": best, "budget_calls": reflections}
+    return {"programs": programs, "wall_s": wall, "best_prompt": best, "budget_calls": calls}
 
 
 PEERS = {"openevolve": openevolve_run, "gepa": gepa_run}

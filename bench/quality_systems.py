@@ -76,12 +76,14 @@ def qd_prompt(p: dict[str, Any]) -> dict[str, Any]:
             }
             for c in store.iter()
         ]
-    operator_calls = result.ledger.split("role").get("operator")
+    roles = result.ledger.split("role")
+    heldout_calls = roles["heldout"].calls if "heldout" in roles else 0
     return {
         "programs": rows,
         "wall_s": wall,
         "heldout": None if result.heldout is None else result.heldout[0],
-        "budget_calls": None if operator_calls is None else operator_calls.calls,
+        "heldout_calls": heldout_calls,  # after the run, on the test split: not the run's
+        "budget_calls": result.ledger.calls - heldout_calls,
         "stop_reason": result.summary.get("stop_reason"),
     }
 
