@@ -335,6 +335,7 @@ def summarize(lines: list[dict[str, Any]], args: argparse.Namespace) -> list[dic
                 row.update(
                     {
                         "heldout_best": _spread([r["heldout_best"] for r in runs]),
+                        "best_seed": _spread([r["best_seed"] for r in runs]),
                         "qd_score": _spread([r["qd_score"] for r in runs], 2),
                         "valid_frac": _spread([r["valid_frac"] for r in runs], 2),
                         "calls": _spread([r["calls"] for r in runs], 0),
@@ -355,19 +356,19 @@ def report(args: argparse.Namespace) -> list[dict[str, Any]]:
     ]
     rows = summarize(lines, args)
     table = [
-        "| task | system | runs (seeds) | held-out best: median [min, max] | QD score | valid / "
-        "model-written | server calls | budget calls (max) | wall s |",
-        "|---|---|---|---|---|---|---|---:|---|",
+        "| task | system | runs (seeds) | held-out best: median [min, max] | its best seed program | QD score "
+        "| valid / model-written | server calls | budget calls (max) | wall s |",
+        "|---|---|---|---|---|---|---|---|---:|---|",
     ]
     for r in rows:
         if r["runs"]:
             table.append(
                 f"| {r['task']} | {r['system']} | {r['runs']} ({' '.join(map(str, r['seeds']))}) | "
-                f"{r['heldout_best']} | {r['qd_score']} | {r['valid_frac']} | {r['calls']} | "
+                f"{r['heldout_best']} | {r['best_seed']} | {r['qd_score']} | {r['valid_frac']} | {r['calls']} | "
                 f"{r['budget_calls_max']} | {r['wall_s']} |"
             )
         else:
-            table.append(f"| {r['task']} | {r['system']} | 0 | {r['why_not']} | | | | | |")
+            table.append(f"| {r['task']} | {r['system']} | 0 | {r['why_not']} | | | | | | |")
     print("\n".join(table))
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "runs": lines}, indent=1, default=float))
