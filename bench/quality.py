@@ -356,16 +356,16 @@ def report(args: argparse.Namespace) -> list[dict[str, Any]]:
     ]
     rows = summarize(lines, args)
     table = [
-        "| task | system | runs (seeds) | held-out best: median [min, max] | its best seed program | QD score "
-        "| valid / model-written | server calls | budget calls (max) | wall s |",
+        "| task | system | runs (seeds) | held-out best: median [min, max] | its best seed program "
+        "| QD score | valid / model-written | server calls | budget calls (max) | wall s |",
         "|---|---|---|---|---|---|---|---|---:|---|",
     ]
     for r in rows:
         if r["runs"]:
             table.append(
                 f"| {r['task']} | {r['system']} | {r['runs']} ({' '.join(map(str, r['seeds']))}) | "
-                f"{r['heldout_best']} | {r['best_seed']} | {r['qd_score']} | {r['valid_frac']} | {r['calls']} | "
-                f"{r['budget_calls_max']} | {r['wall_s']} |"
+                f"{r['heldout_best']} | {r['best_seed']} | {r['qd_score']} | {r['valid_frac']} | "
+                f"{r['calls']} | {r['budget_calls_max']} | {r['wall_s']} |"
             )
         else:
             table.append(f"| {r['task']} | {r['system']} | 0 | {r['why_not']} | | | | | | |")
