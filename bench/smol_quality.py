@@ -61,11 +61,9 @@ import json
 import math
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -80,7 +78,6 @@ for _p in (HERE, ROOT):  # ROOT first: the project's packages before any module 
 
 TITLE = "## SmolLM2 search quality: qd vs OpenEvolve on function_fit (bench/smol_quality.py)"
 OE_INITIAL = 2  # index into experiments/function_fit SEEDS: "return x * x"
-LIMITS = {"wall_s": 5.0, "cpu_s": 5, "memory_mb": 512}  # conf/experiment/function_fit.yaml sandbox
 
 
 def _configured() -> dict:
@@ -101,6 +98,16 @@ def _configured() -> dict:
 
 
 CONF = _configured()
+from _search_runs import (  # noqa: E402
+    calls_in_log,
+    function_fit_task,
+    grid_quality,
+    run_child,
+    run_qd,
+    score_program,
+    start_server,
+)
+
 TEMPERATURE, MAX_TOKENS, LLM_TIMEOUT_S, CONCURRENCY = (
     CONF["temperature"],
     CONF["max_tokens"],
@@ -110,85 +117,6 @@ TEMPERATURE, MAX_TOKENS, LLM_TIMEOUT_S, CONCURRENCY = (
 
 
 # ----- OpenEvolve's evaluator (runs in OpenEvolve's worker processes) ------------------------
-
-_RUNNER = r"""
-import importlib.util, json, sys
-req = json.load(sys.stdin)
-spec = importlib.util.spec_from_file_location("ff_entry", req["entry"])
-mod = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mod)
-try:
-    out = {"value": mod.run(req["text"], req["xs"])}
-except BaseException as e:
-    out = {"error": f"{type(e).__name__}: {e}"[:500]}
-sys.stdout.write("\n@@RESULT@@" + json.dumps(out))
-"""
-
-_TASK = None
-
-
-def _task():
-    global _TASK
-    if _TASK is None:
-        from experiments.function_fit.task import FunctionFitTask
-
-        _TASK = FunctionFitTask(target=os.environ.get("BSQ_TARGET", "quadratic"))
-    return _TASK
-
-
-def _limit() -> None:
-    mem = LIMITS["memory_mb"] * 2**20
-    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-    resource.setrlimit(resource.RLIMIT_CPU, (LIMITS["cpu_s"], LIMITS["cpu_s"]))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
-def _sandboxed(text: str, xs: list[float]) -> tuple[Any, str | None]:
-    """entry.run(text, xs) in a fresh, limited interpreter: (value, error)."""
-    entry = str(ROOT / "experiments" / "function_fit" / "entry.py")
-    with tempfile.TemporaryDirectory(prefix="bsq_ev_") as cwd:
-        try:
-            p = subprocess.run(
-                [sys.executable, "-I", "-c", _RUNNER],
-                input=json.dumps({"entry": entry, "text": text, "xs": xs}),
-                capture_output=True,
-                text=True,
-                timeout=LIMITS["wall_s"],
-                cwd=cwd,
-                preexec_fn=_limit,
-                env={"PATH": os.environ.get("PATH", "")},
-            )
-        except subprocess.TimeoutExpired:
-            return None, f"timed out after {LIMITS['wall_s']:g}s"
-    marker = p.stdout.rfind("\n@@RESULT@@")
-    if marker < 0:
-        return None, f"exited with code {p.returncode}: {p.stderr.strip()[-300:]}"
-    out = json.loads(p.stdout[marker + len("\n@@RESULT@@") :])
-    return out.get("value"), out.get("error")
-
-
-def score_program(text: str) -> dict[str, Any]:
-    """qd's evaluation of one function_fit program: the cascade of ``qd.evaluator`` + ``task.score``."""
-    task = _task()
-    outputs: list[Any] = []
-    scored = None
-    for i, stage in enumerate(task.stages):
-        if i and (not scored.valid or (stage.threshold is not None and scored.fitness < stage.threshold)):
-            break
-        value, error = _sandboxed(text, stage.args["xs"])
-        if error is not None:
-            return {"fitness": math.nan, "valid": False, "error": f"{stage.name}: {error}", "artifacts": {}}
-        outputs.append(value)
-        scored = task.score(text, outputs)
-    return {
-        "fitness": scored.fitness,
-        "valid": bool(scored.valid),
-        "error": scored.error,
-        "metrics": scored.metrics or {},
-        "artifacts": scored.artifacts or {},
-    }
-
-
 def oe_evaluate(program_path: str):
     """OpenEvolve's ``evaluate(program_path)``: the same fitness, as combined_score."""
     from openevolve.evaluation_result import EvaluationResult
@@ -196,7 +124,7 @@ def oe_evaluate(program_path: str):
     from descriptors.code_metrics import code_metrics
 
     text = Path(program_path).read_text()
-    s = score_program(text)
+    s = score_program(text, os.environ.get("BSQ_TARGET", "quadratic"))
     m = code_metrics(text) or {"nodes": 0, "constants": 0}
     valid = s["valid"] and math.isfinite(s["fitness"])
     metrics = {
@@ -215,65 +143,10 @@ def oe_evaluate(program_path: str):
 
 
 def _qd_child(p: dict[str, Any]) -> dict[str, Any]:
-    import logging
-
-    from qd.plan import compose
-    from qd.run import build_engine
-    from qd.store import Store
-
-    for name in ("jax._src.xla_bridge", "httpx", "httpx2", "httpcore", "openai"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    run_dir = Path(p["work"]) / "qd_run"
-    run_dir.mkdir(parents=True)
-    overrides = [
-        "experiment=function_fit",
-        "llm.provider=server",
-        f"llm.base_url={p['base_url']}",
-        f"llm.models=[{{name: {p['model']}}}]",
-        "llm.api_key_env=null",
-        f"runner.max_llm_calls={p['calls']}",
-        "runner.progress=false",
-        f"seed={p['seed']}",
-    ]
+    overrides = ["experiment=function_fit"]
     if p["target"] != "quadratic":
         overrides.append(f"experiment.params.target={p['target']}")
-    cfg = compose(overrides)
-    t0 = time.perf_counter()
-    engine = build_engine(cfg, run_dir)
-    t1 = time.perf_counter()
-    try:
-        summary = engine.run()
-    finally:
-        t2 = time.perf_counter()
-        engine.close()
-    with Store(run_dir / "store.sqlite", readonly=True) as store:
-        rows = [
-            {
-                "text": c.text,
-                "fitness": c.fitness,
-                "valid": bool(c.valid),
-                "llm": c.model is not None,
-                "operator": c.operator,
-                "error": c.error,
-                "descriptor": None if c.descriptor is None else [float(x) for x in c.descriptor],
-            }
-            for c in store.iter()
-        ]
-    return {
-        "programs": rows,
-        "wall_s": t2 - t1,
-        "build_s": t1 - t0,
-        "own_qd_score": summary["global"]["qd_score"],
-        "own_best": summary["global"]["max_fitness"],
-        "own_calls": (summary.get("llm") or {}).get("calls"),
-        "stop_reason": summary.get("stop_reason"),
-        "archive": {
-            "bins": list(cfg.archive.bins),
-            "lower": list(cfg.archive.lower),
-            "upper": list(cfg.archive.upper),
-            "qd_offset": cfg.archive.qd_offset,
-        },
-    }
+    return run_qd(p, overrides)
 
 
 def _oe_child(p: dict[str, Any]) -> dict[str, Any]:
@@ -321,7 +194,7 @@ def _oe_child(p: dict[str, Any]) -> dict[str, Any]:
         timeout=LLM_TIMEOUT_S,
         models=[LLMModelConfig(name=p["model"], weight=1.0)],
     )
-    config.prompt.system_message = _task().description
+    config.prompt.system_message = function_fit_task(p["target"]).description
     config.evaluator.parallel_evaluations = CONCURRENCY
     config.evaluator.cascade_evaluation = False
     config.evaluator.timeout = 60
@@ -376,94 +249,6 @@ def _oe_child(p: dict[str, Any]) -> dict[str, Any]:
 
 
 # ----- the parent: server, runs, the shared QD score -------------------------------------------
-
-
-def _calls_in_log(path: Path) -> tuple[int, int]:
-    """(chat completion requests, of which not 200) logged so far by the server."""
-    n = bad = 0
-    with open(path, errors="replace") as f:
-        for line in f:
-            if '"POST /v1/chat/completions' in line:
-                n += 1
-                bad += '" 200' not in line
-    return n, bad
-
-
-def run_child(
-    system: str, params: dict[str, Any], log: Path, timeout_s: float, command: list[str] | None = None
-) -> dict[str, Any]:
-    """One run in a fresh child process (``command`` + the params as JSON; default this
-    script's ``--_child SYSTEM``), its LLM calls counted in the server's ``log``."""
-    work = Path(tempfile.mkdtemp(prefix=f"bsq_{system}_s{params['seed']}_"))
-    params = {**params, "work": str(work)}
-    calls0, bad0 = _calls_in_log(log)
-    load0 = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    command = command or [sys.executable, __file__, "--_child", system]
-    with open(work / "child.log", "w") as f:
-        proc = subprocess.run(
-            [*command, json.dumps(params)], stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s, cwd=ROOT
-        )
-    proc_s = time.perf_counter() - t0
-    calls1, bad1 = _calls_in_log(log)
-    out_path = work / "result.json"
-    if proc.returncode != 0 or not out_path.exists():
-        tail = (work / "child.log").read_text(errors="replace")[-3000:]
-        raise RuntimeError(
-            f"{system} seed {params['seed']} failed (rc={proc.returncode}), work dir {work}:\n{tail}"
-        )
-    out = json.loads(out_path.read_text())
-    out.update(
-        {
-            "system": system,
-            "seed": params["seed"],
-            "calls": calls1 - calls0,
-            "failed_calls": bad1 - bad0,
-            "proc_s": proc_s,
-            "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
-            "work": str(work),
-        }
-    )
-    return out
-
-
-def grid_quality(programs: list[dict[str, Any]], archive: dict[str, Any]) -> dict[str, Any]:
-    """Best fitness per cell of the 10 x 6 code-metrics grid, over every valid program."""
-    import numpy as np
-
-    from descriptors.code_metrics import code_metrics
-    from qd.archive import GridSpec
-
-    spec = GridSpec(tuple(archive["bins"]), tuple(archive["lower"]), tuple(archive["upper"]))
-    best_cell: dict[int, float] = {}
-    best, best_text, mismatched = -math.inf, None, 0
-    keep = [p for p in programs if p["valid"] and p["fitness"] is not None and math.isfinite(p["fitness"])]
-    metrics = [code_metrics(p["text"]) for p in keep]
-    keep = [(p, m) for p, m in zip(keep, metrics) if m is not None]
-    if keep:
-        desc = np.asarray([[m["nodes"], m["constants"]] for _, m in keep], np.float32)
-        cells = np.asarray(spec.index(desc))
-        for (p, _), d, c in zip(keep, desc, cells):
-            if p.get("descriptor") is not None and list(map(float, d)) != p["descriptor"]:
-                mismatched += 1
-            f = float(np.float32(p["fitness"]))  # as the archive stores it
-            best_cell[int(c)] = max(best_cell.get(int(c), -math.inf), f)
-            if f > best:
-                best, best_text = f, p["text"]
-    llm = [p for p in programs if p["llm"]]
-    seed_fitness = [p["fitness"] for p, _ in keep if not p["llm"]]
-    return {
-        "best_seed": max(seed_fitness) if seed_fitness else None,
-        "best": best if keep else None,
-        "best_text": best_text,
-        "qd_score": float(sum(f - archive["qd_offset"] for f in best_cell.values())),
-        "cells": len(best_cell),
-        "programs": len(programs),
-        "llm_programs": len(llm),
-        "llm_valid": sum(p["valid"] for p in llm),
-        "seeds": len(programs) - len(llm),
-        "descriptor_mismatch": mismatched,
-    }
 
 
 def _fmt(x: Any, nd: int = 3) -> str:
@@ -533,22 +318,6 @@ def _oe_invalid(programs: list[dict[str, Any]]) -> dict[str, int]:
     return counts
 
 
-def start_server(prefix: str) -> tuple[Any, Path, datetime.datetime, float, float]:
-    """The shared embedded SmolLM2 server, logging to a fresh temp dir: (server, its log,
-    start time, perf_counter at start, 1-min load at start)."""
-    from qd.llm.server import EmbeddedServer
-
-    log = Path(tempfile.mkdtemp(prefix=prefix)) / "llm_server.log"
-    started = datetime.datetime.now(datetime.timezone.utc)
-    t_start, load_start = time.perf_counter(), round(os.getloadavg()[0], 2)
-    server = EmbeddedServer(log_path=log)
-    server.start()
-    print(
-        f"server {server.base_url} model {server.model} up in {server.startup_s:.1f}s (log {log})", flush=True
-    )
-    return server, log, started, t_start, load_start
-
-
 def run_all(args: argparse.Namespace, argv: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     server, log, started, t_start, load_start = start_server("bsq_")
     results, failures = [], []
@@ -567,7 +336,13 @@ def run_all(args: argparse.Namespace, argv: list[str]) -> tuple[list[dict[str, A
                     "seed_programs": seed_programs.get(seed),
                 }
                 try:
-                    r = run_child(system, params, log, args.calls * args.per_call_timeout + 300)
+                    r = run_child(
+                        system,
+                        params,
+                        lambda: calls_in_log(log),
+                        args.calls * args.per_call_timeout + 300,
+                        [sys.executable, __file__, "--_child", system],
+                    )
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     print(f"!! {system} seed {seed}: {str(e)[:3000]}", flush=True)
                     failures.append(f"{system} seed {seed}: {str(e).splitlines()[0]}")

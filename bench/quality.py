@@ -1,0 +1,496 @@
+#!/usr/bin/env python
+"""Search quality per model call, side by side: qd, its variants, its peers and two controls on
+three tasks, one model server, one budget.
+
+Systems (rows): ``qd`` (the task's defaults), ``qd+memory`` (``memory=on``), ``qd+agent``
+(``operators=llm_agent``) -- a variant whose config is missing from this checkout gets a "not
+available" row --, ``openevolve`` (OpenEvolve 0.4.1), ``gepa`` (GEPA 0.1.4), ``shinka``
+(ShinkaEvolve), and the controls ``best-of-N`` and ``restarts`` (``bench/quality_systems.py``).
+Tasks: ``function_fit``, OpenEvolve's ``function_minimization`` example and ``prompt`` (arith60
+through ``qd.optimize``) (``bench/quality_tasks.py``). Where a system cannot run a task, its
+row says why.
+
+Setup: one embedded SmolLM2 server (``qd.llm.server.EmbeddedServer``) shared by every run, one
+run at a time, each in a fresh child process (qd and the controls in this interpreter, the
+peers in ``--peer-python``'s: ``bench/quality_peers.py``). LLM calls are counted by the server
+(its access log), alike for all. The budget (``--calls``, 40) is what each system's own limit
+counts: model calls for the code tasks (qd's ``runner.max_llm_calls``, OpenEvolve's
+iterations, the controls' samples); for the prompt task (``--prompt-calls``, 400) every call,
+the proposer's and the evaluation's on the dataset rows (qd's ``llm_calls`` budget counts both;
+GEPA is stopped when its reflection and task calls reach it). The held-out scoring's calls
+come after the run and are not counted.
+
+Measured per run: the held-out best (function_fit: -RMSE on the 64 held-out points of the best
+program; function_minimization: the best ``combined_score``; prompt: the test split's accuracy
+of the best prompt, scored by ``DatasetTask.heldout`` on the same server for every system), the
+QD score on one grid per task over every valid program of the run (seeds included), the valid
+fraction of the model-written programs, calls and wall time. Per system x task: the median
+and the min-max over seeds.
+
+Resumable: each finished run appends one line to ``--jsonl``; a rerun skips the runs already
+there (key: system, task, seed, budget, server), so the bench runs across sessions.
+
+Usage::
+
+    python bench/quality.py --peer-python /work/venv-peers/bin/python \\
+        --oe-example OPENEVOLVE_REPO/examples/function_minimization --seeds 0 1 2 3 4
+    python bench/quality.py --render --results bench/RESULTS.md        # report the JSON-lines file
+    python bench/quality.py --quick --jsonl /tmp/q.jsonl              # scripted server, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+for _p in (HERE, ROOT):  # ROOT first: bench/descriptors.py must not shadow the package
+    with contextlib.suppress(ValueError):
+        sys.path.remove(str(_p))
+    sys.path.insert(0, str(_p))
+
+from _search_runs import calls_in_log, code_descriptor, grid_quality, run_child  # noqa: E402
+from quality_tasks import TASKS, BenchTask, bench_task, prompt_descriptor, scorer  # noqa: E402
+
+TITLE = "## Search quality per model call: qd, its variants, peers and controls (bench/quality.py)"
+JSONL = HERE / "quality_runs.jsonl"
+QUICK_SYSTEMS = ("qd", "best-of-N", "restarts")
+
+
+@dataclasses.dataclass(frozen=True)
+class System:
+    """A row: where it runs (``qd``, ``control``, ``peer``), the tasks it can run (others: why
+    not), and for a qd variant its overrides and the config file they need."""
+
+    runs: str
+    tasks: dict[str, str | None]  # task -> None (runs) or why it does not
+    variant: tuple[str, ...] = ()
+    needs: str | None = None
+
+
+_CODE_ONLY = "the controls mutate programs with qd's program operators; a prompt's score needs the model"
+_NO_PROMPT_VARIANT = "qd.optimize takes no config overrides: the variant runs on the code tasks"
+_OE_PROMPT = (
+    "OpenEvolve evolves code files scored by a Python evaluator; a prompt's evaluation calls the model "
+    "outside its LLM config and its call count"
+)
+_GEPA_CODE = (
+    "GEPA 0.1.4 optimizes text components through an adapter; it ships none that runs programs in a "
+    "sandbox, and one written here would be a new system, not GEPA"
+)
+SYSTEMS = {
+    "qd": System("qd", dict.fromkeys(TASKS)),
+    "qd+memory": System(
+        "qd", {**dict.fromkeys(TASKS), "prompt": _NO_PROMPT_VARIANT}, ("memory=on",), "memory/on.yaml"
+    ),
+    "qd+agent": System(
+        "qd",
+        {**dict.fromkeys(TASKS), "prompt": _NO_PROMPT_VARIANT},
+        ("operators=llm_agent",),
+        "operators/llm_agent.yaml",
+    ),
+    "openevolve": System("peer", {**dict.fromkeys(TASKS), "prompt": _OE_PROMPT}),
+    "gepa": System("peer", {"function_fit": _GEPA_CODE, "function_minimization": _GEPA_CODE, "prompt": None}),
+    "shinka": System(
+        "peer",
+        dict.fromkeys(
+            TASKS,
+            "ShinkaEvolve 0.0.7 installs and imports beside openevolve and gepa in the peers' venv; "
+            "its runner is not wired to an OpenAI-compatible local server in this bench yet",
+        ),
+    ),
+    "best-of-N": System("control", {**dict.fromkeys(TASKS), "prompt": _CODE_ONLY}),
+    "restarts": System("control", {**dict.fromkeys(TASKS), "prompt": _CODE_ONLY}),
+}
+
+
+def why_not(name: str, task: str, tasks: dict[str, BenchTask | str], peer_python: str | None) -> str | None:
+    """None if ``name`` runs ``task`` here, else the reason its row gives."""
+    from qd.paths import conf_dir
+
+    system = SYSTEMS[name]
+    if system.needs and not (conf_dir() / system.needs).is_file():
+        return f"not available in this checkout (no conf/{system.needs})"
+    if system.tasks[task]:
+        return system.tasks[task]
+    if isinstance(tasks[task], str):
+        return tasks[task]
+    if system.runs == "peer" and not peer_python:
+        return "no --peer-python (the peers run in their own venv)"
+    return None
+
+
+def budget_of(task: str, args: argparse.Namespace) -> int:
+    """A run's call budget: ``--calls`` for a code task, ``--prompt-calls`` for the prompt task
+    (whose every evaluation calls the model on the rows: qd counts those calls in its budget too)."""
+    return args.prompt_calls if task == "prompt" else args.calls
+
+
+def run_key(line: dict[str, Any]) -> tuple:
+    return (line["system"], line["task"], line["seed"], line["budget"], line["server"])
+
+
+def done_keys(path: Path) -> set[tuple]:
+    if not path.exists():
+        return set()
+    return {run_key(json.loads(ln)) for ln in path.read_text().splitlines() if ln.strip()}
+
+
+# ----- one run ----------------------------------------------------------------------------------
+
+
+def _sampling() -> dict[str, Any]:
+    from qd.plan import compose
+
+    cfg = compose(["experiment=function_fit"])
+    return {
+        "temperature": cfg.llm.temperature,
+        "max_tokens": cfg.llm.max_tokens,
+        "timeout_s": cfg.llm.timeout_s,
+        "concurrency": cfg.llm.concurrency,
+    }
+
+
+def _prompt_splits(seed: int) -> dict[str, list[dict[str, Any]]]:
+    """qd.optimize's train / validation / test rows of arith60 for this run seed."""
+    from quality_tasks import DATASET, PROMPT_SEED
+
+    from qd.data.task import dataset_task
+
+    t = dataset_task(PROMPT_SEED, str(DATASET), "numeric", seed=seed)
+    as_dicts = lambda rows: [{"input": r.input, "answer": r.answer} for r in rows]  # noqa: E731
+    return {"train": as_dicts(t.splits.train), "validation": as_dicts(t.splits.validation)}
+
+
+def one_run(
+    name: str, task: BenchTask, seed: int, args: argparse.Namespace, server: Any, count: Callable
+) -> dict[str, Any]:
+    """A finished run's JSON line (the child's programs scored on the task's grid)."""
+    system = SYSTEMS[name]
+    budget = budget_of(task.name, args)
+    params = {
+        "system": name,
+        "task": task.name,
+        "seed": seed,
+        "calls": budget,
+        "base_url": server.base_url,
+        "model": server.model,
+        "seeds": list(task.seeds),
+        "variant": list(system.variant),
+        "description": task.description,
+        "bins": task.grid["bins"],
+        "worst": -100.0 if task.name == "function_fit" else 0.0,
+        **_sampling(),
+        "score": [sys.executable, __file__, "--_score", task.name, str(args.oe_example)],
+        "score_timeout_s": 90,
+    }
+    if name == "gepa":
+        params.update(_prompt_splits(seed))
+    command = (
+        [args.peer_python, str(HERE / "quality_peers.py"), name]
+        if system.runs == "peer"
+        else [sys.executable, __file__, "--_child", name, task.name, str(args.oe_example)]
+    )
+    timeout = budget * args.per_call_timeout + 600
+    r = run_child(name, params, count, timeout, command)
+    describe = prompt_descriptor if task.name == "prompt" else code_descriptor
+    grid = grid_quality(r["programs"], task.grid, describe)
+    llm = [p for p in r["programs"] if p["llm"]]
+    heldout = grid["best"]
+    if task.name == "prompt":
+        heldout = r.get("heldout")
+        if heldout is None and r.get("best_prompt"):
+            held = run_child(
+                "heldout",
+                {**params, "best_prompt": r["best_prompt"]},
+                count,
+                timeout,
+                [sys.executable, __file__, "--_child", "heldout", task.name, str(args.oe_example)],
+            )
+            heldout = held["heldout"]
+    return {
+        "system": name,
+        "task": task.name,
+        "seed": seed,
+        "budget": budget,
+        "server": args.server_name,
+        "heldout_best": heldout,
+        "qd_score": grid["qd_score"],
+        "cells": grid["cells"],
+        "best_seed": grid["best_seed"],
+        "valid_frac": (sum(p["valid"] for p in llm) / len(llm)) if llm else None,
+        "programs": grid["programs"],
+        "calls": r["calls"] - r.get("heldout_calls", 0),
+        "failed_calls": r["failed_calls"],
+        "budget_calls": r.get("budget_calls", r["calls"]),
+        "wall_s": r["wall_s"],
+        "proc_s": r["proc_s"],
+        "load": r["load"],
+        "best_text": grid["best_text"],
+        "stop_reason": r.get("stop_reason"),
+        "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+@contextlib.contextmanager
+def model_server(quick: bool) -> Iterator[tuple[Any, Callable[[], tuple[int, int]]]]:
+    """The shared server and its call counter: the embedded SmolLM2 (its access log), or for
+    ``--quick`` the scripted server of the tests answering every prompt with a valid program."""
+    if quick:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from scripted_llm import Rule, ScriptedLLM
+
+        with ScriptedLLM([Rule("", scripted_program)]) as server:
+            server.model = "scripted"
+            yield server, lambda: (server.stats()["requests"], 0)
+        return
+    from _search_runs import start_server
+
+    server, log, *_ = start_server("qd_quality_")
+    try:
+        yield server, lambda: calls_in_log(log)
+    finally:
+        server.stop()
+
+
+def scripted_program(body: dict) -> str:
+    """A valid function_fit program whose constant follows the prompt's length (so they differ)."""
+    k = sum(len(m.get("content") or "") for m in body["messages"]) % 7
+    return f"```python\ndef f(x):\n    return x * x + 0.5 * x + {k}\n```"
+
+
+def run_all(args: argparse.Namespace) -> None:
+    tasks = {t: bench_task(t, args.oe_example) for t in args.tasks}
+    done = done_keys(args.jsonl)
+    todo = [
+        (seed, t, s)
+        for seed in args.seeds
+        for t in args.tasks
+        for s in args.systems
+        if why_not(s, t, tasks, args.peer_python) is None
+        and (s, t, seed, budget_of(t, args), args.server_name) not in done
+    ]
+    print(f"{len(todo)} runs to do ({len(done)} done in {args.jsonl})", flush=True)
+    if not todo:
+        return
+    with model_server(args.quick) as (server, count):
+        for seed, t, s in todo:
+            try:
+                line = one_run(s, tasks[t], seed, args, server, count)
+            except (RuntimeError, subprocess.TimeoutExpired, KeyError) as e:
+                print(f"!! {s} {t} seed {seed}: {str(e)[-3000:]}", flush=True)
+                continue
+            with open(args.jsonl, "a") as f:
+                f.write(json.dumps(line, default=float) + "\n")
+            print(
+                f"{s} {t} seed {seed}: best {line['heldout_best']}, QD {line['qd_score']:.2f}, "
+                f"{line['calls']} calls, {line['wall_s']:.0f} s",
+                flush=True,
+            )
+
+
+# ----- the report -------------------------------------------------------------------------------
+
+
+def _fmt(x: Any, nd: int = 3) -> str:
+    return "-" if x is None else f"{x:.{nd}f}" if isinstance(x, float) else str(x)
+
+
+def _spread(xs: list[Any], nd: int = 3) -> str:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "-"
+    med = statistics.median(xs)
+    return _fmt(float(med), nd) + (
+        f" [{_fmt(float(min(xs)), nd)}, {_fmt(float(max(xs)), nd)}]" if len(xs) > 1 else ""
+    )
+
+
+def summarize(lines: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One row per system x task: the medians and ranges, or why the system did not run it."""
+    tasks = {t: bench_task(t, args.oe_example) for t in args.tasks}
+    rows = []
+    for t in args.tasks:
+        for s in args.systems:
+            runs = [ln for ln in lines if ln["system"] == s and ln["task"] == t]
+            row: dict[str, Any] = {
+                "system": s,
+                "task": t,
+                "runs": len(runs),
+                "seeds": [r["seed"] for r in runs],
+            }
+            if runs:
+                row.update(
+                    {
+                        "heldout_best": _spread([r["heldout_best"] for r in runs]),
+                        "best_seed": _spread([r["best_seed"] for r in runs]),
+                        "qd_score": _spread([r["qd_score"] for r in runs], 2),
+                        "valid_frac": _spread([r["valid_frac"] for r in runs], 2),
+                        "calls": _spread([r["calls"] for r in runs], 0),
+                        "budget_calls_max": max(r["budget_calls"] or 0 for r in runs),
+                        "wall_s": _spread([r["wall_s"] for r in runs], 0),
+                    }
+                )
+            else:
+                row["why_not"] = why_not(s, t, tasks, args.peer_python) or "not run yet"
+            rows.append(row)
+    return rows
+
+
+def report(args: argparse.Namespace) -> list[dict[str, Any]]:
+    lines = [json.loads(ln) for ln in args.jsonl.read_text().splitlines() if ln.strip()]
+    lines = [
+        ln for ln in lines if ln["budget"] == budget_of(ln["task"], args) and ln["server"] == args.server_name
+    ]
+    rows = summarize(lines, args)
+    table = [
+        "| task | system | runs (seeds) | held-out best: median [min, max] | its best seed program "
+        "| QD score | valid / model-written | server calls | budget calls (max) | wall s |",
+        "|---|---|---|---|---|---|---|---|---:|---|",
+    ]
+    for r in rows:
+        if r["runs"]:
+            table.append(
+                f"| {r['task']} | {r['system']} | {r['runs']} ({' '.join(map(str, r['seeds']))}) | "
+                f"{r['heldout_best']} | {r['best_seed']} | {r['qd_score']} | {r['valid_frac']} | "
+                f"{r['calls']} | {r['budget_calls_max']} | {r['wall_s']} |"
+            )
+        else:
+            table.append(f"| {r['task']} | {r['system']} | 0 | {r['why_not']} | | | | | | |")
+    print("\n".join(table))
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "runs": lines}, indent=1, default=float))
+    if args.results:
+        _write_results(args, lines, table)
+    return rows
+
+
+def _shown(path: Path) -> str:
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def _write_results(args: argparse.Namespace, lines: list[dict[str, Any]], table: list[str]) -> None:
+    from _results import commit, versions, write_section
+
+    seeds = sorted({ln["seed"] for ln in lines})
+    tasks = {t: bench_task(t, args.oe_example) for t in args.tasks}
+    runnable = [
+        (s, t) for t in args.tasks for s in args.systems if why_not(s, t, tasks, args.peer_python) is None
+    ]
+    planned = len(runnable) * len(args.seeds)
+    loads = [x for ln in lines for x in ln["load"]] or [0.0]
+    section = [
+        TITLE,
+        "",
+        f"- Command: `{args.command}`; runs from `{_shown(args.jsonl)}` (one JSON line per "
+        f"finished run; a rerun skips them), commit {commit()}",
+        f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {len(lines)} runs, "
+        f"seeds done: {' '.join(map(str, seeds)) or 'none'}",
+        f"- Machine: {os.cpu_count()} cores ({platform.machine()}), shared; 1-min load {min(loads)}-"
+        f"{max(loads)} around the runs (wall time depends on it; quality after a fixed number of calls "
+        "does not).",
+        f"- Versions: {versions('jax', 'llama_cpp_python', 'openai')}; peers in their own venv: "
+        "openevolve 0.4.1, gepa 0.1.4",
+        f"- Budget {args.calls} calls per run on one "
+        f"{'scripted' if args.quick else 'embedded SmolLM2-135M (n_ctx 2048)'} server, one run at a time; "
+        "setup, systems, tasks and the scoring in the docstrings of `bench/quality.py`, "
+        "`bench/quality_tasks.py`, `bench/quality_systems.py`, `bench/quality_peers.py`. "
+        "`function_minimization` is OpenEvolve's example from its repository (`--oe-example`; the wheel "
+        "ships no examples), run unchanged, its one import of `openevolve.evaluation_result` served in "
+        "qd's interpreter by `bench/quality_shim`. Prompt task: the budget counts the proposer's calls "
+        "and its evaluations on the rows alike (`--prompt-calls`).",
+        f"- {'Partial: ' if len(lines) < planned else ''}{len(lines)} of {planned} runs "
+        f"({len(args.seeds)} seeds of every runnable system x task) finished; a row with 0 runs was not "
+        "reached yet or says why it cannot run.",
+        "",
+        *table,
+    ]
+    write_section(args.results, TITLE, "\n".join(section))
+    print(f"wrote {TITLE!r} to {args.results}")
+
+
+# ----- entry points ---------------------------------------------------------------------------------
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=40, help="the budget of each run of a code task")
+    ap.add_argument(
+        "--prompt-calls",
+        type=int,
+        default=400,
+        help="the budget of a prompt run: proposer and evaluation calls",
+    )
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    ap.add_argument("--peer-python", help="the peers' interpreter (a venv with openevolve and gepa)")
+    ap.add_argument("--oe-example", type=Path, help="OpenEvolve's examples/function_minimization folder")
+    ap.add_argument("--jsonl", type=Path, default=JSONL, help="finished runs, one JSON line each")
+    ap.add_argument("--json", type=Path, help="write the summary rows and the runs as one JSON file")
+    ap.add_argument("--results", type=Path, help="write this benchmark's section into RESULTS.md")
+    ap.add_argument("--render", action="store_true", help="no runs: report the JSON-lines file")
+    ap.add_argument(
+        "--quick", action="store_true", help="1 seed, 6 calls, the scripted server, qd + controls"
+    )
+    ap.add_argument(
+        "--per-call-timeout", type=float, default=30.0, help="child timeout: calls x this + 600 s"
+    )
+    args = ap.parse_args(argv)
+    args.command = "python bench/quality.py " + " ".join(argv)
+    args.server_name = "scripted" if args.quick else "smollm2"
+    if args.quick:
+        args.seeds, args.calls, args.tasks = [0], 6, ["function_fit"]
+        args.systems = list(QUICK_SYSTEMS)
+    return args
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    args = parse(list(sys.argv[1:] if argv is None else argv))
+    if not args.render:
+        run_all(args)
+    return report(args)
+
+
+def _child(name: str, task_name: str, oe_example: str, params_json: str) -> None:
+    from quality_systems import control, heldout_prompt, qd_prompt, qd_run
+
+    p = json.loads(params_json)
+    task = bench_task(task_name, None if oe_example == "None" else Path(oe_example))
+    if name == "heldout":
+        out = {"heldout": heldout_prompt(p), "programs": [], "wall_s": 0.0}
+    elif SYSTEMS[name].runs == "control":
+        out = control(p, task)
+    else:
+        out = qd_prompt(p) if task_name == "prompt" else qd_run(p, task)
+    Path(p["work"], "result.json").write_text(json.dumps(out, default=float))
+
+
+def _score(task_name: str, oe_example: str, path: str) -> None:
+    """One program scored for a peer: its JSON on the last line of stdout."""
+    text = Path(path).read_text()
+    out = scorer(task_name, None if oe_example == "None" else Path(oe_example))(text)
+    out["descriptor"] = code_descriptor(text)
+    print(json.dumps(out, default=float))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--_child"]:
+        _child(*sys.argv[2:6])
+    elif sys.argv[1:2] == ["--_score"]:
+        _score(*sys.argv[2:5])
+    else:
+        main()
