@@ -38,7 +38,7 @@ from genomes import GenomeKind
 from genomes.answers import MalformedAnswer
 from genomes.builtin import PROGRAM
 from operators.code import layout
-from operators.llm import _FIELDS, _RULES, _clip, _metrics, load_templates, whole_child
+from operators.llm import _FIELDS, _RULES, _clip, _metrics, load_templates, show_genome, whole_child
 from operators.recall import CHARS_PER_TOKEN, attempt_line
 from qd.contract import ChatClient, Child, ConfigError, Parent, PromptContext, TextOperator, sample_index
 
@@ -216,19 +216,7 @@ class AgentOperator(TextOperator):
         return "\n".join(lines)
 
     def _show(self, label: str, p: Parent, feedback: bool) -> str:
-        notes = p.feedback.strip() if feedback and p.feedback else ""
-        return (
-            self.templates["program"]
-            .substitute(
-                label=label,
-                score="none" if p.fitness is None else f"{p.fitness:.6g}",
-                metrics=_metrics(p.metrics),
-                language=self.genome.language,
-                code=p.text if p.text.endswith("\n") else p.text + "\n",
-                feedback=f"Evaluator feedback:\n{notes}" if notes else "",
-            )
-            .rstrip()
-        )
+        return show_genome(self.templates["program"], label, p, p.text, self.genome.language, feedback)
 
     def _opening(self, parent: Parent, elites: int, context: PromptContext) -> list[dict]:
         t, lang, noun = self.templates, self.genome.language, self.genome.noun

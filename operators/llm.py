@@ -296,24 +296,23 @@ class LLMOperator(TextOperator):
         ]
 
     def _show(self, label: str, p: Parent, code: str, feedback: bool = True) -> str:
-        """One genome for the prompt: label, score, compact metrics, its text, clipped feedback."""
-        notes = (
-            _clip(p.feedback.strip(), _FEEDBACK_CHARS)
-            if feedback and p.feedback and p.feedback.strip()
-            else ""
-        )
-        return (
-            self.templates["program"]
-            .substitute(
-                label=label,
-                score="none" if p.fitness is None else f"{p.fitness:.6g}",
-                metrics=_metrics(p.metrics),
-                language=self.genome.language,
-                code=code if code.endswith("\n") else code + "\n",
-                feedback=f"Evaluator feedback:\n{notes}" if notes else "",
-            )
-            .rstrip()
-        )
+        return show_genome(self.templates["program"], label, p, code, self.genome.language, feedback)
+
+
+def show_genome(template: Template, label: str, p: Parent, code: str, language: str, feedback: bool) -> str:
+    """One genome for a prompt (``template``: the ``program`` template): label, score, compact
+    metrics, its text, clipped feedback. Every LLM operator shows genomes this one way."""
+    notes = (
+        _clip(p.feedback.strip(), _FEEDBACK_CHARS) if feedback and p.feedback and p.feedback.strip() else ""
+    )
+    return template.substitute(
+        label=label,
+        score="none" if p.fitness is None else f"{p.fitness:.6g}",
+        metrics=_metrics(p.metrics),
+        language=language,
+        code=code if code.endswith("\n") else code + "\n",
+        feedback=f"Evaluator feedback:\n{notes}" if notes else "",
+    ).rstrip()
 
 
 def check_llm_operator(

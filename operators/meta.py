@@ -331,15 +331,5 @@ _POOL_SETTINGS = inspect.signature(InstructionPool.__init__)  # (self, log, *, s
 
 
 def _row(text: str | None, operator: str, **fields) -> Candidate:
-    """A store row for an instruction: no fitness or descriptor, valid when it has text."""
-    return Candidate(
-        kind="instruction",
-        genome="instruction",
-        island=0,
-        fitness=None,
-        descriptor=None,
-        valid=text is not None,
-        text=text,
-        operator=operator,
-        **fields,
-    )
+    """A store row for an instruction (``Candidate.logged``)."""
+    return Candidate.logged("instruction", text, operator, **fields)

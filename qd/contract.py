@@ -114,6 +114,13 @@ class Candidate:
     trace: list[dict] | None = None  # model calls its evaluation made (written to the store's trace table)
     instruction: int | None = None  # store id of the meta instruction its prompt showed (``operators.meta``)
 
+    @classmethod
+    def logged(cls, kind: str, text: str | None, operator: str, **fields: Any) -> Candidate:
+        """A row a plug-in logs beside the genomes (a meta instruction, a lessons note), so its
+        prompt, answer and cost are kept like a child's: no fitness or descriptor, island 0,
+        valid when it has text."""
+        return cls(kind, 0, None, None, text is not None, text=text, operator=operator, genome=kind, **fields)
+
 
 @dataclasses.dataclass
 class Parent:

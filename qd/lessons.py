@@ -84,15 +84,10 @@ class LessonsWriter:
         except LLMError as err:
             return {"error": str(err)}
         note = " ".join(c.text.split())[:_NOTE_CHARS] or None
-        row = Candidate(
-            kind=LESSONS,
-            genome=LESSONS,
-            island=0,
-            fitness=None,
-            descriptor=None,
-            valid=note is not None,
-            text=note,
-            operator=LESSONS,
+        row = Candidate.logged(
+            LESSONS,
+            note,
+            LESSONS,
             model=c.model,
             prompt=json.dumps(messages, ensure_ascii=False),
             response=c.text,

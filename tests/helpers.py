@@ -272,17 +272,25 @@ def run_python(
     return proc
 
 
+def on_server(base_url: str, model: str = "scripted") -> list[str]:
+    """The overrides that point a run at the OpenAI-compatible server at ``base_url`` (scripted
+    or the embedded llama.cpp one), no API key, no progress bar."""
+    return [
+        "llm.provider=server",
+        f"llm.base_url={base_url}",
+        f"llm.models=[{{name: {model}}}]",
+        "llm.api_key_env=null",
+        "runner.progress=false",
+    ]
+
+
 def scripted_text_config(base_url: str, *overrides: str) -> DictConfig:
     """function_fit asking the scripted server at ``base_url``: rewrites only, 2 workers, quiet."""
     return compose(
         [
             "experiment=function_fit",
-            "llm.provider=server",
-            f"llm.base_url={base_url}",
-            "llm.models=[{name: scripted}]",
-            "llm.api_key_env=null",
+            *on_server(base_url),
             "llm.timeout_s=5",
-            "runner.progress=false",
             "runner.in_flight=4",
             "runner.workers=2",
             "sandbox.wall_s=2",

@@ -4,7 +4,7 @@ evaluation makes goes through the host's client, within its budget, recorded wit
 import re
 
 import pytest
-from helpers import run_config, stored
+from helpers import on_server, run_config, stored
 from scripted_llm import Rule
 
 from qd.plan import compose
@@ -37,12 +37,8 @@ def config(base_url: str, experiment: str, *overrides: str):
     return compose(
         [
             f"experiment={experiment}",
-            "llm.provider=server",
-            f"llm.base_url={base_url}",
-            "llm.models=[{name: scripted}]",
-            "llm.api_key_env=null",
+            *on_server(base_url),
             "llm.timeout_s=10",
-            "runner.progress=false",
             "experiment.params.search_items=2",
             *overrides,
         ]

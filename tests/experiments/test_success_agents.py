@@ -12,7 +12,7 @@ from pathlib import Path
 
 import capable_llm
 import pytest
-from helpers import run_config, stored
+from helpers import on_server, run_config, stored
 from scripted_llm import Rule, ScriptedLLM
 
 from qd import committee
@@ -39,12 +39,8 @@ def config(base_url: str, experiment: str, *overrides: str):
     return compose(
         [
             f"experiment={experiment}",
-            "llm.provider=server",
-            f"llm.base_url={base_url}",
-            "llm.models=[{name: scripted}]",
-            "llm.api_key_env=null",
+            *on_server(base_url),
             "llm.timeout_s=10",
-            "runner.progress=false",
             "experiment.params.search_items=4",
             *overrides,
         ]

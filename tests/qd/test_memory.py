@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from helpers import run_engine, scripted_text_config, stored
+from helpers import on_server, run_engine, scripted_text_config, stored
 from scripted_llm import Rule, ScriptedLLM
 
 from qd.contract import Candidate, ConfigError
@@ -171,11 +171,7 @@ def test_the_longest_prompt_of_a_smollm2_run_with_memory_fits_its_context(tmp_pa
     cfg = compose(
         [
             "experiment=function_fit",
-            "llm.provider=server",
-            f"llm.base_url={llama_server.base_url}",
-            f"llm.models=[{{name: {llama_server.model}}}]",
-            "llm.api_key_env=null",
-            "runner.progress=false",
+            *on_server(llama_server.base_url, llama_server.model),
             "runner.max_llm_calls=12",
             "runner.in_flight=2",
             "memory=on",
