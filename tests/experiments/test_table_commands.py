@@ -7,9 +7,8 @@ accepts every flag, and its overrides compose and validate into a plan as a run 
 would; the marked one's JSON (``<script>.json`` beside the README) exists, is cited, records the
 command's seeds, budget and held-out size, and the script's own ``markdown`` rendering of it —
 every row name and number — is in the README. A command quoted in the README's prose must be
-one of the fenced ones, so the results never name settings the printed command lacks. A table
-whose JSON was never committed and that could not be rerun is named in ``NOT_RERUN``, and its
-command's comment says so. The README's fenced ``qd-run`` lines compose too.
+one of the fenced ones, so the results never name settings the printed command lacks. The
+README's fenced ``qd-run`` lines compose too.
 """
 
 from __future__ import annotations
@@ -27,10 +26,6 @@ from qd.plan import compose, plan
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 MARK = "the table below"
-# Tables measured before their JSON was committed and not rerun since (a rerun did not fit the shared
-# 2-core machine when this test was written): the command's comment says "not rerun", the README says
-# why beside the table, and the entry goes when the rerun's JSON is committed.
-NOT_RERUN = {"experiments/creative_writing/table.py"}
 SCRIPT = re.compile(r"python (experiments/[\w/]+table\.py)")
 
 
@@ -121,10 +116,6 @@ def test_a_table_command_parses_and_composes(readme, command, comment, tmp_path,
         return
     script = EXPERIMENTS.parent / shlex.split(command)[1]
     cited = script.with_suffix(".json")
-    if str(script.relative_to(EXPERIMENTS.parent)) in NOT_RERUN:
-        assert not cited.is_file(), f"{cited.name} is committed: take {script.name} off NOT_RERUN"
-        assert "not rerun" in comment, f"{command}: its comment must say the table was not rerun"
-        return
     assert f"`{cited.name}`" in readme.read_text(), (
         f"{readme.parent.name}'s README does not cite {cited.name}"
     )
