@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
-import json
 import math
 import textwrap
 from collections.abc import Sequence
@@ -315,12 +314,7 @@ class InstructionPool:
             text,
             operator,
             parent_ids=[parent.id],
-            model=c.model,
-            prompt=json.dumps(messages, ensure_ascii=False),
-            response=c.text,
-            tokens_in=c.tokens_in,
-            tokens_out=c.tokens_out,
-            cost=c.cost,
+            **c.provenance(messages),
             error=error,
         )
         await asyncio.to_thread(self.log.add, [row])

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -81,6 +82,18 @@ class Completion:
     seconds: float
     top_logprobs: list[dict[str, float]] | None = None
     reasoning_tokens: int = 0  # of ``tokens_out``, those a reasoning model spent thinking
+
+    def provenance(self, messages: list[dict]) -> dict[str, Any]:
+        """What a stored row keeps of the call that made it (``Candidate`` fields): model, the
+        messages sent as JSON, the answer, tokens and cost."""
+        return dict(
+            model=self.model,
+            prompt=json.dumps(messages, ensure_ascii=False),
+            response=self.text,
+            tokens_in=self.tokens_in,
+            tokens_out=self.tokens_out,
+            cost=self.cost,
+        )
 
 
 @dataclasses.dataclass

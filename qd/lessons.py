@@ -13,7 +13,6 @@ cost; a resumed run reads its latest note and schedule back from that row.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from qd.contract import Candidate, CandidateLog, ChatClient, LLMError, sample_index
@@ -88,12 +87,7 @@ class LessonsWriter:
             LESSONS,
             note,
             LESSONS,
-            model=c.model,
-            prompt=json.dumps(messages, ensure_ascii=False),
-            response=c.text,
-            tokens_in=c.tokens_in,
-            tokens_out=c.tokens_out,
-            cost=c.cost,
+            **c.provenance(messages),
             metrics={"batches": batches},
             error=None if note is not None else "lessons: empty answer",
         )

@@ -4,7 +4,7 @@ ends cleanly (slow)."""
 
 import numpy as np
 import pytest
-from helpers import run_engine, scripted_text_config, stored
+from helpers import on_server, run_engine, scripted_text_config, stored
 from scripted_llm import Rule
 
 from qd.plan import compose
@@ -87,11 +87,7 @@ def test_against_smollm2_the_loop_ends_cleanly_with_a_stored_reason(tmp_path, ll
     cfg = compose(
         [
             "experiment=function_fit",
-            "llm.provider=server",
-            f"llm.base_url={llama_server.base_url}",
-            f"llm.models=[{{name: {llama_server.model}}}]",
-            "llm.api_key_env=null",
-            "runner.progress=false",
+            *on_server(llama_server.base_url, llama_server.model),
             "runner.max_llm_calls=6",
             "runner.in_flight=1",
             "operators.mix=[{name: agent, max_steps: 2}]",
