@@ -11,6 +11,7 @@ run writes.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections import defaultdict
 from collections.abc import Iterator
@@ -141,57 +142,136 @@ class Cells:
         return cell
 
 
-_FATE_COLUMNS = ("operator", "model", "instruction", "tokens_in", "tokens_out", "cost", "error")
+_FATE_COLUMNS = (
+    "operator",
+    "model",
+    "instruction",
+    "tokens_in",
+    "tokens_out",
+    "cost",
+    "error",
+    "parent_fitness",
+)
+_FATE_KINDS = {
+    "id": np.int64,
+    "island": np.int64,
+    "valid": bool,
+    "fitness": np.float64,
+    "cell": np.int64,
+    "entered": bool,
+    "parent": np.int64,
+    "operator": object,
+    "model": object,
+    "instruction": np.int64,
+    "tokens": np.int64,
+    "cost": np.float64,
+    "error": bool,
+    "improvement": np.float64,
+}
+
+
+def fate_pages(run: RunDir) -> Iterator[dict[str, np.ndarray]]:
+    """The candidates' columns (no genome text) and what became of each, a page of
+    :func:`pages` at a time as arrays, with ``improvement``: its fitness minus its first
+    parent's (NaN for founders, invalid candidates and parents the store does not hold;
+    the store looks the parent up, so no page needs the ones before it)."""
+    for page in pages(run, _FATE_COLUMNS):
+        parent_fitness = np.asarray([np.nan if f is None else f for f in page["parent_fitness"]], np.float64)
+        yield {
+            **{
+                name: page[name] for name in ("id", "island", "valid", "fitness", "cell", "entered", "parent")
+            },
+            "operator": np.asarray([o or "" for o in page["operator"]], object),
+            "model": np.asarray([m or "" for m in page["model"]], object),
+            "instruction": np.asarray([-1 if i is None else i for i in page["instruction"]], np.int64),
+            "tokens": np.asarray(page["tokens_in"], np.int64) + np.asarray(page["tokens_out"], np.int64),
+            "cost": np.asarray(page["cost"], np.float64),
+            "error": np.asarray([e is not None for e in page["error"]], bool),
+            "improvement": np.where(
+                page["valid"] & (page["parent"] >= 0), page["fitness"] - parent_fitness, np.nan
+            ),
+        }
 
 
 def fates(run: RunDir) -> dict[str, np.ndarray]:
-    """Every candidate's columns (no genome text) and what became of it, as arrays in id order:
-    the columns of :func:`pages`, all of them at once, with ``improvement``: its fitness
-    minus its first parent's (NaN for founders and invalid candidates)."""
+    """Every candidate's :func:`fate_pages` columns at once, in id order: memory grows with
+    the store, so the commands read :func:`operator_stats` (bounded) and this serves
+    analyses of a run that fits in memory."""
     return run.memo("fates", lambda: _fates(run))
 
 
 def _fates(run: RunDir) -> dict[str, np.ndarray]:
-    parts: dict[str, list[np.ndarray]] = defaultdict(list)
-    for page in pages(run, _FATE_COLUMNS):
-        for name in ("id", "island", "valid", "fitness", "cell", "entered", "parent"):
-            parts[name].append(page[name])
-        parts["operator"].append(np.asarray([o or "" for o in page["operator"]], object))
-        parts["model"].append(np.asarray([m or "" for m in page["model"]], object))
-        parts["instruction"].append(
-            np.asarray([-1 if i is None else i for i in page["instruction"]], np.int64)
-        )
-        parts["tokens"].append(
-            np.asarray(page["tokens_in"], np.int64) + np.asarray(page["tokens_out"], np.int64)
-        )
-        parts["cost"].append(np.asarray(page["cost"], np.float64))
-        parts["error"].append(np.asarray([e is not None for e in page["error"]], bool))
-    kinds = {
-        "id": np.int64,
-        "island": np.int64,
-        "valid": bool,
-        "fitness": np.float64,
-        "cell": np.int64,
-        "entered": bool,
-        "parent": np.int64,
-        "operator": object,
-        "model": object,
-        "instruction": np.int64,
-        "tokens": np.int64,
-        "cost": np.float64,
-        "error": bool,
+    parts = list(fate_pages(run))
+    return {
+        k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, t) for k, t in _FATE_KINDS.items()
     }
-    f = {k: np.concatenate(parts[k]) if parts[k] else np.zeros(0, t) for k, t in kinds.items()}
-    at = np.clip(np.searchsorted(f["id"], f["parent"]), 0, max(len(f["id"]) - 1, 0))
-    held = (f["parent"] >= 0) & (f["id"][at] == f["parent"]) if len(f["id"]) else np.zeros(0, bool)
-    parent_fitness = np.where(held, f["fitness"][at] if len(f["id"]) else 0.0, np.nan)
-    f["improvement"] = np.where(f["valid"] & (f["parent"] >= 0), f["fitness"] - parent_fitness, np.nan)
-    return f
+
+
+@dataclasses.dataclass
+class Tally:
+    """Sums over a group of candidates, merged group into group: what a row of
+    :func:`operator_stats` reports, kept per (operator, model, instruction) so that a scan
+    holds one per combination seen, not one per candidate."""
+
+    candidates: int = 0
+    valid: int = 0
+    entered: int = 0
+    gain_sum: float = 0.0  # the finite improvements over the first parent, summed
+    gains: int = 0  # and counted
+    tokens: int = 0
+    cost: float = 0.0
+
+    def merge(self, other: Tally) -> None:
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "candidates": self.candidates,
+            "valid": self.valid,
+            "valid_rate": self.valid / self.candidates,
+            "entered": self.entered,
+            "entered_rate": self.entered / self.candidates,
+            "mean_improvement": self.gain_sum / self.gains if self.gains else None,
+            "tokens": self.tokens,
+            "cost": self.cost,
+        }
+
+
+def tallies(run: RunDir) -> dict[tuple[str, str, int], Tally]:
+    """A :class:`Tally` per (operator, model, instruction) seen, from one scan of the store
+    that keeps a page at a time (memoized until the run changes)."""
+    return run.memo("tallies", lambda: _tallies(run))
+
+
+def _tallies(run: RunDir) -> dict[tuple[str, str, int], Tally]:
+    out: dict[tuple[str, str, int], Tally] = defaultdict(Tally)
+    for f in fate_pages(run):
+        groups: dict[tuple, list[int]] = defaultdict(list)
+        for k, key in enumerate(zip(*(f[b].tolist() for b in GROUPS))):
+            groups[key].append(k)
+        for key, members in groups.items():
+            m = np.asarray(members)
+            gains = f["improvement"][m]
+            gains = gains[np.isfinite(gains)]
+            out[key].merge(
+                Tally(
+                    candidates=len(m),
+                    valid=int(f["valid"][m].sum()),
+                    entered=int(f["entered"][m].sum()),
+                    gain_sum=float(gains.sum()),
+                    gains=len(gains),
+                    tokens=int(f["tokens"][m].sum()),
+                    cost=float(f["cost"][m].sum()),
+                )
+            )
+    return dict(out)
 
 
 def operator_stats(run: RunDir, by: tuple[str, ...] = ("operator", "model")) -> list[dict[str, Any]]:
-    """Per group of ``by`` (some of ``operator``, ``model``, ``instruction``): candidates,
-    valid and entered-archive rates, mean improvement over the first parent, tokens and cost.
+    """Per group of ``by`` (some of ``operator``, ``model``, ``instruction``; none: one row
+    of every candidate): candidates, valid and entered-archive rates, mean improvement over
+    the first parent, tokens and cost, merged from :func:`tallies`.
 
     Rows are sorted by candidates, most first; ``instruction`` groups are labelled with
     the instruction's text (``-`` for candidates made without one).
@@ -199,34 +279,17 @@ def operator_stats(run: RunDir, by: tuple[str, ...] = ("operator", "model")) -> 
     unknown = [b for b in by if b not in GROUPS]
     if unknown:
         raise ValueError(f"by: unknown grouping {unknown[0]!r}; use some of {list(GROUPS)}")
-    f = fates(run)
     texts = _instruction_texts(run) if "instruction" in by else {}
-    groups: dict[tuple, list[int]] = defaultdict(list)
-    keys = list(zip(*(f[b].tolist() for b in by))) if len(f["id"]) else []
-    for k, key in enumerate(keys):
-        groups[key].append(k)
+    groups: dict[tuple, Tally] = defaultdict(Tally)
+    for key, tally in tallies(run).items():
+        groups[tuple(key[GROUPS.index(b)] for b in by)].merge(tally)
     out = []
-    for key, members in groups.items():
-        m = np.asarray(members)
-        gains = f["improvement"][m]
-        gains = gains[np.isfinite(gains)]
+    for key, tally in groups.items():
         label = {
             b: (texts.get(v, f"#{v}") if v >= 0 else "-") if b == "instruction" else (v or "-")
             for b, v in zip(by, key)
         }
-        out.append(
-            {
-                **label,
-                "candidates": len(m),
-                "valid": int(f["valid"][m].sum()),
-                "valid_rate": float(f["valid"][m].mean()),
-                "entered": int(f["entered"][m].sum()),
-                "entered_rate": float(f["entered"][m].mean()),
-                "mean_improvement": float(gains.mean()) if len(gains) else None,
-                "tokens": int(f["tokens"][m].sum()),
-                "cost": float(f["cost"][m].sum()),
-            }
-        )
+        out.append({**label, **tally.row()})
     return sorted(out, key=lambda r: (-r["candidates"], [str(r[b]) for b in by]))
 
 

@@ -50,6 +50,12 @@ _COLUMNS = (
     "genome",
     "instruction",
 )
+# Columns a scan computes from others: the first parent's fitness, found by its id (the primary key),
+# so a reader of each child's improvement needs no table of every candidate's fitness.
+_DERIVED = {
+    "parent_fitness": "(SELECT p.fitness FROM candidates p WHERE p.id = json_extract(candidates.parent_ids, "
+    "'$[0]') AND p.kind IN ('text', 'vector'))",
+}
 # Stores written before genome kinds have no ``genome`` column: their text rows are programs.
 _LEGACY_GENOME = {"text": "program"}
 
@@ -213,12 +219,14 @@ class Store:
     ) -> Iterator[list[tuple]]:
         """Some columns of every candidate of ``kinds``, ``page`` rows at a time, in id order (or
         by first parent, then id): scans of a large store in bounded memory (no genomes, prompts
-        or answers unless asked for; SQLite sorts on disk past its cache)."""
-        unknown = set(names) - {"id", *_COLUMNS}
+        or answers unless asked for; SQLite sorts on disk past its cache). Besides the stored
+        columns, ``parent_fitness``: the first parent's fitness (None: a founder, or a parent
+        the store does not hold)."""
+        unknown = set(names) - {"id", *_COLUMNS, *_DERIVED}
         if unknown:
             raise ValueError(f"store: no column {sorted(unknown)[0]!r}")
         have = self._db.columns() | {"id"}
-        select = ", ".join(c if c in have else "NULL" for c in names)
+        select = ", ".join(_DERIVED.get(c, c if c in have else "NULL") for c in names)
         order = "json_extract(parent_ids, '$[0]'), id" if by_parent else "id"
         cursor = self._db.cursor(
             f"SELECT {select} FROM candidates WHERE kind IN ({', '.join('?' * len(kinds))}) ORDER BY {order}",

@@ -80,7 +80,7 @@ class Explorer:
             data.summary(run)
             data.fitness_range(run)
             history.curves(run)
-            history.fates(run)
+            history.tallies(run)
 
 
 def make_app(run_dirs: list[str | Path], watch_s: float | None = WATCH_S) -> FastAPI:

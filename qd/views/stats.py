@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from qd import history
 from qd.llm.ledger import USAGE_FIELDS
 from qd.views import render
@@ -48,7 +46,7 @@ def main(argv: list[str]) -> None:
         groups = {",".join(by): history.operator_stats(run, by)}
         if "instruction" not in by and run.store.count(kind="instruction"):
             groups["instruction"] = history.operator_stats(run, ("instruction",))
-        totals = _totals(next(iter(groups.values())), history.fates(run))
+        totals = _totals(next(iter(groups.values())), history.operator_stats(run, ()))
         ledger = [dict(zip(LEDGER, row)) for row in run.store.calls.totals()]
         ledger_total = {k: sum(r[k] for r in ledger) for k in LEDGER[2:]}
         elites_only = not run.store.keeps_every_candidate()
@@ -102,17 +100,17 @@ def _numbers(r: dict[str, Any]) -> list[Any]:
     ]
 
 
-def _totals(rows: list[dict[str, Any]], fates: dict[str, np.ndarray]) -> dict[str, Any]:
-    """The groups summed; the mean improvement over every candidate that has one (not a mean of means)."""
+def _totals(rows: list[dict[str, Any]], everyone: list[dict[str, Any]]) -> dict[str, Any]:
+    """The groups summed; the mean improvement over every candidate that has one (``everyone``:
+    the one row of all candidates; not a mean of means)."""
     n, valid, entered = (sum(r[k] for r in rows) for k in ("candidates", "valid", "entered"))
-    gains = fates["improvement"][np.isfinite(fates["improvement"])]
     return {
         "candidates": n,
         "valid": valid,
         "valid_rate": valid / n if n else 0.0,
         "entered": entered,
         "entered_rate": entered / n if n else 0.0,
-        "mean_improvement": float(gains.mean()) if len(gains) else None,
+        "mean_improvement": everyone[0]["mean_improvement"] if everyone else None,
         "tokens": sum(r["tokens"] for r in rows),
         "cost": sum(r["cost"] for r in rows),
     }
