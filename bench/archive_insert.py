@@ -619,7 +619,6 @@ def main(argv=None) -> int:
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - t_start:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    import qdax
     import ribs
 
     versions = {
@@ -628,8 +627,11 @@ def main(argv=None) -> int:
         "jaxlib": getattr(__import__("jaxlib"), "__version__", "?"),
         "numpy": np.__version__,
         "ribs": ribs.__version__,
-        "qdax": qdax.__version__,
     }
+    if not args.no_qdax:
+        import qdax
+
+        versions["qdax"] = qdax.__version__
     try:
         import scipy
 

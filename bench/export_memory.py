@@ -9,7 +9,8 @@ process per export, and reports its wall time and peak resident memory (the
 child's ``VmHWM``, read by the child as it ends: ``ru_maxrss`` would not do, Linux
 carries it over ``exec`` from the forking parent, which grows as it builds the runs).
 The target: an export streams, so its peak memory at the
-large run is at most 1.2x that at the small one.
+large run is at most 1.2x that at the small one. The same holds for the readers ``qd stats``
+and ``qd explore`` (``--kinds stats,explore``): each reads the store a page at a time.
 
 Beside it (the peer), what a user hand-writes against ``store.sqlite`` today:
 ``pandas.read_sql`` of the candidates table (genomes, prompts and answers) and
@@ -20,6 +21,7 @@ Usage::
     PYTHONPATH=. python bench/export_memory.py                             # 100k and 1M (about 30 min)
     PYTHONPATH=. python bench/export_memory.py --small 10000 --large 100000 --kinds elites,trace
     PYTHONPATH=. python bench/export_memory.py --json out.json
+    PYTHONPATH=. python bench/export_memory.py --kinds stats,explore   # qd stats and qd explore
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
+VMHWM = "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))\n"
 NAIVE = (
     """
 import sqlite3, sys
@@ -44,7 +47,7 @@ frame = pd.read_sql("SELECT id, parent_ids, island, operator, model, prompt, res
 frame.to_parquet(sys.argv[2])
 print(len(frame))
 """
-    + "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))\n"
+    + VMHWM
 )
 EXPORT = (
     """
@@ -53,8 +56,32 @@ from qd.export import write
 path, rows = write(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4])
 print(rows)
 """
-    + "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))\n"
+    + VMHWM
 )
+
+# The readers beside the exports: ``qd stats --json`` (its output kept off stdout) and what
+# ``qd explore`` computes for a run before its first page (``Explorer.warm``) plus the
+# statistics endpoint; each prints the candidates it counted.
+READERS = {
+    "stats": """
+import contextlib, io, json, sys
+from qd.views import stats
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    stats.main([sys.argv[1], "--json"])
+print(json.loads(out.getvalue())["totals"]["candidates"])
+""",
+    "explore": """
+import sys
+from qd.explore import data
+from qd.explore.app import Explorer
+explorer = Explorer([sys.argv[1]])
+explorer.warm(0)
+print(sum(r["candidates"] for r in data.stats(explorer.runs[0], "operator,model")))
+explorer.close()
+""",
+}
+READERS = {k: v + VMHWM for k, v in READERS.items()}
 
 
 def measure(code: str, *args: str) -> dict[str, float]:
@@ -78,7 +105,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--small", type=int, default=100_000)
     ap.add_argument("--large", type=int, default=1_000_000)
-    ap.add_argument("--kinds", default="elites,sft,dpo,trace")
+    ap.add_argument(
+        "--kinds",
+        default="elites,sft,dpo,trace",
+        help=f"export kinds, and the readers {','.join(READERS)} (qd stats, qd explore's first page)",
+    )
     ap.add_argument("--format", default="parquet", choices=("jsonl", "parquet", "hf"))
     ap.add_argument("--side", type=int, default=300, help="grid side of the synthetic archive (one island)")
     ap.add_argument("--work", type=Path, help="keep the runs and exports here (default: a temporary folder)")
@@ -102,7 +133,10 @@ def main(argv: list[str] | None = None) -> None:
             }
             for kind in kinds:
                 target = work / f"{kind}{size}.{args.format}"
-                out[str(size)][kind] = measure(EXPORT, str(run), kind, args.format, str(target))
+                if kind in READERS:
+                    out[str(size)][kind] = measure(READERS[kind], str(run))
+                else:
+                    out[str(size)][kind] = measure(EXPORT, str(run), kind, args.format, str(target))
                 print(f"{size:>9,} {kind:<8} {out[str(size)][kind]}", file=sys.stderr)
     print(
         f"qd export --format {args.format}: time and peak memory (fresh process each; "
