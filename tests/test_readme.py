@@ -129,3 +129,11 @@ def test_readme_python_objects_example_runs_within_its_call_budget(capsys, monke
     exec(compile(block.group(1), str(README), "exec"), {"__name__": "readme_objects"})
     calls, elites = re.match(r"(\d+) model calls, (\d+) elites", capsys.readouterr().out).groups()
     assert int(calls) == 6 and int(elites) >= 2  # the budget bound the caller's client; children entered
+
+
+def test_the_readme_calls_the_gpu_path_untested_while_the_results_hold_no_gpu_figure():
+    """``bench/device.py`` prints ``backend=gpu`` first on a GPU: until a run's figures with
+    that line are in ``bench/RESULTS.md``, the README must not let the GPU path pass as tested."""
+    results = (ROOT / "bench" / "RESULTS.md").read_text()
+    if "backend=gpu" not in results:
+        assert "The GPU path is untested" in (ROOT / "README.md").read_text()
