@@ -92,6 +92,7 @@ def measure(code: str, *args: str) -> dict[str, float]:
         [sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
+        cwd=ROOT,  # ``python -c`` puts the working folder first on sys.path: this tree, wherever called from
         env={"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
     )
     seconds = time.perf_counter() - started
@@ -139,8 +140,8 @@ def main(argv: list[str] | None = None) -> None:
                     out[str(size)][kind] = measure(EXPORT, str(run), kind, args.format, str(target))
                 print(f"{size:>9,} {kind:<8} {out[str(size)][kind]}", file=sys.stderr)
     print(
-        f"qd export --format {args.format}: time and peak memory (fresh process each; "
-        "peak RSS is the child's VmHWM)"
+        f"qd export --format {args.format} (and the readers asked for): time and peak memory "
+        "(fresh process each; peak RSS is the child's VmHWM)"
     )
     print(
         f"{'kind':<8} {'rows small':>11} {'rows large':>11} {'s small':>9} {'s large':>9} "
