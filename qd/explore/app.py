@@ -17,7 +17,7 @@ Errors are one line of JSON, ``{"error": "..."}``: 404 for a run, island, cell o
 candidate that is not there, 400 for a query value that cannot be used.
 
 A background thread keeps each run's heavy readings (the replayed archive, the
-island heatmaps, the curves, the fates behind the statistics) computed for the run's
+island heatmaps, the curves, the statistics' tallies) computed for the run's
 current version, so requests seldom wait on them, also while a run is going.
 """
 
