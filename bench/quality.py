@@ -16,7 +16,8 @@ run at a time, each in a fresh child process (qd and the controls in this interp
 peers in ``--peer-python``'s: ``bench/quality_peers.py``). LLM calls are counted by the server
 (its access log), alike for all. The budget (``--calls``, 40) is what each system's own limit
 counts: model calls for the code tasks (qd's ``runner.max_llm_calls``, OpenEvolve's
-iterations, the controls' samples); for the prompt task (``--prompt-calls``, 400) every call,
+iterations, ShinkaEvolve's LLM client, which answers no more once they are made, the controls'
+samples); for the prompt task (``--prompt-calls``, 400) every call,
 the proposer's and the evaluation's on the dataset rows (qd's ``llm_calls`` budget counts both;
 GEPA is stopped when its reflection and task calls reach it). The held-out scoring's calls
 come after the run and are not counted.

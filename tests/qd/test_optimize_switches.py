@@ -45,6 +45,21 @@ def marked_or_tool(request: dict) -> str:
     return ("TOOL: submit\n" if len(users) > 1 else "TOOL: trial\n") + program
 
 
+def optimized(scripted_llm, tmp_path, calls: int, **switches):
+    """``qd.optimize`` of ``SEED`` on a scripted server answering ``marked_or_tool``: (result, server)."""
+    server = scripted_llm([Rule("", marked_or_tool)])
+    result = qd.optimize(
+        SEED,
+        evaluate=evaluate,
+        base_url=server.base_url,
+        model="scripted",
+        budget={"llm_calls": calls},
+        run_dir=tmp_path / "run",
+        **switches,
+    )
+    return result, server
+
+
 def rows_of(run_dir) -> list[dict]:
     with sqlite3.connect(run_dir / "store.sqlite") as db:
         db.row_factory = sqlite3.Row
@@ -55,16 +70,8 @@ def rows_of(run_dir) -> list[dict]:
 def test_memory_shows_failed_children_in_later_prompts_and_ledgers_its_lessons_under_meta(
     scripted_llm, tmp_path
 ):
-    server = scripted_llm([Rule("", marked_or_tool)])
-    result = qd.optimize(
-        SEED,
-        evaluate=evaluate,
-        base_url=server.base_url,
-        model="scripted",
-        budget={"llm_calls": 12},
-        memory={"lessons_every": 4},  # the memory=on group, a note every 4 commits
-        run_dir=tmp_path / "run",
-    )
+    # the memory=on group, a note every 4 commits
+    result, server = optimized(scripted_llm, tmp_path, 12, memory={"lessons_every": 4})
     rows = {r["id"]: r for r in rows_of(result.run_dir)}
     shown = 0
     for r in rows.values():
@@ -82,15 +89,7 @@ def test_memory_shows_failed_children_in_later_prompts_and_ledgers_its_lessons_u
 
 
 def test_without_memory_no_prompt_shows_children(scripted_llm, tmp_path):
-    server = scripted_llm([Rule("", marked_or_tool)])
-    result = qd.optimize(
-        SEED,
-        evaluate=evaluate,
-        base_url=server.base_url,
-        model="scripted",
-        budget={"llm_calls": 8},
-        run_dir=tmp_path / "run",
-    )
+    result, _ = optimized(scripted_llm, tmp_path, 8)
     assert not any("Recent children" in (r["prompt"] or "") for r in rows_of(result.run_dir))
     assert "meta" not in result.ledger.split("role")
 
@@ -98,17 +97,7 @@ def test_without_memory_no_prompt_shows_children(scripted_llm, tmp_path):
 def test_the_agent_is_an_arm_whose_steps_are_ledgered_under_operator_and_trials_never_placed(
     scripted_llm, tmp_path
 ):
-    server = scripted_llm([Rule("", marked_or_tool)])
-    result = qd.optimize(
-        SEED,
-        evaluate=evaluate,
-        base_url=server.base_url,
-        model="scripted",
-        budget={"llm_calls": 16},
-        operators=("rewrite", "agent"),
-        random_seed=1,
-        run_dir=tmp_path / "run",
-    )
+    result, server = optimized(scripted_llm, tmp_path, 16, operators=("rewrite", "agent"), random_seed=1)
     rows = rows_of(result.run_dir)
     by_operator = {op: [r for r in rows if r["operator"] == op] for op in ("rewrite", "agent", "agent>trial")}
     assert all(by_operator.values()), {k: len(v) for k, v in by_operator.items()}
