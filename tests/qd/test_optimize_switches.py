@@ -1,7 +1,8 @@
 """``qd.optimize``'s run-memory and agent switches on the scripted server: ``memory=`` shows the
 parents' failed children in later prompts and ledgers its lessons under ``meta``; ``operators=``
 takes the agent, whose steps are ledgered under ``operator`` and stored under its name, its trials
-stored apart and never placed."""
+stored apart and never placed; every operator, the agent's too, writes the genome kind asked for
+(a prompt's operators are told they write prompts)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import runpy
 import sqlite3
 
 import pytest
+from helpers import sums_or
 from scripted_llm import Rule
 
 import qd
@@ -121,3 +123,30 @@ def test_a_bad_memory_switch_is_one_line_naming_it(memory, field, tmp_path):
     with pytest.raises(ConfigError) as e:
         qd.optimize(SEED, evaluate=evaluate, base_url="http://127.0.0.1:9", memory=memory, run_dir=tmp_path)
     assert e.value.field == field and "\n" not in str(e.value)
+
+
+def test_a_prompt_genome_s_operators_and_agent_are_told_they_write_prompts(scripted_llm, tmp_path):
+    rows = [{"input": f"What is {n} + {n}?", "answer": str(2 * n)} for n in range(12)]
+
+    def propose(request: dict) -> str:
+        agent = any("TOOL: submit" in (m["content"] or "") for m in request["messages"])
+        return ("TOOL: submit\n" if agent else "") + f"Add the numbers. Seed {request.get('seed')}."
+
+    server = scripted_llm([Rule("", sums_or(propose))])
+    result = qd.optimize(
+        "Answer the question.",
+        genome="prompt",
+        dataset=rows,
+        metric="numeric",
+        base_url=server.base_url,
+        model="scripted",
+        budget={"llm_calls": 40},
+        operators=("rewrite", "agent"),
+        random_seed=2,
+        run_dir=tmp_path / "run",
+    )
+    asked = [r for r in rows_of(result.run_dir) if r["operator"] in ("rewrite", "agent") and r["prompt"]]
+    assert {r["operator"] for r in asked} == {"rewrite", "agent"}
+    for r in asked:
+        system = json.loads(r["prompt"])[0]["content"]
+        assert "instructions (prompts)" in system and "python" not in system, system
