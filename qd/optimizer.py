@@ -125,7 +125,7 @@ def optimize(
         progress: draw the progress line on the terminal.
     """
     seeds, kind, limits, arms = _seeds(seed), _genome(genome), _budget(budget), _operators(operators)
-    recall = _memory(memory)
+    memory_settings = _memory(memory)
     settings = Settings(
         islands=_positive("islands", islands),
         batch_size=len(seeds),  # the founding proposal holds every seed (initial() is asked per batch)
@@ -163,7 +163,7 @@ def optimize(
             describer=describer,
             budget=limits,
             settings=settings,
-            memory=recall,
+            memory=memory_settings,
         )
         try:
             summary = drive(engine)
