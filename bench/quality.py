@@ -2,20 +2,22 @@
 """Search quality per model call, side by side: qd, its variants, its peers and two controls on
 three tasks, one model server, one budget.
 
-Systems (rows): ``qd`` (the task's defaults), ``qd+memory`` (``memory=on``), ``qd+agent``
-(``operators=llm_agent``) -- a variant whose config is missing from this checkout gets a "not
-available" row --, ``openevolve`` (OpenEvolve 0.4.1), ``gepa`` (GEPA 0.1.4), ``shinka``
-(ShinkaEvolve), and the controls ``best-of-N`` and ``restarts`` (``bench/quality_systems.py``).
-Tasks: ``function_fit``, OpenEvolve's ``function_minimization`` example and ``prompt`` (arith60
-through ``qd.optimize``) (``bench/quality_tasks.py``). Where a system cannot run a task, its
-row says why.
+Systems (rows): ``qd`` (the task's defaults), ``qd+memory`` (``memory=on``; on the prompt task
+``qd.optimize(memory=True)``, the same group), ``qd+agent`` (``operators=llm_agent``; on the
+prompt task ``qd.optimize(operators=("rewrite", "agent"))``) -- a variant whose config is missing
+from this checkout gets a "not available" row --, ``openevolve`` (OpenEvolve 0.4.1), ``gepa``
+(GEPA 0.1.4), ``shinka`` (ShinkaEvolve), and the controls ``best-of-N`` and ``restarts``
+(``bench/quality_systems.py``). Tasks: ``function_fit``, OpenEvolve's ``function_minimization``
+example and ``prompt`` (arith60 through ``qd.optimize``) (``bench/quality_tasks.py``). Where a
+system cannot run a task, its row says why.
 
 Setup: one embedded SmolLM2 server (``qd.llm.server.EmbeddedServer``) shared by every run, one
 run at a time, each in a fresh child process (qd and the controls in this interpreter, the
 peers in ``--peer-python``'s: ``bench/quality_peers.py``). LLM calls are counted by the server
 (its access log), alike for all. The budget (``--calls``, 40) is what each system's own limit
 counts: model calls for the code tasks (qd's ``runner.max_llm_calls``, OpenEvolve's
-iterations, the controls' samples); for the prompt task (``--prompt-calls``, 400) every call,
+iterations, ShinkaEvolve's LLM client, which answers no more once they are made, the controls'
+samples); for the prompt task (``--prompt-calls``, 400) every call,
 the proposer's and the evaluation's on the dataset rows (qd's ``llm_calls`` budget counts both;
 GEPA is stopped when its reflection and task calls reach it). The held-out scoring's calls
 come after the run and are not counted.
@@ -66,25 +68,34 @@ from quality_tasks import TASKS, BenchTask, bench_task, prompt_descriptor, score
 
 TITLE = "## Search quality per model call: qd, its variants, peers and controls (bench/quality.py)"
 JSONL = HERE / "quality_runs.jsonl"
-QUICK_SYSTEMS = ("qd", "best-of-N", "restarts")
+# --quick: the runs it makes (task -> systems), each cheap on the scripted server: qd and both
+# controls on function_fit, ShinkaEvolve there too (given --peer-python), and the qd.optimize
+# switches of the two variants on the prompt task
+QUICK_RUNS = {"function_fit": ("qd", "best-of-N", "restarts", "shinka"), "prompt": ("qd+memory", "qd+agent")}
+QUICK_PROMPT_CALLS = 60
 
 
 @dataclasses.dataclass(frozen=True)
 class System:
     """A row: where it runs (``qd``, ``control``, ``peer``), the tasks it can run (others: why
-    not), and for a qd variant its overrides and the config file they need."""
+    not), and for a qd variant its overrides, the config file they need and the same switch as
+    ``qd.optimize``'s arguments (the prompt task)."""
 
     runs: str
     tasks: dict[str, str | None]  # task -> None (runs) or why it does not
     variant: tuple[str, ...] = ()
     needs: str | None = None
+    optimize: tuple[tuple[str, Any], ...] = ()  # qd.optimize's keyword arguments of the variant
 
 
 _CODE_ONLY = "the controls mutate programs with qd's program operators; a prompt's score needs the model"
-_NO_PROMPT_VARIANT = "qd.optimize takes no config overrides: the variant runs on the code tasks"
 _OE_PROMPT = (
     "OpenEvolve evolves code files scored by a Python evaluator; a prompt's evaluation calls the model "
     "outside its LLM config and its call count"
+)
+_SHINKA_PROMPT = (
+    "ShinkaEvolve evolves programs scored by an evaluate.py job; a prompt's evaluation calls the model "
+    "outside its LLM client and its call count"
 )
 _GEPA_CODE = (
     "GEPA 0.1.4 optimizes text components through an adapter; it ships none that runs programs in a "
@@ -92,25 +103,17 @@ _GEPA_CODE = (
 )
 SYSTEMS = {
     "qd": System("qd", dict.fromkeys(TASKS)),
-    "qd+memory": System(
-        "qd", {**dict.fromkeys(TASKS), "prompt": _NO_PROMPT_VARIANT}, ("memory=on",), "memory/on.yaml"
-    ),
+    "qd+memory": System("qd", dict.fromkeys(TASKS), ("memory=on",), "memory/on.yaml", (("memory", True),)),
     "qd+agent": System(
         "qd",
-        {**dict.fromkeys(TASKS), "prompt": _NO_PROMPT_VARIANT},
+        dict.fromkeys(TASKS),
         ("operators=llm_agent",),
         "operators/llm_agent.yaml",
+        (("operators", ("rewrite", "agent")),),
     ),
     "openevolve": System("peer", {**dict.fromkeys(TASKS), "prompt": _OE_PROMPT}),
     "gepa": System("peer", {"function_fit": _GEPA_CODE, "function_minimization": _GEPA_CODE, "prompt": None}),
-    "shinka": System(
-        "peer",
-        dict.fromkeys(
-            TASKS,
-            "ShinkaEvolve 0.0.7 installs and imports beside openevolve and gepa in the peers' venv; "
-            "its runner is not wired to an OpenAI-compatible local server in this bench yet",
-        ),
-    ),
+    "shinka": System("peer", {**dict.fromkeys(TASKS), "prompt": _SHINKA_PROMPT}),
     "best-of-N": System("control", {**dict.fromkeys(TASKS), "prompt": _CODE_ONLY}),
     "restarts": System("control", {**dict.fromkeys(TASKS), "prompt": _CODE_ONLY}),
 }
@@ -130,6 +133,12 @@ def why_not(name: str, task: str, tasks: dict[str, BenchTask | str], peer_python
     if system.runs == "peer" and not peer_python:
         return "no --peer-python (the peers run in their own venv)"
     return None
+
+
+def pairs_of(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The bench's (task, system) pairs: every selected system on every selected task, or
+    ``QUICK_RUNS`` for ``--quick``."""
+    return [(t, s) for t in args.tasks for s in args.systems if not args.quick or s in QUICK_RUNS.get(t, ())]
 
 
 def budget_of(task: str, args: argparse.Namespace) -> int:
@@ -189,6 +198,7 @@ def one_run(
         "model": server.model,
         "seeds": list(task.seeds),
         "variant": list(system.variant),
+        "optimize": dict(system.optimize),
         "description": task.description,
         "bins": task.grid["bins"],
         "worst": -100.0 if task.name == "function_fit" else 0.0,
@@ -266,9 +276,12 @@ def model_server(quick: bool) -> Iterator[tuple[Any, Callable[[], tuple[int, int
 
 
 def scripted_program(body: dict) -> str:
-    """A valid function_fit program whose constant follows the prompt's length (so they differ)."""
+    """A valid function_fit program whose constant follows the prompt's length (so they differ),
+    submitted with the agent's tool line when the agent operator asks."""
     k = sum(len(m.get("content") or "") for m in body["messages"]) % 7
-    return f"```python\ndef f(x):\n    return x * x + 0.5 * x + {k}\n```"
+    program = f"```python\ndef f(x):\n    return x * x + 0.5 * x + {k}\n```"
+    agent = any("TOOL: submit" in (m.get("content") or "") for m in body["messages"])
+    return f"TOOL: submit\n{program}" if agent else program
 
 
 def run_all(args: argparse.Namespace) -> None:
@@ -277,8 +290,7 @@ def run_all(args: argparse.Namespace) -> None:
     todo = [
         (seed, t, s)
         for seed in args.seeds
-        for t in args.tasks
-        for s in args.systems
+        for t, s in pairs_of(args)
         if why_not(s, t, tasks, args.peer_python) is None
         and (s, t, seed, budget_of(t, args), args.server_name) not in done
     ]
@@ -322,30 +334,29 @@ def summarize(lines: list[dict[str, Any]], args: argparse.Namespace) -> list[dic
     """One row per system x task: the medians and ranges, or why the system did not run it."""
     tasks = {t: bench_task(t, args.oe_example) for t in args.tasks}
     rows = []
-    for t in args.tasks:
-        for s in args.systems:
-            runs = [ln for ln in lines if ln["system"] == s and ln["task"] == t]
-            row: dict[str, Any] = {
-                "system": s,
-                "task": t,
-                "runs": len(runs),
-                "seeds": [r["seed"] for r in runs],
-            }
-            if runs:
-                row.update(
-                    {
-                        "heldout_best": _spread([r["heldout_best"] for r in runs]),
-                        "best_seed": _spread([r["best_seed"] for r in runs]),
-                        "qd_score": _spread([r["qd_score"] for r in runs], 2),
-                        "valid_frac": _spread([r["valid_frac"] for r in runs], 2),
-                        "calls": _spread([r["calls"] for r in runs], 0),
-                        "budget_calls_max": max(r["budget_calls"] or 0 for r in runs),
-                        "wall_s": _spread([r["wall_s"] for r in runs], 0),
-                    }
-                )
-            else:
-                row["why_not"] = why_not(s, t, tasks, args.peer_python) or "not run yet"
-            rows.append(row)
+    for t, s in pairs_of(args):
+        runs = [ln for ln in lines if ln["system"] == s and ln["task"] == t]
+        row: dict[str, Any] = {
+            "system": s,
+            "task": t,
+            "runs": len(runs),
+            "seeds": [r["seed"] for r in runs],
+        }
+        if runs:
+            row.update(
+                {
+                    "heldout_best": _spread([r["heldout_best"] for r in runs]),
+                    "best_seed": _spread([r["best_seed"] for r in runs]),
+                    "qd_score": _spread([r["qd_score"] for r in runs], 2),
+                    "valid_frac": _spread([r["valid_frac"] for r in runs], 2),
+                    "calls": _spread([r["calls"] for r in runs], 0),
+                    "budget_calls_max": max(r["budget_calls"] or 0 for r in runs),
+                    "wall_s": _spread([r["wall_s"] for r in runs], 0),
+                }
+            )
+        else:
+            row["why_not"] = why_not(s, t, tasks, args.peer_python) or "not run yet"
+        rows.append(row)
     return rows
 
 
@@ -387,9 +398,7 @@ def _write_results(args: argparse.Namespace, lines: list[dict[str, Any]], table:
 
     seeds = sorted({ln["seed"] for ln in lines})
     tasks = {t: bench_task(t, args.oe_example) for t in args.tasks}
-    runnable = [
-        (s, t) for t in args.tasks for s in args.systems if why_not(s, t, tasks, args.peer_python) is None
-    ]
+    runnable = [(t, s) for t, s in pairs_of(args) if why_not(s, t, tasks, args.peer_python) is None]
     planned = len(runnable) * len(args.seeds)
     loads = [x for ln in lines for x in ln["load"]] or [0.0]
     section = [
@@ -403,7 +412,7 @@ def _write_results(args: argparse.Namespace, lines: list[dict[str, Any]], table:
         f"{max(loads)} around the runs (wall time depends on it; quality after a fixed number of calls "
         "does not).",
         f"- Versions: {versions('jax', 'llama_cpp_python', 'openai')}; peers in their own venv: "
-        "openevolve 0.4.1, gepa 0.1.4",
+        "openevolve 0.4.1, gepa 0.1.4, shinka-evolve 0.0.7",
         f"- Budget {args.calls} calls per run on one "
         f"{'scripted' if args.quick else 'embedded SmolLM2-135M (n_ctx 2048)'} server, one run at a time; "
         "setup, systems, tasks and the scoring in the docstrings of `bench/quality.py`, "
@@ -435,8 +444,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="the budget of a prompt run: proposer and evaluation calls",
     )
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
-    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    ap.add_argument("--systems", nargs="+", choices=list(SYSTEMS), help="default: all (--quick: its own)")
+    ap.add_argument("--tasks", nargs="+", choices=list(TASKS), help="default: all (--quick: its own)")
     ap.add_argument("--peer-python", help="the peers' interpreter (a venv with openevolve and gepa)")
     ap.add_argument("--oe-example", type=Path, help="OpenEvolve's examples/function_minimization folder")
     ap.add_argument("--jsonl", type=Path, default=JSONL, help="finished runs, one JSON line each")
@@ -444,7 +453,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--results", type=Path, help="write this benchmark's section into RESULTS.md")
     ap.add_argument("--render", action="store_true", help="no runs: report the JSON-lines file")
     ap.add_argument(
-        "--quick", action="store_true", help="1 seed, 6 calls, the scripted server, qd + controls"
+        "--quick",
+        action="store_true",
+        help="1 seed, 6 calls (prompt: 60), the scripted server, the runs of QUICK_RUNS",
     )
     ap.add_argument(
         "--per-call-timeout", type=float, default=30.0, help="child timeout: calls x this + 600 s"
@@ -452,9 +463,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args = ap.parse_args(argv)
     args.command = "python bench/quality.py " + " ".join(argv)
     args.server_name = "scripted" if args.quick else "smollm2"
+    quick = [s for s in SYSTEMS if any(s in runs for runs in QUICK_RUNS.values())]
+    args.systems = args.systems or (quick if args.quick else list(SYSTEMS))
+    args.tasks = args.tasks or list(QUICK_RUNS if args.quick else TASKS)
     if args.quick:
-        args.seeds, args.calls, args.tasks = [0], 6, ["function_fit"]
-        args.systems = list(QUICK_SYSTEMS)
+        args.seeds, args.calls, args.prompt_calls = [0], 6, QUICK_PROMPT_CALLS
     return args
 
 

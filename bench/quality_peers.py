@@ -1,8 +1,9 @@
 """The peers' runs of ``bench/quality.py``, each in a child process of the peers' own interpreter
-(``--peer-python``: a venv holding ``openevolve==0.4.1`` and ``gepa==0.1.4``, never qd's
-environment). Only the standard library and the peer package are imported here: a program is
-scored by qd's interpreter (``params["score"]``: a command that prints the score's JSON), so
-every system is scored by the same code.
+(``--peer-python``: a venv holding ``openevolve==0.4.1``, ``gepa==0.1.4`` and
+``shinka-evolve==0.0.7``, never qd's environment). Only the standard library and the peer
+packages (with their numpy) are imported here: a program is scored by qd's interpreter
+(``params["score"]``: a command that prints the score's JSON), so every system is scored by the
+same code.
 
 * OpenEvolve: the seed programs as the initial program and island seeds (5 islands, its
   default), the task description as its system message, qd's temperature, max_tokens, timeout
@@ -15,6 +16,19 @@ every system is scored by the same code.
   answer equals the row's); the budget counts every model call, reflection and task calls, as
   qd's counts its operator and evaluation calls (a stop callback ends the run once it is
   reached); train and validation rows are qd's.
+* ShinkaEvolve 0.0.7: its own ``ShinkaEvolveRunner`` loop on the bench's server, reached through
+  its model-name convention for a local OpenAI-compatible server
+  (``local/MODEL@BASE_URL``, ``shinka.local_openai_config``); the first seed program as its
+  initial program (it takes one), the task description as its task system message, qd's
+  temperature and max_tokens, ``concurrency`` proposals and evaluations at a time, numpy's global
+  seed = the seed (its samplers draw from it); full rewrites and crossovers in its default ratio
+  (3:1; SmolLM2 does not follow its diff edits); no embedding model (the server serves chat only:
+  its novelty check is then skipped, as ShinkaEvolve does without embeddings); defaults otherwise
+  (no meta or novelty LLM: off by default). Its evaluation job is an ``evaluate.py`` that writes
+  ``metrics.json`` / ``correct.json`` from the bench's score. The budget: its LLM client answers
+  None (its own "no response" path: the proposal fails without a call) once the budget's calls
+  are made, and it runs budget + 1 generations (generation 0 is the initial program), so its
+  resamples spend out of the same budget.
 
 Usage (by the bench): ``PEER_PYTHON bench/quality_peers.py SYSTEM PARAMS_JSON``.
 """
@@ -32,6 +46,28 @@ from typing import Any
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
+def marked(code: str) -> str:
+    """A program with its whole text between EVOLVE-BLOCK markers (the region the peers evolve)."""
+    if "EVOLVE-BLOCK-START" in code:
+        return code
+    return f"# EVOLVE-BLOCK-START\n{code.rstrip()}\n# EVOLVE-BLOCK-END\n"
+
+
+def _evaluator_file(p: dict[str, Any], function: str, body: str) -> Path:
+    """``work/evaluator.py``: the peer's evaluation entry, importing ``function`` from here with the
+    run's params as ``P``, then ``body``."""
+    work = Path(p["work"])
+    (work / "params.json").write_text(json.dumps(p))
+    path = work / "evaluator.py"
+    path.write_text(
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        f"from quality_peers import {function}\n"
+        f"P = json.load(open({str(work / 'params.json')!r}))\n" + body
+    )
+    return path
+
+
 def _score(p: dict[str, Any], path: str) -> dict[str, Any]:
     out = subprocess.run([*p["score"], path], capture_output=True, text=True, timeout=p["score_timeout_s"])
     if out.returncode != 0:
@@ -47,24 +83,13 @@ def openevolve_run(p: dict[str, Any]) -> dict[str, Any]:
 
     work = Path(p["work"])
 
-    def marked(code: str) -> str:
-        if "EVOLVE-BLOCK-START" in code:
-            return code
-        return f"# EVOLVE-BLOCK-START\n{code.rstrip()}\n# EVOLVE-BLOCK-END\n"
-
     seeds = [marked(s) for s in p["seeds"][:5]]
     paths = []
     for i, code in enumerate(seeds):
         paths.append(work / f"seed_{i}.py")
         paths[-1].write_text(code)
-    (work / "params.json").write_text(json.dumps(p))
-    (work / "evaluator.py").write_text(
-        "import json, sys\n"
-        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-        "from quality_peers import oe_evaluate\n"
-        f"P = json.load(open({str(work / 'params.json')!r}))\n"
-        "def evaluate(program_path):\n"
-        "    return oe_evaluate(P, program_path)\n"
+    evaluator = _evaluator_file(
+        p, "oe_evaluate", "def evaluate(program_path):\n    return oe_evaluate(P, program_path)\n"
     )
     config = Config()
     config.language = "python"
@@ -87,7 +112,7 @@ def openevolve_run(p: dict[str, Any]) -> dict[str, Any]:
     config.database.feature_dimensions = ["nodes", "constants"]
     config.database.feature_bins = {"nodes": p["bins"][0], "constants": p["bins"][1]}
     config.database.island_initial_programs = [None, *map(str, paths[1:])]
-    controller = OpenEvolve(str(paths[0]), str(work / "evaluator.py"), config, output_dir=str(work / "oe"))
+    controller = OpenEvolve(str(paths[0]), str(evaluator), config, output_dir=str(work / "oe"))
     added: dict[str, dict[str, Any]] = {}
     add = controller.database.add
 
@@ -129,6 +154,100 @@ def oe_evaluate(p: dict[str, Any], program_path: str):
     if s.get("error"):
         artifacts["error"] = s["error"]
     return EvaluationResult(metrics=metrics, artifacts=artifacts)
+
+
+_SHINKA_MAIN = """
+import argparse
+ap = argparse.ArgumentParser()
+ap.add_argument("--program_path")
+ap.add_argument("--results_dir")
+a = ap.parse_args()
+shinka_evaluate(P, a.program_path, a.results_dir)
+"""
+_SHINKA_ROW = "bench_row.json"  # each evaluated program, beside its metrics.json
+
+
+def shinka_run(p: dict[str, Any]) -> dict[str, Any]:
+    import asyncio
+    import random
+
+    import numpy as np
+    from shinka.core import EvolutionConfig, ShinkaEvolveRunner
+    from shinka.database import DatabaseConfig
+    from shinka.launch import LocalJobConfig
+
+    work = Path(p["work"])
+    evaluator = _evaluator_file(p, "shinka_evaluate", _SHINKA_MAIN)
+    random.seed(p["seed"])
+    np.random.seed(p["seed"])
+    results = work / "shinka"
+    evo = EvolutionConfig(
+        task_sys_msg=p["description"],
+        patch_types=["full", "cross"],
+        patch_type_probs=[0.75, 0.25],
+        num_generations=p["calls"] + 1,
+        llm_models=[f"local/{p['model']}@{p['base_url']}"],
+        llm_dynamic_selection=None,
+        llm_kwargs={"temperatures": [p["temperature"]], "max_tokens": p["max_tokens"]},
+        embedding_model=None,
+        init_program_path=None,
+        results_dir=str(results),
+    )
+    runner = ShinkaEvolveRunner(
+        evo_config=evo,
+        job_config=LocalJobConfig(eval_program_path=str(evaluator), python_executable=sys.executable),
+        db_config=DatabaseConfig(),
+        banner_style="minimal",
+        verbose=False,
+        max_evaluation_jobs=p["concurrency"],
+        max_proposal_jobs=p["concurrency"],
+        init_program_str=marked(p["seeds"][0]),
+    )
+    calls = 0
+    query = runner.llm.query
+
+    async def within_budget(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        if calls >= p["calls"]:
+            return None  # its "no response": the proposal fails, no call made
+        calls += 1
+        return await query(*args, **kwargs)
+
+    runner.llm.query = within_budget
+    t0 = time.perf_counter()
+    asyncio.run(runner.run_async())
+    wall = time.perf_counter() - t0
+    # every generation's program once (its best/ folder is a copy of one of them)
+    programs = [json.loads(path.read_text()) for path in results.glob(f"gen_*/**/{_SHINKA_ROW}")]
+    return {"programs": programs, "wall_s": wall, "budget_calls": calls}
+
+
+def shinka_evaluate(p: dict[str, Any], program_path: str, results_dir: str) -> None:
+    """ShinkaEvolve's evaluation job: the bench's score as its ``metrics.json`` (combined_score,
+    the descriptor as public metrics, the feedback as text feedback) and ``correct.json``, and
+    the program's row for the bench beside them."""
+    s = _score(p, program_path)
+    valid = bool(s["valid"])
+    d = s.get("descriptor") or [0.0, 0.0]
+    out = Path(results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = {
+        "combined_score": float(s["fitness"]) if valid else p["worst"],
+        "public": {"nodes": float(d[0]), "constants": float(d[1])},
+        "private": {},
+        "text_feedback": s.get("feedback") or s.get("error") or "",
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics))
+    (out / "correct.json").write_text(json.dumps({"correct": valid, "error": s.get("error")}))
+    generation = re.search(r"gen_(\d+)", str(Path(program_path).resolve()))
+    row = {
+        "text": Path(program_path).read_text(),
+        "fitness": float(s["fitness"]) if valid else None,
+        "valid": valid,
+        "llm": bool(generation and int(generation[1]) > 0),
+        "error": s.get("error"),
+    }
+    (out / _SHINKA_ROW).write_text(json.dumps(row))
 
 
 def _last_number(text: str) -> float | None:
@@ -197,7 +316,7 @@ def gepa_run(p: dict[str, Any]) -> dict[str, Any]:
     return {"programs": programs, "wall_s": wall, "best_prompt": best, "budget_calls": calls}
 
 
-PEERS = {"openevolve": openevolve_run, "gepa": gepa_run}
+PEERS = {"openevolve": openevolve_run, "gepa": gepa_run, "shinka": shinka_run}
 
 if __name__ == "__main__":
     params = json.loads(sys.argv[2])

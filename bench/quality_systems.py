@@ -46,7 +46,8 @@ def qd_run(p: dict[str, Any], task: BenchTask) -> dict[str, Any]:
 
 
 def qd_prompt(p: dict[str, Any]) -> dict[str, Any]:
-    """qd on the prompt task, through ``qd.optimize`` (defaults: one island, the rewrite operator)."""
+    """qd on the prompt task, through ``qd.optimize`` (defaults: one island, the rewrite operator;
+    a variant's switch as its arguments: ``memory=True``, ``operators=("rewrite", "agent")``)."""
     import qd
     from qd.store import Store
 
@@ -62,6 +63,7 @@ def qd_prompt(p: dict[str, Any]) -> dict[str, Any]:
         budget={"llm_calls": p["calls"]},
         random_seed=p["seed"],
         run_dir=run_dir,
+        **p["optimize"],
     )
     wall = time.perf_counter() - t0
     with Store(run_dir / "store.sqlite", readonly=True) as store:

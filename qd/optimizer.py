@@ -42,6 +42,7 @@ from qd.api import build
 from qd.assembly import Settings
 from qd.budget import Budget
 from qd.contract import ConfigError
+from qd.memory import MemorySettings
 from qd.optimize_parts import ModelArgs, heldout_of, make_task, placement_of, start_client
 from qd.optimize_result import OptimizeResult, read_result
 from qd.rundir import layout
@@ -79,6 +80,7 @@ def optimize(
     descriptors: Any = None,
     islands: int = 1,
     operators: Sequence[str] = ("rewrite",),
+    memory: bool | Mapping[str, Any] | None = None,
     target_fitness: float | None = None,
     patience: int | None = None,
     random_seed: int = 0,
@@ -109,7 +111,13 @@ def optimize(
             (computed from the text), or the evaluator's metric names / callables, for the
             task to report (default: the task's own: a program's AST size and constants, a
             text's words, a dataset task's axes).
-        islands, operators: the island count and the LLM operators by name (``rewrite``, ``diff``).
+        islands, operators: the island count and the LLM operators by name (``rewrite``, ``diff``,
+            ``crossover``, ``inspiration``, ``agent``: a bounded tool loop, ``operators.agent``),
+            each an arm of equal weight.
+        memory: run memory (``qd.memory``): each prompt shows the parent's recent children with
+            their fates, and a ``meta`` call writes a lessons note every few commits. ``True``: the
+            ``memory=on`` config group; a dict: that group with these ``MemoryConf`` fields over it
+            (``children``, ``lessons_every``, ``max_tokens``, ``model``); None or False: off.
         target_fitness, patience: stop rules beside the budget (``qd.StopRules``).
         random_seed: the run's seed (every random draw, the model's sampling seeds).
         run_dir: the run's folder (default: a new one under ``runs/``); a folder a previous call
@@ -117,6 +125,7 @@ def optimize(
         progress: draw the progress line on the terminal.
     """
     seeds, kind, limits, arms = _seeds(seed), _genome(genome), _budget(budget), _operators(operators)
+    memory_settings = _memory(memory)
     settings = Settings(
         islands=_positive("islands", islands),
         batch_size=len(seeds),  # the founding proposal holds every seed (initial() is asked per batch)
@@ -154,6 +163,7 @@ def optimize(
             describer=describer,
             budget=limits,
             settings=settings,
+            memory=memory_settings,
         )
         try:
             summary = drive(engine)
@@ -251,6 +261,36 @@ def _operators(names: Sequence[str]) -> list[str]:
         except ConfigError as e:
             raise ConfigError("operators", e.problem, e.fix) from None
     return names
+
+
+def _memory(memory: Any) -> MemorySettings:
+    """``memory=`` as the run's ``MemorySettings``: off (None, False), the ``memory=on`` config
+    group (True), or that group with a dict's ``MemoryConf`` fields over it, checked as ``qd-run``
+    checks the group (so ``memory=True`` here and ``memory=on`` there are one setting)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from qd.config import MemoryConf, check_ranges
+    from qd.memory import plan_memory
+    from qd.paths import conf_dir
+
+    if memory is None or memory is False:
+        return MemorySettings()
+    if memory is not True and not isinstance(memory, Mapping):
+        raise ConfigError(
+            "memory", f"is a {type(memory).__name__}", "give True, or a dict such as {'children': 3}"
+        )
+    try:
+        conf = OmegaConf.merge(
+            OmegaConf.structured(MemoryConf),
+            OmegaConf.load(conf_dir() / "memory" / "on.yaml"),
+            {} if memory is True else dict(memory),
+        )
+    except OmegaConfBaseException as e:
+        fields = ", ".join(f.name for f in dataclasses.fields(MemoryConf))
+        raise ConfigError("memory", str(e).splitlines()[0], f"give True, or a dict of {fields}") from None
+    check_ranges(conf, MemoryConf, "memory.")
+    return plan_memory(conf, text=True)
 
 
 def _positive(name: str, value: Any) -> int:
