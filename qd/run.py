@@ -26,7 +26,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from qd import rundir
+from qd import compile_cache, rundir
 from qd.config import Config, schema
 from qd.contract import ConfigError
 from qd.errors import CheckpointError
@@ -142,6 +142,7 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
     """
     p = source if isinstance(source, Plan) else plan(source)
     cfg, r = p.cfg, p.cfg.runner
+    compile_cache.enable()  # before anything compiles: the fused step's executable, once per machine
     spec = rundir.create(p, run_dir)  # config.yaml, archive.json, centroids.npy: what resume and readers need
     if p.loop == "device":
         from qd.device.driver import build
