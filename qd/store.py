@@ -131,6 +131,52 @@ class Store:
             c.id, c.created = i, row[0]
         return ids
 
+    def add_vectors(
+        self,
+        ids: np.ndarray,
+        *,
+        island: np.ndarray,
+        vector: np.ndarray,
+        fitness: np.ndarray,
+        descriptor: np.ndarray,
+        valid: np.ndarray,
+        parents: np.ndarray,
+        operator: str | None,
+    ) -> None:
+        """Commits vector candidates given as columns (row ``j`` of each array), in one transaction.
+
+        The device loop's rows come by the thousand per call as arrays: they go to SQLite
+        as they are, without a ``Candidate`` (and its row tuple) per row. ``ids``: ascending
+        and above the last; ``vector`` f[N, G], ``descriptor`` f[N, D], ``parents`` i[N, P]
+        (-1: none). The rows read back as :meth:`add` would have written them.
+        """
+        ids = np.asarray(ids, np.int64)
+        if not len(ids):
+            return
+        vector, descriptor = (np.ascontiguousarray(x, np.float32) for x in (vector, descriptor))
+        parent_ids = [_ids_json([p for p in row if p >= 0]) for row in np.asarray(parents).tolist()]
+        columns = ("id", "created", "kind", "genome", "operator", "island", "vector", "parent_ids")
+        columns += ("fitness", "descriptor", "valid")
+        with self._db.transaction() as db:
+            if np.any(np.diff(ids) <= 0) or ids[0] < self._next_id():
+                raise ValueError("store: explicit ids must be unique, ascending and above the last id")
+            constant = (time.time(), "vector", "vector", operator)
+            db.executemany(
+                f"INSERT INTO candidates ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                (
+                    (i, *constant, *row)
+                    for i, *row in zip(
+                        ids.tolist(),
+                        np.asarray(island).tolist(),
+                        map(bytes, vector),
+                        parent_ids,
+                        np.asarray(fitness, np.float32).tolist(),
+                        map(bytes, descriptor),
+                        np.asarray(valid, bool).tolist(),
+                    )
+                ),
+            )
+
     def _next_id(self) -> int:
         ((last,),) = self._db.rows("SELECT COALESCE(MAX(id), -1) FROM candidates")
         return last + 1
