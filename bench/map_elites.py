@@ -64,6 +64,7 @@ import logging
 import os
 import platform
 import pstats
+import resource
 import shutil
 import sqlite3
 import statistics
@@ -264,12 +265,15 @@ print("qd_score", float(archive.stats.qd_score))
 PER_CALL = 100  # runner.generations_per_call of the whole-process qd-run
 
 
-def _timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
+def _timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, str]:
+    """Wall and CPU (user + system, the process and its threads) seconds of a process, and its stdout."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
+    now = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return wall, proc.stdout
+    return wall, now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime, proc.stdout
 
 
 def pyribs_process(seed: int, evals: int, batch: int, cwd: Path, env: dict[str, str]) -> dict[str, float]:
@@ -284,9 +288,14 @@ def pyribs_process(seed: int, evals: int, batch: int, cwd: Path, env: dict[str, 
         batch=batch,
         evals=evals,
     )
-    wall, out = _timed([sys.executable, "-c", script], cwd, env)
+    wall, cpu, out = _timed([sys.executable, "-c", script], cwd, env)
     said = dict(line.split() for line in out.splitlines() if line.strip())
-    return {"wall_s": wall, "evals_per_s": evals / float(said["loop_s"]), "qd_score": float(said["qd_score"])}
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "evals_per_s": evals / float(said["loop_s"]),
+        "qd_score": float(said["qd_score"]),
+    }
 
 
 def qd_process(seed: int, evals: int, batch: int, run_dir: Path, env: dict[str, str]) -> dict[str, float]:
@@ -305,12 +314,13 @@ def qd_process(seed: int, evals: int, batch: int, run_dir: Path, env: dict[str, 
         f"hydra.run.dir={run_dir}",
         "--json",
     ]
-    wall, out = _timed(argv, run_dir.parent, env)
+    wall, cpu, out = _timed(argv, run_dir.parent, env)
     end = json.loads(out.strip().splitlines()[-1])
     commits = [e for e in read_events(run_dir / "events.jsonl") if e.get("event", "commit") == "commit"]
     first, last = commits[0], commits[-1]
     return {
         "wall_s": wall,
+        "cpu_s": cpu,
         "evals_per_s": (last["evaluations"] - first["evaluations"]) / (last["time"] - first["time"]),
         "qd_score": end["global"]["qd_score"],
     }
@@ -362,17 +372,19 @@ def whole_main(repeats: int, evals: int, batch: int, results: Path | None, cmd: 
         "loop; qd between its first and last commit event. Medians [min, max] over seeds."
     )
     out.append("")
+    cpu = {k: statistics.median(r[k]["cpu_s"] for r in runs) for k in names}
     out.append(
-        "| system | whole process s | pyribs/qd | evaluations/s after compilation | qd/pyribs | QD score |"
+        "| system | whole process s | pyribs/qd | CPU s | pyribs/qd | evaluations/s after compilation "
+        "| qd/pyribs | QD score |"
     )
-    out.append("|---|---:|---:|---:|---:|---:|")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     for k in names:
-        w = [r[k]["wall_s"] for r in runs]
-        e = [r[k]["evals_per_s"] for r in runs]
-        q = [r[k]["qd_score"] for r in runs]
+        w, c = [r[k]["wall_s"] for r in runs], [r[k]["cpu_s"] for r in runs]
+        e, q = [r[k]["evals_per_s"] for r in runs], [r[k]["qd_score"] for r in runs]
         out.append(
-            f"| {k} | {med_range(w, '.2f')} | {wall['pyribs'] / wall[k]:.2f}x | {med_range(e, ',.0f')} | "
-            f"{rate[k] / rate['pyribs']:.2f}x | {med_range(q, ',.0f')} |"
+            f"| {k} | {med_range(w, '.2f')} | {wall['pyribs'] / wall[k]:.2f}x | {med_range(c, '.2f')} | "
+            f"{cpu['pyribs'] / cpu[k]:.2f}x | {med_range(e, ',.0f')} | {rate[k] / rate['pyribs']:.2f}x | "
+            f"{med_range(q, ',.0f')} |"
         )
     out.append("")
     out.append(
