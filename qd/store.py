@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -113,7 +113,7 @@ class Store:
                 start = self._next_id()
                 ids = list(range(start, start + len(rows)))
             elif list(ids) != sorted(set(ids)) or (ids and ids[0] < self._next_id()):
-                raise ValueError("store: explicit ids must be unique, ascending and above the last id")
+                raise ValueError(_EXPLICIT_IDS)
             db.executemany(
                 f"INSERT INTO candidates (id, {', '.join(_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})",
@@ -131,51 +131,15 @@ class Store:
             c.id, c.created = i, row[0]
         return ids
 
-    def add_vectors(
-        self,
-        ids: np.ndarray,
-        *,
-        island: np.ndarray,
-        vector: np.ndarray,
-        fitness: np.ndarray,
-        descriptor: np.ndarray,
-        valid: np.ndarray,
-        parents: np.ndarray,
-        operator: str | None,
-    ) -> None:
-        """Commits vector candidates given as columns (row ``j`` of each array), in one transaction.
-
-        The device loop's rows come by the thousand per call as arrays: they go to SQLite
-        as they are, without a ``Candidate`` (and its row tuple) per row. ``ids``: ascending
-        and above the last; ``vector`` f[N, G], ``descriptor`` f[N, D], ``parents`` i[N, P]
-        (-1: none). The rows read back as :meth:`add` would have written them.
-        """
-        ids = np.asarray(ids, np.int64)
-        if not len(ids):
-            return
-        vector, descriptor = (np.ascontiguousarray(x, np.float32) for x in (vector, descriptor))
-        parent_ids = [_ids_json([p for p in row if p >= 0]) for row in np.asarray(parents).tolist()]
-        columns = ("id", "created", "kind", "genome", "operator", "island", "vector", "parent_ids")
-        columns += ("fitness", "descriptor", "valid")
+    def add_vectors(self, rows: Mapping[str, np.ndarray], operator: str | None) -> None:
+        """Commits vector candidates given as columns (``_vector_rows`` says which) in one
+        transaction, without a ``Candidate`` per row: the device loop's rows, by the thousand per
+        call. ``rows["id"]``: ascending and above the last. They read back as :meth:`add`'s."""
+        ids = np.asarray(rows["id"], np.int64)
         with self._db.transaction() as db:
-            if np.any(np.diff(ids) <= 0) or ids[0] < self._next_id():
-                raise ValueError("store: explicit ids must be unique, ascending and above the last id")
-            constant = (time.time(), "vector", "vector", operator)
-            db.executemany(
-                f"INSERT INTO candidates ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-                (
-                    (i, *constant, *row)
-                    for i, *row in zip(
-                        ids.tolist(),
-                        np.asarray(island).tolist(),
-                        map(bytes, vector),
-                        parent_ids,
-                        np.asarray(fitness, np.float32).tolist(),
-                        map(bytes, descriptor),
-                        np.asarray(valid, bool).tolist(),
-                    )
-                ),
-            )
+            if len(ids) and (np.any(np.diff(ids) <= 0) or ids[0] < self._next_id()):
+                raise ValueError(_EXPLICIT_IDS)
+            db.executemany(_VECTOR_INSERT, _vector_rows(ids, rows, operator))
 
     def _next_id(self) -> int:
         ((last,),) = self._db.rows("SELECT COALESCE(MAX(id), -1) FROM candidates")
@@ -342,6 +306,33 @@ class Store:
             "migrated": np.array([r[6] for r in order], bool),
             "reset": np.array(sorted(last_reset), np.int32),
         }
+
+
+_EXPLICIT_IDS = "store: explicit ids must be unique, ascending and above the last id"
+_VECTOR_COLUMNS = ("id", "created", "kind", "genome", "operator", "island", "vector", "parent_ids")
+_VECTOR_COLUMNS += ("fitness", "descriptor", "valid")
+_VECTOR_INSERT = (
+    f"INSERT INTO candidates ({', '.join(_VECTOR_COLUMNS)}) VALUES ({', '.join('?' * len(_VECTOR_COLUMNS))})"
+)
+
+
+def _vector_rows(ids: np.ndarray, rows: Mapping[str, np.ndarray], operator: str | None) -> Iterator[tuple]:
+    """``Store.add_vectors``'s columns as the values of ``_VECTOR_COLUMNS``: ``rows`` maps ``island``,
+    ``genome`` f[N, G], ``fitness``, ``descriptor`` f[N, D], ``valid`` and ``parents`` i[N, P]
+    (-1: none) to N rows each; the blobs and the parents' JSON are what :func:`_row` makes."""
+    genome, descriptor = (np.ascontiguousarray(rows[k], np.float32) for k in ("genome", "descriptor"))
+    parents = (_ids_json([p for p in row if p >= 0]) for row in np.asarray(rows["parents"]).tolist())
+    constant = (time.time(), "vector", "vector", operator)
+    for i, island, vector, parent_ids, fitness, desc, valid in zip(
+        ids.tolist(),
+        np.asarray(rows["island"]).tolist(),
+        map(bytes, genome),
+        parents,
+        np.asarray(rows["fitness"], np.float32).tolist(),
+        map(bytes, descriptor),
+        np.asarray(rows["valid"], bool).tolist(),
+    ):
+        yield (i, *constant, island, vector, parent_ids, fitness, desc, valid)
 
 
 def _row(c: Candidate, now: float) -> tuple:

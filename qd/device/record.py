@@ -143,16 +143,7 @@ class DeviceRecord:
                 "valid": np.ones(len(island), bool),
                 "parents": snap.parents[island, cell],
             }
-        self.store.add_vectors(
-            rows["id"],
-            island=rows["island"],
-            vector=rows["genome"],
-            fitness=rows["fitness"],
-            descriptor=rows["descriptor"],
-            valid=rows["valid"],
-            parents=rows["parents"],
-            operator=self.operator,
-        )
+        self.store.add_vectors(rows, self.operator)
 
     def close(self) -> None:
         self.store.close()

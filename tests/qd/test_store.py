@@ -234,8 +234,9 @@ def test_add_vectors_writes_the_rows_add_writes(tmp_path_factory, n, genome_dim,
     rng = np.random.default_rng(seed)
     ids = np.sort(rng.choice(100, n, replace=False)) + 5
     cols = {
+        "id": ids,
         "island": rng.integers(0, 3, n),
-        "vector": rng.normal(size=(n, genome_dim)).astype(np.float32),
+        "genome": rng.normal(size=(n, genome_dim)).astype(np.float32),
         "fitness": np.where(rng.random(n) < 0.2, np.nan, rng.normal(size=n)).astype(np.float32),
         "descriptor": rng.normal(size=(n, 2)).astype(np.float32),
         "valid": rng.random(n) < 0.8,
@@ -243,7 +244,7 @@ def test_add_vectors_writes_the_rows_add_writes(tmp_path_factory, n, genome_dim,
     }
     folder = tmp_path_factory.mktemp("stores")
     with Store(folder / "columns.sqlite") as bulk, Store(folder / "objects.sqlite") as one_by_one:
-        bulk.add_vectors(ids, operator="gaussian", **cols)
+        bulk.add_vectors(cols, "gaussian")
         one_by_one.add(
             [
                 Candidate(
@@ -253,7 +254,7 @@ def test_add_vectors_writes_the_rows_add_writes(tmp_path_factory, n, genome_dim,
                     fitness=float(cols["fitness"][j]),
                     descriptor=cols["descriptor"][j],
                     valid=bool(cols["valid"][j]),
-                    vector=cols["vector"][j],
+                    vector=cols["genome"][j],
                     parent_ids=[int(p) for p in cols["parents"][j] if p >= 0],
                     operator="gaussian",
                 )
@@ -274,4 +275,4 @@ def test_add_vectors_writes_the_rows_add_writes(tmp_path_factory, n, genome_dim,
             assert a == b
         if n:
             with pytest.raises(ValueError, match="ascending and above the last id"):
-                bulk.add_vectors(ids[:1], operator=None, **{k: v[:1] for k, v in cols.items()})
+                bulk.add_vectors({k: v[:1] for k, v in cols.items()}, None)
