@@ -474,10 +474,10 @@ def main(argv: list[str] | None = None) -> None:
             _resume(Path(resume[0]), plain, config_dirs, as_json)
             return
         if single:  # composed once, with hydra's section, and run by hydra's job runner below
-            job = compose(
+            composed = compose(
                 [*plain, *(a for a in argv if a.startswith("hydra."))], config_dirs, hydra_node=True
             )
-            checked = plan(_without_hydra(job))
+            checked = plan(_without_hydra(composed))
         elif not info_only:  # sweeps: the first job's config, up front
             cfg = compose(_first_of_sweeps(plain), config_dirs)  # hydra.main gets --config-dir as given
             _validated = (cfg, plan(cfg))
@@ -490,7 +490,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(2) from None
         raise
     if single:
-        _run_single(job, checked, as_json)
+        _run_single(composed, checked, as_json)
         return
     import hydra
 
