@@ -132,14 +132,10 @@ class Store:
         return ids
 
     def add_vectors(self, rows: Mapping[str, np.ndarray], operator: str | None) -> None:
-        """Commits vector candidates given as columns (``_vector_rows`` says which) in one
-        transaction, without a ``Candidate`` per row: the device loop's rows, by the thousand per
-        call. ``rows["id"]``: ascending and above the last. They read back as :meth:`add`'s."""
-        ids = np.asarray(rows["id"], np.int64)
+        """Commits vector candidates given as columns (``_vector_rows``) in one transaction, without a
+        ``Candidate`` per row: the device loop's rows, by the thousand per call."""
         with self._db.transaction() as db:
-            if len(ids) and (np.any(np.diff(ids) <= 0) or ids[0] < self._next_id()):
-                raise ValueError(_EXPLICIT_IDS)
-            db.executemany(_VECTOR_INSERT, _vector_rows(ids, rows, operator))
+            db.executemany(_VECTOR_INSERT, _vector_rows(rows, self._next_id(), operator))
 
     def _next_id(self) -> int:
         ((last,),) = self._db.rows("SELECT COALESCE(MAX(id), -1) FROM candidates")
@@ -316,10 +312,14 @@ _VECTOR_INSERT = (
 )
 
 
-def _vector_rows(ids: np.ndarray, rows: Mapping[str, np.ndarray], operator: str | None) -> Iterator[tuple]:
-    """``Store.add_vectors``'s columns as the values of ``_VECTOR_COLUMNS``: ``rows`` maps ``island``,
-    ``genome`` f[N, G], ``fitness``, ``descriptor`` f[N, D], ``valid`` and ``parents`` i[N, P]
-    (-1: none) to N rows each; the blobs and the parents' JSON are what :func:`_row` makes."""
+def _vector_rows(rows: Mapping[str, np.ndarray], next_id: int, operator: str | None) -> Iterator[tuple]:
+    """``Store.add_vectors``'s columns as the values of ``_VECTOR_COLUMNS``, the blobs and the
+    parents' JSON as :func:`_row` makes them: ``rows`` maps ``id`` (ascending, from ``next_id``
+    on), ``island``, ``genome`` f[N, G], ``fitness``, ``descriptor`` f[N, D], ``valid`` and
+    ``parents`` i[N, P] (-1: none) to N rows each."""
+    ids = np.asarray(rows["id"], np.int64)
+    if len(ids) and (np.any(np.diff(ids) <= 0) or ids[0] < next_id):
+        raise ValueError(_EXPLICIT_IDS)
     genome, descriptor = (np.ascontiguousarray(rows[k], np.float32) for k in ("genome", "descriptor"))
     parents = (_ids_json([p for p in row if p >= 0]) for row in np.asarray(rows["parents"]).tolist())
     constant = (time.time(), "vector", "vector", operator)
