@@ -34,11 +34,23 @@ JAX's jit compilation; it is reported apart (time to the first two insert batche
 first run vs the others). After the timed runs, one extra qd run (seed 0) runs
 under cProfile (top functions are printed).
 
+Whole process (``--whole N``, issue 32): a fresh interpreter per run, N repeats (seeds
+0..N-1, who goes first rotating), 102,400 evaluations by default: pyribs's loop as a script
+(its imports included) beside ``python -m qd.run experiment=sphere ...`` (the device loop,
+everything a run writes) twice in a row, first with an EMPTY JAX compilation cache (a new
+``QD_COMPILE_CACHE`` folder: XLA compiles the fused step), then with that folder WARM (the
+second run compiles nothing). Besides the wall clock it reads the real run after
+compilation from the same processes: pyribs's loop (the script times it after its
+imports), qd's evaluations between its first and last ``commit`` event (the first call
+compiles). The 1-min load average is recorded before and after: the machine is shared,
+so the ratios (both sides suffer alike) are what to read.
+
 Usage::
 
     python bench/map_elites.py                      # full run (~7 min on 2 shared cores)
     python bench/map_elites.py --quick              # smoke run (~1 min)
     python bench/map_elites.py --results bench/RESULTS.md   # also write the section
+    python bench/map_elites.py --whole 5 --results bench/RESULTS.md   # whole process (~3 min)
 """
 
 from __future__ import annotations
@@ -52,9 +64,11 @@ import logging
 import os
 import platform
 import pstats
+import resource
 import shutil
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -79,9 +93,13 @@ from qd.task import load_task  # noqa: E402
 
 logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
 
-from _results import write_section  # noqa: E402  (bench/ is on sys.path)
+from _results import commit as _results_commit  # noqa: E402  (bench/ is on sys.path)
+from _results import write_section  # noqa: E402
 
 SECTION_TITLE = "## MAP-Elites on sphere 100-D (bench/map_elites.py)"
+WHOLE_TITLE = (
+    "## Sphere 100-D as a whole process, empty and warm compilation cache (bench/map_elites.py --whole)"
+)
 DIM = 100
 SIGMA = 0.5
 BINS = (100, 100)
@@ -222,6 +240,168 @@ def run_qd(
     }
 
 
+# --------------------------------------------------------------------------- whole process
+
+PYRIBS_SCRIPT = """
+import sys, time
+import numpy as np
+from ribs.archives import GridArchive
+from ribs.emitters import GaussianEmitter
+from ribs.schedulers import Scheduler
+sys.path.insert(0, {root!r})
+from qd.task import load_task
+task = load_task("sphere", {{"dim": {dim}}})
+t0 = time.perf_counter()
+archive = GridArchive(solution_dim={dim}, dims={bins}, ranges=[{range}] * 2, seed={seed})
+emitter = GaussianEmitter(archive, sigma={sigma}, x0=np.zeros({dim}), batch_size={batch}, seed={seed})
+scheduler = Scheduler(archive, [emitter])
+for _ in range({evals} // {batch}):
+    x = scheduler.ask()
+    ev = task.evaluate(x)
+    scheduler.tell(ev.fitness, ev.descriptor)
+print("loop_s", time.perf_counter() - t0)
+print("qd_score", float(archive.stats.qd_score))
+"""
+PER_CALL = 100  # runner.generations_per_call of the whole-process qd-run
+
+
+def _timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, str]:
+    """Wall and CPU (user + system, the process and its threads) seconds of a process, and its stdout."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    now = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return wall, now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime, proc.stdout
+
+
+def pyribs_process(seed: int, evals: int, batch: int, cwd: Path, env: dict[str, str]) -> dict[str, float]:
+    """pyribs's loop in a fresh interpreter: wall clock (imports included) and the loop alone."""
+    script = PYRIBS_SCRIPT.format(
+        root=str(ROOT),
+        dim=DIM,
+        bins=list(BINS),
+        range=tuple(RANGE),
+        seed=seed,
+        sigma=SIGMA,
+        batch=batch,
+        evals=evals,
+    )
+    wall, cpu, out = _timed([sys.executable, "-c", script], cwd, env)
+    said = dict(line.split() for line in out.splitlines() if line.strip())
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "evals_per_s": evals / float(said["loop_s"]),
+        "qd_score": float(said["qd_score"]),
+    }
+
+
+def qd_process(seed: int, evals: int, batch: int, run_dir: Path, env: dict[str, str]) -> dict[str, float]:
+    """``qd-run experiment=sphere`` in a fresh interpreter: wall clock, and evaluations/s between
+    its first and last commit events (after the first call, which compiles)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "qd.run",
+        "experiment=sphere",
+        f"runner.batch_size={batch}",
+        f"runner.max_evaluations={evals}",
+        f"runner.generations_per_call={PER_CALL}",
+        "runner.progress=false",
+        f"seed={seed}",
+        f"hydra.run.dir={run_dir}",
+        "--json",
+    ]
+    wall, cpu, out = _timed(argv, run_dir.parent, env)
+    end = json.loads(out.strip().splitlines()[-1])
+    commits = [e for e in read_events(run_dir / "events.jsonl") if e.get("event", "commit") == "commit"]
+    first, last = commits[0], commits[-1]
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "evals_per_s": (last["evaluations"] - first["evaluations"]) / (last["time"] - first["time"]),
+        "qd_score": end["global"]["qd_score"],
+    }
+
+
+def whole_process(seed: int, evals: int, batch: int) -> dict[str, dict[str, float]]:
+    """pyribs, then qd-run with an empty compilation cache, then qd-run with it warm (pyribs last
+    on odd seeds), each a fresh interpreter."""
+    with tempfile.TemporaryDirectory(prefix="qd_whole_") as tmp:
+        tmp = Path(tmp)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+        env.update(PYTHONPATH=str(ROOT), QD_COMPILE_CACHE=str(tmp / "jax"))  # empty: nothing compiled yet
+        out = {}
+        runs = [
+            ("qd, empty cache", lambda: qd_process(seed, evals, batch, tmp / "empty", env)),
+            ("qd, warm cache", lambda: qd_process(seed, evals, batch, tmp / "warm", env)),
+        ]
+        pyribs = ("pyribs", lambda: pyribs_process(seed, evals, batch, tmp, env))
+        for name, fn in [pyribs, *runs] if seed % 2 == 0 else [*runs, pyribs]:
+            out[name] = fn()
+    return out
+
+
+def whole_main(repeats: int, evals: int, batch: int, results: Path | None, cmd: str) -> int:
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    load0 = os.getloadavg()[0]
+    runs = []
+    for seed in range(repeats):
+        runs.append(whole_process(seed, evals, batch))
+        print(
+            f"seed {seed}: " + ", ".join(f"{k} {v['wall_s']:.2f}s" for k, v in runs[-1].items()), flush=True
+        )
+    load1 = os.getloadavg()[0]
+    names = list(runs[0])
+    wall = {k: statistics.median(r[k]["wall_s"] for r in runs) for k in names}
+    rate = {k: statistics.median(r[k]["evals_per_s"] for r in runs) for k in names}
+    out = [WHOLE_TITLE, ""]
+    out.append(f"- Command: `{cmd}`, commit {_results_commit()}")
+    out.append(f"- Date: {date}; 1-min load average {load0:.1f} before, {load1:.1f} after")
+    out.append(f"- Machine: {machine()}")
+    out.append(f"- Versions: {versions()}")
+    out.append(
+        f"- Setup: sphere 100-D, 100x100 grid, Gaussian sigma {SIGMA}, batch {batch}, {evals:,} "
+        f"evaluations, seeds 0..{repeats - 1}; each run a fresh interpreter. pyribs: its loop as a script "
+        f"(imports included). qd: `python -m qd.run experiment=sphere runner.batch_size={batch} "
+        f"runner.max_evaluations={evals} runner.generations_per_call={PER_CALL} runner.progress=false "
+        "seed=S --json` (device loop; store, checkpoints, events, elites.jsonl all included), first "
+        "with an empty `QD_COMPILE_CACHE` folder, then again with it warm. After compilation: pyribs's "
+        "loop; qd between its first and last commit event. Medians [min, max] over seeds."
+    )
+    out.append("")
+    cpu = {k: statistics.median(r[k]["cpu_s"] for r in runs) for k in names}
+    out.append(
+        "| system | whole process s | pyribs/qd | CPU s | pyribs/qd | evaluations/s after compilation "
+        "| qd/pyribs | QD score |"
+    )
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for k in names:
+        w, c = [r[k]["wall_s"] for r in runs], [r[k]["cpu_s"] for r in runs]
+        e, q = [r[k]["evals_per_s"] for r in runs], [r[k]["qd_score"] for r in runs]
+        out.append(
+            f"| {k} | {med_range(w, '.2f')} | {wall['pyribs'] / wall[k]:.2f}x | {med_range(c, '.2f')} | "
+            f"{cpu['pyribs'] / cpu[k]:.2f}x | {med_range(e, ',.0f')} | {rate[k] / rate['pyribs']:.2f}x | "
+            f"{med_range(q, ',.0f')} |"
+        )
+    out.append("")
+    out.append(
+        "Per seed, pyribs/qd whole process (empty cache): "
+        + ", ".join(f"{r['pyribs']['wall_s'] / r['qd, empty cache']['wall_s']:.2f}x" for r in runs)
+        + "; warm cache: "
+        + ", ".join(f"{r['pyribs']['wall_s'] / r['qd, warm cache']['wall_s']:.2f}x" for r in runs)
+        + "."
+    )
+    section = "\n".join(out)
+    print(section)
+    if results:
+        write_section(results, WHOLE_TITLE, section)
+        print(f"wrote section to {results}")
+    return 0
+
+
 def med_range(xs: list[float], fmt: str) -> str:
     return f"{format(statistics.median(xs), fmt)} [{format(min(xs), fmt)}, {format(max(xs), fmt)}]"
 
@@ -293,7 +473,19 @@ def main(argv: list[str] | None = None) -> int:
         help=f"write the markdown section '{SECTION_TITLE}' into this file",
     )
     ap.add_argument("--json", type=Path, default=None, help="also dump raw results here")
+    ap.add_argument(
+        "--whole",
+        type=int,
+        default=0,
+        metavar="N",
+        help="whole-process mode: N repeats of pyribs vs qd-run (empty, then warm compilation cache)",
+    )
     args = ap.parse_args(argv)
+    cmd = "python bench/map_elites.py" + "".join(" " + a for a in (sys.argv[1:] if argv is None else argv))
+    if args.whole:
+        return whole_main(args.whole, args.evals or 102_400, args.batch, args.results, cmd)
+    # an empty compilation cache of the process's own: its first qd run compiles, as reported apart
+    os.environ["QD_COMPILE_CACHE"] = tempfile.mkdtemp(prefix="qd_map_elites_jax_")
     evals = args.evals or (12_800 if args.quick else 204_800)
     seeds = list(range(args.seeds or (2 if args.quick else 5)))
     batch = args.batch
@@ -342,11 +534,6 @@ def main(argv: list[str] | None = None) -> int:
         micro = micro_measurements(batch)
 
     total_s = time.perf_counter() - started
-    cmd = "python bench/map_elites.py" + (
-        " " + " ".join(argv if argv is not None else sys.argv[1:])
-        if (argv if argv is not None else sys.argv[1:])
-        else ""
-    )
     section = render(
         runs, marks, evals, batch, seeds, variant, profile_text, micro, cmd, date, total_s, args.quick
     )

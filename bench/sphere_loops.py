@@ -29,7 +29,7 @@ Measured, per seed:
   time of its calls after the first.
 * QD score (pyribs's convention: sum of elite fitness) at the end of the budget.
 * whole process (``--processes``, the issue's "first run"): a fresh interpreter
-  each, no JAX compilation cache: ``python -m qd.run experiment=sphere ...`` vs the
+  each, an empty JAX compilation cache: ``python -m qd.run experiment=sphere ...`` vs the
   pyribs loop as a script (imports included), median wall seconds over seeds.
 
 Usage::
@@ -43,10 +43,8 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,32 +58,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "bench"))  # after the root: the project's packages first
 
+import map_elites  # noqa: E402
 from map_elites import BINS, DIM, RANGE, SIGMA, run_pyribs  # noqa: E402
 
 import qd  # noqa: E402
 from qd.task import load_task  # noqa: E402
 
 PER_CALL = 100
-
-PYRIBS_SCRIPT = """
-import sys, time
-t0 = time.perf_counter()
-import numpy as np
-from ribs.archives import GridArchive
-from ribs.emitters import GaussianEmitter
-from ribs.schedulers import Scheduler
-sys.path.insert(0, {root!r})
-from qd.task import load_task
-task = load_task("sphere", {{"dim": {dim}}})
-archive = GridArchive(solution_dim={dim}, dims={bins}, ranges=[{range}] * 2, seed={seed})
-emitter = GaussianEmitter(archive, sigma={sigma}, x0=np.zeros({dim}), batch_size={batch}, seed={seed})
-scheduler = Scheduler(archive, [emitter])
-for _ in range({evals} // {batch}):
-    x = scheduler.ask()
-    ev = task.evaluate(x)
-    scheduler.tell(ev.fitness, ev.descriptor)
-print("qd_score", float(archive.stats.qd_score))
-"""
 
 
 def run_qd_device(seed: int, evals: int, batch: int) -> dict:
@@ -208,43 +187,10 @@ def run_qdax(seed: int, evals: int, batch: int) -> dict:
 
 
 def whole_process(seed: int, evals: int, batch: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
-    env["PYTHONPATH"] = str(ROOT)
-    script = PYRIBS_SCRIPT.format(
-        root=str(ROOT),
-        dim=DIM,
-        bins=list(BINS),
-        range=tuple(RANGE),
-        seed=seed,
-        sigma=SIGMA,
-        batch=batch,
-        evals=evals,
-    )
-    out = {}
-    with tempfile.TemporaryDirectory(prefix="qd_sphere_proc_") as tmp:
-        for name, argv in (
-            ("pyribs", [sys.executable, "-c", script]),
-            (
-                "qd",
-                [
-                    sys.executable,
-                    "-m",
-                    "qd.run",
-                    "experiment=sphere",
-                    f"runner.batch_size={batch}",
-                    f"runner.max_evaluations={evals}",
-                    f"runner.generations_per_call={PER_CALL}",
-                    "runner.progress=false",
-                    f"seed={seed}",
-                    f"hydra.run.dir={tmp}/qd",
-                ],
-            ),
-        ):
-            start = time.perf_counter()
-            proc = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True)
-            assert proc.returncode == 0, proc.stderr[-2000:]
-            out[name] = time.perf_counter() - start
-    return out
+    """Wall seconds of pyribs's script and of qd-run with an empty compilation cache, each a fresh
+    interpreter (``map_elites.whole_process``, which also runs qd-run with the cache warm)."""
+    runs = map_elites.whole_process(seed, evals, batch)
+    return {"pyribs": runs["pyribs"]["wall_s"], "qd": runs["qd, empty cache"]["wall_s"]}
 
 
 def med(xs: list[float]) -> str:

@@ -67,11 +67,16 @@ _LLM_PARAMS = (
 )
 
 
-def compose(overrides: list[str], config_dirs: list[str] | tuple[str, ...] = ()) -> DictConfig:
+def compose(
+    overrides: list[str], config_dirs: list[str] | tuple[str, ...] = (), hydra_node: bool = False
+) -> DictConfig:
     """The config ``qd-run`` would run for these command-line overrides (``["experiment=arm"]``).
 
     ``config_dirs``: the user's config folders (``qd-run --config-dir DIR``), searched
     after ``conf/``, so ``DIR/experiment/mytask.yaml`` is ``experiment=mytask``.
+    ``hydra_node``: keep hydra's own section (run folder, logging, overrides), as ``qd-run``
+    composes a single run once and hands it to hydra's job runner (job name ``run``, as
+    ``hydra.main`` names ``qd/run.py``'s).
     """
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
@@ -85,8 +90,8 @@ def compose(overrides: list[str], config_dirs: list[str] | tuple[str, ...] = ())
             )
         dirs.append(f"'file://{path}'")  # quoted: a path may hold characters the override grammar reserves
     search = [f"hydra.searchpath=[{','.join(dirs)}]"] if dirs else []
-    with initialize_config_dir(str(conf_dir()), version_base=None, job_name="qd"):
-        return hydra_compose("config", overrides=[*search, *overrides])
+    with initialize_config_dir(str(conf_dir()), version_base=None, job_name="run"):
+        return hydra_compose("config", overrides=[*search, *overrides], return_hydra_config=hydra_node)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,7 @@ goes to stderr either way, and every commit's summary is in the run's ``events.j
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import logging
@@ -23,14 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from qd import rundir
+from qd import compile_cache, rundir
 from qd.config import Config, schema
 from qd.contract import ConfigError
 from qd.errors import CheckpointError
-from qd.evaluator import HostRunner, InProcessEvaluator, PoolEvaluator, StagedEvaluator
 from qd.paths import conf_dir
 from qd.plan import Plan, as_saved, compose, plan
 from qd.report import closing_lines
@@ -95,6 +95,8 @@ def start_llm(llm: Any, run_dir: Path, stack: contextlib.ExitStack) -> Any:
 def _build_evaluator(p: Plan, client: Any, run_dir: Path) -> Any:
     """The plan's evaluator; a task whose evaluation calls the model gets ``client``, within
     ``p.eval_budget``."""
+    from qd.evaluator import HostRunner, InProcessEvaluator, PoolEvaluator, StagedEvaluator  # host runs only
+
     r = p.cfg.runner
     if p.evaluator == "pool":
         return PoolEvaluator(p.cfg.experiment.task, task_params(p.cfg.experiment), r.workers)
@@ -142,6 +144,7 @@ def build_engine(source: Plan | DictConfig, run_dir: Path, on_commit: Any = None
     """
     p = source if isinstance(source, Plan) else plan(source)
     cfg, r = p.cfg, p.cfg.runner
+    compile_cache.enable()  # before anything compiles: the fused step's executable, once per machine
     spec = rundir.create(p, run_dir)  # config.yaml, archive.json, centroids.npy: what resume and readers need
     if p.loop == "device":
         from qd.device.driver import build
@@ -236,21 +239,69 @@ _validated: tuple[DictConfig, Plan] | None = None  # main()'s plan of the first 
 
 
 def _hydra_task(cfg: DictConfig, as_json: bool = False) -> None:
+    global _validated
+    checked, _validated = _validated, None
+    # main() planned the first job's config already: that job reuses the plan (each config is validated once)
+    _run_planned(checked[1] if checked is not None and checked[0] == cfg else plan(cfg), as_json)
+
+
+def _run_planned(p: Plan, as_json: bool) -> None:
+    """A hydra job's run of plan ``p``, in the job's output folder."""
     from hydra.core.hydra_config import HydraConfig
 
     # Hydra logs at INFO; JAX's backend probing (no TPU here) and a line per HTTP
     # request are noise to a user (the ledger and events.jsonl hold the numbers).
     for name in ("jax._src.xla_bridge", "httpx", "httpx2", "httpcore", "openai"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    run_in(p, Path(HydraConfig.get().runtime.output_dir), as_json)
 
-    global _validated
-    checked, _validated = _validated, None
-    # main() planned the first job's config already: that job reuses the plan (each config is validated once)
-    run_in(
-        checked[1] if checked is not None and checked[0] == cfg else plan(cfg),
-        Path(HydraConfig.get().runtime.output_dir),
-        as_json,
-    )
+
+def _single_job(argv: list[str]) -> bool:
+    """The command line is one run's overrides (``--config-dir`` aside): no sweep (``-m``,
+    ``hydra.mode``), no help or config printing, no other hydra flag."""
+    args = iter(argv)
+    for a in args:
+        flag, eq, _ = a.partition("=")
+        if flag in ("--config-dir", "-cd"):
+            if not eq:
+                next(args, "")
+        elif a.startswith("-") or flag == "hydra.mode":
+            return False
+    return True
+
+
+def _without_hydra(job: DictConfig) -> DictConfig:
+    """The run's config of a job composed with hydra's section (what hydra hands a task)."""
+    cfg = copy.deepcopy(job)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
+def _run_single(job: DictConfig, p: Plan, as_json: bool) -> None:
+    """Runs a single job as ``hydra.main`` would (its output folder, ``.hydra/`` files, log file,
+    error report), from the config composed and planned up front: hydra.main would compose it
+    twice more (once to learn its mode, once to run), each as long as the run of a small
+    numeric experiment."""
+    from hydra._internal.callbacks import Callbacks
+    from hydra._internal.utils import run_and_report
+    from hydra.core.utils import run_job
+    from hydra.types import HydraContext, RunMode
+
+    with open_dict(job.hydra):
+        job.hydra.mode = RunMode.RUN
+
+    def run() -> None:
+        done = run_job(
+            task_function=lambda _cfg: _run_planned(p, as_json),
+            config=job,
+            job_dir_key="hydra.run.dir",
+            job_subdir_key=None,
+            hydra_context=HydraContext(config_loader=None, callbacks=Callbacks(job)),
+        )
+        _ = done.return_value  # raises the run's exception, as hydra.main does
+
+    run_and_report(run)
 
 
 def one_line(error: BaseException) -> str:
@@ -412,6 +463,7 @@ def main(argv: list[str] | None = None) -> None:
     as_json = JSON_FLAG in argv  # qd-run's own flag: hydra never sees it
     argv = [a for a in argv if a != JSON_FLAG]
     plain, config_dirs = _overrides_and_config_dirs(argv)
+    single = _single_job(argv)
     info_only = any(
         a in ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i") or a.startswith("--cfg")
         for a in argv
@@ -421,7 +473,12 @@ def main(argv: list[str] | None = None) -> None:
         if resume and resume[0] not in ("", "null"):
             _resume(Path(resume[0]), plain, config_dirs, as_json)
             return
-        if not info_only:  # sweeps: the first job's config, up front
+        if single:  # composed once, with hydra's section, and run by hydra's job runner below
+            composed = compose(
+                [*plain, *(a for a in argv if a.startswith("hydra."))], config_dirs, hydra_node=True
+            )
+            checked = plan(_without_hydra(composed))
+        elif not info_only:  # sweeps: the first job's config, up front
             cfg = compose(_first_of_sweeps(plain), config_dirs)  # hydra.main gets --config-dir as given
             _validated = (cfg, plan(cfg))
     except (ConfigError, CheckpointError, OmegaConfBaseException, ValueError, KeyError) as e:
@@ -432,6 +489,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"qd-run: error: {one_line(e)}", file=sys.stderr)
             raise SystemExit(2) from None
         raise
+    if single:
+        _run_single(composed, checked, as_json)
+        return
     import hydra
 
     sys.argv = [sys.argv[0], *argv]

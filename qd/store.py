@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -119,7 +119,7 @@ class Store:
                 start = self._next_id()
                 ids = list(range(start, start + len(rows)))
             elif list(ids) != sorted(set(ids)) or (ids and ids[0] < self._next_id()):
-                raise ValueError("store: explicit ids must be unique, ascending and above the last id")
+                raise ValueError(_EXPLICIT_IDS)
             db.executemany(
                 f"INSERT INTO candidates (id, {', '.join(_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})",
@@ -136,6 +136,12 @@ class Store:
         for c, i, row in zip(candidates, ids, rows):
             c.id, c.created = i, row[0]
         return ids
+
+    def add_vectors(self, rows: Mapping[str, np.ndarray], operator: str | None) -> None:
+        """Commits vector candidates given as columns (``_vector_rows``) in one transaction, without a
+        ``Candidate`` per row: the device loop's rows, by the thousand per call."""
+        with self._db.transaction() as db:
+            db.executemany(_VECTOR_INSERT, _vector_rows(rows, self._next_id(), operator))
 
     def _next_id(self) -> int:
         ((last,),) = self._db.rows("SELECT COALESCE(MAX(id), -1) FROM candidates")
@@ -304,6 +310,37 @@ class Store:
             "migrated": np.array([r[6] for r in order], bool),
             "reset": np.array(sorted(last_reset), np.int32),
         }
+
+
+_EXPLICIT_IDS = "store: explicit ids must be unique, ascending and above the last id"
+_VECTOR_COLUMNS = ("id", "created", "kind", "genome", "operator", "island", "vector", "parent_ids")
+_VECTOR_COLUMNS += ("fitness", "descriptor", "valid")
+_VECTOR_INSERT = (
+    f"INSERT INTO candidates ({', '.join(_VECTOR_COLUMNS)}) VALUES ({', '.join('?' * len(_VECTOR_COLUMNS))})"
+)
+
+
+def _vector_rows(rows: Mapping[str, np.ndarray], next_id: int, operator: str | None) -> Iterator[tuple]:
+    """``Store.add_vectors``'s columns as the values of ``_VECTOR_COLUMNS``, the blobs and the
+    parents' JSON as :func:`_row` makes them: ``rows`` maps ``id`` (ascending, from ``next_id``
+    on), ``island``, ``genome`` f[N, G], ``fitness``, ``descriptor`` f[N, D], ``valid`` and
+    ``parents`` i[N, P] (-1: none) to N rows each."""
+    ids = np.asarray(rows["id"], np.int64)
+    if len(ids) and (np.any(np.diff(ids) <= 0) or ids[0] < next_id):
+        raise ValueError(_EXPLICIT_IDS)
+    genome, descriptor = (np.ascontiguousarray(rows[k], np.float32) for k in ("genome", "descriptor"))
+    parents = (_ids_json([p for p in row if p >= 0]) for row in np.asarray(rows["parents"]).tolist())
+    constant = (time.time(), "vector", "vector", operator)
+    for i, island, vector, parent_ids, fitness, desc, valid in zip(
+        ids.tolist(),
+        np.asarray(rows["island"]).tolist(),
+        map(bytes, genome),
+        parents,
+        np.asarray(rows["fitness"], np.float32).tolist(),
+        map(bytes, descriptor),
+        np.asarray(rows["valid"], bool).tolist(),
+    ):
+        yield (i, *constant, island, vector, parent_ids, fitness, desc, valid)
 
 
 def _row(c: Candidate, now: float) -> tuple:

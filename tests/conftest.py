@@ -1,6 +1,7 @@
 """Test setup: import the checkout's packages (qd, operators, descriptors) and tests/helpers.py."""
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -10,6 +11,10 @@ TESTS = Path(__file__).resolve().parent
 for path in (TESTS.parent, TESTS):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
+
+# The suite's own JAX compilation cache (qd.compile_cache), kept between sessions beside pytest's
+# cache: runs here and in the subprocesses they start never read or fill the user's ~/.cache.
+os.environ["QD_COMPILE_CACHE"] = str(TESTS.parent / ".pytest_cache" / "qd-jax")
 
 
 def pytest_configure(config):

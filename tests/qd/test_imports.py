@@ -40,6 +40,7 @@ LAYERS = (
         "qd.progress",
         "qd.events",
         "qd.archive",
+        "qd.compile_cache",
     },
     {"genomes", "operators", "descriptors"},
     {

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import qd_run
+from helpers import qd_run, run_python
+from omegaconf import OmegaConf
 
 from qd import archive
 from qd.rundir import checkpoint
@@ -158,3 +159,37 @@ def test_resume_of_a_missing_run_is_a_one_line_error(tmp_path):
         f"qd-run: error: resume: {tmp_path / 'nothing'} has no config.yaml "
         "(pass a run directory made by qd-run)"
     ]
+
+
+COUNT_COMPOSITIONS = """
+import atexit, sys
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+composed = []
+load = ConfigLoaderImpl.load_configuration
+ConfigLoaderImpl.load_configuration = lambda self, *a, **k: composed.append(1) or load(self, *a, **k)
+atexit.register(lambda: print("compositions", len(composed)))
+from qd.run import main
+
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.slow
+def test_a_single_run_composes_its_config_once_and_keeps_hydras_files(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_python(
+        "-c",
+        COUNT_COMPOSITIONS,
+        *SMALL,
+        "runner.max_evaluations=64",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+    )
+    assert proc.stdout.strip().splitlines()[-1] == "compositions 1"
+    saved = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    assert saved.runner.max_evaluations == 64 and saved.experiment.name == "sphere"
+    assert "runner.max_evaluations=64" in OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")
+    hydra = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra
+    assert (hydra.job.name, hydra.mode, hydra.runtime.output_dir) == ("run", "RUN", str(run_dir))
+    assert (run_dir / "run.log").exists() and (run_dir / "store.sqlite").exists()

@@ -2,6 +2,8 @@ import sqlite3
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from qd.store import Candidate, Store
 
@@ -219,3 +221,58 @@ def test_a_store_from_before_reasoning_tokens_reads_them_as_none_and_gains_the_c
     with Store(path) as store:
         store.calls.add([CALL])
         assert store.calls.totals() == [("operator", "m", 2, 0, 0, 0, 20, 10, 1.0, 3)]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    n=st.integers(0, 12),
+    genome_dim=st.integers(1, 4),
+    num_parents=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_add_vectors_writes_the_rows_add_writes(tmp_path_factory, n, genome_dim, num_parents, seed):
+    rng = np.random.default_rng(seed)
+    ids = np.sort(rng.choice(100, n, replace=False)) + 5
+    cols = {
+        "id": ids,
+        "island": rng.integers(0, 3, n),
+        "genome": rng.normal(size=(n, genome_dim)).astype(np.float32),
+        "fitness": np.where(rng.random(n) < 0.2, np.nan, rng.normal(size=n)).astype(np.float32),
+        "descriptor": rng.normal(size=(n, 2)).astype(np.float32),
+        "valid": rng.random(n) < 0.8,
+        "parents": np.where(rng.random((n, num_parents)) < 0.3, -1, rng.integers(0, 5, (n, num_parents))),
+    }
+    folder = tmp_path_factory.mktemp("stores")
+    with Store(folder / "columns.sqlite") as bulk, Store(folder / "objects.sqlite") as one_by_one:
+        bulk.add_vectors(cols, "gaussian")
+        one_by_one.add(
+            [
+                Candidate(
+                    kind="vector",
+                    genome="vector",
+                    island=int(cols["island"][j]),
+                    fitness=float(cols["fitness"][j]),
+                    descriptor=cols["descriptor"][j],
+                    valid=bool(cols["valid"][j]),
+                    vector=cols["genome"][j],
+                    parent_ids=[int(p) for p in cols["parents"][j] if p >= 0],
+                    operator="gaussian",
+                )
+                for j in range(n)
+            ],
+            ids=ids.tolist(),
+        )
+        got, want = list(bulk.iter()), list(one_by_one.iter())
+        assert [c.id for c in got] == ids.tolist()
+        for a, b in zip(got, want):
+            a.created = b.created = None
+            assert a.fitness == b.fitness or (a.fitness is None and b.fitness is None)
+            for field in ("vector", "descriptor"):
+                np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+                setattr(a, field, None)
+                setattr(b, field, None)
+            a.fitness = b.fitness = None
+            assert a == b
+        if n:
+            with pytest.raises(ValueError, match="ascending and above the last id"):
+                bulk.add_vectors({k: v[:1] for k, v in cols.items()}, None)
