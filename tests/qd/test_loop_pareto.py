@@ -37,7 +37,7 @@ def _args(base_url: str, run_dir) -> list[str]:
         "islands.count=2",
         "islands.migrate_every=4",
         "operators.mix=[{name: rewrite}]",
-        "seed=3",
+        "seed=2",
         f"hydra.run.dir={run_dir}",
     ]
 
