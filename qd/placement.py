@@ -20,7 +20,7 @@ import numpy as np
 
 from descriptors.base import is_fitted_kind
 from qd import archive
-from qd.contract import Candidate, Item
+from qd.contract import Candidate, ConfigError, Item
 from qd.search import islands as island_ops
 from qd.search import select
 from qd.state import RunState
@@ -86,6 +86,12 @@ class Placement:
     ):
         self.describer, self.cycle, self.kind = describer, cycle, kind
         self.objectives = objectives if archive.kinds.takes_objectives(spec) else ()
+        if archive.kinds.takes_objectives(spec) and len(objectives) != spec.num_objectives:
+            raise ConfigError(
+                "objectives",
+                f"the archive's fronts hold {spec.num_objectives}, the task declares {len(objectives)}",
+                "declare the task's objectives (qd.task.objectives_of)",
+            )
         self.islands, self.seed = islands, seed
         self.fitted = describer is not None and is_fitted_kind(describer)
         self.calls_per_child = describer.calls_per_item if describer is not None else 0

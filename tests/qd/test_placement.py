@@ -6,10 +6,11 @@ import asyncio
 import dataclasses
 
 import numpy as np
+import pytest
 
 from qd import archive
 from qd import state as run_state
-from qd.contract import Candidate, Described, Descriptor
+from qd.contract import Candidate, ConfigError, Described, Descriptor
 from qd.placement import Placement, values_of
 from qd.search.scheduler import make_bandit
 
@@ -163,6 +164,8 @@ def test_a_pareto_refit_rebuilds_the_fronts_from_each_candidates_objectives():
     fronts = archive.ParetoSpec(GRID, front_size=2, num_objectives=2)
     placement = Placement(fronts, Fitted(), None, "text", 1, 0, objectives)
     assert Placement(GRID, None, None, "text", 1, 0, objectives).objectives == ()  # one elite per cell
+    with pytest.raises(ConfigError, match="the archive's fronts hold 2, the task declares 0"):
+        Placement(fronts, None, None, "text", 1, 0)
     scored = [(0.1, 1.0, 5), (0.15, 2.0, 3), (0.12, 3.0, 6), (0.9, 0.5, 9)]  # (fitness, error, size)
     history = History([candidate(i, f, 0.0, {"error": e, "size": n}) for i, (f, e, n) in enumerate(scored)])
     state, offers = placement.offers(history.candidates, fresh(fronts))
