@@ -18,7 +18,8 @@ reader and a resumed run take it from.
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -74,18 +75,101 @@ class Hypervolumes:
     def reading(self, state: Any) -> dict[str, Any] | None:
         """The commit events' ``hypervolume`` field: ``total`` (summed over islands and
         cells), ``islands`` (per island), ``best`` and ``best_cell`` ([island, cell] of the
-        largest front's hypervolume, the earlier on ties) and ``reference`` (own units)."""
+        largest front's hypervolume, the earlier on ties), ``front`` (that front's members:
+        ``id`` and each objective's value by name, in own units) and ``reference`` (own units)."""
         volumes = self.cells(state)
         if volumes is None:
             return None
         island, cell = np.unravel_index(int(np.argmax(volumes)), volumes.shape)
+        names = [name for name, _ in self.objectives]
         return {
             "total": float(volumes.sum()),
             "islands": [float(v) for v in volumes.sum(axis=1)],
             "best": float(volumes[island, cell]),
             "best_cell": [int(island), int(cell)],
+            "front": [
+                {"id": genome_id, **dict(zip(names, map(float, own_units(self.objectives, values))))}
+                for genome_id, values in front(state, island, cell)
+            ],
             "reference": [float(r) for r in own_units(self.objectives, self.reference)],
         }
+
+
+def meter_in(run_dir: Path, objectives: tuple[tuple[str, str], ...]) -> Hypervolumes | None:
+    """The meter of the run a build is starting or resuming in ``run_dir`` (None: its archive
+    has no objectives): the reference its ``archive.json`` declares, else the one its events
+    recorded before a resume, else derived from its first fronts."""
+    if not objectives:
+        return None
+    from qd import events
+    from qd.rundir.layout import EVENTS, GEOMETRY, Geometry
+
+    g = Geometry.load(run_dir) if (run_dir / GEOMETRY).is_file() else None
+    declared = (g.pareto or {}).get("reference") if g is not None else None
+    written = events.read(run_dir / EVENTS) if (run_dir / EVENTS).is_file() else []
+    return Hypervolumes.of_run(objectives, declared, written)
+
+
+def of_run(run: Any) -> tuple[Any, Hypervolumes] | None:
+    """A run directory's fronts now (``RunDir.fronts``) and its meter; None for an archive of
+    one elite per cell."""
+    g = run.geometry
+    if g.pareto is None:
+        return None
+    return run.fronts(), Hypervolumes.of_run(g.objectives, g.pareto.get("reference"), run.events())
+
+
+def reading_of(run: Any) -> dict[str, Any] | None:
+    """:meth:`Hypervolumes.reading` of a run directory's fronts now, against the run's
+    reference (None: one elite per cell, or no front holds a member yet)."""
+    read = of_run(run)
+    return None if read is None else read[1].reading(read[0])
+
+
+def cell_rows(state: Any, volumes: np.ndarray) -> list[dict[str, Any]]:
+    """Every front that holds a member, the largest hypervolume first (ties by island, cell):
+    ``island``, ``cell``, ``members``, ``hypervolume`` (``qd stats``' table)."""
+    members = (np.asarray(state.genome_id) >= 0).sum(axis=-1)
+    island, cell = np.nonzero(members)
+    order = np.lexsort((cell, island, -volumes[island, cell]))
+    return [
+        {
+            "island": int(island[k]),
+            "cell": int(cell[k]),
+            "members": int(members[island[k], cell[k]]),
+            "hypervolume": float(volumes[island[k], cell[k]]),
+        }
+        for k in order
+    ]
+
+
+class Members(NamedTuple):
+    """Every front member of a ``ParetoState``, by island, cell and slot.
+
+    Attributes:
+        island, cell, id: i64[N] where each sits and its genome id.
+        objectives: f64[N, M] maximised.
+        descriptor: f32[N, D].
+    """
+
+    island: np.ndarray
+    cell: np.ndarray
+    id: np.ndarray
+    objectives: np.ndarray
+    descriptor: np.ndarray
+
+
+def members(state: Any) -> Members:
+    """The union of the fronts: what ``qd committee`` draws from on a Pareto run."""
+    ids = np.asarray(state.genome_id, np.int64)
+    island, cell, slot = np.nonzero(ids >= 0)
+    return Members(
+        island,
+        cell,
+        ids[island, cell, slot],
+        np.asarray(state.objectives, np.float64)[island, cell, slot],
+        np.asarray(state.descriptor, np.float32)[island, cell, slot],
+    )
 
 
 def front(state: Any, island: int, cell: int) -> list[tuple[int, np.ndarray]]:
@@ -95,16 +179,19 @@ def front(state: Any, island: int, cell: int) -> list[tuple[int, np.ndarray]]:
     return [(int(ids[k]), values[k]) for k in np.flatnonzero(ids >= 0)]
 
 
-def front_lines(state: Any, meter: Hypervolumes) -> list[str]:
-    """The end of a Pareto run: the front of the cell with the largest hypervolume, a line
-    per member with its objectives in their own units (none while every front is empty)."""
-    reading = meter.reading(state)
-    if reading is None:
+def front_lines(summary: dict[str, Any]) -> list[str]:
+    """The end of a Pareto run (its summary's ``hypervolume``): the total, then the front of
+    the cell with the largest hypervolume, a line per member with its objectives in their
+    own units (none for a run without fronts, or while every front is empty)."""
+    reading = summary.get(EVENT_FIELD)
+    if not reading:
         return []
     island, cell = reading["best_cell"]
-    names = [name for name, _ in meter.objectives]
-    lines = [f"front of island {island}, cell {cell} (hypervolume {reading['best']:.6g}):"]
-    for genome_id, values in front(state, island, cell):
-        shown = ", ".join(f"{n} {v:.6g}" for n, v in zip(names, own_units(meter.objectives, values)))
-        lines.append(f"  #{genome_id}: {shown}")
+    lines = [
+        f"hypervolume {reading['total']:.6g} in total; the largest front, island {island}, cell {cell} "
+        f"(hypervolume {reading['best']:.6g}):"
+    ]
+    for member in reading["front"]:
+        shown = ", ".join(f"{name} {value:.6g}" for name, value in member.items() if name != "id")
+        lines.append(f"  #{member['id']}: {shown}")
     return lines

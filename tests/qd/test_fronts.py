@@ -42,6 +42,7 @@ def test_a_declared_reference_in_own_units_measures_each_front_and_the_total():
         "islands": [pytest.approx(5.0), pytest.approx(11.25)],
         "best": pytest.approx(11.25),
         "best_cell": [1, 0],
+        "front": [{"id": 8, "error": 0.5, "size": 0.5}],
         "reference": [3.0, 5.0],
     }
 
@@ -65,9 +66,10 @@ def test_the_closing_lines_show_the_front_with_the_largest_hypervolume_in_own_un
     state = fronts_state({(0, 1): [(3, (-1.0, -4.0))], (1, 2): [(4, (-0.5, -3.0)), (7, (-2.0, -1.0))]})
     meter = Hypervolumes(OBJECTIVES, reference=[3.0, 5.0])
     assert [genome_id for genome_id, _ in front(state, 1, 2)] == [4, 7]
-    assert front_lines(state, meter) == [
-        "front of island 1, cell 2 (hypervolume 7):",
+    summary = {EVENT_FIELD: meter.reading(state)}
+    assert front_lines(summary) == [
+        "hypervolume 9 in total; the largest front, island 1, cell 2 (hypervolume 7):",
         "  #4: error 0.5, size 3",
         "  #7: error 2, size 1",
     ]
-    assert front_lines(fronts_state({}), Hypervolumes(OBJECTIVES)) == []
+    assert front_lines({}) == []
