@@ -44,7 +44,7 @@ def _array(points: list[tuple], m: int) -> np.ndarray:
     return np.asarray(points, np.float64).reshape(len(points), m)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(fronts())
 def test_hypervolume_equals_the_inclusion_exclusion_volume(case):
     points, reference = case
@@ -52,7 +52,7 @@ def test_hypervolume_equals_the_inclusion_exclusion_volume(case):
     assert got == pytest.approx(brute_hypervolume(points, reference), abs=1e-9)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(fronts(max_points=6))
 def test_each_contribution_is_the_volume_lost_without_the_point(case):
     points, reference = case

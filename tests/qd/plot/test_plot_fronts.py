@@ -32,6 +32,7 @@ def test_the_fronts_figure_draws_each_cells_members_and_the_hypervolume_curve(pa
     assert len(fig.axes) == 1 + len(drawn.cells)
 
 
+@pytest.mark.slow
 def test_qd_plot_writes_a_pareto_runs_fronts(pareto_run, tmp_path, capsys):
     cli.main(["plot", str(pareto_run), "--out", str(tmp_path), "--format", "png"])
     written = capsys.readouterr().out.split()
