@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from qd import cli
+from qd.budget import Budget
+from qd.report import closing_lines
 from qd.rundir import RunDir
 from qd.views.summary import header, summary
 
@@ -64,3 +66,21 @@ def test_the_summary_events_and_stats_give_the_brute_force_hypervolume_of_the_st
     assert volumes == sorted(volumes, reverse=True)
     cli.main(["stats", str(pareto_run)])
     assert "fronts: hypervolume" in capsys.readouterr().out
+
+
+def test_the_end_of_a_pareto_run_shows_the_front_of_the_cell_with_the_largest_hypervolume(pareto_run):
+    commits = [json.loads(x) for x in (pareto_run / "events.jsonl").read_text().splitlines()]
+    final = [e for e in commits if e.get("event") == "commit"][-1]
+    reference = final["hypervolume"]["reference"]
+    with RunDir(pareto_run) as run:
+        fronts = stored_fronts(run)
+        ids = np.asarray(run.fronts().genome_id)
+    per_cell = {at: brute_area(points, (-reference[0], -reference[1])) for at, points in fronts.items()}
+    island, cell = max(per_cell, key=lambda at: (per_cell[at], -at[0], -at[1]))  # the earlier on ties
+    lines = closing_lines(final, pareto_run, Budget(max_llm_calls=24), None)
+    at = next(k for k, line in enumerate(lines) if "the largest front" in line)
+    assert f"the largest front, island {island}, cell {cell}" in lines[at]
+    members = [int(i) for i in ids[island, cell] if i >= 0]
+    assert [line.split(":")[0].strip() for line in lines[at + 1 :]] == [f"#{i}" for i in members]
+    error, size = fronts[island, cell][0]
+    assert lines[at + 1] == f"  #{members[0]}: error {-error:.6g}, size {-size:.6g}"
