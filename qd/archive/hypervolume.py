@@ -39,7 +39,8 @@ def contributions(points: np.ndarray, reference: np.ndarray) -> np.ndarray:
 
     The volume lost is the point's own box less the part the others cover, and the
     others cover of it exactly the union of their boxes clipped to it (``min(q, p)``):
-    one hypervolume per point, computed in row chunks that keep the temporary near 32 MB.
+    one hypervolume per point, computed in row chunks that keep the temporary near 32 MB,
+    and only for points no other box contains (the union of many fronts is mostly dominated).
     A dominated point and each copy of a repeated point contribute 0 (another member
     still covers their box), which makes the contribution a fair weight for choosing
     parents: only a member that holds a trade-off no other holds gets one.
@@ -50,9 +51,12 @@ def contributions(points: np.ndarray, reference: np.ndarray) -> np.ndarray:
     out = np.zeros(n)
     step = max(1, _CHUNK // max(n * m, 1))
     for start in range(0, n, step):
-        own = boxes[start : start + step]
-        clipped = np.where(others[start : start + step, :, None], np.minimum(boxes, own[:, None]), 0.0)
-        out[start : start + step] = np.prod(own, axis=-1) - _volumes(clipped)
+        rows = np.arange(start, min(start + step, n))
+        covered = ((boxes >= boxes[rows, None]).all(-1) & others[rows]).any(-1)  # another box holds it
+        rows = rows[~covered & (np.prod(boxes[rows], axis=-1) > 0)]
+        own = boxes[rows]
+        clipped = np.where(others[rows, :, None], np.minimum(boxes, own[:, None]), 0.0)
+        out[rows] = np.prod(own, axis=-1) - _volumes(clipped)
     return np.maximum(out, 0.0)
 
 
