@@ -69,6 +69,8 @@ class Snapshot(NamedTuple):
         last_id: the newest store row reflected.
         checkpoint_id: the newest row the checkpoint held (-1: no checkpoint yet).
         evaluations: candidates in the store.
+        fronts: a Pareto archive's whole state on the host (``qd.archive.ParetoState``: every
+            front), whose best member per cell the arrays above hold; None for the other kinds.
     """
 
     fitness: np.ndarray
@@ -77,6 +79,7 @@ class Snapshot(NamedTuple):
     last_id: int
     checkpoint_id: int
     evaluations: int
+    fronts: Any = None
 
     def filled(self, island: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(island, cell) index arrays of the filled cells (of one island when given)."""
@@ -141,6 +144,7 @@ def snapshot(a: Archived, g: Geometry) -> Snapshot:
             -1,
             evaluations,
         )
+    fronts = jax.device_get(state) if g.pareto else None
     state = archive.best_per_cell(state)  # a front shows its best member (``qd.archive.slots``)
     fitness, descriptor, ids = (
         np.asarray(x) for x in jax.device_get((state.fitness, state.descriptor, state.genome_id))
@@ -153,4 +157,5 @@ def snapshot(a: Archived, g: Geometry) -> Snapshot:
         last_id,
         checkpoint_id,
         evaluations,
+        fronts,
     )
