@@ -144,32 +144,26 @@ class RunDir:
             hit = self._memo[key] = (version, compute())
         return hit[1]
 
-    def archived(self) -> replay.Archived:
-        """The archive now in its kind's own state: the last checkpoint plus the store rows
-        after it, replayed as a resume does."""
+    def snapshot(self) -> Snapshot:
+        """The archive now: the last checkpoint plus the store rows after it, replayed as a
+        resume does."""
         return self.memo(
-            "archived", lambda: replay.archived(self.path, self.store, self.geometry, self.spec())
+            "snapshot", lambda: replay.snapshot(self.path, self.store, self.geometry, self.spec())
         )
 
-    def snapshot(self) -> Snapshot:
-        """The archive now on the host, an elite per cell (a front's best member)."""
-        return self.memo("snapshot", lambda: replay.snapshot(self.archived(), self.geometry))
-
     def fronts(self) -> Any:
-        """A Pareto run's fronts now, every member of every cell (a ``qd.archive.pareto.ParetoState``
-        of numpy arrays; :meth:`snapshot` shows each cell's best); None for one elite per cell."""
+        """A Pareto run's fronts now, every member of every cell (``Snapshot.fronts``, empty
+        fronts before anything is placed); None for one elite per cell."""
         if self.geometry.pareto is None:
             return None
-
-        def compute() -> Any:
+        fronts = self.snapshot().fronts
+        if fronts is None:
             import jax
 
             from qd.archive import pareto
 
-            state = self.archived().state
-            return jax.device_get(pareto.init(self.spec(), self.geometry.islands) if state is None else state)
-
-        return self.memo("fronts", compute)
+            fronts = jax.device_get(pareto.init(self.spec(), self.geometry.islands))
+        return fronts
 
     # ----- elites -------------------------------------------------------------------
 

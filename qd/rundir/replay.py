@@ -3,7 +3,7 @@
 A checkpoint holds the archive as it was at store row ``last_id``; every row (and
 recorded migration or island reset) after it is in the store. :func:`replay`
 inserts those into the checkpointed archive -- the engine's resume after
-``kill -9`` and a reader's :func:`archived` call the same function, so a reader
+``kill -9`` and a reader's :func:`snapshot` call the same function, so a reader
 sees exactly the archive a resume would rebuild.
 """
 
@@ -90,26 +90,12 @@ class Snapshot(NamedTuple):
         return isl, cell
 
 
-class Archived(NamedTuple):
-    """The archive as a resume would rebuild it, in the kind's own state.
-
-    Attributes:
-        state: the archive (None: nothing placed yet, or a describer's CVT not fitted).
-        last_id: the newest store row reflected (-1: none).
-        checkpoint_id: the newest row the checkpoint held (-1: no checkpoint yet).
-        evaluations: candidates in the store.
-    """
-
-    state: Any
-    last_id: int
-    checkpoint_id: int
-    evaluations: int
-
-
-def archived(run_dir: Path, store: Any, g: Geometry, spec: Any) -> Archived:
+def snapshot(run_dir: Path, store: Any, g: Geometry, spec: Any) -> Snapshot:
     """The archive now: the last checkpoint plus the store rows after it, replayed in memory
     (nothing is written; ``store`` may be opened read-only). A device loop's store is
     written at its checkpoints, so its checkpoint alone is the archive."""
+    import jax
+
     from qd import archive
     from qd.rundir import checkpoint
     from qd.search import islands as island_ops
@@ -125,16 +111,6 @@ def archived(run_dir: Path, store: Any, g: Geometry, spec: Any) -> Archived:
         done = replay(store, spec, state, island_ops.init(g.islands, g.cells), checkpoint_id, g.objectives)
         if done is not None:
             state, last_id = done.archive, done.last_id
-    return Archived(state, last_id, checkpoint_id, evaluations)
-
-
-def snapshot(a: Archived, g: Geometry) -> Snapshot:
-    """:class:`Snapshot` of an :func:`archived` archive on the host."""
-    import jax
-
-    from qd import archive
-
-    state, last_id, checkpoint_id, evaluations = a
     if state is None:  # nothing placed yet
         return Snapshot(
             np.full((g.islands, g.cells), np.nan, np.float32),
