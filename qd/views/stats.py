@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from qd import fronts, history
+from qd import history
+from qd.fronts import cell_rows, of_run
 from qd.llm.ledger import USAGE_FIELDS
 from qd.views import render
 
@@ -104,12 +105,12 @@ def main(argv: list[str]) -> None:
 def _hypervolume(run: Any) -> dict[str, Any] | None:
     """A Pareto run's reading (``qd.fronts.Hypervolumes.reading``) with its fronts' rows
     under ``cells``; None for one elite per cell or while every front is empty."""
-    read = fronts.of_run(run)
+    read = of_run(run)
     if read is None:
         return None
     state, meter = read
     reading = meter.reading(state)
-    return reading and {**reading, "cells": fronts.cell_rows(state, meter.cells(state))}
+    return reading and {**reading, "cells": cell_rows(state, meter.cells(state))}
 
 
 def _numbers(r: dict[str, Any]) -> list[Any]:
