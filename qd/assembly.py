@@ -25,6 +25,7 @@ from qd.budget import Budget, Spending
 from qd.elite_table import EliteTable
 from qd.errors import CheckpointError
 from qd.events import EventLog
+from qd.fronts import meter_in
 from qd.lessons import LessonsWriter
 from qd.llm import Ledger
 from qd.memory import ChildMemory, MemorySettings
@@ -214,8 +215,9 @@ def assemble(
     )
     state = _replayed(store, placement.spec(state), state, placement.objectives)
     cells, fronts = archive.has_cells(spec), bool(placement.objectives)  # a front's inserts do not add up
+    meter = meter_in(run_dir, placement.objectives)  # a Pareto run's hypervolume (qd.fronts)
     report = Report(
-        s.islands, s.qd_offset, s.islands > 1 and cells, llm, describer, cells and not fronts, budget
+        s.islands, s.qd_offset, s.islands > 1 and cells, llm, describer, cells and not fronts, budget, meter
     )
     elites = EliteTable.from_store(state.archive, store, None if text else task.genome_dim)
     report.refresh(state.archive)

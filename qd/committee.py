@@ -5,7 +5,8 @@ diverse agents answers better than the best single agent. This command measures 
 run's task's held-out problems (never seen during the run), read-only on the run:
 
 1. the committee: ``--k`` elites picked by the ``diverse`` export's greedy farthest-point
-   selection (the best elite first; the archive holds valid agents only), each answering
+   selection (the best elite first; the archive holds valid agents only; a Pareto run's
+   members come from the union of its fronts), each answering
    every held-out problem in the sandbox through the host's client, with the run's
    evaluator, model and per-problem call budget (``qd.heldout.held_out_scores``);
    per problem, ``--rule vote`` takes the majority of the normalised answers (a tie: the

@@ -29,7 +29,8 @@ def curves(run: RunDir) -> dict[str, Any]:
     """QD score, coverage, best, elites and mean fitness over evaluations, from the commit events.
 
     Returns ``{"evaluations": [...], "global": {stat: [...]}, "islands": [{stat: [...]}, ...],
-    "union": {stat: [...]}`` (``union`` only for runs that report islands merged)}`` with one
+    "union": {stat: [...]}, "hypervolume": [...]}`` (``union`` only for runs that report islands
+    merged, ``hypervolume`` (the total) only for a Pareto run) with one
     point per wave (proposals committed together share their numbers).
     """
     return run.memo("curves", lambda: _curves(run.events()))
@@ -55,6 +56,8 @@ def _curves(events: list[dict[str, Any]]) -> dict[str, Any]:
     ]
     if any("union" in e for e in ordered):
         out["union"] = {s: [_num(e.get("union", {}).get(s)) for e in ordered] for s in CURVE_STATS}
+    if any(e.get("hypervolume") for e in ordered):  # a Pareto run (``qd.fronts``)
+        out["hypervolume"] = [_num((e.get("hypervolume") or {}).get("total")) for e in ordered]
     return out
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from qd import archive
 from qd.budget import Budget
+from qd.fronts import Hypervolumes, front_lines
 from qd.progress import Gauge, Status, binding, clock, eta
 
 # a budget's unit (``qd.progress.Gauge``) -> its limit in ``qd.budget.Budget`` and ``runner.*``
@@ -42,6 +43,8 @@ class Report:
         cells: a cell archive (grid, CVT), whose inserts add up: each winner takes one
             cell and moves no other; otherwise every insert reads the archive again.
         budget: the run's limits, which the progress counts against.
+        fronts: a Pareto archive's hypervolume meter (``qd.fronts``): each refresh reads
+            it, and the summary carries the reading as ``hypervolume``.
     """
 
     def __init__(
@@ -53,14 +56,19 @@ class Report:
         describer: Any = None,
         cells: bool = False,
         budget: Budget = Budget(),
+        fronts: Hypervolumes | None = None,
     ):
         self.islands, self.qd_offset, self.llm, self.describer = islands, qd_offset, llm, describer
+        self.fronts, self.hypervolume = fronts, None
         self.union, self.add_up, self.budget = union, cells, budget
         self.start_session(0)
 
     def refresh(self, state: archive.ArchiveState) -> None:
         """Reads the whole archive: the host copy and every sum from scratch (of a Pareto
-        archive, its best member per cell: ``qd.archive.best_per_cell``)."""
+        archive, its best member per cell: ``qd.archive.best_per_cell``; its fronts' hypervolume
+        too)."""
+        if self.fronts is not None:
+            self.hypervolume = self.fronts.reading(state)
         state = archive.best_per_cell(state)
         fitness, ids = jax.device_get((state.fitness, state.genome_id))
         self._fitness = np.where(ids >= 0, fitness, -np.inf).astype(np.float64)  # -inf: empty
@@ -147,6 +155,8 @@ class Report:
         }
         if self.union:  # "global" counts a cell once per island holding it
             out["union"] = {f: float(getattr(self.union_stats, f)[0]) for f in fields}
+        if self.hypervolume is not None:
+            out["hypervolume"] = self.hypervolume
         if self.llm is not None:
             out["llm"] = self.llm.ledger.as_dict()
         if self.describer is not None:
@@ -259,7 +269,8 @@ def commit_lines(
 def closing_lines(summary: dict[str, Any], run_dir: Path, budget: Budget, valid: int | None) -> list[str]:
     """The end of a run as a person reads it, one aligned ``name  value`` line each: what it
     evaluated (``valid`` of them valid; None: the store keeps only elites), what the archive
-    holds, what the model cost, why and when it stopped, and where its files are. The whole
+    holds, what the model cost, why and when it stopped, and where its files are; a Pareto
+    run then shows its front of the largest hypervolume (``qd.fronts.front_lines``). The whole
     summary stays in ``events.jsonl`` and in ``qd-run --json``'s line."""
     g = summary["global"]
     rows = [
@@ -287,7 +298,7 @@ def closing_lines(summary: dict[str, Any], run_dir: Path, budget: Budget, valid:
         ("run dir", str(run_dir)),
     ]
     width = max(len(name) for name, _ in rows) + 2
-    return [f"{name:<{width}}{value}" for name, value in rows]
+    return [f"{name:<{width}}{value}" for name, value in rows] + front_lines(summary)
 
 
 def stopped(summary: dict[str, Any], budget: Budget) -> str:

@@ -73,6 +73,22 @@ def text_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def pareto_run(tmp_path_factory):
+    """A finished function_fit run on a Pareto archive (error and size, fronts of 3), shared by
+    the readers of fronts."""
+    from helpers import text_run, varied_program
+    from scripted_llm import Rule, ScriptedLLM
+
+    server = ScriptedLLM([Rule("", varied_program)]).start()
+    try:
+        yield text_run(
+            tmp_path_factory.mktemp("pareto_run"), server.base_url, "archive=pareto", "archive.front_size=3"
+        )
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
 def cvt_run(tmp_path_factory):
     """A finished sphere run (3 islands, a 500-cell CVT), shared by the readers' tests."""
     from helpers import cvt_run

@@ -11,6 +11,7 @@ Routes (``{run}`` is the run's position on the command line, 0 or 1):
   empty) then i32[H*W] the cell each pixel shows; the shape and the colour range in
   the ``X-QD-*`` headers;
 - ``GET /api/run/{run}/cell?island=I&cell=C``, ``/candidate/{id}``, ``/lineage/{id}``;
+  ``/front?island=I&cell=C`` — a Pareto run's front in that cell, its members' objectives;
 - ``GET /api/run/{run}/search?q=&operator=&valid=&error=&island=&sort=fitness&limit=50&offset=0``.
 
 Errors are one line of JSON, ``{"error": "..."}``: 404 for a run, island, cell or
@@ -178,6 +179,10 @@ def make_app(run_dirs: list[str | Path], watch_s: float | None = WATCH_S) -> Fas
     @app.get("/api/run/{run}/cell")
     def cell(run: str, island: int, cell: int) -> dict:
         return explorer.read(run, data.cell, island, cell)
+
+    @app.get("/api/run/{run}/front")
+    def front(run: str, island: int, cell: int) -> dict:
+        return explorer.read(run, data.front, island, cell)
 
     @app.get("/api/run/{run}/candidate/{candidate_id}")
     def candidate(run: str, candidate_id: int) -> dict:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from qd import history
+from qd import fronts, history
 from qd.llm.ledger import USAGE_FIELDS
 from qd.rundir import RunDir
 
@@ -214,6 +214,31 @@ def cell(run: RunDir, island: int, cell_id: int) -> dict[str, Any]:
     }
 
 
+def front(run: RunDir, island: int, cell_id: int) -> dict[str, Any]:
+    """A Pareto run's front in ``cell_id`` on ``island``: ``objectives`` (the task's [name,
+    direction] pairs), its ``hypervolume`` against the run's ``reference`` (own units), and
+    its ``members`` (``id`` and ``values``, in the objectives' own units), ascending ids."""
+    read = fronts.of_run(run)
+    if read is None:
+        raise NotFound(f"run {run.name} keeps one elite per cell, no fronts (archive=pareto has them)")
+    island_of(run, island)
+    if not 0 <= cell_id < run.geometry.cells:
+        raise NotFound(f"cell {cell_id}: the archive has cells 0..{run.geometry.cells - 1}")
+    state, meter = read
+    volumes = meter.cells(state)
+    return {
+        "island": island,
+        "cell": cell_id,
+        "objectives": [list(o) for o in meter.objectives],
+        "hypervolume": None if volumes is None else volumes[island, cell_id],
+        "reference": None if meter.reference is None else fronts.own_units(meter.objectives, meter.reference),
+        "members": [
+            {"id": genome_id, "values": fronts.own_units(meter.objectives, values)}
+            for genome_id, values in fronts.front(state, island, cell_id)
+        ],
+    }
+
+
 def candidate(run: RunDir, candidate_id: int) -> dict[str, Any]:
     """Everything stored about one candidate, its text and its diff from its first parent
     highlighted, where it is an elite now, and the model calls its evaluation made."""
@@ -354,6 +379,7 @@ def summary(run: RunDir) -> dict[str, Any]:
             "llm_calls": sum(r[2] for r in ledger),
             "cost": sum(r[8] for r in ledger),
             "operators": sorted({o for page in run.store.columns(("operator",)) for (o,) in page if o}),
+            "hypervolume": fronts.reading_of(run),
         }
 
     return run.memo("summary", compute)

@@ -13,6 +13,9 @@ missing ones are encoded here. Otherwise (no embedding descriptor, or vectors) i
 the archive's descriptors, scaled by the archive's bounds to [0, 1] per axis so that no
 axis weighs more for its units. Every row names the space used.
 
+On a Pareto run the pool is the union of the fronts, every member with its first
+objective (maximised) as its fitness, so ``qd committee`` draws its members from them.
+
 Options: ``k``; ``min_fitness`` (a quality floor: elites below it are never picked);
 ``max_chars`` (elites with longer texts are dropped, for a context-length budget);
 ``seed`` (the random subset :func:`report` compares against).
@@ -26,7 +29,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from qd import extras
+from qd import extras, fronts
 from qd.export.rows import batched, candidates
 from qd.rundir import RunDir
 
@@ -124,10 +127,7 @@ def _select(run: RunDir, opts: dict) -> tuple[_Pool, list[int], list[float | Non
 def _pool(run: RunDir, opts: dict) -> _Pool:
     """The archive's elites that pass the quality floor and the length limit, best first,
     placed in the embedding space if every one has an embedding, else the descriptor space."""
-    snap = run.snapshot()
-    island, cell = snap.filled()
-    fitness = snap.fitness[island, cell].astype(np.float64)
-    ids = snap.genome_id[island, cell]
+    island, cell, ids, fitness, descriptor = _placed(run)
     keep = np.ones(len(ids), bool) if opts["min_fitness"] is None else fitness >= float(opts["min_fitness"])
     below_floor = int((~keep).sum())
     order = np.lexsort((ids, -fitness))
@@ -141,7 +141,7 @@ def _pool(run: RunDir, opts: dict) -> _Pool:
     else:
         g = run.geometry
         lower, upper = np.asarray(g.lower, np.float64), np.asarray(g.upper, np.float64)
-        points = (snap.descriptor[island[order], cell[order]].astype(np.float64) - lower) / (upper - lower)
+        points = (descriptor[order].astype(np.float64) - lower) / (upper - lower)
         space = "descriptor"
     return _Pool(
         ids[order].astype(np.int64),
@@ -152,6 +152,25 @@ def _pool(run: RunDir, opts: dict) -> _Pool:
         space,
         below_floor,
         int((~fits).sum()),
+    )
+
+
+def _placed(run: RunDir) -> tuple[np.ndarray, ...]:
+    """(island, cell, id, fitness, descriptor) of every elite: each cell's, or on a Pareto run
+    every front member, its fitness the first objective (maximised) as the archive's slots
+    read it."""
+    read = fronts.of_run(run)
+    if read is not None:
+        m = fronts.members(read[0])
+        return m.island, m.cell, m.id, m.objectives[:, 0], m.descriptor
+    snap = run.snapshot()
+    island, cell = snap.filled()
+    return (
+        island,
+        cell,
+        snap.genome_id[island, cell],
+        snap.fitness[island, cell].astype(np.float64),
+        snap.descriptor[island, cell],
     )
 
 

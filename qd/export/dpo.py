@@ -9,9 +9,13 @@ prompt, so pairs come from two places where that holds:
 - ``cell`` (option ``task_pairs``): a cell's current elite against a valid candidate
   of the same island and cell that it beat; the prompt is the task's description
   (what every candidate of the run was written for), chosen and rejected the genome
-  texts.
+  texts;
+- ``front`` (option ``front_pairs``, a Pareto run: then the only pairs): a front member
+  against a valid candidate of its island and cell that it dominates, so a pair only
+  ever prefers the better on every objective; the prompt is the task's description.
 
-``margin`` is the stored fitness of the chosen minus the rejected's: above 0 and at
+``margin`` is the stored fitness of the chosen minus the rejected's (a front pair's: the
+sum of its gains over the objectives, maximised): above 0 and at
 least ``min_margin``. A pair whose two texts are identical teaches nothing and is
 skipped. At most ``max_pairs_per_prompt`` pairs come from one sibling group or one
 cell (every cell's pairs share the task prompt, so a run-wide cap there would keep
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import math
 from collections import defaultdict
 from collections.abc import Iterator
@@ -30,7 +35,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from qd import history
+from qd import fronts, history
+from qd.contract import ConfigError
 from qd.export.rows import BATCH, PerCell, batched, messages
 from qd.rundir import RunDir
 
@@ -47,7 +53,12 @@ COLUMNS = {
     "operator": "string",
     "model": "string",
 }
-OPTIONS: dict[str, Any] = {"min_margin": 0.0, "max_pairs_per_prompt": 4, "task_pairs": True}
+OPTIONS: dict[str, Any] = {
+    "min_margin": 0.0,
+    "max_pairs_per_prompt": 4,
+    "task_pairs": True,
+    "front_pairs": False,
+}
 
 
 class _Seen(NamedTuple):
@@ -61,10 +72,14 @@ class _Seen(NamedTuple):
 
 def rows(run: RunDir, options: dict) -> Iterator[dict]:
     """Sibling pairs (families by first parent, then groups by their first member's id),
-    then cell pairs (by island, then cell). The store is read in pages, siblings in the
-    order SQLite sorts them by parent, so memory is bounded by the most children one
-    parent has and by the archive's cells, not by the run."""
+    then cell pairs (by island, then cell); or only front pairs (by island, cell, member).
+    The store is read in pages, siblings in the order SQLite sorts them by parent, so
+    memory is bounded by the most children one parent has and by the archive's cells,
+    not by the run."""
     opts = {**OPTIONS, **options}
+    if opts["front_pairs"]:  # a Pareto run: no pair that a fitness alone orders
+        yield from _front_rows(run, opts)
+        return
     cells = history.Cells(run, BATCH)
     for chunk in batched(_sibling_pairs(run, opts)):
         held = {c.id: c for c in run.store.get([i for pair in chunk for i in (pair[0].id, pair[1].id)])}
@@ -74,7 +89,18 @@ def rows(run: RunDir, options: dict) -> Iterator[dict]:
             np.ones(len(chosen), bool),
         )
         for (hi, lo), c, cell in zip(chunk, chosen, where.tolist()):
-            yield _row(messages(c.prompt), c.response, held[lo.id].response, hi, lo, "siblings", c, cell)
+            margin = hi.fitness - lo.fitness
+            yield _row(
+                messages(c.prompt),
+                c.response,
+                held[lo.id].response,
+                hi.id,
+                lo.id,
+                "siblings",
+                c,
+                cell,
+                margin,
+            )
     if opts["task_pairs"]:
         yield from _cell_rows(run, opts)
 
@@ -113,8 +139,6 @@ def _family_pairs(run: RunDir, family: list[int], opts: dict) -> Iterator[tuple[
 def _cell_rows(run: RunDir, opts: dict) -> Iterator[dict]:
     """Each filled cell's elite against the candidates of its island and cell that it beat,
     the widest margins kept per cell as the store streams by."""
-    from qd.export.sft import task_of
-
     snap, g = run.snapshot(), run.geometry
     isl, cell = snap.filled()
     slot = isl.astype(np.int64) * g.cells + cell
@@ -137,31 +161,84 @@ def _cell_rows(run: RunDir, opts: dict) -> Iterator[dict]:
                 and _digest(page["text"][k]) != elite_text[at]
             ):
                 beaten.offer(at, margin, int(page["id"][k]))
+    yield from _task_rows(run, beaten, elite, g.cells, "cell")
+
+
+def _front_rows(run: RunDir, opts: dict) -> Iterator[dict]:
+    """Each front member against the valid candidates of its island and cell that it
+    dominates (no worse on every objective, better on one), the widest margins kept per
+    member as the store streams by. The margin is the sum of the gains over the
+    objectives, maximised (``qd.task.objective_matrix``)."""
+    from qd.task import objective_matrix
+
+    read = fronts.of_run(run)
+    if read is None:
+        raise ConfigError("front_pairs", f"{run.path} is no Pareto run (archive=pareto)", "drop the option")
+    state, objectives, g = read[0], run.geometry.objectives, run.geometry
+    k = state.genome_id.shape[-1]
+    members = np.asarray(state.genome_id, np.int64).reshape(-1, k)  # [island * cell, K]
+    values = np.asarray(state.objectives, np.float64).reshape(len(members), k, -1)
+    texts = np.zeros(members.shape, np.uint64)
+    listed = [(row, slot) for row, slot in zip(*np.nonzero(members >= 0))]
+    for chunk in batched(listed):
+        for (row, slot), c in zip(chunk, run.store.get([int(members[r, s]) for r, s in chunk])):
+            texts[row, slot] = _digest(c.text or "") if c.kind == "text" else 0
+    beaten = PerCell(members.size, int(opts["max_pairs_per_prompt"]))
+    for page in history.pages(run, ("text", "metrics"), page=BATCH):
+        usable = np.flatnonzero(page["valid"] & (page["cell"] >= 0)).tolist()
+        points = objective_matrix(objectives, [_metrics(page["metrics"][i]) for i in usable])
+        for i, point in zip(usable, points.astype(np.float64)):
+            if page["text"][i] is None or not np.isfinite(point).all():
+                continue
+            row = int(page["island"][i]) * g.cells + int(page["cell"][i])
+            gains = values[row] - point
+            dominates = (members[row] >= 0) & (gains >= 0).all(-1) & (gains > 0).any(-1)
+            for slot in np.flatnonzero(dominates & (texts[row] != _digest(page["text"][i]))).tolist():
+                margin = float(gains[slot].sum())
+                if margin >= opts["min_margin"]:
+                    beaten.offer(row * k + slot, margin, int(page["id"][i]))
+    yield from _task_rows(run, beaten, members.reshape(-1), g.cells * k, "front")
+
+
+def _task_rows(
+    run: RunDir, beaten: PerCell, chosen: np.ndarray, per_island: int, source: str
+) -> Iterator[dict]:
+    """The kept pairs as rows with the task's description as the prompt: ``chosen`` is the id
+    at each slot of ``beaten``, an island's ``per_island`` slots in a row (cells, or a
+    front's members cell by cell)."""
+    from qd.export.sft import task_of
+
     at, margin, rejected = beaten.kept()
     order = np.lexsort(
         (rejected, -margin, at)
     )  # by slot (island, then cell), widest margin first, ties by id
-    task = None  # loaded only when some cell has a pair
+    cell_of = per_island // run.geometry.cells  # slots per cell
+    task = None  # loaded only when some slot has a pair
     for start in range(0, len(order), BATCH):
         chunk = order[start : start + BATCH].tolist()
         if task is None:
             task = task_of(run)
         prompt = [{"role": "user", "content": task.description}]
-        ids = {int(elite[at[k]]) for k in chunk} | set(rejected[chunk].tolist())
+        ids = {int(chosen[at[k]]) for k in chunk} | set(rejected[chunk].tolist())
         held = {c.id: c for c in run.store.get(sorted(ids))}
         for k in chunk:
-            hi, lo = held[int(elite[at[k]])], held[int(rejected[k])]
+            hi, lo = held[int(chosen[at[k]])], held[int(rejected[k])]
             yield _row(
                 prompt,
                 hi.text,
                 lo.text,
-                _Seen(hi.id, float(hi.fitness), 0),
-                _Seen(lo.id, float(lo.fitness), 0),
-                "cell",
+                hi.id,
+                lo.id,
+                source,
                 hi,
-                int(at[k] % g.cells),
-                island=int(at[k] // g.cells),
+                int(at[k] % per_island) // cell_of,
+                float(margin[k]),
+                island=int(at[k] // per_island),
             )
+
+
+def _metrics(text: str | None) -> dict | None:
+    return None if text is None else json.loads(text)
 
 
 def _order(a: _Seen, b: _Seen) -> tuple[_Seen, _Seen]:
@@ -188,21 +265,22 @@ def _row(
     prompt: list[dict],
     chosen: str,
     rejected: str,
-    hi: _Seen,
-    lo: _Seen,
+    chosen_id: int,
+    rejected_id: int,
     source: str,
     made: Any,
     cell: int,
+    margin: float,
     island: int | None = None,
 ) -> dict:
     return {
         "prompt": prompt,
         "chosen": [{"role": "assistant", "content": chosen}],
         "rejected": [{"role": "assistant", "content": rejected}],
-        "margin": hi.fitness - lo.fitness,
+        "margin": margin,
         "source": source,
-        "chosen_id": hi.id,
-        "rejected_id": lo.id,
+        "chosen_id": chosen_id,
+        "rejected_id": rejected_id,
         "island": made.island if island is None else island,
         "cell": cell,
         "operator": made.operator or "",

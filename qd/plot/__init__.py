@@ -5,6 +5,8 @@
   parallel-axes plot of the elites' descriptors;
 - :mod:`qd.plot.curves` — QD score, coverage and best fitness over evaluations, for
   one run, and for several runs grouped by setting (median and min–max over seeds);
+- :mod:`qd.plot.fronts` — a Pareto run's hypervolume over evaluations and its
+  cells' fronts in objective space;
 - :mod:`qd.plot.command` — the command line: which figures, where they are written.
 
 Each figure builder returns the matplotlib ``Figure`` and the data it drew, so tests

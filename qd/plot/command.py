@@ -2,7 +2,9 @@
 [--format png,svg] [--dpi N]``: writes a run's figures and prints their paths.
 
 Per run: ``archive.<fmt>`` (:func:`qd.plot.archive.archive_figure`), ``curves.<fmt>``
-(:func:`qd.plot.curves.curves_figure`) and with ``--parallel`` ``parallel.<fmt>``;
+(:func:`qd.plot.curves.curves_figure`), for a Pareto run ``fronts.<fmt>`` (the
+hypervolume curve and the cells' fronts, :func:`qd.plot.fronts.fronts_figure`) and with
+``--parallel`` ``parallel.<fmt>``;
 given several runs (or a multirun folder), each run's figures go to a folder of its
 own and ``compare.<fmt>`` (:func:`qd.plot.curves.compare_figure`) to ``--out`` itself.
 
@@ -21,6 +23,7 @@ from typing import Any
 
 from qd.plot.archive import archive_figure, check_axes, parallel_figure
 from qd.plot.curves import compare_figure, curves_figure
+from qd.plot.fronts import fronts_figure
 from qd.rundir import RunDir, RunDirError, runs_in
 
 FORMATS = ("png", "svg", "pdf")
@@ -126,6 +129,8 @@ def plot(args: argparse.Namespace, report: Any) -> list[Path]:
             folder = out / name
             save(archive_figure(run, picked, shown, args.dpi)[0], folder, "archive")
             save(curves_figure(run, shown, args.dpi)[0], folder, "curves")
+            if run.geometry.pareto is not None:
+                save(fronts_figure(run, args.dpi)[0], folder, "fronts")
             if args.parallel:
                 save(parallel_figure(run, shown, args.dpi)[0], folder, "parallel")
         if len(runs) > 1:

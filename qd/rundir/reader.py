@@ -151,6 +151,20 @@ class RunDir:
             "snapshot", lambda: replay.snapshot(self.path, self.store, self.geometry, self.spec())
         )
 
+    def fronts(self) -> Any:
+        """A Pareto run's fronts now, every member of every cell (``Snapshot.fronts``, empty
+        fronts before anything is placed); None for one elite per cell."""
+        if self.geometry.pareto is None:
+            return None
+        fronts = self.snapshot().fronts
+        if fronts is None:
+            import jax
+
+            from qd.archive import pareto
+
+            fronts = jax.device_get(pareto.init(self.spec(), self.geometry.islands))
+        return fronts
+
     # ----- elites -------------------------------------------------------------------
 
     def placed(self, island: int | None = None, top: int | None = None) -> list[tuple[int, int, Any]]:

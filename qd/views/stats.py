@@ -5,7 +5,8 @@ how many entered the archive, the mean improvement over the parent, tokens and
 cost (``qd.history.operator_stats``), with a totals row; a per-instruction table
 when the run evolved meta instructions; and the model-call ledger per role and
 model, which also counts the calls no candidate carries (failed calls, judges,
-meta mutations), so its totals are what the run was billed.
+meta mutations), so its totals are what the run was billed. A Pareto run adds its
+hypervolume (``qd.fronts``): the total, and per front, the largest first.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from qd import history
+from qd.fronts import cell_rows, of_run
 from qd.llm.ledger import USAGE_FIELDS
 from qd.views import render
 
@@ -50,6 +52,7 @@ def main(argv: list[str]) -> None:
         ledger = [dict(zip(LEDGER, row)) for row in run.store.calls.totals()]
         ledger_total = {k: sum(r[k] for r in ledger) for k in LEDGER[2:]}
         elites_only = not run.store.keeps_every_candidate()
+        volume = _hypervolume(run)
         if args.json:
             return render.dump(
                 {
@@ -60,6 +63,7 @@ def main(argv: list[str]) -> None:
                     "totals": totals,
                     "llm_calls": ledger,
                     "llm_totals": ledger_total,
+                    **({"hypervolume": volume} if volume else {}),
                 }
             )
         render.line(f"{run.path}: {totals['candidates']} candidates")
@@ -79,6 +83,13 @@ def main(argv: list[str]) -> None:
                     for r in [*rows, {**dict.fromkeys(names, ""), names[0]: "total", **totals}]
                 ],
             )
+        if volume:
+            render.table(
+                f"fronts: hypervolume {render.fmt(volume['total'])} in total "
+                f"(reference {', '.join(render.fmt(r) for r in volume['reference'])})",
+                ["island", "cell", "members", "hypervolume"],
+                [[r["island"], r["cell"], r["members"], r["hypervolume"]] for r in volume["cells"]],
+            )
         if ledger:
             render.table(
                 "model calls (ledger)",
@@ -87,6 +98,17 @@ def main(argv: list[str]) -> None:
             )
         else:
             render.line("no model calls")
+
+
+def _hypervolume(run: Any) -> dict[str, Any] | None:
+    """A Pareto run's reading (``qd.fronts.Hypervolumes.reading``) with its fronts' rows
+    under ``cells``; None for one elite per cell or while every front is empty."""
+    read = of_run(run)
+    if read is None:
+        return None
+    state, meter = read
+    reading = meter.reading(state)
+    return reading and {**reading, "cells": cell_rows(state, meter.cells(state))}
 
 
 def _numbers(r: dict[str, Any]) -> list[Any]:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from omegaconf import OmegaConf
 
+from qd import fronts
 from qd.rundir import RunDir
 from qd.views.render import fmt
 
@@ -22,7 +23,8 @@ def summary(run: RunDir) -> dict[str, Any]:
 
     ``coverage`` and ``qd_score`` treat the islands as one archive of islands x cells
     (the ``global`` numbers of the commit events); ``qd_score`` subtracts the run's
-    ``archive.qd_offset`` from each elite. ``wall_s`` adds up the sessions' elapsed
+    ``archive.qd_offset`` from each elite. ``hypervolume``: a Pareto run's total over its
+    fronts (``qd.fronts``; None for one elite per cell). ``wall_s`` adds up the sessions' elapsed
     times (a resumed run restarts its clock), so time spent stopped is not counted.
     """
     g, snap, cfg, events = run.geometry, run.snapshot(), run.config(), run.events()
@@ -30,6 +32,7 @@ def summary(run: RunDir) -> dict[str, Any]:
     offset = float(OmegaConf.select(cfg, "archive.qd_offset", default=0.0) or 0.0)
     best = run.best()
     ledger = run.store.calls.totals()
+    volume = fronts.reading_of(run)
     return {
         "run": str(run.path),
         "name": run.name,
@@ -44,6 +47,7 @@ def summary(run: RunDir) -> dict[str, Any]:
         "qd_score": float(np.sum(snap.fitness[filled] - offset)),
         "best": best["fitness"] if best else None,
         "best_id": best["id"] if best else None,
+        "hypervolume": volume["total"] if volume else None,
         "llm_calls": int(sum(r[2] for r in ledger)),
         "cost": float(sum(r[8] for r in ledger)),
         "wall_s": wall_time(events),
@@ -78,8 +82,9 @@ def wall_time(events: list[dict[str, Any]]) -> float | None:
 def header(s: dict[str, Any]) -> str:
     """The summary as one line: run dir, archive kind, islands x cells, evaluations, coverage, best."""
     best = "-" if s["best"] is None else f"{fmt(s['best'])} (#{s['best_id']})"
+    volume = "" if s.get("hypervolume") is None else f", hypervolume {fmt(s['hypervolume'])}"
     return (
         f"{s['run']}: {s['experiment'] or '?'}, {s['kind']} archive {s['islands']} x {s['cells']}, "
         f"{s['evaluations']} evaluations, coverage {s['coverage']:.2%} ({s['elites']} elites), "
-        f"QD score {fmt(s['qd_score'])}, best {best}"
+        f"QD score {fmt(s['qd_score'])}{volume}, best {best}"
     )

@@ -68,6 +68,7 @@ LAYERS = (
         "qd.elite_table",
         "qd.report",
         "qd.placement",
+        "qd.fronts",
         "qd.proposers",
         "qd.workbench",
     },

@@ -81,6 +81,7 @@ function renderSummary() {
     ["elites", r.elites.reduce((a, b) => a + b, 0)], ["best", r.best ? fmt(r.best.fitness) : "–"],
     ["model calls", r.llm_calls], ["cost", fmt(r.cost)],
   ];
+  if (r.pareto) items.splice(6, 0, ["hypervolume", r.hypervolume ? fmt(r.hypervolume.total) : "–"]);
   $("#summary").replaceChildren(...items.map(([k, v]) => el("div", {}, el("b", {}, k), fmt(v))));
 }
 
@@ -168,8 +169,47 @@ $("#heatmap").addEventListener("click", (event) => {
   const p = pixelAt(event);
   if (p >= 0 && state.raster.cells[p] >= 0) {
     select({ run: state.run, island: state.island, cell: state.raster.cells[p] });
+    if (run().pareto) drawFront(state.island, state.raster.cells[p]);
   }
 });
+
+// ----- a Pareto run's front ------------------------------------------------------------------
+
+// The cell's front (GET /front) as points in its first two objectives, own units; a click shows that member.
+async function drawFront(island, cell) {
+  const box = $("#front");
+  try {
+    const f = await api(`/api/run/${state.run}/front?island=${island}&cell=${cell}`);
+    box.replaceChildren(frontChart(f));
+    Object.assign(box.dataset, { island, cell, members: f.members.length });
+  } catch (error) {
+    showError(box, error);
+  }
+}
+
+function frontChart(f) {
+  const W = 360, H = 220, L = 60, R = 14, T = 12, B = 30;
+  const [svg, add] = svgOf(W, H);
+  const x = f.members.map((m) => m.values[0]), y = f.members.map((m) => (m.values.length > 1 ? m.values[1] : 0));
+  const range = (v) => { const lo = Math.min(...v), hi = Math.max(...v); return hi > lo ? [lo, hi] : [lo - 0.5, hi + 0.5]; };
+  const [x0, x1] = range(x), [y0, y1] = range(y);
+  const sx = (v) => L + 10 + (v - x0) / (x1 - x0) * (W - L - R - 20);
+  const sy = (v) => T + 10 + (1 - (v - y0) / (y1 - y0)) * (H - T - B - 20);
+  const [xName, yName] = [f.objectives[0], f.objectives[1] || ["", ""]].map(([n, d]) => (n ? `${n} (${d})` : ""));
+  add("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#d8dce2" });
+  add("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#d8dce2" });
+  add("text", { x: (L + W - R) / 2, y: H - 8, "text-anchor": "middle", "font-size": 11, fill: "#68707c" }, xName);
+  add("text", { x: 12, y: (T + H - B) / 2, "font-size": 11, fill: "#68707c", transform: `rotate(-90 12 ${(T + H - B) / 2})`, "text-anchor": "middle" }, yName);
+  f.members.forEach((m, i) => {
+    const dot = add("circle", { cx: sx(x[i]).toFixed(1), cy: sy(y[i]).toFixed(1), r: 6, fill: "#2456a6", class: "front-point", "data-id": m.id });
+    dot.append(Object.assign(document.createElementNS("http://www.w3.org/2000/svg", "title"),
+      { textContent: `#${m.id}: ` + m.values.map((v, k) => `${f.objectives[k][0]} ${fmt(v)}`).join(", ") }));
+    dot.addEventListener("click", () => select({ run: state.run, id: m.id }));
+  });
+  return el("div", { class: "chart" },
+    el("h4", {}, `front of island ${f.island} cell ${f.cell}: ${f.members.length} members, hypervolume ${fmt(f.hypervolume)}`),
+    svg, el("div", { class: "muted" }, "click a point to see that member"));
+}
 
 for (const id of ["#axis-x", "#axis-y"]) {
   $(id).addEventListener("change", () => {
@@ -255,19 +295,26 @@ function renderCandidate(panel, runIndex, c, lineage) {
 const CURVES = [["qd_score", "QD score"], ["coverage", "coverage"], ["max_fitness", "best fitness"]];
 const LINE_COLOURS = ["#1d232b", "#2456a6", "#d9822b", "#2e9e5b", "#b3261e", "#7b4fc9", "#8c6d1f", "#d14f9b"];
 
-// An inline SVG chart of series [{label, xs, ys}] (ys may hold nulls: gaps).
-function chart(title, series) {
-  const W = 560, H = 180, L = 60, R = 10, T = 8, B = 24;
-  const xs = series.flatMap((s) => s.xs), ys = series.flatMap((s) => s.ys.filter((v) => v !== null));
+// An SVG element W x H that scales to its column, and add(tag, attrs, text) appending a child (returned).
+function svgOf(W, H) {
   const NS = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(NS, "svg");
-  svg.setAttribute("width", "100%"); svg.setAttribute("viewBox", `0 0 ${W} ${H}`); // scales to its column
+  svg.setAttribute("width", "100%"); svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   const add = (tag, attrs, text) => {
     const n = document.createElementNS(NS, tag);
     for (const [k, v] of Object.entries(attrs)) n.setAttribute(k, v);
     if (text !== undefined) n.textContent = text;
     svg.append(n);
+    return n;
   };
+  return [svg, add];
+}
+
+// An inline SVG chart of series [{label, xs, ys}] (ys may hold nulls: gaps).
+function chart(title, series) {
+  const W = 560, H = 180, L = 60, R = 10, T = 8, B = 24;
+  const xs = series.flatMap((s) => s.xs), ys = series.flatMap((s) => s.ys.filter((v) => v !== null));
+  const [svg, add] = svgOf(W, H);
   if (!xs.length || !ys.length) {
     add("text", { x: W / 2, y: H / 2, "text-anchor": "middle", fill: "#68707c" }, "no points yet");
   } else {

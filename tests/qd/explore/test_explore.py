@@ -252,3 +252,23 @@ def test_more_axes_show_the_best_over_the_rest():
     assert (r.width, r.height, r.cell_map) == (4, 3, None)
     np.testing.assert_array_equal(cells.reshape(3, 4), [[-1, -1, -1, 59], [-1, -1, -1, -1], [1, 17, -1, -1]])
     np.testing.assert_array_equal(values[cells >= 0], fitness[0, cells[cells >= 0]])
+
+
+def test_the_front_api_answers_a_pareto_cells_members_in_own_units_and_404_elsewhere(api, pareto_run):
+    from qd import fronts
+
+    with TestClient(make_app([pareto_run], watch_s=None)) as client, RunDir(pareto_run) as run:
+        state, meter = fronts.of_run(run)
+        volumes = meter.cells(state)
+        island, cell = (int(v) for v in np.unravel_index(int(np.argmax(volumes)), volumes.shape))
+        got = client.get(f"/api/run/0/front?island={island}&cell={cell}").json()
+        members = run.store.get([genome_id for genome_id, _ in fronts.front(state, island, cell)])
+        summary = client.get("/api/run/0/summary").json()
+    assert got["objectives"] == [["error", "min"], ["size", "min"]]
+    assert got["hypervolume"] == pytest.approx(volumes[island, cell])
+    assert [m["id"] for m in got["members"]] == [c.id for c in members]
+    for m, c in zip(got["members"], members):
+        assert m["values"] == pytest.approx([c.metrics["error"], c.metrics["size"]], rel=1e-6)
+    assert summary["hypervolume"]["total"] == pytest.approx(volumes.sum())
+    missing = api.get("/api/run/0/front?island=0&cell=0")  # text_run: one elite per cell
+    assert missing.status_code == 404 and "no fronts" in missing.json()["error"]

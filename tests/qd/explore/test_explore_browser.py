@@ -11,6 +11,7 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from qd import history
@@ -70,9 +71,26 @@ def text_of(driver, selector: str) -> str:
     return driver.execute_script(f"return document.querySelector({selector!r}).textContent")
 
 
+def click_cell(driver, bins: tuple[int, int], island: int, cell: int) -> None:
+    """Shows ``island``'s heatmap and clicks the pixel of a 2-D grid's ``cell``: column = its first
+    grid coordinate, row 0 = the top of the second axis."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    driver.find_element(By.CSS_SELECTOR, f"#islands button[data-island='{island}']").click()
+    wait_for(driver, "return document.querySelector('#heatmap').dataset.island", str(island))
+    canvas = driver.find_element(By.ID, "heatmap")
+    w, h = bins
+    col, row = cell // h, h - 1 - cell % h
+    width, height = driver.execute_script(
+        "const c = arguments[0]; return [c.clientWidth, c.clientHeight]", canvas
+    )
+    dx, dy = (col + 0.5) / w * width - width / 2, (row + 0.5) / h * height - height / 2
+    ActionChains(driver).move_to_element_with_offset(canvas, round(dx), round(dy)).click().perform()
+
+
 @pytest.mark.slow
 def test_the_page_shows_a_clicked_elite_and_follows_its_lineage(browser, text_run, tmp_path):
-    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
     from qd.explore import serve
@@ -91,18 +109,7 @@ def test_the_page_shows_a_clicked_elite_and_follows_its_lineage(browser, text_ru
         wait_for(browser, "return document.body.dataset.ready", "1")
         assert browser.find_element(By.ID, "axis-label-x").text.startswith("AST nodes (")
         assert browser.find_element(By.ID, "axis-label-y").text.startswith("numeric constants (")
-        browser.find_element(By.CSS_SELECTOR, f"#islands button[data-island='{island}']").click()
-        wait_for(browser, "return document.querySelector('#heatmap').dataset.island", str(island))
-
-        # The cell's pixel: column = its first grid coordinate, row 0 = the top of the second axis.
-        canvas = browser.find_element(By.ID, "heatmap")
-        w, h = g.bins
-        col, row = cell // h, h - 1 - cell % h
-        width, height = browser.execute_script(
-            "const c = arguments[0]; return [c.clientWidth, c.clientHeight]", canvas
-        )
-        dx, dy = (col + 0.5) / w * width - width / 2, (row + 0.5) / h * height - height / 2
-        ActionChains(browser).move_to_element_with_offset(canvas, round(dx), round(dy)).click().perform()
+        click_cell(browser, g.bins, island, cell)
 
         wait_for(browser, "return document.querySelector('#detail').dataset.candidate", str(elite.id))
         assert text_of(browser, "#detail-text") == elite.text
@@ -117,3 +124,28 @@ def test_the_page_shows_a_clicked_elite_and_follows_its_lineage(browser, text_ru
         browser.find_element(By.CSS_SELECTOR, f"#detail-lineage a[data-id='{parent.id}']").click()
         wait_for(browser, "return document.querySelector('#detail').dataset.candidate", str(parent.id))
         assert text_of(browser, "#detail-text") == parent.text
+
+
+@pytest.mark.slow
+def test_a_pareto_cell_opens_its_front_and_a_clicked_point_shows_that_member(browser, pareto_run):
+    from selenium.webdriver.common.by import By
+
+    from qd.explore import serve
+
+    with RunDir(pareto_run) as run:
+        g, ids = run.geometry, np.asarray(run.fronts().genome_id)
+        sizes = (ids >= 0).sum(-1)
+        island, cell = (int(v) for v in np.unravel_index(int(np.argmax(sizes)), sizes.shape))
+        (member,) = run.store.get([int(ids[island, cell][sizes[island, cell] - 1])])  # the newest member
+
+    with serve([pareto_run]) as server:
+        browser.get(server.url)
+        wait_for(browser, "return document.body.dataset.ready", "1")
+        click_cell(browser, g.bins, island, cell)
+
+        wait_for(browser, "return document.querySelector('#front').dataset.cell", str(cell))
+        points = browser.find_elements(By.CSS_SELECTOR, "#front circle.front-point")
+        assert len(points) == sizes[island, cell]
+        browser.find_element(By.CSS_SELECTOR, f"#front circle[data-id='{member.id}']").click()
+        wait_for(browser, "return document.querySelector('#detail').dataset.candidate", str(member.id))
+        assert text_of(browser, "#detail-text") == member.text
