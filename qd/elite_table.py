@@ -19,7 +19,7 @@ import numpy as np
 
 from qd import archive
 from qd.contract import Candidate
-from qd.search import select
+from qd.search import criteria, select
 from qd.search.strategy import Selection
 
 
@@ -131,8 +131,18 @@ class ArchiveView:
             s.k,
             inspirations,
             s.inspirations,
+            self._scores()
+            if criteria.needs_scores(s.parents, s.inspirations if inspirations else "")
+            else None,
         )
         return select.Picks(*(np.asarray(x, np.int64) for x in jax.device_get(picks)))
+
+    def _scores(self) -> criteria.Scores:
+        """What the rules by objectives and per-row scores read: the elites' stored metrics."""
+        s, table = self.selection, self.elites.table
+        return criteria.scores_of(
+            self.state, table if table.dtype == object else None, s.objectives, s.reference, s.parents
+        )
 
     def genomes(self, island: Any, cells: Any) -> Any:
         """The elites' genomes at (island, cells)."""

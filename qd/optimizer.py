@@ -42,7 +42,7 @@ from qd.api import build
 from qd.assembly import Settings
 from qd.budget import Budget
 from qd.contract import ConfigError
-from qd.optimize_parts import ModelArgs, heldout_of, make_task, placement_of, start_client
+from qd.optimize_parts import ModelArgs, heldout_of, make_task, placement_of, start_client, strategy_of
 from qd.optimize_result import OptimizeResult, read_result
 from qd.rundir import layout
 from qd.stop_rules import StopRules
@@ -79,6 +79,9 @@ def optimize(
     descriptors: Any = None,
     islands: int = 1,
     operators: Sequence[str] = ("rewrite",),
+    objectives: Sequence[tuple[str, str]] = (),
+    parents: str = "uniform",
+    inspirations: str = "uniform",
     target_fitness: float | None = None,
     patience: int | None = None,
     random_seed: int = 0,
@@ -110,6 +113,12 @@ def optimize(
             task to report (default: the task's own: a program's AST size and constants, a
             text's words, a dataset task's axes).
         islands, operators: the island count and the LLM operators by name (``rewrite``, ``diff``).
+        objectives: named objectives with directions, ``[("accuracy", "max"), ("tokens", "min")]``:
+            metrics of ``evaluate``'s dict, or a dataset task's own (``accuracy``, the metric's
+            mean; ``tokens``, the model's output tokens per answer). The fitness stays the score.
+        parents, inspirations: the selection rules (``select=``'s): ``pareto``, ``hypervolume``
+            (by the objectives) and ``instance`` (a dataset's validation rows, GEPA's rule) among
+            others; ``inspirations="complement"``: elites best where the parent is weak.
         target_fitness, patience: stop rules beside the budget (``qd.StopRules``).
         random_seed: the run's seed (every random draw, the model's sampling seeds).
         run_dir: the run's folder (default: a new one under ``runs/``); a folder a previous call
@@ -138,7 +147,9 @@ def optimize(
         description,
         descriptors,
         random_seed,
+        tuple(tuple(o) for o in objectives),
     )
+    strategy = strategy_of(parents, inspirations, task, settings.islands)
     describer, spec = placement_of(task, descriptors, random_seed)
     with contextlib.ExitStack() as stack:  # the embedded server, if started, stops last
         models = ModelArgs(model, base_url, api_key_env, llm)
@@ -152,6 +163,7 @@ def optimize(
             operators=arms,
             llm=client,
             describer=describer,
+            strategy=strategy,
             budget=limits,
             settings=settings,
         )
