@@ -162,15 +162,20 @@ def client_of(llm: Any, run_dir: Path) -> Any:
 
 def _operators(task: Any, operators: list[Any] | None, client: Any, memory_tokens: int) -> list[Any]:
     """(operator, weight) pairs: built operators as given, names built (LLM operators on the run's
-    client for text tasks, their run-memory block capped at ``memory_tokens``; numeric ones within
-    the task's bounds); the default: one rewrite or one Gaussian operator."""
+    client for text tasks, their run-memory block capped at ``memory_tokens``, framed for the
+    task's ``genome`` kind where it names one; numeric ones within the task's bounds); the
+    default: one rewrite or one Gaussian operator."""
+    import genomes
     from operators import make_numeric_operator, make_text_operator
+
+    kind = getattr(task, "genome", None)
+    framed = {"genome": genomes.get(kind)} if isinstance(kind, str) else {}
 
     def made(op: Any) -> Any:
         if not isinstance(op, str):
             return op
         if client is not None:
-            return make_text_operator(op, client, memory_tokens=memory_tokens)
+            return make_text_operator(op, client, memory_tokens=memory_tokens, **framed)
         # a numeric operator by name takes the settings of its config (conf/operators/NAME.yaml)
         params = OmegaConf.to_container(OmegaConf.load(conf_dir() / "operators" / f"{op}.yaml").mix[0])
         params = {k: v for k, v in params.items() if k not in ("name", "weight")}

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from qd.archive.hypervolume import contributions, derived_reference
 from qd.task import objective_matrix
 
 PARENT_RULES = ("pareto", "hypervolume", "instance")
@@ -149,7 +150,7 @@ def scores_of(
         objectives: the task's named objectives (``qd.task.objectives_of``): a cell archive's
             elites are scored on them from their metrics; none: on their fitness alone.
         reference: the hypervolume reference point, each objective in its own units as the
-            task reports it (None: derived, :func:`derived_reference`).
+            task reports it (None: derived from the elites, ``qd.archive.hypervolume``).
         rule: the parent rule drawn with (contributions are computed only for ``hypervolume``).
     """
     genome_id = np.asarray(state.genome_id)
@@ -163,30 +164,16 @@ def scores_of(
         values = np.asarray(state.fitness, np.float32)[:, :, None, None]
     values = np.where(filled[..., None], values, np.nan)
     contribution = np.zeros(filled.shape, np.float32)
-    if rule == "hypervolume":
+    if rule == "hypervolume" and np.isfinite(values).all(axis=-1).any():
         signs = np.asarray([1.0 if d == "max" else -1.0 for _, d in objectives] or [1.0], np.float32)
-        point = derived_reference(values) if reference is None else np.asarray(reference, np.float32) * signs
+        point = derived_reference(values) if reference is None else np.asarray(reference) * signs
         contribution = _contributions(values, point)
     rows = _rows(metrics, filled.shape) if elites is not None else np.zeros((*filled.shape, 0), np.float32)
     return Scores(jnp.asarray(values), jnp.asarray(contribution), jnp.asarray(rows))
 
 
-def derived_reference(values: np.ndarray) -> np.ndarray:
-    """f32[M]: a reference point below every filled slot's objectives (f32[..., M],
-    maximised, NaN where empty): each objective's minimum less a tenth of its range (1 when
-    the range is 0), so every member of a front adds some volume."""
-    flat = values.reshape(-1, values.shape[-1])
-    flat = flat[np.all(np.isfinite(flat), axis=1)]
-    if not len(flat):
-        return np.zeros(values.shape[-1], np.float32)
-    lo, hi = flat.min(axis=0), flat.max(axis=0)
-    return (lo - np.where(hi > lo, 0.1 * (hi - lo), 1.0)).astype(np.float32)
-
-
 def _contributions(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """f32[I, C, K]: each member's exclusive contribution to its cell's front."""
-    from qd.archive.hypervolume import contributions
-
     out = np.zeros(values.shape[:-1], np.float32)
     for i, c in zip(*np.nonzero(np.any(np.all(np.isfinite(values), axis=-1), axis=-1))):
         members = np.flatnonzero(np.all(np.isfinite(values[i, c]), axis=-1))

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import qd.archive as qa
+from qd.archive.pareto import ParetoState
 from qd.contract import Candidate
 from qd.search import criteria, select
 from qd.search.criteria import Scores
@@ -227,3 +228,19 @@ def test_scores_of_reads_the_elites_objectives_and_validation_rows_from_their_me
     assert np.isnan(np.asarray(scores.rows)[0, 2]).all()
     plain = criteria.scores_of(state, None, (), None, "pareto")  # a numeric run: its fitness
     np.testing.assert_array_equal(np.asarray(plain.objectives)[0, [0, 2], 0, 0], [0.5, 0.25])
+
+
+def test_scores_of_a_pareto_state_weighs_each_member_by_its_exclusive_hypervolume():
+    genome_id = np.full((1, 2, 3), -1)
+    genome_id[0, 0] = [0, 1, 2]
+    genome_id[0, 1, 0] = 3
+    objectives = np.full((1, 2, 3, 2), np.nan)
+    objectives[0, 0] = [[1.0, 4.0], [2.0, 2.0], [4.0, 1.0]]  # maximised, one front
+    objectives[0, 1, 0] = [3.0, 3.0]  # alone in its cell
+    state = ParetoState(jnp.asarray(objectives), jnp.zeros((1, 2, 3, 1)), jnp.asarray(genome_id, jnp.int32))
+    # error (min) and accuracy (max): the reference (1, 0) in own units is (-1, 0) maximised
+    scores = criteria.scores_of(
+        state, None, (("error", "min"), ("accuracy", "max")), (0.0, 0.0), "hypervolume"
+    )
+    # exclusive boxes above (0, 0): (1-0)*(4-2), (2-1)*(2-1), (4-2)*(1-0); the lone member its whole box
+    np.testing.assert_allclose(np.asarray(scores.contribution)[0], [[2.0, 1.0, 2.0], [9.0, 0.0, 0.0]])
