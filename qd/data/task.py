@@ -300,7 +300,8 @@ def experiment_make_task(generated: type, seeds: list[str], genome: str) -> Call
     """The ``make_task`` of a reasoning experiment that can evolve on a user's dataset
     (prompt_evolution, agent_design): ``generated(**params)``, the experiment's task on its
     generated problems; given a ``dataset`` (``experiment.dataset``), its ``seeds`` evolved as
-    ``genome`` on the dataset's rows instead (:func:`experiment_dataset_task`). Its return
+    ``genome`` on the dataset's rows instead (:func:`experiment_dataset_task`), reporting the
+    ``objectives`` named (:data:`OBJECTIVES`, with directions). Its return
     annotation names ``generated`` first, so ``qd.task.declared_params`` lists that class's
     fields as the params it takes, beside its own keywords."""
 
@@ -312,9 +313,16 @@ def experiment_make_task(generated: type, seeds: list[str], genome: str) -> Call
         metric_options: dict[str, Any] | None = None,
         minibatch: int = 8,
         splits: list[float] | None = None,
+        objectives: list[list[str]] | None = None,
         **params: Any,
     ) -> Any:
         if dataset is None:
+            if objectives:
+                raise ConfigError(
+                    "experiment.params.objectives",
+                    "the generated problems report no objectives",
+                    f"evolve on a dataset (experiment.dataset=FILE), whose task computes {list(OBJECTIVES)}",
+                )
             return generated(**params)
         return experiment_dataset_task(
             seeds,
@@ -326,6 +334,7 @@ def experiment_make_task(generated: type, seeds: list[str], genome: str) -> Call
             answer=answer,
             metric_options=metric_options,
             minibatch=minibatch,
+            objectives=tuple(map(tuple, objectives or ())),
             **({"splits": splits} if splits is not None else {}),
         )
 
