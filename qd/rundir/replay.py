@@ -20,7 +20,9 @@ from qd.rundir.layout import CHECKPOINTS, Geometry
 class PlacementLog(Protocol):
     """What a replay reads from the store: the archive offers after a row, and the newest row."""
 
-    def placements(self, after_id: int = -1, descriptor_dim: int | None = None) -> dict[str, np.ndarray]: ...
+    def placements(
+        self, after_id: int = -1, descriptor_dim: int | None = None, objectives: tuple = ()
+    ) -> dict[str, np.ndarray]: ...
 
     def last_id(self) -> int: ...
 
@@ -41,13 +43,16 @@ class Replayed(NamedTuple):
     last_id: int
 
 
-def replay(log: PlacementLog, spec: Any, archive: Any, islands: Any, after_id: int) -> Replayed | None:
+def replay(
+    log: PlacementLog, spec: Any, archive: Any, islands: Any, after_id: int, objectives: tuple = ()
+) -> Replayed | None:
     """Inserts every store row (and migration) newer than ``after_id`` into ``archive``; islands
     reset after it restart empty, then one batched insert (``archive`` is donated). None: the
-    store holds nothing newer."""
+    store holds nothing newer. ``objectives``: a Pareto archive's (``Geometry.objectives``),
+    whose values are read from the rows' metrics."""
     from qd.search import islands as island_ops
 
-    offers = log.placements(after_id, spec.descriptor_dim)
+    offers = log.placements(after_id, spec.descriptor_dim, objectives)
     if not len(offers["id"]) and not len(offers["reset"]):
         return None
     archive, islands, _ = island_ops.replay(spec, archive, islands, offers)
@@ -99,8 +104,8 @@ def snapshot(run_dir: Path, store: Any, g: Geometry, spec: Any) -> Snapshot:
     last_id = checkpoint_id
     if spec is not None and counters.get("loop") != "device":
         if state is None:
-            state = archive.init(spec, g.islands, g.dim)
-        done = replay(store, spec, state, island_ops.init(g.islands, g.cells), checkpoint_id)
+            state = archive.kinds.init(spec, g.islands)
+        done = replay(store, spec, state, island_ops.init(g.islands, g.cells), checkpoint_id, g.objectives)
         if done is not None:
             state, last_id = done.archive, done.last_id
     if state is None:  # nothing placed yet
@@ -112,6 +117,7 @@ def snapshot(run_dir: Path, store: Any, g: Geometry, spec: Any) -> Snapshot:
             -1,
             evaluations,
         )
+    state = archive.best_per_cell(state)  # a front shows its best member (``qd.archive.slots``)
     fitness, descriptor, ids = (
         np.asarray(x) for x in jax.device_get((state.fitness, state.descriptor, state.genome_id))
     )

@@ -91,7 +91,8 @@ def plan_cycle(cfg: DictConfig) -> CyclicObjective | None:
 def plan_selection(selection: Selection, task: Any, islands: int, reference: Any = None) -> Selection:
     """``selection`` checked against the task, with what its rules read of it: the task's
     objectives (``qd.task.objectives_of``) and the hypervolume ``reference`` point (each
-    objective in its own units; None: derived from the run). A rule the task cannot feed is
+    objective in its own units, a Pareto archive's, checked with it; None: derived from the
+    elites). A rule the task cannot feed is
     refused: ``instance`` (and ``complement`` without objectives) needs per-row validation
     scores, which only a task with validation rows reports (``qd.data.task``); ``pareto`` and
     ``hypervolume`` need the task's named objectives."""
@@ -124,12 +125,6 @@ def plan_selection(selection: Selection, task: Any, islands: int, reference: Any
             field,
             f"{rule} needs per-row validation scores, and {what} has no validation rows",
             "use a dataset task",
-        )
-    if reference is not None and len(reference) != len(objectives):
-        raise ConfigError(
-            "archive.reference",
-            f"has {len(reference)} values for {len(objectives)} objectives",
-            "give one each",
         )
     return dataclasses.replace(
         selection,
@@ -166,7 +161,7 @@ def plan_strategy(
         Selection(sel.parents, sel.inspirations, sel.temperature, sel.k),
         task,
         isl.count,
-        OmegaConf.select(cfg, "archive.reference", default=None),
+        cfg.archive.reference if cfg.archive.kind == "pareto" else None,  # checked with the archive
     )
     if sch.rule not in RULES:
         raise ConfigError("scheduler.rule", f"unknown rule {sch.rule!r}", f"use one of {list(RULES)}")

@@ -30,7 +30,7 @@ stored metrics (``validation_scores``, the task's objectives); the draws are jit
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +38,7 @@ import numpy as np
 from jax import lax
 
 from qd.archive.hypervolume import contributions, derived_reference
+from qd.archive.slots import Slots
 from qd.task import objective_matrix
 
 PARENT_RULES = ("pareto", "hypervolume", "instance")
@@ -130,11 +131,36 @@ def complement(
     return jnp.pad(slot, ((0, 0), (0, m - slot.shape[1])), constant_values=-1).astype(jnp.int32)
 
 
+def with_partners(
+    scores: Scores,
+    island: jax.Array,
+    genome_id: jax.Array,
+    cell: jax.Array,
+    slot_ids: jax.Array,
+    num_parents: jax.Array,
+    children: int,
+) -> tuple[jax.Array, jax.Array]:
+    """A wave row's parents (genome_id, cell i32[children * max_parents]; child j's are the
+    ``num_parents`` from ``j * num_parents``) with each child's later parents replaced by the
+    complements of its first (:func:`complement`, best first): crossover's second parent is the
+    elite best where the first is weak. Where there is none (a lone elite), the drawn one stays.
+    ``slot_ids`` i32[S]: the island's genome id per slot."""
+    width = cell.shape[0] // children
+    filled = slot_ids >= 0
+    position = jnp.arange(cell.shape[0])
+    child, rank = position // num_parents, position % num_parents
+    first = cell[jnp.minimum(child, children - 1) * num_parents]
+    partner = complement(scores, island, filled, first, max(width - 1, 1))  # [n, width - 1]
+    pick = partner[position, jnp.maximum(rank - 1, 0)]
+    use = (rank >= 1) & (child < children) & (pick >= 0)
+    return jnp.where(use, slot_ids[jnp.maximum(pick, 0)], genome_id), jnp.where(use, pick, cell)
+
+
 # --------------------------------------------------------------------------- host
 
 
 def scores_of(
-    state: Any,
+    slots: Slots,
     elites: np.ndarray | None,
     objectives: Sequence[tuple[str, str]],
     reference: Sequence[float] | None,
@@ -143,9 +169,9 @@ def scores_of(
     """The :class:`Scores` of an archive, on the host.
 
     Args:
-        state: the archive: a Pareto state (its ``objectives`` [I, C, K, M]) or a cell
-            archive's (one slot per cell; ``fitness`` [I, C]).
-        elites: object[I, C] of the elites' stored candidates (``qd.elite_table``'s table
+        slots: the archive's elites by slot (``qd.archive.slots_of``): a Pareto archive's
+            carry their objectives, a cell archive's (one slot per cell) their fitness.
+        elites: object[I, S] of the elites' stored candidates (``qd.elite_table``'s table
             of a text run), for their metrics; None for a numeric run.
         objectives: the task's named objectives (``qd.task.objectives_of``): a cell archive's
             elites are scored on them from their metrics; none: on their fitness alone.
@@ -153,15 +179,17 @@ def scores_of(
             task reports it (None: derived from the elites, ``qd.archive.hypervolume``).
         rule: the parent rule drawn with (contributions are computed only for ``hypervolume``).
     """
-    genome_id = np.asarray(state.genome_id)
-    filled = (genome_id >= 0).reshape(*genome_id.shape[:2], -1)  # [I, C, K]
+    genome_id, cell = np.asarray(slots.elites.genome_id), np.asarray(slots.cell)
+    num_cells = int(cell[-1]) + 1  # a cell's slots are consecutive, K of them
+    filled = (genome_id >= 0).reshape(len(genome_id), num_cells, -1)  # [I, C, K]
     metrics = _metrics(elites, filled.size)
-    if hasattr(state, "objectives"):
-        values = np.asarray(state.objectives, np.float32)
+    if np.ndim(slots.values) == 3:  # a front's objectives
+        values = np.asarray(slots.values, np.float32)
     elif objectives and elites is not None:
-        values = objective_matrix(tuple(objectives), metrics).reshape(*filled.shape, len(objectives))
+        values = objective_matrix(tuple(objectives), metrics)
     else:
-        values = np.asarray(state.fitness, np.float32)[:, :, None, None]
+        values = np.asarray(slots.values, np.float32)[..., None]
+    values = values.reshape(*filled.shape, -1)
     values = np.where(filled[..., None], values, np.nan)
     contribution = np.zeros(filled.shape, np.float32)
     if rule == "hypervolume" and np.isfinite(values).all(axis=-1).any():

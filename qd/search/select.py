@@ -484,7 +484,9 @@ def wave(
     inspirations per child, drawn with ``inspire_key[r]`` for the child's first
     parent, ``cell[r, j * num_parents[r]]`` (an operator that shows fewer uses the
     first ones: they come in random order, or best first for ``top``). Each row
-    equals the unbatched call with its keys: which rows share a wave never matters.
+    equals the unbatched call with its keys (but for ``complement``, which also gives
+    each child's later parents: the complements of its first, crossover's partner):
+    which rows share a wave never matters.
 
     Args:
         parent_key, inspire_key: keys [R]; island, num_parents: i32[R].
@@ -493,7 +495,7 @@ def wave(
     islands = np.asarray(island)
     if islands.size and not (0 <= islands.min() and islands.max() < state.num_islands):
         raise ValueError(f"islands {islands.tolist()} are out of range for {state.num_islands} islands")
-    if m:
+    if m or (max_parents > 1 and inspiration_rule in criteria.INSPIRATION_RULES):
         _check_inspiration_rule(inspiration_rule, scores)
     _check_parent_rule(rule, curiosity, temperature, k, scores)
     return _wave(
@@ -537,6 +539,11 @@ def _wave(
         genome_id, cell = _parents(
             state, parent_key, island, children * max_parents, rule, score, temperature, k, scores
         )
+        if inspiration_rule in criteria.INSPIRATION_RULES and max_parents > 1:
+            slot_ids = state.genome_id[island]
+            genome_id, cell = criteria.with_partners(
+                scores, island, genome_id, cell, slot_ids, num_parents, children
+            )
         first = cell[jnp.arange(children) * num_parents]
         if m:
             source, spot = _inspirations(state, inspire_key, island, first, m, inspiration_rule, scores)

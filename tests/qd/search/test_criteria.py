@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import qd.archive as qa
 from qd.archive.pareto import ParetoState
+from qd.archive.slots import slots_of
 from qd.contract import Candidate
 from qd.search import criteria, select
 from qd.search.criteria import Scores
@@ -220,13 +221,15 @@ def test_scores_of_reads_the_elites_objectives_and_validation_rows_from_their_me
     table = np.empty((1, 3), object)
     table[0, 0] = _elite({"accuracy": 0.5, "tokens": 30.0, "validation_scores": [1.0, 0.0]})
     table[0, 2] = _elite({"accuracy": 0.25, "tokens": 10.0})  # lost its minibatch: no rows
-    scores = criteria.scores_of(state, table, (("accuracy", "max"), ("tokens", "min")), None, "pareto")
+    scores = criteria.scores_of(
+        slots_of(state), table, (("accuracy", "max"), ("tokens", "min")), None, "pareto"
+    )
     assert scores.objectives.shape == (1, 3, 1, 2) and scores.rows.shape == (1, 3, 1, 2)
     np.testing.assert_array_equal(np.asarray(scores.objectives)[0, [0, 2], 0], [[0.5, -30.0], [0.25, -10.0]])
     assert np.isnan(np.asarray(scores.objectives)[0, 1]).all()  # an empty cell
     np.testing.assert_array_equal(np.asarray(scores.rows)[0, 0, 0], [1.0, 0.0])
     assert np.isnan(np.asarray(scores.rows)[0, 2]).all()
-    plain = criteria.scores_of(state, None, (), None, "pareto")  # a numeric run: its fitness
+    plain = criteria.scores_of(slots_of(state), None, (), None, "pareto")  # a numeric run: its fitness
     np.testing.assert_array_equal(np.asarray(plain.objectives)[0, [0, 2], 0, 0], [0.5, 0.25])
 
 
@@ -235,12 +238,69 @@ def test_scores_of_a_pareto_state_weighs_each_member_by_its_exclusive_hypervolum
     genome_id[0, 0] = [0, 1, 2]
     genome_id[0, 1, 0] = 3
     objectives = np.full((1, 2, 3, 2), np.nan)
-    objectives[0, 0] = [[1.0, 4.0], [2.0, 2.0], [4.0, 1.0]]  # maximised, one front
-    objectives[0, 1, 0] = [3.0, 3.0]  # alone in its cell
+    objectives[0, 0] = [[0.0, 4.0], [1.0, 2.0], [3.0, 1.0]]  # maximised, one front
+    objectives[0, 1, 0] = [2.0, 3.0]  # alone in its cell
     state = ParetoState(jnp.asarray(objectives), jnp.zeros((1, 2, 3, 1)), jnp.asarray(genome_id, jnp.int32))
-    # error (min) and accuracy (max): the reference (1, 0) in own units is (-1, 0) maximised
+    # error (min) and accuracy (max), maximised above: the reference is error 1, accuracy 0,
+    # so (-1, 0) maximised
     scores = criteria.scores_of(
-        state, None, (("error", "min"), ("accuracy", "max")), (0.0, 0.0), "hypervolume"
+        slots_of(state), None, (("error", "min"), ("accuracy", "max")), (1.0, 0.0), "hypervolume"
     )
-    # exclusive boxes above (0, 0): (1-0)*(4-2), (2-1)*(2-1), (4-2)*(1-0); the lone member its whole box
+    # exclusive boxes above (-1, 0): (1-0)*(4-2), (2-1)*(2-1), (4-2)*(1-0); the lone one its whole box
     np.testing.assert_allclose(np.asarray(scores.contribution)[0], [[2.0, 1.0, 2.0], [9.0, 0.0, 0.0]])
+
+
+@pytest.mark.slow
+def test_function_fit_on_fronts_draws_by_hypervolume_and_complement_through_the_host_engine(
+    scripted_llm, tmp_path
+):
+    """The rules read a Pareto archive's slots: parents from its fronts by contribution,
+    partners on the objective where the parent is worst (function_fit: error and size)."""
+    from helpers import on_server, run_config, stored, varied_program
+    from scripted_llm import Rule
+
+    from qd.plan import compose
+
+    server = scripted_llm([Rule("", varied_program)])
+    overrides = [
+        "archive=pareto",
+        "archive.front_size=2",
+        "select=hypervolume",
+        "select.inspirations=complement",
+    ]
+    cfg = compose(
+        [
+            "experiment=function_fit",
+            *overrides,
+            *on_server(server.base_url),
+            "runner.max_llm_calls=16",
+            "operators.mix=[{name: crossover}]",
+            "runner.progress=false",
+        ]
+    )
+    run_config(cfg, tmp_path / "run")
+    found = stored(tmp_path / "run")
+    valid = {c.id for c in found if c.valid}
+    children = [c for c in found if c.parent_ids]
+    assert len(children) >= 8 and all(set(c.parent_ids) <= valid for c in children)
+    assert any(len(set(c.parent_ids)) == 2 for c in children)  # crossover got a complementing partner
+
+
+def test_a_crossovers_second_parent_is_the_complement_of_its_first():
+    filled = np.zeros((I, S), bool)
+    filled[:, :4] = True
+    rows = np.zeros((I, S, R))
+    rows[:, :4] = [[1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1], [1, 1, 1, 0, 0, 0]]
+    scores, state = _scores(np.zeros((I, S, M)), rows), _state(filled)
+    keys = jax.random.split(jax.random.key(4), 2)
+    wave = select.wave(
+        state, keys, keys, np.asarray([0, 1]), np.asarray([2, 1]), 3, 2, "uniform", m=1,
+        inspiration_rule="complement", scores=scores,
+    )  # fmt: skip
+    cell = np.asarray(wave.cell)
+    # whichever first parent was drawn, the partner wins the most of the rows it loses
+    best = {0: 1, 1: 0, 2: 3, 3: 2}  # from 1, three elites gain 2 rows: the lowest slot
+    assert [cell[0, 2 * j + 1] for j in range(3)] == [best[cell[0, 2 * j]] for j in range(3)]
+    assert (np.asarray(wave.spot)[0, :, 0] == cell[0, 1::2]).all()  # its inspiration, the same elite
+    _, alone = select.parents(state, keys[1], 1, 6, "uniform")  # one parent each: drawn as before
+    np.testing.assert_array_equal(cell[1, :3], np.asarray(alone)[:3])
