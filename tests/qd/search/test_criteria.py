@@ -82,6 +82,7 @@ def _draw(state: qa.ArchiveState, scores: Scores, island: int, rule: str, n: int
     return slot
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(seed=st.integers(0, 2**16), island=st.integers(0, I - 1), density=st.sampled_from([0.3, 0.7, 1.0]))
 def test_pareto_draws_only_front_members_and_instance_only_elites_best_on_some_row(seed, island, density):
@@ -286,6 +287,7 @@ def test_function_fit_on_fronts_draws_by_hypervolume_and_complement_through_the_
     assert any(len(set(c.parent_ids)) == 2 for c in children)  # crossover got a complementing partner
 
 
+@pytest.mark.slow
 def test_a_crossovers_second_parent_is_the_complement_of_its_first():
     filled = np.zeros((I, S), bool)
     filled[:, :4] = True
