@@ -42,7 +42,7 @@ from qd.contract import ConfigError
 from qd.llm.gateway import MAX_CALLS, CallBudget
 from qd.sandbox.evaluator_entry import outcome
 from qd.shipping import Shipped, ship
-from qd.task import Scored, Stage
+from qd.task import Scored, Stage, objectives_of
 
 MADE_BY = "qd.optimize"  # a task's ``made_by``: its evaluator is a Python callable, not a file
 SANDBOX_ENTRY = f"{Path(__file__).resolve().parent / 'sandbox' / 'evaluator_entry.py'}:run"
@@ -63,11 +63,13 @@ def code_task(
     description: str = "",
     descriptors: Sequence[Descriptor] = ("nodes", "constants"),
     calls_per_evaluation: int = CallBudget.calls,
+    objectives: Sequence[tuple[str, str]] = (),
 ) -> CodeTask:
     """A task that evolves programs from ``seeds``, each scored by ``evaluate(program_path)`` in the
     sandbox (see the module doc); a ``ConfigError`` if ``evaluate`` cannot be shipped. An
     ``evaluate(program_path, llm)`` (two parameters: an agent's evaluator) also gets the run's
-    model, as ``host_task``'s does, for ``calls_per_evaluation`` calls at most per candidate."""
+    model, as ``host_task``'s does, for ``calls_per_evaluation`` calls at most per candidate.
+    ``objectives`` name metrics of ``evaluate``'s dict with their directions (``qd.task.objectives_of``)."""
     shipped = ship(evaluate)
     return CodeTask(
         seeds=_seeds(seeds),
@@ -79,6 +81,7 @@ def code_task(
         stages=[Stage({"evaluator": shipped.source, "function": shipped.name}, name="evaluate")],
         models=_takes_llm(shipped),
         eval_budget=_call_budget(calls_per_evaluation),
+        objectives=tuple(objectives),
     )
 
 
@@ -97,10 +100,12 @@ def host_task(
     description: str = "",
     descriptors: Sequence[Descriptor] = ("words",),
     calls_per_evaluation: int = CallBudget.calls,
+    objectives: Sequence[tuple[str, str]] = (),
 ) -> HostTask:
     """A task that evolves data (a prompt, an agent, a text) from ``seeds``, each scored on the host
     by ``evaluate(candidate, llm)`` (see the module doc). ``llm`` answers ``calls_per_evaluation``
-    calls at most per candidate; the run's ``max_llm_calls`` reserves that many for each child."""
+    calls at most per candidate; the run's ``max_llm_calls`` reserves that many for each child.
+    ``objectives`` as ``code_task``'s."""
     if not callable(evaluate) or inspect.iscoroutinefunction(evaluate):
         what = "an async def" if callable(evaluate) else f"{type(evaluate).__name__}, not callable"
         raise ConfigError("evaluate", f"{what}: the evaluation calls it plainly", "pass a function (def)")
@@ -112,6 +117,7 @@ def host_task(
         axes=_axes(descriptors, code=False),
         evaluate=evaluate,
         eval_budget=_call_budget(calls_per_evaluation),
+        objectives=tuple(objectives),
     )
 
 
@@ -242,7 +248,8 @@ def score_metrics(text: str, output: Any, axes: Axes, fitness_keys: Sequence[str
 
 @dataclasses.dataclass
 class _CallableTask:
-    """What both tasks share: the seeds, the genome kind, the axes, the model budget, the marker."""
+    """What both tasks share: the seeds, the genome kind, the axes, the model budget, the marker,
+    and the named objectives (metrics of the evaluator's dict, with directions)."""
 
     seeds: list[str]
     genome: str
@@ -252,6 +259,10 @@ class _CallableTask:
     eval_budget: CallBudget = CallBudget()  # its calls per candidate (what ``qd.build`` gives its gateway)
     kind: str = "text"
     made_by: str = MADE_BY
+    objectives: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        self.objectives = objectives_of(self)
 
     @property
     def descriptor_dim(self) -> int:

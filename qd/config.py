@@ -270,8 +270,8 @@ class IslandsConf:
 
 @dataclasses.dataclass
 class SelectConf:
-    parents: str = "uniform"  # uniform | fitness | curiosity | novelty
-    inspirations: str = "uniform"  # uniform | top | distant | islands
+    parents: str = "uniform"  # uniform | fitness | curiosity | novelty | pareto | hypervolume | instance
+    inspirations: str = "uniform"  # uniform | top | distant | islands | complement
     temperature: float = number(1.0, gt=0)  # curiosity: softmax temperature over curiosity scores
     k: int = number(5, ge=1)  # novelty: neighbours averaged
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from qd import archive
 from qd.contract import Candidate
-from qd.search import select
+from qd.search import criteria, select
 from qd.search.strategy import Selection
 
 
@@ -91,11 +91,13 @@ class ArchiveView:
     curiosity: select.Curiosity
     elites: EliteTable
     selection: Selection
+    slots: archive.Slots | None = dataclasses.field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         # Rules draw (island, slot)s: the archive's slots (``qd.archive.slots_of``), a cell
         # each for one elite per cell, the C*K members' places for Pareto fronts.
-        object.__setattr__(self, "state", archive.slots_of(self.state).elites)
+        object.__setattr__(self, "slots", archive.slots_of(self.state))
+        object.__setattr__(self, "state", self.slots.elites)
 
     def picks(
         self,
@@ -142,8 +144,19 @@ class ArchiveView:
             s.k,
             inspirations,
             s.inspirations,
+            self._scores()
+            if criteria.needs_scores(s.parents, s.inspirations if inspirations or max_parents > 1 else "")
+            else None,
         )
         return select.Picks(*(np.asarray(x, np.int64) for x in jax.device_get(picks)))
+
+    def _scores(self) -> criteria.Scores:
+        """What the rules by objectives and per-row scores read: the fronts' objectives, the
+        elites' stored metrics."""
+        s, table = self.selection, self.elites.table
+        return criteria.scores_of(
+            self.slots, table if table.dtype == object else None, s.objectives, s.reference, s.parents
+        )
 
     def genomes(self, island: Any, cells: Any) -> Any:
         """The elites' genomes at (island, cells)."""

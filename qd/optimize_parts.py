@@ -30,6 +30,7 @@ __all__ = [
     "make_task",
     "placement_of",
     "start_client",
+    "strategy_of",
 ]
 
 DESCRIBERS = ("code_metrics", "embedding")  # descriptors qd computes from the text (``descriptors/``)
@@ -48,9 +49,12 @@ def make_task(
     description: str,
     descriptors: Any,
     random_seed: int,
+    objectives: tuple[tuple[str, str], ...] = (),
 ) -> Any:
     """The task of the arguments: a genome scored on ``dataset`` (prompts, agents), a code
-    genome scored by ``evaluate`` in the sandbox, or a data genome scored by it on the host."""
+    genome scored by ``evaluate`` in the sandbox, or a data genome scored by it on the host;
+    ``objectives`` the ones it reports (a dataset task's own, ``qd.data.task.OBJECTIVES``; else
+    metrics of ``evaluate``'s dict)."""
     if (evaluate is None) == (dataset is None):
         raise ConfigError(
             "evaluate",
@@ -70,6 +74,7 @@ def make_task(
                 **splits,
                 seed=random_seed,
                 description=description,
+                objectives=objectives,
             )
         except ConfigError as e:  # a column's name is given in ``columns``
             raise (
@@ -79,8 +84,20 @@ def make_task(
 
     own = _task_descriptors(descriptors)
     if kind.code:
-        return code_task(seeds, evaluate, kind.name, description=description, **own)
-    return host_task(seeds, evaluate, kind.name, description=description, **own)
+        return code_task(seeds, evaluate, kind.name, description=description, objectives=objectives, **own)
+    return host_task(seeds, evaluate, kind.name, description=description, objectives=objectives, **own)
+
+
+def strategy_of(parents: str, inspirations: str, task: Any, islands: int) -> Any:
+    """The search strategy of ``parents=`` and ``inspirations=``: MAP-Elites' otherwise, with the
+    selection rules checked against ``task`` as ``select=`` is (``plan_selection``)."""
+    from qd.search.build import plan_selection
+    from qd.search.strategy import Selection, Strategy
+
+    try:
+        return Strategy(selection=plan_selection(Selection(parents, inspirations), task, islands))
+    except ConfigError as e:  # select.parents -> parents
+        raise ConfigError(e.field.removeprefix("select."), e.problem, e.fix) from None
 
 
 def _listed(descriptors: Any) -> list[Any]:

@@ -43,7 +43,7 @@ from qd.assembly import Settings
 from qd.budget import Budget
 from qd.contract import ConfigError
 from qd.memory import MemorySettings
-from qd.optimize_parts import ModelArgs, heldout_of, make_task, placement_of, start_client
+from qd.optimize_parts import ModelArgs, heldout_of, make_task, placement_of, start_client, strategy_of
 from qd.optimize_result import OptimizeResult, read_result
 from qd.rundir import layout
 from qd.stop_rules import StopRules
@@ -81,6 +81,9 @@ def optimize(
     islands: int = 1,
     operators: Sequence[str] = ("rewrite",),
     memory: bool | Mapping[str, Any] | None = None,
+    objectives: Sequence[tuple[str, str]] = (),
+    parents: str = "uniform",
+    inspirations: str = "uniform",
     target_fitness: float | None = None,
     patience: int | None = None,
     random_seed: int = 0,
@@ -118,6 +121,12 @@ def optimize(
             their fates, and a ``meta`` call writes a lessons note every few commits. ``True``: the
             ``memory=on`` config group; a dict: that group with these ``MemoryConf`` fields over it
             (``children``, ``lessons_every``, ``max_tokens``, ``model``); None or False: off.
+        objectives: named objectives with directions, ``[("accuracy", "max"), ("tokens", "min")]``:
+            metrics of ``evaluate``'s dict, or a dataset task's own (``accuracy``, the metric's
+            mean; ``tokens``, the model's output tokens per answer). The fitness stays the score.
+        parents, inspirations: the selection rules (``select=``'s): ``pareto``, ``hypervolume``
+            (by the objectives) and ``instance`` (a dataset's validation rows, GEPA's rule) among
+            others; ``inspirations="complement"``: elites best where the parent is weak.
         target_fitness, patience: stop rules beside the budget (``qd.StopRules``).
         random_seed: the run's seed (every random draw, the model's sampling seeds).
         run_dir: the run's folder (default: a new one under ``runs/``); a folder a previous call
@@ -147,7 +156,9 @@ def optimize(
         description,
         descriptors,
         random_seed,
+        tuple(tuple(o) for o in objectives),
     )
+    strategy = strategy_of(parents, inspirations, task, settings.islands)
     describer, spec = placement_of(task, descriptors, random_seed)
     with contextlib.ExitStack() as stack:  # the embedded server, if started, stops last
         models = ModelArgs(model, base_url, api_key_env, llm)
@@ -161,6 +172,7 @@ def optimize(
             operators=arms,
             llm=client,
             describer=describer,
+            strategy=strategy,
             budget=limits,
             settings=settings,
             memory=memory_settings,

@@ -37,9 +37,13 @@ from qd.data.rows import Row, load_rows
 from qd.data.splits import Splits, split_rows
 from qd.llm.gateway import MAX_CALLS, CallBudget
 from qd.paths import experiments_dir
-from qd.task import Scored, Stage, parents_of
+from qd.task import Scored, Stage, objectives_of, parents_of
 
 _SHOWN = 300  # characters of a row's input and output that feedback shows
+# The objectives a dataset task computes itself (``objectives=``): its fitness (the metric's
+# mean: on the validation split, or the capped minibatch estimate) and the model's output
+# tokens per answered row (its evaluation's trace).
+OBJECTIVES = ("accuracy", "tokens")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +108,17 @@ class DatasetTask:
     models: bool = True  # the evaluation calls the run's model
     language: str = "python"
     descriptor_dim: int = 2
+    objectives: tuple[tuple[str, str], ...] = ()  # named (OBJECTIVES) with directions: qd.task.objectives_of
 
     def __post_init__(self) -> None:
+        self.objectives = objectives_of(self)
+        unknown = [name for name, _ in self.objectives if name not in OBJECTIVES]
+        if unknown:
+            raise ConfigError(
+                "objectives",
+                f"a dataset task computes no objective {unknown[0]!r}",
+                f"use names of {list(OBJECTIVES)}",
+            )
         if self.genome not in GENOMES:
             raise ConfigError(
                 "genome",
@@ -207,12 +220,15 @@ class DatasetTask:
             metrics["row_scores"]["validation"] = {
                 row.id: v.score for row, v in zip(self.splits.validation, val_verdicts)
             }
+            metrics["validation_scores"] = [float(v.score) for v in val_verdicts]
             said = said + val_said
         else:
             parents = [
                 p.fitness for p in parents_of(text) if p.fitness is not None and math.isfinite(p.fitness)
             ]
             fitness = min(minibatch, max(parents)) if parents else minibatch
+        computed = {"accuracy": fitness, "tokens": sum(c.get("tokens_out", 0) for c in trace) / len(said)}
+        metrics.update({name: float(computed[name]) for name, _ in self.objectives})
         descriptor = self.runs.descriptor(text, said, trace)
         if descriptor is None:
             return Scored(math.nan, None, False, metrics, error="syntax error")
@@ -284,7 +300,8 @@ def experiment_make_task(generated: type, seeds: list[str], genome: str) -> Call
     """The ``make_task`` of a reasoning experiment that can evolve on a user's dataset
     (prompt_evolution, agent_design): ``generated(**params)``, the experiment's task on its
     generated problems; given a ``dataset`` (``experiment.dataset``), its ``seeds`` evolved as
-    ``genome`` on the dataset's rows instead (:func:`experiment_dataset_task`). Its return
+    ``genome`` on the dataset's rows instead (:func:`experiment_dataset_task`), reporting the
+    ``objectives`` named (:data:`OBJECTIVES`, with directions). Its return
     annotation names ``generated`` first, so ``qd.task.declared_params`` lists that class's
     fields as the params it takes, beside its own keywords."""
 
@@ -296,9 +313,16 @@ def experiment_make_task(generated: type, seeds: list[str], genome: str) -> Call
         metric_options: dict[str, Any] | None = None,
         minibatch: int = 8,
         splits: list[float] | None = None,
+        objectives: list[list[str]] | None = None,
         **params: Any,
     ) -> Any:
         if dataset is None:
+            if objectives:
+                raise ConfigError(
+                    "experiment.params.objectives",
+                    "the generated problems report no objectives",
+                    f"evolve on a dataset (experiment.dataset=FILE), whose task computes {list(OBJECTIVES)}",
+                )
             return generated(**params)
         return experiment_dataset_task(
             seeds,
@@ -310,6 +334,7 @@ def experiment_make_task(generated: type, seeds: list[str], genome: str) -> Call
             answer=answer,
             metric_options=metric_options,
             minibatch=minibatch,
+            objectives=tuple(map(tuple, objectives or ())),
             **({"splits": splits} if splits is not None else {}),
         )
 

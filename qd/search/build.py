@@ -29,6 +29,7 @@ from qd.search import select
 from qd.search.cycle import CyclicObjective
 from qd.search.scheduler import RULES, check_bandit, make_bandit
 from qd.search.strategy import COSTS, Arm, IslandPolicy, Selection, Strategy
+from qd.task import objectives_of
 
 ARM_KINDS = ("operators", "operators_models")
 
@@ -87,6 +88,51 @@ def plan_cycle(cfg: DictConfig) -> CyclicObjective | None:
         raise e.under("cycle") from None
 
 
+def plan_selection(selection: Selection, task: Any, islands: int, reference: Any = None) -> Selection:
+    """``selection`` checked against the task, with what its rules read of it: the task's
+    objectives (``qd.task.objectives_of``) and the hypervolume ``reference`` point (each
+    objective in its own units, a Pareto archive's, checked with it; None: derived from the
+    elites). A rule the task cannot feed is
+    refused: ``instance`` (and ``complement`` without objectives) needs per-row validation
+    scores, which only a task with validation rows reports (``qd.data.task``); ``pareto`` and
+    ``hypervolume`` need the task's named objectives."""
+    parents, inspirations = selection.parents, selection.inspirations
+    if parents not in select.PARENT_RULES:
+        raise ConfigError(
+            "select.parents", f"unknown rule {parents!r}", f"use one of {list(select.PARENT_RULES)}"
+        )
+    if inspirations not in select.INSPIRATION_RULES:
+        raise ConfigError(
+            "select.inspirations",
+            f"unknown rule {inspirations!r}",
+            f"use one of {list(select.INSPIRATION_RULES)}",
+        )
+    if inspirations == "islands" and islands < 2:
+        raise ConfigError("select.inspirations", "islands needs other islands", "set islands.count >= 2")
+    objectives = objectives_of(task)
+    rows = bool(getattr(getattr(task, "splits", None), "validation", None))
+    what = f"the task ({type(task).__name__})"
+    if parents in ("pareto", "hypervolume") and not objectives:
+        raise ConfigError(
+            "select.parents",
+            f"{parents} needs objectives, and {what} declares none",
+            "use a task with objectives",
+        )
+    if (parents == "instance" or (inspirations == "complement" and not objectives)) and not rows:
+        field = "select.parents" if parents == "instance" else "select.inspirations"
+        rule = parents if parents == "instance" else inspirations
+        raise ConfigError(
+            field,
+            f"{rule} needs per-row validation scores, and {what} has no validation rows",
+            "use a dataset task",
+        )
+    return dataclasses.replace(
+        selection,
+        objectives=objectives,
+        reference=None if reference is None else tuple(map(float, reference)),
+    )
+
+
 def plan_strategy(
     cfg: DictConfig, task: Any, describer: Any, labels: Sequence[str], cycle: CyclicObjective | None
 ) -> StrategyPlan:
@@ -111,18 +157,12 @@ def plan_strategy(
                     raise ConfigError(f"islands.{field}[{i}].{name}", f"weight {w!r} is not a number >= 0")
     if isl.models and not text:
         raise ConfigError("islands.models", "numeric tasks call no model", "remove islands.models")
-    if sel.parents not in select.PARENT_RULES:
-        raise ConfigError(
-            "select.parents", f"unknown rule {sel.parents!r}", f"use one of {list(select.PARENT_RULES)}"
-        )
-    if sel.inspirations not in select.INSPIRATION_RULES:
-        raise ConfigError(
-            "select.inspirations",
-            f"unknown rule {sel.inspirations!r}",
-            f"use one of {list(select.INSPIRATION_RULES)}",
-        )
-    if sel.inspirations == "islands" and isl.count < 2:
-        raise ConfigError("select.inspirations", "islands needs other islands", "set islands.count >= 2")
+    selection = plan_selection(
+        Selection(sel.parents, sel.inspirations, sel.temperature, sel.k),
+        task,
+        isl.count,
+        cfg.archive.reference if cfg.archive.kind == "pareto" else None,  # checked with the archive
+    )
     if sch.rule not in RULES:
         raise ConfigError("scheduler.rule", f"unknown rule {sch.rule!r}", f"use one of {list(RULES)}")
     if sch.arms not in ARM_KINDS:
@@ -169,7 +209,7 @@ def plan_strategy(
         island_weights=island_weights,
         cost=sch.cost,
         islands=IslandPolicy(isl.migrate_every, isl.topology, isl.migrants, isl.reset_patience),
-        selection=Selection(sel.parents, sel.inspirations, sel.temperature, sel.k),
+        selection=selection,
         meta=_meta_settings(cfg, task) if text else None,
         meta_model=cfg.meta.model,
         gate=_gate_settings(cfg),

@@ -24,6 +24,8 @@ weights ``w ** (1 / temperature)`` (temperature -> 0: greedy, -> inf: uniform):
   milliseconds instead of a third of a second). Probabilities are then
   approximately proportional; an elite more novel than ~NOVELTY_POOL times the
   average is damped (it can take no more picks than the pools it is drawn into).
+* ``pareto``, ``hypervolume``, ``instance``: by the objectives and per-row scores of the
+  elites (``qd.search.criteria``), which they need as ``scores``.
 
 Inspiration rules give each parent ``m`` distinct elites, never the parent
 itself; an entry that cannot be filled (too few elites) is (-1, -1):
@@ -37,6 +39,7 @@ itself; an entry that cannot be filled (too few elites) is (-1, -1):
   parent the same few extreme elites. A parent whose cell is empty gets none.
 * ``islands``: elites of the other islands, uniformly; with one island, as
   ``uniform``.
+* ``complement``: the elites best where the parent is weak (``qd.search.criteria``).
 
 :func:`wave` draws both for a whole wave of proposals in one jitted dispatch (vmapped
 over them): what each proposal gets is exactly what :func:`parents` and
@@ -65,9 +68,11 @@ from jax import lax
 from qd.archive.novelty import _NO_GROUP, _mean_present, knn
 from qd.archive.select import _check_island
 from qd.archive.state import ArchiveState
+from qd.search import criteria
+from qd.search.criteria import Scores
 
-PARENT_RULES = ("uniform", "fitness", "curiosity", "novelty")
-INSPIRATION_RULES = ("uniform", "top", "distant", "islands")
+PARENT_RULES = ("uniform", "fitness", "curiosity", "novelty", *criteria.PARENT_RULES)
+INSPIRATION_RULES = ("uniform", "top", "distant", "islands", *criteria.INSPIRATION_RULES)
 
 NOVELTY_POOL = 256  # elites scored per novelty pick (all of them when fewer)
 
@@ -259,12 +264,13 @@ def parents(
     curiosity: Curiosity | None = None,
     temperature: float | jax.Array = 1.0,
     k: int = 15,
+    scores: Scores | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Draws ``n`` parents among the filled cells of ``island``, with replacement.
 
     Args:
         rule: one of PARENT_RULES (see the module docstring); ``curiosity`` needs
-            ``curiosity``.
+            ``curiosity``, the rules of ``qd.search.criteria`` its ``scores``.
         temperature: > 0; weights are raised to 1 / temperature (no effect on
             ``uniform``).
         k: neighbours in the ``novelty`` rule's score.
@@ -272,18 +278,20 @@ def parents(
         genome_id i32[n] and cell i32[n]; both -1 everywhere if the island is empty.
     """
     _check_island(state, island)
-    _check_parent_rule(rule, curiosity, temperature, k)
+    _check_parent_rule(rule, curiosity, temperature, k, scores)
     score = curiosity.score if rule == "curiosity" else None
-    return _parents(state, key, island, n, rule, score, jnp.float32(temperature), k)
+    return _parents(state, key, island, n, rule, score, jnp.float32(temperature), k, scores)
 
 
 def _check_parent_rule(
-    rule: str, curiosity: Curiosity | None, temperature: float | jax.Array, k: int
+    rule: str, curiosity: Curiosity | None, temperature: float | jax.Array, k: int, scores: Scores | None
 ) -> None:
     if rule not in PARENT_RULES:
         raise ValueError(f"parent rule {rule!r} is not one of {PARENT_RULES}")
     if rule == "curiosity" and curiosity is None:
         raise ValueError("the curiosity rule needs a Curiosity state")
+    if rule in criteria.PARENT_RULES and scores is None:
+        raise ValueError(f"the {rule} rule needs the elites' Scores (qd.search.criteria.scores_of)")
     if isinstance(temperature, (int, float)) and not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if k < 1:
@@ -300,10 +308,14 @@ def _parents(
     score: jax.Array | None,
     temperature: jax.Array,
     k: int,
+    scores: Scores | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     filled = state.genome_id[island] >= 0
     pool_key, draw_key = jax.random.split(key)
-    if rule == "novelty":
+    if rule in criteria.PARENT_RULES:
+        log_weight, eligible = criteria.parent_weights(rule, scores, island, filled)
+        cell = _draw(draw_key, log_weight, eligible, n, temperature)
+    elif rule == "novelty":
         counts = jnp.cumsum(filled.astype(jnp.int32))
         pool, valid, log_weight = _novelty_pool(state, pool_key, island, filled, counts, k)
         cell = pool[_draw(draw_key, log_weight, valid, n, temperature)]
@@ -331,21 +343,29 @@ def inspirations(
     parent_cell: jax.Array,
     m: int,
     rule: str,
+    scores: Scores | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """``m`` distinct inspirations for each of ``n`` parents of ``island``.
 
     Args:
         parent_cell: i32[n], the parents' cells on ``island`` (-1: no parent; then
-            nothing is excluded, and ``distant`` gives none).
-        rule: one of INSPIRATION_RULES (see the module docstring).
+            nothing is excluded, and ``distant`` and ``complement`` give none).
+        rule: one of INSPIRATION_RULES (see the module docstring); ``complement``
+            needs ``scores``.
     Returns:
         island i32[n, m] and cell i32[n, m]; both -1 where there are not enough
         elites. Never the parent itself; the filled entries come first.
     """
     _check_island(state, island)
+    _check_inspiration_rule(rule, scores)
+    return _inspirations(state, key, island, jnp.asarray(parent_cell, jnp.int32), m, rule, scores)
+
+
+def _check_inspiration_rule(rule: str, scores: Scores | None) -> None:
     if rule not in INSPIRATION_RULES:
         raise ValueError(f"inspiration rule {rule!r} is not one of {INSPIRATION_RULES}")
-    return _inspirations(state, key, island, jnp.asarray(parent_cell, jnp.int32), m, rule)
+    if rule in criteria.INSPIRATION_RULES and scores is None:
+        raise ValueError(f"the {rule} rule needs the elites' Scores (qd.search.criteria.scores_of)")
 
 
 @functools.partial(jax.jit, static_argnames=("m", "rule"))
@@ -356,6 +376,7 @@ def _inspirations(
     parent_cell: jax.Array,
     m: int,
     rule: str,
+    scores: Scores | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     n = parent_cell.shape[0]
     num_islands, num_cells = state.genome_id.shape
@@ -374,6 +395,8 @@ def _inspirations(
         skip = has_parent[:, None] & (rank >= parent_rank[:, None])  # ranks past the parent's
         rank = rank + skip.astype(jnp.int32)
         cell = jnp.where(rank >= 0, _nth(counts, rank), -1)
+    elif rule == "complement":
+        cell = criteria.complement(scores, island, filled, parent_cell, m)
     elif rule == "top":
         size = min(m + 1, num_cells)
         _, best = lax.top_k(jnp.where(filled, state.fitness[island], -jnp.inf), size)
@@ -450,6 +473,7 @@ def wave(
     k: int = 15,
     m: int = 0,
     inspiration_rule: str = "uniform",
+    scores: Scores | None = None,
 ) -> Picks:
     """:func:`parents` and :func:`inspirations` for R proposals in one dispatch.
 
@@ -460,7 +484,9 @@ def wave(
     inspirations per child, drawn with ``inspire_key[r]`` for the child's first
     parent, ``cell[r, j * num_parents[r]]`` (an operator that shows fewer uses the
     first ones: they come in random order, or best first for ``top``). Each row
-    equals the unbatched call with its keys: which rows share a wave never matters.
+    equals the unbatched call with its keys (but for ``complement``, which also gives
+    each child's later parents: the complements of its first, crossover's partner):
+    which rows share a wave never matters.
 
     Args:
         parent_key, inspire_key: keys [R]; island, num_parents: i32[R].
@@ -469,9 +495,9 @@ def wave(
     islands = np.asarray(island)
     if islands.size and not (0 <= islands.min() and islands.max() < state.num_islands):
         raise ValueError(f"islands {islands.tolist()} are out of range for {state.num_islands} islands")
-    if m and inspiration_rule not in INSPIRATION_RULES:
-        raise ValueError(f"inspiration rule {inspiration_rule!r} is not one of {INSPIRATION_RULES}")
-    _check_parent_rule(rule, curiosity, temperature, k)
+    if m or (max_parents > 1 and inspiration_rule in criteria.INSPIRATION_RULES):
+        _check_inspiration_rule(inspiration_rule, scores)
+    _check_parent_rule(rule, curiosity, temperature, k, scores)
     return _wave(
         state,
         parent_key,
@@ -486,6 +512,7 @@ def wave(
         k,
         m,
         inspiration_rule,
+        scores,
     )
 
 
@@ -504,16 +531,22 @@ def _wave(
     k: int,
     m: int,
     inspiration_rule: str,
+    scores: Scores | None,
 ) -> Picks:
     def one(
         parent_key: jax.Array, inspire_key: jax.Array, island: jax.Array, num_parents: jax.Array
     ) -> Picks:
         genome_id, cell = _parents(
-            state, parent_key, island, children * max_parents, rule, score, temperature, k
+            state, parent_key, island, children * max_parents, rule, score, temperature, k, scores
         )
+        if inspiration_rule in criteria.INSPIRATION_RULES and max_parents > 1:
+            slot_ids = state.genome_id[island]
+            genome_id, cell = criteria.with_partners(
+                scores, island, genome_id, cell, slot_ids, num_parents, children
+            )
         first = cell[jnp.arange(children) * num_parents]
         if m:
-            source, spot = _inspirations(state, inspire_key, island, first, m, inspiration_rule)
+            source, spot = _inspirations(state, inspire_key, island, first, m, inspiration_rule, scores)
         else:
             source = spot = jnp.zeros((children, 0), jnp.int32)
         return Picks(genome_id, cell, source, spot)

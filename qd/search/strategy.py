@@ -59,12 +59,16 @@ class IslandPolicy:
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
-    """Rules of ``qd.search.select``: ``parents`` and ``inspirations``, with their knobs."""
+    """Rules of ``qd.search.select``: ``parents`` and ``inspirations``, with their knobs, and
+    what the rules of ``qd.search.criteria`` read: the task's named ``objectives`` and the
+    hypervolume ``reference`` point (each objective in its own units; None: derived)."""
 
     parents: str = "uniform"
     inspirations: str = "uniform"
     temperature: float = 1.0
     k: int = 5
+    objectives: tuple[tuple[str, str], ...] = ()
+    reference: tuple[float, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -201,6 +201,12 @@ def test_bad_arguments_each_give_one_line_naming_the_argument(tmp_path):
     assert fails(evaluate=None).field == "evaluate"
     assert fails(islands=0).field == "islands"
     assert fails(operators=["mutate"]).field == fails(operators=[]).field == "operators"
+    assert fails(objectives=[("score", "up")]).field == "objectives"
+    assert fails(**on_rows, objectives=[("score", "max")]).field == "objectives"  # not a dataset's own
+    assert (
+        fails(parents="instance").field == fails(parents="pareto").field == "parents"
+    )  # no rows, no objectives
+    assert fails(inspirations="nearest").field == "inspirations"
     assert fails(model="m", api_key_env="QD_TEST_UNSET_KEY").field == "api_key_env"
     assert not (tmp_path / "never").exists()  # nothing starts before the arguments are checked
 

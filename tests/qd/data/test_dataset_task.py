@@ -61,6 +61,24 @@ def test_a_founder_is_scored_on_the_minibatch_then_validation(task, scripted_llm
     assert not [text for text in inputs(s.validation) | inputs(s.test) if text in feedback]
 
 
+def test_a_candidate_past_the_cascade_keeps_its_validation_scores_and_its_declared_objectives(scripted_llm):
+    objectives = (("accuracy", "max"), ("tokens", "min"))
+    task = dataset_task([HALF], ROWS, "numeric", minibatch=4, seed=3, objectives=objectives)
+    server = scripted_llm([Rule("", solver)])
+    ev = evaluate_on_host(task, server.base_url, [HALF], task.eval_budget)
+    metrics, validation = ev.metrics[0], task.splits.validation
+    assert metrics["validation_scores"] == [float(int(r.answer) % 2 == 0) for r in validation]  # split order
+    assert metrics["accuracy"] == ev.fitness[0] == pytest.approx(sum(metrics["validation_scores"]) / 5)
+    answered = len(task.batch) + len(validation)  # the model's output tokens per answer
+    assert metrics["tokens"] == sum(call["tokens_out"] for call in ev.traces[0]) / answered > 0
+    plain = evaluate_on_host(
+        dataset_task([HALF], ROWS, "numeric", minibatch=4, seed=3), server.base_url, [HALF], task.eval_budget
+    )
+    assert "accuracy" not in plain.metrics[0] and "validation_scores" in plain.metrics[0]  # declared only
+    with pytest.raises(ConfigError, match=r"^objectives: a dataset task computes no objective 'speed'"):
+        dataset_task([HALF], ROWS, "numeric", objectives=[("speed", "max")])
+
+
 def test_a_child_that_loses_on_its_minibatch_makes_no_validation_call(task, scripted_llm):
     server = scripted_llm([Rule("", solver)])
     parent = Parent(1, HALF, 0.6, {"minibatch": 0.5})

@@ -15,9 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import qd.archive as qa
-from qd.search import select
+from qd.search import criteria, select
 
 I, C, D = 2, 16, 2
+# The rules that read the archive alone; those reading the elites' scores: test_criteria.py.
+PARENT_RULES = tuple(r for r in select.PARENT_RULES if r not in criteria.PARENT_RULES)
+INSPIRATION_RULES = tuple(r for r in select.INSPIRATION_RULES if r not in criteria.INSPIRATION_RULES)
 MANY = 8192  # draws for the statistical checks: frequency std <= 0.006
 
 PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -68,7 +71,7 @@ def _curiosity(seed: int) -> select.Curiosity:
 def test_parents_are_filled_cells_of_the_island(mask, seed, island):
     state = _random_state(mask, seed)
     ids = np.asarray(state.genome_id)
-    for rule in select.PARENT_RULES:
+    for rule in PARENT_RULES:
         genome_id, cell = map(
             np.asarray,
             select.parents(
@@ -94,7 +97,7 @@ def test_inspirations_are_distinct_filled_elites_other_than_the_parent(mask, see
     ids = np.asarray(state.genome_id)
     parent = np.asarray(parent, np.int32)
     m = 3
-    for rule in select.INSPIRATION_RULES:
+    for rule in INSPIRATION_RULES:
         isl, cell = map(np.asarray, select.inspirations(state, jax.random.key(seed), island, parent, m, rule))
         assert isl.shape == cell.shape == (32, m)
         found = cell >= 0
@@ -118,7 +121,7 @@ def test_inspirations_are_distinct_filled_elites_other_than_the_parent(mask, see
             assert len(got) == min(m, available), rule
 
 
-@pytest.mark.parametrize("rule", select.PARENT_RULES)
+@pytest.mark.parametrize("rule", PARENT_RULES)
 def test_parents_are_deterministic_for_a_key(rule):
     state = _random_state([True, False, True, True] * 8, 3)
     picks = [
@@ -128,7 +131,7 @@ def test_parents_are_deterministic_for_a_key(rule):
     assert not np.array_equal(picks[0], picks[2])
 
 
-@pytest.mark.parametrize("rule", select.INSPIRATION_RULES)
+@pytest.mark.parametrize("rule", INSPIRATION_RULES)
 def test_inspirations_are_deterministic_for_a_key(rule):
     state = _random_state([True, False, True, True] * 8, 3)
     parent = np.zeros(32, np.int32)
@@ -144,7 +147,7 @@ def test_empty_island_gives_no_parents_and_no_inspirations():
     fitness = np.full((I, C), np.nan)
     fitness[1, 3] = 1.0
     state = _state(fitness)
-    for rule in select.PARENT_RULES:
+    for rule in PARENT_RULES:
         genome_id, cell = select.parents(state, jax.random.key(0), 0, 32, rule, _curiosity(0))
         assert (np.asarray(genome_id) == -1).all() and (np.asarray(cell) == -1).all()
     for rule in ("uniform", "top", "distant"):
@@ -359,14 +362,14 @@ def test_selection_at_scale_is_jittable_without_large_temporaries():
 # ------------------------------------------------------------------------- waves
 
 
-@pytest.mark.parametrize("rule", select.PARENT_RULES)
+@pytest.mark.parametrize("rule", PARENT_RULES)
 def test_a_wave_row_is_what_the_unbatched_draws_give_its_keys(rule):
     """One dispatch for a wave: each row is exactly its own ``parents`` and ``inspirations``,
     an operator with fewer parents than the wave's widest taking a prefix."""
     state, children, widest, m = _random_state([True, True, False, True] * (I * C // 4), 7), 3, 2, 3
     parent_keys, inspire_keys = jax.random.split(jax.random.key(1), 4), jax.random.split(jax.random.key(2), 4)
     island, num_parents = np.asarray([0, 1, 1, 0]), np.asarray([1, 2, 2, 1])
-    for inspiration_rule in select.INSPIRATION_RULES:
+    for inspiration_rule in INSPIRATION_RULES:
         wave = jax.device_get(
             select.wave(
                 state,

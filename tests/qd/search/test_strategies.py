@@ -265,6 +265,10 @@ def test_island_reset_is_recorded_and_a_resume_replays_it(tmp_path):
         (["islands.reset_patience=10"], "islands.reset_patience"),
         (["select.inspirations=islands"], "select.inspirations"),
         (["select.parents=greedy"], "select.parents"),
+        (["select=instance"], "select.parents"),  # the task has no validation rows
+        (["select=pareto"], "select.parents"),  # nor objectives
+        (["select=hypervolume"], "select.parents"),
+        (["select.inspirations=complement"], "select.inspirations"),
         (["scheduler.rule=softmax"], "scheduler.rule"),
         (
             [
