@@ -82,6 +82,7 @@ def optimize(
     operators: Sequence[str] = ("rewrite",),
     memory: bool | Mapping[str, Any] | None = None,
     objectives: Sequence[tuple[str, str]] = (),
+    front_size: int | None = None,
     parents: str = "uniform",
     inspirations: str = "uniform",
     target_fitness: float | None = None,
@@ -124,6 +125,9 @@ def optimize(
         objectives: named objectives with directions, ``[("accuracy", "max"), ("tokens", "min")]``:
             metrics of ``evaluate``'s dict, or a dataset task's own (``accuracy``, the metric's
             mean; ``tokens``, the model's output tokens per answer). The fitness stays the score.
+        front_size: with ``objectives``, each cell keeps a Pareto front of at most this many
+            elites (``archive=pareto``: the objectives decide who stays, the hypervolume is
+            reported); None: one elite per cell, the fittest (the objectives drive selection only).
         parents, inspirations: the selection rules (``select=``'s): ``pareto``, ``hypervolume``
             (by the objectives) and ``instance`` (a dataset's validation rows, GEPA's rule) among
             others; ``inspirations="complement"``: elites best where the parent is weak.
@@ -160,6 +164,7 @@ def optimize(
     )
     strategy = strategy_of(parents, inspirations, task, settings.islands)
     describer, spec = placement_of(task, descriptors, random_seed)
+    spec = _fronts(spec, front_size, task)
     with contextlib.ExitStack() as stack:  # the embedded server, if started, stops last
         models = ModelArgs(model, base_url, api_key_env, llm)
         client = start_client(models, random_seed, folder, stack)
@@ -303,6 +308,24 @@ def _memory(memory: Any) -> MemorySettings:
         raise ConfigError("memory", str(e).splitlines()[0], f"give True, or a dict of {fields}") from None
     check_ranges(conf, MemoryConf, "memory.")
     return plan_memory(conf, text=True)
+
+
+def _fronts(spec: Any, front_size: int | None, task: Any) -> Any:
+    """The grid as ``front_size=`` asks: unchanged (None), or a Pareto front of that many in
+    each of its cells over the task's objectives (``archive=pareto``'s archive)."""
+    if front_size is None:
+        return spec
+    from qd.archive import ParetoSpec
+    from qd.task import objectives_of
+
+    count = len(objectives_of(task))
+    if not count:
+        raise ConfigError(
+            "front_size",
+            "keeps fronts of objectives, and none are given",
+            "pass objectives=[(name, 'max'), ...]",
+        )
+    return ParetoSpec(spec, _positive("front_size", front_size), count)
 
 
 def _positive(name: str, value: Any) -> int:

@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import sums_or, varied_program
 from scripted_llm import Rule
@@ -207,6 +208,8 @@ def test_bad_arguments_each_give_one_line_naming_the_argument(tmp_path):
         fails(parents="instance").field == fails(parents="pareto").field == "parents"
     )  # no rows, no objectives
     assert fails(inspirations="nearest").field == "inspirations"
+    assert fails(front_size=3).field == "front_size"  # fronts of no objectives
+    assert fails(objectives=[("error", "min")], front_size=0).field == "front_size"
     assert fails(model="m", api_key_env="QD_TEST_UNSET_KEY").field == "api_key_env"
     assert not (tmp_path / "never").exists()  # nothing starts before the arguments are checked
 
@@ -231,3 +234,55 @@ def test_a_run_dir_qd_run_made_is_refused_by_optimize(tmp_path):
     with pytest.raises(ConfigError, match=f"qd-run resume={run_dir}") as e:
         qd.optimize(SEED, evaluate=evaluate, run_dir=run_dir)
     assert e.value.field == "run_dir"
+
+
+def error_and_size(program_path):
+    """function_fit's two objectives on a small target (x * x + 2): the error of f on 5 points
+    (min) and the program's AST size (min); the fitness is minus the error."""
+    import ast
+
+    source = open(program_path).read()
+    f = runpy.run_path(program_path)["f"]
+    error = sum(abs(f(x) - (x * x + 2)) for x in (-2.0, -1.0, 0.0, 1.0, 2.0)) / 5
+    return {"score": -error, "error": error, "size": float(len(list(ast.walk(ast.parse(source)))))}
+
+
+def one_cell(text):
+    """Every program in one cell, so its front is decided by the objectives alone."""
+    return 0.5
+
+
+@pytest.mark.slow
+def test_front_size_keeps_a_pareto_front_of_the_objectives_in_each_cell(scripted_llm, tmp_path):
+    from qd.archive.hypervolume import hypervolume
+    from qd.fronts import own_units
+    from qd.rundir.reader import RunDir
+
+    server = scripted_llm([Rule("", varied_program)])
+    result = qd.optimize(
+        SEED,
+        evaluate=error_and_size,
+        objectives=[("error", "min"), ("size", "min")],
+        front_size=3,
+        descriptors=[one_cell],
+        parents="pareto",
+        base_url=server.base_url,
+        model="scripted",
+        budget={"llm_calls": 24},
+        run_dir=tmp_path / "run",
+    )
+    run = RunDir(result.run_dir)
+    fronts = run.fronts()
+    assert fronts is not None and fronts.objectives.shape[2:] == (3, 2)
+    members = np.asarray(fronts.genome_id) >= 0
+    values = np.asarray(fronts.objectives)
+    held = members.sum(axis=2)
+    assert held.max() >= 2  # the seed (smallest, worse) beside the fittest child: a trade-off kept
+    for island, cell in zip(*np.nonzero(held)):
+        front = values[island, cell][members[island, cell]]
+        for a in front:  # no member dominates another
+            assert not any((b >= a).all() and (b > a).any() for b in front)
+    objectives = (("error", "min"), ("size", "min"))
+    reference = own_units(objectives, result.summary["hypervolume"]["reference"])  # maximised
+    total = sum(hypervolume(values[i, c][members[i, c]], reference) for i, c in zip(*np.nonzero(held)))
+    assert result.summary["hypervolume"]["total"] == pytest.approx(total, rel=1e-5)
