@@ -19,14 +19,15 @@ Measured per run (after the engine is built):
   children's time plus any still alive); ``machine`` (all cores busy, from /proc/stat, over the
   run: the scripted server and everyone else on the machine included) and the 1-min load.
 * where a candidate's wall time goes (ms per candidate, from wrappers timing the engine's
-  proposer, model client, sandbox and commit): an in-flight slot is held from a proposal's
-  start until its wave is taken for commit (the next wave starts then), so C x wall = the slots'
-  time = per candidate: ``model`` (the HTTP call), ``queue`` (waiting for a free sandbox worker),
-  ``sandbox`` (the stages' runs), ``other`` (the rest of the proposal: prompt, parsing, scoring,
-  hand-offs between stages), ``wave`` (done, waiting for its wave's slowest member and for the
-  commits before it) and ``idle`` (slots with no proposal: refill gaps, the drain); apart,
-  ``commit``: the loop's time in commits (the event loop serves nothing else meanwhile).
-  The ideal is ``model`` alone.
+  proposer, model client, sandbox and commit): an in-flight slot is held from a proposal's start
+  until it is done (the engine forms a wave ahead; before that change, until its wave was taken
+  for commit), so C x wall = the slots' time = per candidate: ``model`` (the HTTP call),
+  ``queue`` (waiting for a free sandbox worker), ``sandbox`` (the stages' runs), ``other`` (the
+  rest of the proposal: prompt, parsing, scoring, hand-offs between stages), ``wave`` (done,
+  holding its slot while it waits for its wave's slowest member and the commits before it; none
+  once slots free as proposals finish) and ``idle`` (slots with no proposal: refill gaps, the
+  drain); apart, ``commit``: the loop's time in commits (the event loop serves nothing else
+  meanwhile). The ideal is ``model`` alone.
 
 Usage::
 
@@ -110,6 +111,7 @@ class WallSplit:
     def __init__(self, engine: Any):
         self.model = self.queue = self.sandbox = self.commit = self.wave = self.slots = 0.0
         self.started: dict[int, float] = {}
+        self.frees_at_done = hasattr(engine, "_running")  # (a slot per running proposal, not per wave)
         self.done: dict[int, float] = {}
         self._wrap_proposer(engine.proposer)
         self._wrap_model(engine.llm)
@@ -120,10 +122,10 @@ class WallSplit:
         start = proposer.start
 
         def timed(ticket: Any, view: Any) -> Any:  # it reads the view now, as the engine calls it
-            t = time.perf_counter()
-            return finish(t, start(ticket, view))
+            return finish(start(ticket, view))
 
-        async def finish(t: float, started: Any) -> Any:
+        async def finish(started: Any) -> Any:
+            t = time.perf_counter()  # it runs: its slot is held from now
             proposal = await started
             self.started[id(proposal)], self.done[id(proposal)] = t, time.perf_counter()
             return proposal
@@ -170,9 +172,10 @@ class WallSplit:
                 return await commit(proposals)
             finally:
                 end = time.perf_counter()
-                for p in proposals:  # its slot was freed as its wave was taken, just before this
-                    self.wave += t - self.done.pop(id(p))
-                    self.slots += t - self.started.pop(id(p))
+                for p in proposals:  # its slot freed as it finished, or as its wave was taken (before this)
+                    done, started = self.done.pop(id(p)), self.started.pop(id(p))
+                    self.wave += 0.0 if self.frees_at_done else t - done
+                    self.slots += (done if self.frees_at_done else t) - started
                 self.commit += end - t
 
         engine._commit = timed
