@@ -270,7 +270,7 @@ def table(groups: dict[int, list[dict]], latency_s: float) -> str:
         "| C | cand/s | ideal | of ideal | CPU ms/cand: main / helpers / their children "
         "(main+helpers) | cores busy | wall ms/cand: " + " / ".join(PARTS) + " | load |"
     )
-    rows = [head, "|" + "---:|" * 7]
+    rows = [head, "|" + "---:|" * 8]
     for c, runs in groups.items():
         cpu = " / ".join(f"{_median(runs, 'cpu_ms', k):.2f}" for k in ("main", "helpers", "children"))
         wall = " / ".join(f"{_median(runs, 'wall_ms', k):.1f}" for k in PARTS)
