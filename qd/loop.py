@@ -76,6 +76,24 @@ def due_turns(parts: Parts, batches: int) -> list[tuple[str, int, Callable[[], A
     return turns
 
 
+def record_moves(moves: list[Move], last_id: int, store: Any, elites: EliteTable, events: Any) -> bool:
+    """Migrations and resets into the store's history, the elite table and the events; True if
+    an island was reset."""
+    for m in moves:
+        valid = np.asarray(m.migrants.valid)
+        if m.reset is not None:
+            store.add_reset(last_id, np.flatnonzero(m.reset))
+            elites.clear(m.reset)
+        store.add_migrations(
+            last_id, np.asarray(m.migrants.genome_id)[valid], np.asarray(m.migrants.island)[valid]
+        )
+        elites.copy(m.migrants, m.result)
+        if m.reset is not None:
+            islands, sources = np.flatnonzero(m.reset), np.asarray(m.migrants.source_island)[valid]
+            events.write("reset", {"islands": islands.tolist(), "reseeded_from": sources.tolist()})
+    return any(m.reset is not None for m in moves)
+
+
 class Engine:
     """Runs built parts (``qd.assembly.Parts``): proposals in flight, commits in start order, upkeep.
 
@@ -229,7 +247,8 @@ class Engine:
         self.state, credits, moves = self.search.after_insert(
             self.state, spec, proposals, offers.island, result, offers.fitness
         )
-        self._record_moves(moves)
+        if record_moves(moves, self.state.counters.last_id, self.store, self.elites, self.events):
+            self._checkpoint()  # a reset island's rows are gone from the archive: not one commit later
         self.report.inserted(self.state.archive, offers.island, offers.fitness, result, moved=bool(moves))
         lines = commit_lines(proposals, result, credits, batches, self.evaluations)
         rate = {"evals_per_s": round(self.report.rate(self.evaluations), 2)}
@@ -239,27 +258,6 @@ class Engine:
         await self._upkeep(batches)
         for event in events if self.parts.on_commit is not None else ():
             self.parts.on_commit(event)
-
-    def _record_moves(self, moves: list[Move]) -> None:
-        """Migrations and resets into the store's history and the elite table."""
-        for m in moves:
-            last, valid = self.state.counters.last_id, np.asarray(m.migrants.valid)
-            if m.reset is not None:
-                self.store.add_reset(last, np.flatnonzero(m.reset))
-                self.elites.clear(m.reset)
-            self.store.add_migrations(
-                last, np.asarray(m.migrants.genome_id)[valid], np.asarray(m.migrants.island)[valid]
-            )
-            self.elites.copy(m.migrants, m.result)
-            if m.reset is not None:
-                self.events.write(
-                    "reset",
-                    {
-                        "islands": np.flatnonzero(m.reset).tolist(),
-                        "reseeded_from": np.asarray(m.migrants.source_island)[valid].tolist(),
-                    },
-                )
-                self._checkpoint()
 
     async def _upkeep(self, before: int) -> None:
         """A rotation or refit (each rebuilds and checkpoints), else a scheduled checkpoint (every
