@@ -204,7 +204,9 @@ class Engine:
                 self.state = self.state.found(island, int(founding)).count(proposals=c.proposals + 1)
                 self.spending.reserve(size)
                 ticket = draws.ticket(row, c.proposals, size, founding)
-                wave.append((asyncio.ensure_future(self._running(self.proposer.start(ticket, view))), ticket))
+                wave.append(
+                    (asyncio.ensure_future(self._running(ticket, self.proposer.start(ticket, view))), ticket)
+                )
             if not wave:
                 break
             pending.append(wave)
@@ -212,14 +214,19 @@ class Engine:
                 break
         return bool(pending)
 
-    async def _running(self, proposal: Coroutine[Any, Any, Proposal]) -> Proposal:
+    async def _running(self, ticket: Ticket, proposal: Coroutine[Any, Any, Proposal]) -> Proposal:
         """A formed proposal (it has read the archive) runs once one of the ``in_flight`` slots is
-        free; its slot frees as it finishes, not as its wave commits."""
+        free; its slot frees as it finishes, not as its wave commits. One that waited for its slot
+        (formed ahead) and gets it once the run is stopping never runs (its wave commits it empty,
+        releasing its reservation), so a stop drains no more than ``in_flight`` proposals."""
         try:
+            waited = self._slots.locked()
             async with self._slots:
+                if waited and self._stopping():
+                    return Proposal([], None, np.zeros((0, 2), np.int64), [], ticket.size)
                 return await proposal
         finally:
-            proposal.close()  # (cancelled before it ran: never awaited, and no warning says so)
+            proposal.close()  # (not run: never awaited, and no warning says so)
 
     async def _commit(self, proposals: list[Proposal]) -> None:
         """place -> store -> insert -> record -> strategy -> report for one wave, then upkeep."""
