@@ -218,7 +218,7 @@ class Engine:
         """A formed proposal (it has read the archive) runs once one of the ``in_flight`` slots is
         free; its slot frees as it finishes, not as its wave commits. One that waited for its slot
         (formed ahead) and gets it once the run is stopping never runs (its wave commits it empty,
-        releasing its reservation), so a stop drains no more than ``in_flight`` proposals."""
+        releasing its reservation): a stop waits only for proposals that had started."""
         try:
             waited = self._slots.locked()
             async with self._slots:
@@ -255,7 +255,7 @@ class Engine:
             self.state, spec, proposals, offers.island, result, offers.fitness
         )
         if record_moves(moves, self.state.counters.last_id, self.store, self.elites, self.events):
-            self._checkpoint()  # a reset island's rows are gone from the archive: not one commit later
+            self._checkpoint()  # a reset is checkpointed at once
         self.report.inserted(self.state.archive, offers.island, offers.fitness, result, moved=bool(moves))
         lines = commit_lines(proposals, result, credits, batches, self.evaluations)
         rate = {"evals_per_s": round(self.report.rate(self.evaluations), 2)}
