@@ -300,7 +300,7 @@ class _StandInModel:
 class _InProcessSandbox:
     """Decomposition only: ``sandbox_entry`` called in the loop's process (no isolation)."""
 
-    async def run(self, text: str, args: dict | None = None) -> Any:
+    async def run(self, text: str, args: dict | None = None, *, calls: Any = None) -> Any:
         from qd.sandbox import SandboxResult
 
         t = time.perf_counter()

@@ -7,6 +7,7 @@ not parse gives None (the caller marks the candidate invalid), never an error.
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import tokenize
 from collections.abc import Sequence
@@ -29,20 +30,40 @@ _BRANCHES = (
     ast.comprehension,
     ast.match_case,
 )
-_NESTING = (
-    ast.FunctionDef,
-    ast.AsyncFunctionDef,
-    ast.ClassDef,
-    ast.If,
-    ast.For,
-    ast.AsyncFor,
-    ast.While,
-    ast.With,
-    ast.AsyncWith,
-    ast.Try,
-    ast.Match,
+_NESTING = frozenset(
+    (
+        ast.FunctionDef,
+        ast.AsyncFunctionDef,
+        ast.ClassDef,
+        ast.If,
+        ast.For,
+        ast.AsyncFor,
+        ast.While,
+        ast.With,
+        ast.AsyncWith,
+        ast.Try,
+        ast.Match,
+    )
 )
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.comprehension)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_IMPORTS = (ast.Import, ast.ImportFrom)
+# The counts each node class adds to (parse makes only these exact classes, so a type lookup
+# stands for isinstance); numeric constants and boolean operands are counted apart.
+_COUNTED = ("branches", "functions", "loops", "calls", "imports", "constants")
+_KINDS: dict[type, tuple[str, ...]] = {}
+for _name, _classes in (
+    ("branches", _BRANCHES),
+    ("functions", _FUNCTIONS),
+    ("loops", _LOOPS),
+    ("calls", (ast.Call,)),
+    ("imports", _IMPORTS),
+):
+    for _cls in _classes:
+        _KINDS[_cls] = (*_KINDS.get(_cls, ()), _name)
+_NOT_TOKENS = frozenset(
+    (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+)
 
 METRICS = (
     "lines",
@@ -77,54 +98,40 @@ def code_metrics(source: str) -> dict[str, int] | None:
     cyclomatic is McCabe's: 1 + branches + extra boolean operands; nesting is the
     deepest chain of blocks (def, class, if, loops, with, try, match).
     """
+    metrics = _metrics(source)
+    return None if metrics is None else dict(zip(METRICS, metrics))
+
+
+# A cascade scores one text once per stage, and a task may read it for its descriptor and its
+# size: each parse after the first is a lookup (a fresh dict each time, so callers may change it).
+@functools.lru_cache(maxsize=1024)
+def _metrics(source: str) -> tuple[int, ...] | None:
+    """``METRICS``' values in order; one parse, one tokenization, one walk of the tree."""
     try:
         tree = ast.parse(source)
         tokens = sum(
-            1
-            for t in tokenize.generate_tokens(io.StringIO(source).readline)
-            if t.type
-            not in (
-                tokenize.NL,
-                tokenize.NEWLINE,
-                tokenize.COMMENT,
-                tokenize.INDENT,
-                tokenize.DEDENT,
-                tokenize.ENDMARKER,
-            )
+            1 for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type not in _NOT_TOKENS
         )
     except (SyntaxError, ValueError, tokenize.TokenError, RecursionError, MemoryError):
         return None
-    nodes = list(ast.walk(tree))
-    return {
-        "lines": sum(1 for line in source.splitlines() if line.strip() and not line.strip().startswith("#")),
-        "tokens": tokens,
-        "nodes": len(nodes),
-        "cyclomatic": 1
-        + sum(isinstance(n, _BRANCHES) for n in nodes)
-        + sum(len(n.values) - 1 for n in nodes if isinstance(n, ast.BoolOp)),
-        "nesting": _depth(tree),
-        "functions": sum(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) for n in nodes),
-        "loops": sum(isinstance(n, _LOOPS) for n in nodes),
-        "calls": sum(isinstance(n, ast.Call) for n in nodes),
-        "imports": sum(isinstance(n, (ast.Import, ast.ImportFrom)) for n in nodes),
-        "constants": sum(
-            isinstance(n, ast.Constant)
-            and isinstance(n.value, (int, float, complex))
-            and not isinstance(n.value, bool)
-            for n in nodes
-        ),
-    }
-
-
-def _depth(node: ast.AST) -> int:
-    """Deepest nesting of block statements below ``node`` (iterative: no recursion limit)."""
-    deepest, stack = 0, [(node, 0)]
+    counts = dict.fromkeys(_COUNTED, 0)
+    nodes = extra = deepest = 0
+    stack: list[tuple[ast.AST, int]] = [(tree, 0)]  # iterative: no recursion limit
     while stack:
-        n, d = stack.pop()
-        deepest = max(deepest, d)
-        for child in ast.iter_child_nodes(n):
-            stack.append((child, d + isinstance(child, _NESTING)))
-    return deepest
+        node, depth = stack.pop()
+        nodes, deepest, kind = nodes + 1, max(deepest, depth), type(node)
+        for name in _KINDS.get(kind, ()):
+            counts[name] += 1
+        if kind is ast.BoolOp:
+            extra += len(node.values) - 1
+        elif kind is ast.Constant and type(node.value) in (int, float, complex):
+            counts["constants"] += 1
+        for child in ast.iter_child_nodes(node):
+            stack.append((child, depth + (type(child) in _NESTING)))
+    lines = sum(1 for line in source.splitlines() if line.strip() and not line.strip().startswith("#"))
+    values = {"lines": lines, "tokens": tokens, "nodes": nodes, "nesting": deepest, **counts}
+    values["cyclomatic"] = 1 + counts.pop("branches") + extra
+    return tuple(values[name] for name in METRICS)
 
 
 class CodeMetricsDescriptor(Descriptor):

@@ -1,15 +1,17 @@
 """The driver: an asynchronous steady-state loop, propose -> evaluate -> commit.
 
-Up to ``in_flight`` proposals run at once (``qd.proposers``), started in *waves* of up to
-``commit_group`` that read the same archive. The oldest wave, once all of it is done, is committed
-in the order proposals started, as one pipeline (:meth:`Engine._commit`: one store transaction, one
-insert, one events write): place (``qd.placement``; ties to a judge, ``qd.search.tiebreak``) ->
-store (``qd.store``, before anything counts, so a crash never loses an evaluated candidate) ->
-insert (``qd.archive``) -> record (elite table, duplicate index) -> strategy (``qd.search.step``:
-credit, islands) -> report (``events.jsonl``, progress, the ``on_commit`` callback); then upkeep:
-a CycleQD rotation or a describer refit rebuilds the archive from the store, and a checkpoint is
-written on schedule. No generation barrier: a wave starts as soon as the oldest is done; waves are
-cut by count, never by timing.
+Up to ``in_flight`` proposals run at once (``qd.proposers``), formed in *waves* of up to
+``commit_group`` that read the same archive (with a model, one wave ahead: its proposals run as
+others finish, so a wave waiting on its slowest member holds no slot). The oldest wave, once all
+of it is done, is committed in the order proposals started, as one pipeline
+(:meth:`Engine._commit`: one store transaction, one insert, one events write): place
+(``qd.placement``; ties to a judge, ``qd.search.tiebreak``) -> store (``qd.store``, before
+anything counts, so a crash never loses an evaluated candidate) -> insert (``qd.archive``) ->
+record (elite table, duplicate index) -> strategy (``qd.search.step``: credit, islands) -> report
+(``events.jsonl``, progress, the ``on_commit`` callback); then upkeep: a CycleQD rotation or a
+describer refit rebuilds the archive from the store, and a checkpoint is written on schedule. No
+generation barrier: a wave is formed as soon as the oldest is done; waves are cut by count, never
+by timing.
 
 Everything random comes from the run's key, so a run is a pure function of its
 seed and of what the operators and evaluator return: with the LLM response cache,
@@ -30,7 +32,7 @@ import asyncio
 import collections
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import numpy as np
@@ -72,6 +74,26 @@ def due_turns(parts: Parts, batches: int) -> list[tuple[str, int, Callable[[], A
     if lessons is not None and lessons.due(batches):
         turns.append(("lessons", 1, lambda: lessons.write(llm, batches)))
     return turns
+
+
+def record_moves(
+    moves: list[Move], last_id: int, archive: Any, store: Any, elites: EliteTable, events: Any
+) -> bool:
+    """Migrations and resets into the store's history, the elite table (which reads the
+    ``archive`` after them) and the events; True if an island was reset."""
+    if moves:
+        elites.enter(archive)
+    for m in moves:
+        valid = np.asarray(m.migrants.valid)
+        if m.reset is not None:
+            store.add_reset(last_id, np.flatnonzero(m.reset))
+        store.add_migrations(
+            last_id, np.asarray(m.migrants.genome_id)[valid], np.asarray(m.migrants.island)[valid]
+        )
+        if m.reset is not None:
+            islands, sources = np.flatnonzero(m.reset), np.asarray(m.migrants.source_island)[valid]
+            events.write("reset", {"islands": islands.tolist(), "reseeded_from": sources.tolist()})
+    return any(m.reset is not None for m in moves)
 
 
 class Engine:
@@ -125,6 +147,7 @@ class Engine:
             except (RuntimeError, ValueError):
                 pass  # not the main thread: the caller handles signals
         self._started = time.monotonic() - self.state.counters.elapsed
+        self._slots = asyncio.Semaphore(self.settings.in_flight)
         self.report.start_session(self.evaluations)
         self._progress = RunProgress(self.settings.progress)
         pending: collections.deque[list[tuple[asyncio.Future, Ticket]]] = collections.deque()  # waves
@@ -163,10 +186,13 @@ class Engine:
         An empty island gets at most ``initial_population`` founder children in
         flight; later proposals for it wait for a commit that gives it parents.
         Arms, parents and inspirations are drawn here (``qd.proposers.Wave``: no jitted
-        dispatch per proposal), synchronously, so they depend only on the seed.
+        dispatch per proposal), synchronously, so they depend only on the seed. With a model,
+        one wave more is formed ahead: its proposals take the slots (``_running``) that finished
+        proposals free, so no slot idles while a wave waits on its slowest member.
         """
         s = self.settings
-        while not self._stopping() and (n := min(s.group, s.in_flight - sum(map(len, pending)))) > 0:
+        formed = s.in_flight + (s.group if self.llm is not None and s.in_flight > 1 else 0)
+        while not self._stopping() and (n := min(s.group, formed - sum(map(len, pending)))) > 0:
             view = ArchiveView(
                 self.state.archive, self.state.curiosity, self.elites, self.parts.strategy.selection
             )
@@ -180,13 +206,29 @@ class Engine:
                 self.state = self.state.found(island, int(founding)).count(proposals=c.proposals + 1)
                 self.spending.reserve(size)
                 ticket = draws.ticket(row, c.proposals, size, founding)
-                wave.append((asyncio.ensure_future(self.proposer.start(ticket, view)), ticket))
+                wave.append(
+                    (asyncio.ensure_future(self._running(ticket, self.proposer.start(ticket, view))), ticket)
+                )
             if not wave:
                 break
             pending.append(wave)
             if len(wave) < n:
                 break
         return bool(pending)
+
+    async def _running(self, ticket: Ticket, proposal: Coroutine[Any, Any, Proposal]) -> Proposal:
+        """A formed proposal (it has read the archive) runs once one of the ``in_flight`` slots is
+        free; its slot frees as it finishes, not as its wave commits. One that waited for its slot
+        (formed ahead) and gets it once the run is stopping never runs (its wave commits it empty,
+        releasing its reservation): a stop waits only for proposals that had started."""
+        try:
+            waited = self._slots.locked()
+            async with self._slots:
+                if waited and self._stopping():
+                    return Proposal([], None, np.zeros((0, 2), np.int64), [], ticket.size)
+                return await proposal
+        finally:
+            proposal.close()  # (not run: never awaited, and no warning says so)
 
     async def _commit(self, proposals: list[Proposal]) -> None:
         """place -> store -> insert -> record -> strategy -> report for one wave, then upkeep."""
@@ -214,7 +256,9 @@ class Engine:
         self.state, credits, moves = self.search.after_insert(
             self.state, spec, proposals, offers.island, result, offers.fitness
         )
-        self._record_moves(moves)
+        c = self.state.counters
+        if record_moves(moves, c.last_id, self.state.archive, self.store, self.elites, self.events):
+            self._checkpoint()  # a reset is checkpointed at once
         self.report.inserted(self.state.archive, offers.island, offers.fitness, result, moved=bool(moves))
         lines = commit_lines(proposals, result, credits, batches, self.evaluations)
         rate = {"evals_per_s": round(self.report.rate(self.evaluations), 2)}
@@ -224,27 +268,6 @@ class Engine:
         await self._upkeep(batches)
         for event in events if self.parts.on_commit is not None else ():
             self.parts.on_commit(event)
-
-    def _record_moves(self, moves: list[Move]) -> None:
-        """Migrations and resets into the store's history and the elite table."""
-        if moves:
-            self.elites.enter(self.state.archive)
-        for m in moves:
-            last, valid = self.state.counters.last_id, np.asarray(m.migrants.valid)
-            if m.reset is not None:
-                self.store.add_reset(last, np.flatnonzero(m.reset))
-            self.store.add_migrations(
-                last, np.asarray(m.migrants.genome_id)[valid], np.asarray(m.migrants.island)[valid]
-            )
-            if m.reset is not None:
-                self.events.write(
-                    "reset",
-                    {
-                        "islands": np.flatnonzero(m.reset).tolist(),
-                        "reseeded_from": np.asarray(m.migrants.source_island)[valid].tolist(),
-                    },
-                )
-                self._checkpoint()
 
     async def _upkeep(self, before: int) -> None:
         """A rotation or refit (each rebuilds and checkpoints), else a scheduled checkpoint (every

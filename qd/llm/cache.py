@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from qd.contract import Completion
@@ -23,6 +23,8 @@ class ResponseCache:
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
+        self._folders: set[Path] = set()  # fan-out folders made (or found) by this process
+        self._temps = itertools.count()
 
     @staticmethod
     def key(request: dict, seed: int | None, sample_index: int) -> str:
@@ -40,16 +42,22 @@ class ResponseCache:
             return None
 
     def put(self, key: str, c: Completion) -> None:
-        """Write atomically (temp file in the same folder, then rename) so readers never see half a file."""
+        """Write atomically (temp file in the same folder, then rename) so readers never see half a file.
+
+        One write per answer, on the loop's thread: the temp name is unique without a random draw
+        (this process's id and a counter), and each folder is made once."""
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        if path.parent not in self._folders:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._folders.add(path.parent)
+        body = json.dumps({f.name: getattr(c, f.name) for f in dataclasses.fields(c)}).encode()
+        tmp = path.parent / f".tmp-{os.getpid()}-{next(self._temps)}.json"
         try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(dataclasses.asdict(c), f)
+            with open(tmp, "xb") as f:
+                f.write(body)
             os.replace(tmp, path)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise
 
     def _path(self, key: str) -> Path:

@@ -49,3 +49,38 @@ def test_axes_are_named_for_the_metric_they_measure():
     assert nodes.axis_names == ("AST nodes", "numeric constants")
     both = Combined([nodes, CodeMetricsDescriptor(["loops"], [0], [5])])
     assert both.axis_names == ("AST nodes", "numeric constants", "loops")
+
+
+def test_a_repeated_text_reads_the_same_metrics_into_a_fresh_dict():
+    """A cascade scores a text once per stage: the second read is the first's values, and a caller
+    that changes its dict changes no one else's."""
+    first = code_metrics(PROGRAM)
+    first["nodes"] = -1
+    again = code_metrics(PROGRAM)
+    assert again["nodes"] > 0 and again == code_metrics(PROGRAM) and again is not code_metrics(PROGRAM)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "async def g():\n    async for a in b:\n        async with c as d:\n"
+        "            await e(a or d or 1)\n",
+        "match x:\n    case 1 if y:\n        pass\n    case _:\n        z = [i for i in r if i]\n",
+        "try:\n    import a\nexcept E:\n    assert True, 2j\nwhile x:\n    x = 1 if y else 2.0\n",
+    ],
+)
+def test_every_node_kind_is_counted_once(source):
+    """One walk of the tree counts what separate passes would (checked against ast.walk here)."""
+    import ast
+
+    nodes = list(ast.walk(ast.parse(source)))
+    m = code_metrics(source)
+    assert m["nodes"] == len(nodes)
+    assert m["calls"] == sum(isinstance(n, ast.Call) for n in nodes)
+    assert m["loops"] == sum(
+        isinstance(n, (ast.For, ast.AsyncFor, ast.While, ast.comprehension)) for n in nodes
+    )
+    assert m["constants"] == sum(
+        isinstance(n, ast.Constant) and type(n.value) in (int, float, complex) for n in nodes
+    )
+    assert m["cyclomatic"] > 1 and m["nesting"] >= 1 and m["imports"] == source.count("import ")
