@@ -25,12 +25,13 @@ together with the batch's valid candidates of that cell, in one jitted call:
 
 With K = 1 and one objective this is the grid insert at ``learning_rate`` 1 whenever
 ids grow with batch position (a run's store ids do): the best stays, ties keep the
-earlier. Cost: the pool of a batch of B holds E = B * (K + 1) entries (each candidate's
-copy of its cell's front, then the batch), each compared with its own cell's front and
-the batch: an [E, K + B, objectives] temporary. Batches are padded to
-:data:`qd.archive.cells.PAD_SIZES`. Measured on 2 shared CPU cores, 4 islands x 1,024
-cells: 0.8 ms per insert at B = 64, K = 4, two objectives (the grid insert: 0.2 ms);
-9 ms at B = 256.
+earlier. Cost: the batch is sorted by cell, and the pool of a batch of B holds
+E = B * (K + 1) entries (each candidate's copy of its cell's front, then the batch), each
+compared with its own cell's front and its cell's segment of the sorted batch, through a
+window of :data:`WINDOWS` width (the whole batch only when one cell takes more than that):
+an [E, K + W, objectives] temporary where comparing with the whole batch took
+[E, K + B, objectives]. Batches are padded to :data:`qd.archive.cells.PAD_SIZES`.
+``bench/mome.py`` times it beside QDax's MOME (``bench/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -198,6 +199,35 @@ def _crowding(
     return crowding
 
 
+class _Sorted(NamedTuple):
+    """A batch sorted by flat cell (island * cells + cell; invalid candidates last, batch
+    order within a cell) beside its cells' fronts before the batch.
+
+    Attributes:
+        flat: i32[B] the flat cell (0 for an invalid candidate); valid: bool[B];
+        objectives: f32[B, M]; descriptor: f32[B, D]; genome_id: i32[B];
+        start: i32[B] where the candidate's cell's segment of the sorted batch starts;
+        old_values: f32[B, K, M], old_id: i32[B, K] (-1 if empty or the candidate is
+        invalid), old_descriptor: f32[B, K, D]: the candidate's cell's front.
+    """
+
+    flat: jax.Array
+    valid: jax.Array
+    objectives: jax.Array
+    descriptor: jax.Array
+    genome_id: jax.Array
+    start: jax.Array
+    old_values: jax.Array
+    old_id: jax.Array
+    old_descriptor: jax.Array
+
+
+# The widths of the window of the sorted batch an entry is compared with, narrowest first;
+# a batch runs at the narrowest that holds its largest cell segment (the batch size when
+# none does). The branches compile together; one runs.
+WINDOWS = (16,)
+
+
 def insert_batch(
     spec: ParetoSpec,
     state: ParetoState,
@@ -235,43 +265,98 @@ def insert_batch(
         & (island >= 0)
         & (island < num_islands)
     )
-    flat = jnp.where(valid, island * num_cells + cell, 0)
-    old_values = state.objectives.reshape(-1, k, m)[flat]  # [B, K, M]
-    old_id = jnp.where(valid[:, None], state.genome_id.reshape(-1, k)[flat], EMPTY_ID)
-    old_descriptor = state.descriptor.reshape(-1, k, dim)[flat]
+    order = jnp.argsort(jnp.where(valid, island * num_cells + cell, num_islands * num_cells), stable=True)
+    ok = valid[order]
+    flat = jnp.where(ok, (island * num_cells + cell)[order], 0)
+    position = jnp.arange(size)
+    first = jnp.concatenate([jnp.ones(1, bool), (flat[1:] != flat[:-1]) | (ok[1:] != ok[:-1])])
+    start = jax.lax.cummax(jnp.where(first, position, 0))
+    old_values = state.objectives.reshape(-1, k, m)[flat]
+    old_id = jnp.where(ok[:, None], state.genome_id.reshape(-1, k)[flat], EMPTY_ID)
+    batch = _Sorted(
+        flat,
+        ok,
+        objectives[order],
+        descriptor.astype(jnp.float32)[order],
+        genome_id[order],
+        start,
+        old_values,
+        old_id,
+        state.descriptor.reshape(-1, k, dim)[flat],
+    )
+    widths = [w for w in WINDOWS if w < size] + [size]
+    longest = jnp.max(jnp.where(ok, position - start + 1, 0))
+    branch = sum((longest > w).astype(jnp.int32) for w in widths[:-1])
+    new_state, keep = jax.lax.switch(branch, [functools.partial(_fronts, w) for w in widths], state, batch)
 
-    # The pool's entries: every candidate's copy of its cell's front, then the
-    # candidates. An entry is compared only with its own cell's front (its owner's
-    # copy) and the batch: E x (K + B) pairs, not E x E.
-    size_range = jnp.arange(size)
-    owner = jnp.concatenate([jnp.repeat(size_range, k), size_range])
-    old_member = old_id >= 0
+    objectives = batch.objectives
+    member = old_id >= 0  # [B, K]
+    occupied = jnp.any(member, axis=1)
+    covered = jnp.any(member & jnp.all(old_values >= objectives[:, None, :], axis=-1), axis=1)
+    status = jnp.where(ok & ~covered, jnp.where(occupied, 1, 2), 0).astype(jnp.int32)
+    baseline = jnp.where(occupied, jnp.max(jnp.where(member, old_values[..., 0], -jnp.inf), axis=1), 0.0)
+    improvement = jnp.where(ok, objectives[:, 0] - baseline, 0.0)
+    is_elite = keep[k * size :]
+    left = member & ~keep[: k * size].reshape(size, k)
+    dominated = jnp.all(objectives[:, None, :] >= old_values, axis=-1) & jnp.any(
+        objectives[:, None, :] > old_values, axis=-1
+    )
+    gone = jnp.min(jnp.where(left & dominated, old_id, jnp.iinfo(jnp.int32).max), axis=1)
+    displaced = jnp.where(is_elite & (gone < jnp.iinfo(jnp.int32).max), gone, EMPTY_ID)
+
+    def unsorted(x: jax.Array) -> jax.Array:
+        return jnp.zeros_like(x).at[order].set(x)
+
+    result = InsertResult(
+        unsorted(status), unsorted(improvement), cell, unsorted(displaced), unsorted(is_elite)
+    )
+    return new_state, result
+
+
+def _fronts(width: int, state: ParetoState, batch: _Sorted) -> tuple[ParetoState, jax.Array]:
+    """The module's rule over a sorted batch: the new state and, per entry, whether it
+    stays (bool[E], E = B * (K + 1): every candidate's copy of its cell's front, then the
+    candidates).
+
+    Each entry is compared with its cell's front (its owner's copy) and the ``width``
+    candidates from its cell's segment start, those of its cell among them: an
+    [E, K + width, M] temporary, where comparing with the whole batch took
+    [E, K + B, M]. ``width`` must hold the batch's largest segment."""
+    num_islands, num_cells, k, _ = state.objectives.shape
+    size = batch.genome_id.shape[0]
+    position = jnp.arange(size)
+    reach = batch.start[:, None] + jnp.arange(width)[None, :]
+    window = jnp.minimum(reach, size - 1)  # [B, W]: the candidates a candidate's entries see
+    neighbour = (
+        (reach < size)
+        & (batch.flat[window] == batch.flat[:, None])
+        & batch.valid[window]
+        & batch.valid[:, None]
+    )
+    owner = jnp.concatenate([jnp.repeat(position, k), position])
+    old_id, old_member = batch.old_id, batch.old_id >= 0
 
     def others(old: jax.Array, new: jax.Array) -> jax.Array:
-        """[E, K + B, ...]: a per-entry quantity, given as its [B, K, ...] front part
+        """[E, K + W, ...]: a per-entry quantity, given as its [B, K, ...] front part
         and [B, ...] batch part, as seen by each entry."""
-        batch = jnp.broadcast_to(new[None], (owner.shape[0], *new.shape))
-        return jnp.concatenate([old[owner], batch], axis=1)
+        return jnp.concatenate([old[owner], new[window[owner]]], axis=1)
 
     def entries(old: jax.Array, new: jax.Array) -> jax.Array:
         return jnp.concatenate([old.reshape(-1, *old.shape[2:]), new])
 
-    same_cell = (flat[:, None] == flat[None, :]) & valid[:, None] & valid[None, :]
-    earlier = size_range[None, :] < size_range[:, None]
+    genome_id = batch.genome_id
     # An id already in the pool (the front, or an earlier candidate) enters once.
     repeated = jnp.any(old_member & (old_id == genome_id[:, None]), axis=1) | jnp.any(
-        same_cell & earlier & (genome_id[None, :] == genome_id[:, None]), axis=1
+        neighbour & (window < position[:, None]) & (genome_id[window] == genome_id[:, None]), axis=1
     )
-    fresh = valid & ~repeated
-    values = entries(old_values, objectives)
+    fresh = batch.valid & ~repeated
+    values = entries(batch.old_values, batch.objectives)
     ids = entries(old_id, genome_id)
     active = entries(old_member, fresh)
-    group = entries(jnp.broadcast_to(flat[:, None], (size, k)), flat)
-    other = others(old_values, objectives)  # [E, K + B, M]
+    group = entries(jnp.broadcast_to(batch.flat[:, None], (size, k)), batch.flat)
+    other = others(batch.old_values, batch.objectives)  # [E, K + W, M]
     other_id = others(old_id, genome_id)
-    same = active[:, None] & jnp.concatenate(
-        [old_member[owner], fresh[None, :] & (flat[None, :] == group[:, None])], axis=1
-    )
+    same = active[:, None] & jnp.concatenate([old_member[owner], (fresh[window] & neighbour)[owner]], axis=1)
     at_least = jnp.all(other >= values[:, None, :], axis=-1)
     beats = jnp.any(other > values[:, None, :], axis=-1)
     front = active & ~jnp.any(same & at_least & beats, axis=1)
@@ -286,11 +371,11 @@ def insert_batch(
     slot = jnp.sum(peer & others(*_split(keep, size, k)) & (other_id < ids[:, None]), axis=1)
 
     out = num_islands * num_cells
-    touched = jnp.where(valid, flat, out)
+    touched = jnp.where(batch.valid, batch.flat, out)
     # Every copy of a cell's front keeps the same members in the same slots, so the
     # copies' writes agree.
     target = jnp.where(keep, group, out)
-    descriptors = entries(old_descriptor, descriptor.astype(jnp.float32))
+    descriptors = entries(batch.old_descriptor, batch.descriptor)
 
     def rewrite(current: jax.Array, empty: float | int, new: jax.Array) -> jax.Array:
         rows = current.reshape(out, k, *current.shape[3:]).at[touched].set(empty, **_DROP)
@@ -301,21 +386,7 @@ def insert_batch(
         descriptor=rewrite(state.descriptor, 0.0, descriptors),
         genome_id=rewrite(state.genome_id, EMPTY_ID, ids),
     )
-
-    member = old_id >= 0  # [B, K]
-    occupied = jnp.any(member, axis=1)
-    covered = jnp.any(member & jnp.all(old_values >= objectives[:, None, :], axis=-1), axis=1)
-    status = jnp.where(valid & ~covered, jnp.where(occupied, 1, 2), 0).astype(jnp.int32)
-    baseline = jnp.where(occupied, jnp.max(jnp.where(member, old_values[..., 0], -jnp.inf), axis=1), 0.0)
-    improvement = jnp.where(valid, objectives[:, 0] - baseline, 0.0)
-    is_elite = keep[k * size :]
-    left = member & ~keep[: k * size].reshape(size, k)
-    dominated = jnp.all(objectives[:, None, :] >= old_values, axis=-1) & jnp.any(
-        objectives[:, None, :] > old_values, axis=-1
-    )
-    gone = jnp.min(jnp.where(left & dominated, old_id, jnp.iinfo(jnp.int32).max), axis=1)
-    displaced = jnp.where(is_elite & (gone < jnp.iinfo(jnp.int32).max), gone, EMPTY_ID)
-    return new_state, InsertResult(status, improvement, cell, displaced, is_elite)
+    return new_state, keep
 
 
 def _split(per_entry: jax.Array, size: int, k: int) -> tuple[jax.Array, jax.Array]:
