@@ -67,6 +67,7 @@ LAYERS = (
         "qd.elite_table",
         "qd.report",
         "qd.placement",
+        "qd.fronts",
         "qd.proposers",
         "qd.workbench",
     },
