@@ -205,21 +205,36 @@ class _Sorted(NamedTuple):
 
     Attributes:
         flat: i32[B] the flat cell (0 for an invalid candidate); valid: bool[B];
-        objectives: f32[B, M]; descriptor: f32[B, D]; genome_id: i32[B];
+        objectives: f32[B, M]; genome_id: i32[B];
         start: i32[B] where the candidate's cell's segment of the sorted batch starts;
         old_values: f32[B, K, M], old_id: i32[B, K] (-1 if empty or the candidate is
-        invalid), old_descriptor: f32[B, K, D]: the candidate's cell's front.
+        invalid): the candidate's cell's front;
+        carried: the payloads, each as its [B, K, ...] front part and [B, ...] batch part.
     """
 
     flat: jax.Array
     valid: jax.Array
     objectives: jax.Array
-    descriptor: jax.Array
     genome_id: jax.Array
     start: jax.Array
     old_values: jax.Array
     old_id: jax.Array
-    old_descriptor: jax.Array
+    carried: tuple[tuple[jax.Array, jax.Array], ...]
+
+
+class Payload(NamedTuple):
+    """Per-slot data a front's members carry with them, as the descriptor is (a device
+    run's genomes and parents): members move between slots on every insert.
+
+    Attributes:
+        slots: [I, C, K, ...] the members' values.
+        batch: [B, ...] the candidates'.
+        empty: the value of an empty slot.
+    """
+
+    slots: jax.Array
+    batch: jax.Array
+    empty: float | int | bool
 
 
 # The widths of the window of the sorted batch an entry is compared with, narrowest first;
@@ -238,6 +253,23 @@ def insert_batch(
     valid: jax.Array,
 ) -> tuple[ParetoState, InsertResult]:
     """Inserts B candidates (traceable: no padding, no donation); the rule is the module's.
+    Args and results as :func:`insert_carrying`, without payloads."""
+    new_state, _, result = insert_carrying(spec, state, island, descriptor, objectives, genome_id, valid, ())
+    return new_state, result
+
+
+def insert_carrying(
+    spec: ParetoSpec,
+    state: ParetoState,
+    island: jax.Array,
+    descriptor: jax.Array,
+    objectives: jax.Array,
+    genome_id: jax.Array,
+    valid: jax.Array,
+    payloads: tuple[Payload, ...],
+) -> tuple[ParetoState, tuple[jax.Array, ...], InsertResult]:
+    """:func:`insert_batch` whose members carry ``payloads`` into their new slots
+    (returned in order, each [I, C, K, ...]).
 
     Args:
         island: i32[B]; descriptor: f32[B, D]; objectives: f32[B, M] maximised (f32[B]
@@ -245,7 +277,7 @@ def insert_batch(
             non-finite values, negative ids, islands out of range) never enter.
 
     Returns:
-        The new state and an :class:`InsertResult`: ``status`` 2 (the cell was empty)
+        The new state, the payloads' new slots and an :class:`InsertResult`: ``status`` 2 (the cell was empty)
         or 1 when no member of the front before the batch is at least as good in every
         objective, else 0; ``improvement`` the first objective minus the best first
         objective of that front (0 for an empty cell); ``is_elite`` the candidate is
@@ -253,7 +285,6 @@ def insert_batch(
         it dominates that left the front (-1 if none or not on the front).
     """
     num_islands, num_cells, k, m = state.objectives.shape
-    dim = state.descriptor.shape[-1]
     size = genome_id.shape[0]
     objectives = objectives.reshape(size, m).astype(jnp.float32)
     cell = spec.index(descriptor)
@@ -273,21 +304,20 @@ def insert_batch(
     start = jax.lax.cummax(jnp.where(first, position, 0))
     old_values = state.objectives.reshape(-1, k, m)[flat]
     old_id = jnp.where(ok[:, None], state.genome_id.reshape(-1, k)[flat], EMPTY_ID)
-    batch = _Sorted(
-        flat,
-        ok,
-        objectives[order],
-        descriptor.astype(jnp.float32)[order],
-        genome_id[order],
-        start,
-        old_values,
-        old_id,
-        state.descriptor.reshape(-1, k, dim)[flat],
-    )
+    payloads = (Payload(state.descriptor, descriptor.astype(jnp.float32), 0.0), *payloads)
+    carried = tuple((p.slots.reshape(-1, k, *p.slots.shape[3:])[flat], p.batch[order]) for p in payloads)
+    batch = _Sorted(flat, ok, objectives[order], genome_id[order], start, old_values, old_id, carried)
+    empties = tuple(p.empty for p in payloads)
     widths = [w for w in WINDOWS if w < size] + [size]
     longest = jnp.max(jnp.where(ok, position - start + 1, 0))
     branch = sum((longest > w).astype(jnp.int32) for w in widths[:-1])
-    new_state, keep = jax.lax.switch(branch, [functools.partial(_fronts, w) for w in widths], state, batch)
+    values, ids, slots, keep = jax.lax.switch(
+        branch,
+        [functools.partial(_fronts, w, empties) for w in widths],
+        state,
+        batch,
+        [p.slots for p in payloads],
+    )
 
     objectives = batch.objectives
     member = old_id >= 0  # [B, K]
@@ -310,13 +340,15 @@ def insert_batch(
     result = InsertResult(
         unsorted(status), unsorted(improvement), cell, unsorted(displaced), unsorted(is_elite)
     )
-    return new_state, result
+    return ParetoState(values, slots[0], ids), tuple(slots[1:]), result
 
 
-def _fronts(width: int, state: ParetoState, batch: _Sorted) -> tuple[ParetoState, jax.Array]:
-    """The module's rule over a sorted batch: the new state and, per entry, whether it
-    stays (bool[E], E = B * (K + 1): every candidate's copy of its cell's front, then the
-    candidates).
+def _fronts(
+    width: int, empties: tuple, state: ParetoState, batch: _Sorted, slots: list[jax.Array]
+) -> tuple[jax.Array, jax.Array, list[jax.Array], jax.Array]:
+    """The module's rule over a sorted batch: the new objectives, ids and payload slots
+    (the descriptor first) and, per entry, whether it stays (bool[E], E = B * (K + 1):
+    every candidate's copy of its cell's front, then the candidates).
 
     Each entry is compared with its cell's front (its owner's copy) and the ``width``
     candidates from its cell's segment start, those of its cell among them: an
@@ -375,18 +407,21 @@ def _fronts(width: int, state: ParetoState, batch: _Sorted) -> tuple[ParetoState
     # Every copy of a cell's front keeps the same members in the same slots, so the
     # copies' writes agree.
     target = jnp.where(keep, group, out)
-    descriptors = entries(batch.old_descriptor, batch.descriptor)
 
     def rewrite(current: jax.Array, empty: float | int, new: jax.Array) -> jax.Array:
         rows = current.reshape(out, k, *current.shape[3:]).at[touched].set(empty, **_DROP)
         return rows.at[target, slot].set(new, **_DROP).reshape(current.shape)
 
-    new_state = ParetoState(
-        objectives=rewrite(state.objectives, -jnp.inf, values),
-        descriptor=rewrite(state.descriptor, 0.0, descriptors),
-        genome_id=rewrite(state.genome_id, EMPTY_ID, ids),
+    carried = [
+        rewrite(current, empty, entries(*parts))
+        for current, empty, parts in zip(slots, empties, batch.carried)
+    ]
+    return (
+        rewrite(state.objectives, -jnp.inf, values),
+        rewrite(state.genome_id, EMPTY_ID, ids),
+        carried,
+        keep,
     )
-    return new_state, keep
 
 
 def _split(per_entry: jax.Array, size: int, k: int) -> tuple[jax.Array, jax.Array]:
