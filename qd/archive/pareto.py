@@ -386,27 +386,47 @@ def _fronts(
     ids = entries(old_id, genome_id)
     active = entries(old_member, fresh)
     group = entries(jnp.broadcast_to(batch.flat[:, None], (size, k)), batch.flat)
-    other = others(batch.old_values, batch.objectives)  # [E, K + W, M]
-    other_id = others(old_id, genome_id)
-    same = active[:, None] & jnp.concatenate([old_member[owner], (fresh[window] & neighbour)[owner]], axis=1)
-    at_least = jnp.all(other >= values[:, None, :], axis=-1)
-    beats = jnp.any(other > values[:, None, :], axis=-1)
-    front = active & ~jnp.any(same & at_least & beats, axis=1)
-    peer = same & others(*_split(front, size, k)) & front[:, None]
-    crowding = _crowding(values, ids, other, other_id, peer)
-    other_crowding = others(*_split(crowding, size, k))
-    better = peer & (
-        (other_crowding > crowding[:, None])
-        | ((other_crowding == crowding[:, None]) & (other_id < ids[:, None]))
-    )
-    keep = front & (jnp.sum(better, axis=1) < k)
-    slot = jnp.sum(peer & others(*_split(keep, size, k)) & (other_id < ids[:, None]), axis=1)
+    # Dominance: a front's members never dominate one another, so a member is compared
+    # with its cell's candidates only, a candidate with its cell's front and candidates.
+    rivals = fresh[window] & neighbour  # [B, W]
+    rival_values = batch.objectives[window]  # [B, W, M]
+    member_out = _dominated(batch.old_values, rival_values, rivals)  # [B, K]
+    mine = batch.objectives[:, None]
+    candidate_out = (_dominated(mine, batch.old_values, old_member) | _dominated(mine, rival_values, rivals))[
+        :, 0
+    ]
+    front = active & ~entries(member_out, candidate_out)
+    old_front, new_front = _split(front, size, k)
+    members = jnp.sum(old_front, axis=1) + jnp.sum(new_front[window] & neighbour, axis=1)
+
+    def crowded_out() -> jax.Array:
+        """``front`` less the members crowded out of fronts over K: [E, K + W] pairs."""
+        other = others(batch.old_values, batch.objectives)  # [E, K + W, M]
+        other_id = others(old_id, genome_id)
+        peer = (
+            front[:, None]
+            & jnp.concatenate([old_member[owner], rivals[owner]], axis=1)
+            & others(old_front, new_front)
+        )
+        crowding = _crowding(values, ids, other, other_id, peer)
+        other_crowding = others(*_split(crowding, size, k))
+        better = peer & (
+            (other_crowding > crowding[:, None])
+            | ((other_crowding == crowding[:, None]) & (other_id < ids[:, None]))
+        )
+        return front & (jnp.sum(better, axis=1) < k)
+
+    # Crowding distances only where a front outgrows K (most batches leave every front
+    # within K, the more so the larger K is).
+    keep = jax.lax.cond(jnp.any(members > k), crowded_out, lambda: front)
 
     out = num_islands * num_cells
     touched = jnp.where(batch.valid, batch.flat, out)
-    # Every copy of a cell's front keeps the same members in the same slots, so the
-    # copies' writes agree.
-    target = jnp.where(keep, group, out)
+    # Each cell's survivors are written once (the members by the first candidate's copy of
+    # the front), to their rank by id among the cell's survivors.
+    first_copy = jnp.broadcast_to((batch.start == position)[:, None], (size, k))
+    target = jnp.where(keep & entries(first_copy, jnp.ones(size, bool)), group, out)
+    slot = _rank_in_group(target, ids)
 
     def rewrite(current: jax.Array, empty: float | int, new: jax.Array) -> jax.Array:
         rows = current.reshape(out, k, *current.shape[3:]).at[touched].set(empty, **_DROP)
@@ -422,6 +442,26 @@ def _fronts(
         carried,
         keep,
     )
+
+
+def _dominated(mine: jax.Array, theirs: jax.Array, live: jax.Array) -> jax.Array:
+    """bool[B, X]: each of ``mine`` f32[B, X, M] is dominated by one of the ``live``
+    (bool[B, Y]) of ``theirs`` f32[B, Y, M] (equal vectors do not dominate)."""
+    at_least = jnp.all(theirs[:, None] >= mine[:, :, None], axis=-1)
+    beats = jnp.any(theirs[:, None] > mine[:, :, None], axis=-1)
+    return jnp.any(live[:, None, :] & at_least & beats, axis=-1)
+
+
+def _rank_in_group(group: jax.Array, ids: jax.Array) -> jax.Array:
+    """i32[E]: each entry's rank by id among the entries of its group (ids unique within
+    a group), by sorting on (group, id)."""
+    by_id = jnp.argsort(ids, stable=True)
+    order = by_id[jnp.argsort(group[by_id], stable=True)]
+    sorted_group = group[order]
+    rank = jnp.arange(group.shape[0])
+    first = jnp.concatenate([jnp.ones(1, bool), sorted_group[1:] != sorted_group[:-1]])
+    start = jax.lax.cummax(jnp.where(first, rank, 0))
+    return jnp.zeros_like(rank).at[order].set(rank - start)
 
 
 def _split(per_entry: jax.Array, size: int, k: int) -> tuple[jax.Array, jax.Array]:
