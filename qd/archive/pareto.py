@@ -208,8 +208,7 @@ class _Sorted(NamedTuple):
         objectives: f32[B, M]; genome_id: i32[B];
         start: i32[B] where the candidate's cell's segment of the sorted batch starts;
         old_values: f32[B, K, M], old_id: i32[B, K] (-1 if empty or the candidate is
-        invalid): the candidate's cell's front;
-        carried: the payloads, each as its [B, K, ...] front part and [B, ...] batch part.
+        invalid): the candidate's cell's front.
     """
 
     flat: jax.Array
@@ -219,7 +218,6 @@ class _Sorted(NamedTuple):
     start: jax.Array
     old_values: jax.Array
     old_id: jax.Array
-    carried: tuple[tuple[jax.Array, jax.Array], ...]
 
 
 class Payload(NamedTuple):
@@ -306,18 +304,29 @@ def insert_carrying(
     old_id = jnp.where(ok[:, None], state.genome_id.reshape(-1, k)[flat], EMPTY_ID)
     payloads = (Payload(state.descriptor, descriptor.astype(jnp.float32), 0.0), *payloads)
     carried = tuple((p.slots.reshape(-1, k, *p.slots.shape[3:])[flat], p.batch[order]) for p in payloads)
-    batch = _Sorted(flat, ok, objectives[order], genome_id[order], start, old_values, old_id, carried)
-    empties = tuple(p.empty for p in payloads)
+    batch = _Sorted(flat, ok, objectives[order], genome_id[order], start, old_values, old_id)
     widths = [w for w in WINDOWS if w < size] + [size]
     longest = jnp.max(jnp.where(ok, position - start + 1, 0))
     branch = sum((longest > w).astype(jnp.int32) for w in widths[:-1])
-    values, ids, slots, keep = jax.lax.switch(
-        branch,
-        [functools.partial(_fronts, w, empties) for w in widths],
-        state,
-        batch,
-        [p.slots for p in payloads],
-    )
+    # Only the batch's arrays go through the switch: the state's are rewritten after it.
+    out = num_islands * num_cells
+    keep, target, slot = jax.lax.switch(branch, [functools.partial(_fronts, w, out) for w in widths], batch)
+    # Each touched cell's K slots are rebuilt whole, by its first candidate: the entry
+    # each slot now holds (index E: none, the empty value) is gathered, and the rows are
+    # written back at once (a scatter per slot element was most of an insert's time).
+    count = target.shape[0]
+    holder = jnp.full((out, k), count, jnp.int32).at[target, slot].set(jnp.arange(count), **_DROP)
+    source = holder[flat]  # [B, K]
+    written = jnp.where(ok & (start == position), flat, out)
+
+    def rewrite(current: jax.Array, empty: float | int | bool, new: jax.Array) -> jax.Array:
+        table = jnp.concatenate([new, jnp.full((1, *new.shape[1:]), empty, new.dtype)])
+        rows = current.reshape(out, k, *current.shape[3:])
+        return rows.at[written].set(table[source], **_DROP).reshape(current.shape)
+
+    slots = [rewrite(p.slots, p.empty, _entries(*parts)) for p, parts in zip(payloads, carried)]
+    values = rewrite(state.objectives, -jnp.inf, _entries(old_values, batch.objectives))
+    ids = rewrite(state.genome_id, EMPTY_ID, _entries(old_id, batch.genome_id))
 
     objectives = batch.objectives
     member = old_id >= 0  # [B, K]
@@ -343,19 +352,16 @@ def insert_carrying(
     return ParetoState(values, slots[0], ids), tuple(slots[1:]), result
 
 
-def _fronts(
-    width: int, empties: tuple, state: ParetoState, batch: _Sorted, slots: list[jax.Array]
-) -> tuple[jax.Array, jax.Array, list[jax.Array], jax.Array]:
-    """The module's rule over a sorted batch: the new objectives, ids and payload slots
-    (the descriptor first) and, per entry, whether it stays (bool[E], E = B * (K + 1):
-    every candidate's copy of its cell's front, then the candidates).
+def _fronts(width: int, out: int, batch: _Sorted) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The module's rule over a sorted batch, per entry (E = B * (K + 1): every
+    candidate's copy of its cell's front, then the candidates): whether it stays
+    (bool[E]), and the flat cell and slot it is written to (``out``: not written).
 
     Each entry is compared with its cell's front (its owner's copy) and the ``width``
     candidates from its cell's segment start, those of its cell among them: an
     [E, K + width, M] temporary, where comparing with the whole batch took
     [E, K + B, M]. ``width`` must hold the batch's largest segment."""
-    num_islands, num_cells, k, _ = state.objectives.shape
-    size = batch.genome_id.shape[0]
+    size, k = batch.old_id.shape
     position = jnp.arange(size)
     reach = batch.start[:, None] + jnp.arange(width)[None, :]
     window = jnp.minimum(reach, size - 1)  # [B, W]: the candidates a candidate's entries see
@@ -373,19 +379,16 @@ def _fronts(
         and [B, ...] batch part, as seen by each entry."""
         return jnp.concatenate([old[owner], new[window[owner]]], axis=1)
 
-    def entries(old: jax.Array, new: jax.Array) -> jax.Array:
-        return jnp.concatenate([old.reshape(-1, *old.shape[2:]), new])
-
     genome_id = batch.genome_id
     # An id already in the pool (the front, or an earlier candidate) enters once.
     repeated = jnp.any(old_member & (old_id == genome_id[:, None]), axis=1) | jnp.any(
         neighbour & (window < position[:, None]) & (genome_id[window] == genome_id[:, None]), axis=1
     )
     fresh = batch.valid & ~repeated
-    values = entries(batch.old_values, batch.objectives)
-    ids = entries(old_id, genome_id)
-    active = entries(old_member, fresh)
-    group = entries(jnp.broadcast_to(batch.flat[:, None], (size, k)), batch.flat)
+    values = _entries(batch.old_values, batch.objectives)
+    ids = _entries(old_id, genome_id)
+    active = _entries(old_member, fresh)
+    group = _entries(jnp.broadcast_to(batch.flat[:, None], (size, k)), batch.flat)
     # Dominance: a front's members never dominate one another, so a member is compared
     # with its cell's candidates only, a candidate with its cell's front and candidates.
     rivals = fresh[window] & neighbour  # [B, W]
@@ -395,7 +398,7 @@ def _fronts(
     candidate_out = (_dominated(mine, batch.old_values, old_member) | _dominated(mine, rival_values, rivals))[
         :, 0
     ]
-    front = active & ~entries(member_out, candidate_out)
+    front = active & ~_entries(member_out, candidate_out)
     old_front, new_front = _split(front, size, k)
     members = jnp.sum(old_front, axis=1) + jnp.sum(new_front[window] & neighbour, axis=1)
 
@@ -420,28 +423,16 @@ def _fronts(
     # within K, the more so the larger K is).
     keep = jax.lax.cond(jnp.any(members > k), crowded_out, lambda: front)
 
-    out = num_islands * num_cells
-    touched = jnp.where(batch.valid, batch.flat, out)
     # Each cell's survivors are written once (the members by the first candidate's copy of
     # the front), to their rank by id among the cell's survivors.
     first_copy = jnp.broadcast_to((batch.start == position)[:, None], (size, k))
-    target = jnp.where(keep & entries(first_copy, jnp.ones(size, bool)), group, out)
-    slot = _rank_in_group(target, ids)
+    target = jnp.where(keep & _entries(first_copy, jnp.ones(size, bool)), group, out)
+    return keep, target, _rank_in_group(target, ids)
 
-    def rewrite(current: jax.Array, empty: float | int, new: jax.Array) -> jax.Array:
-        rows = current.reshape(out, k, *current.shape[3:]).at[touched].set(empty, **_DROP)
-        return rows.at[target, slot].set(new, **_DROP).reshape(current.shape)
 
-    carried = [
-        rewrite(current, empty, entries(*parts))
-        for current, empty, parts in zip(slots, empties, batch.carried)
-    ]
-    return (
-        rewrite(state.objectives, -jnp.inf, values),
-        rewrite(state.genome_id, EMPTY_ID, ids),
-        carried,
-        keep,
-    )
+def _entries(old: jax.Array, new: jax.Array) -> jax.Array:
+    """[E, ...]: a per-entry quantity from its [B, K, ...] front part and [B, ...] batch part."""
+    return jnp.concatenate([old.reshape(-1, *old.shape[2:]), new])
 
 
 def _dominated(mine: jax.Array, theirs: jax.Array, live: jax.Array) -> jax.Array:
