@@ -25,13 +25,14 @@ together with the batch's valid candidates of that cell, in one jitted call:
 
 With K = 1 and one objective this is the grid insert at ``learning_rate`` 1 whenever
 ids grow with batch position (a run's store ids do): the best stays, ties keep the
-earlier. Cost: the batch is sorted by cell, and the pool of a batch of B holds
-E = B * (K + 1) entries (each candidate's copy of its cell's front, then the batch), each
-compared with its own cell's front and its cell's segment of the sorted batch, through a
-window of :data:`WINDOWS` width (the whole batch only when one cell takes more than that):
-an [E, K + W, objectives] temporary where comparing with the whole batch took
-[E, K + B, objectives]. Batches are padded to :data:`qd.archive.cells.PAD_SIZES`.
-``bench/mome.py`` times it beside QDax's MOME (``bench/RESULTS.md``).
+earlier. Cost: the batch is sorted by cell, and each candidate's cell's front and its
+cell's segment of the sorted batch (a window of :data:`WINDOWS` width; the whole batch
+only when one cell takes more) are all it is compared with: a member with the segment
+([B, K, W] pairs: members never dominate one another), a candidate with the front and
+the segment ([B, K + W]); crowding distances ([B * (K + 1), K + W]) only when a front
+outgrows K. Each touched cell's slots are rebuilt whole and written back as rows.
+Batches are padded to :data:`qd.archive.cells.PAD_SIZES`. ``bench/mome.py`` times it
+beside QDax's MOME (``bench/RESULTS.md``).
 """
 
 from __future__ import annotations
