@@ -39,6 +39,7 @@ from qd.search.step import SearchStep
 from qd.search.strategy import Arm, Strategy
 from qd.stop_rules import StopRules
 from qd.store import Store
+from qd.task import objectives_of
 
 
 @runtime_checkable
@@ -152,7 +153,8 @@ def assemble(
 
     Args:
         task: initial genomes and evaluator (a numeric ``Task`` or a ``TextTask``).
-        spec: archive tessellation (GridSpec / CVTSpec / NoveltySpec).
+        spec: archive tessellation (GridSpec / CVTSpec / NoveltySpec / ParetoSpec, whose fronts
+            hold the task's objectives: ``qd.task.objectives_of``).
         operators: the arms, as ``qd.search.strategy.Arm``s or (operator, weight) pairs.
         evaluator: async ``evaluator(genomes) -> Evaluation``.
         llm: the run's ``qd.llm.LLMClient`` (text tasks).
@@ -174,7 +176,7 @@ def assemble(
     tiebreak = strategy.tiebreak(llm) if strategy.tiebreak is not None else None
     if describer is not None:
         describer.attach(ports, llm)
-    placement = Placement(spec, describer, strategy.cycle, task.kind, s.islands, s.seed)
+    placement = Placement(spec, describer, strategy.cycle, task.kind, s.islands, s.seed, objectives_of(task))
     bandits = strategy.scheduler or (make_bandit("fixed", len(arms), weights=weights),)
     search = SearchStep(strategy, arms, bandits, s.islands, s.qd_offset, meta)
     fresh = run_state.init(placement.spec(), s.islands, bandits, len(arms), s.seed)
@@ -210,9 +212,11 @@ def assemble(
         if text
         else VectorProposer(task, arms, evaluator)
     )
-    state = _replayed(store, placement.spec(state), state)
-    cells = archive.has_cells(spec)
-    report = Report(s.islands, s.qd_offset, s.islands > 1 and cells, llm, describer, cells, budget)
+    state = _replayed(store, placement.spec(state), state, placement.objectives)
+    cells, fronts = archive.has_cells(spec), bool(placement.objectives)  # a front's inserts do not add up
+    report = Report(
+        s.islands, s.qd_offset, s.islands > 1 and cells, llm, describer, cells and not fronts, budget
+    )
     elites = EliteTable.from_store(state.archive, store, None if text else task.genome_dim)
     report.refresh(state.archive)
     return Parts(
@@ -262,7 +266,7 @@ def _resumed(
     loaded = placement.resume(loaded)
     if meta is not None and loaded.meta:
         meta.load_state_dict(loaded.meta)
-    shape, want = loaded.archive.fitness.shape, (islands, placement.spec(loaded).num_cells)
+    shape, want = loaded.archive.genome_id.shape[:2], (islands, placement.spec(loaded).num_cells)
     if shape != want:
         raise CheckpointError(
             f"checkpoint in {directory} holds {shape[0]} islands x {shape[1]} cells but the config "
@@ -271,11 +275,11 @@ def _resumed(
     return loaded
 
 
-def _replayed(store: Store, spec: Any, state: run_state.RunState) -> run_state.RunState:
+def _replayed(store: Store, spec: Any, state: run_state.RunState, objectives: tuple) -> run_state.RunState:
     """``state`` with every store row newer than its checkpoint inserted (``qd.rundir.replay``):
     after ``kill -9`` each evaluated candidate counts once."""
     c = state.counters
-    r = replay(store, spec, state.archive, state.islands, c.last_id)
+    r = replay(store, spec, state.archive, state.islands, c.last_id, objectives)
     if r is None:
         return state
     return state._replace(archive=r.archive, islands=r.islands).count(

@@ -169,7 +169,7 @@ class ExperimentConf:
 
 @dataclasses.dataclass
 class ArchiveConf:
-    kind: str = "grid"  # grid | cvt | novelty
+    kind: str = "grid"  # grid | cvt | novelty | pareto
     bins: list[int] = number(default_factory=lambda: [100, 100], ge=1)  # grid
     lower: list[float] = number(default_factory=lambda: [0.0, 0.0])
     upper: list[float] = number(default_factory=lambda: [1.0, 1.0])
@@ -188,6 +188,16 @@ class ArchiveConf:
         0.1, ge=0
     )  # novelty: a candidate this far (mean k-NN distance) is added
     local_competition: bool = False  # novelty: a non-novel candidate replaces its nearest if fitter
+    over: str = "grid"  # pareto: the cells that hold the fronts, grid | cvt (their fields as above)
+    front_size: int = number(4, ge=1)  # pareto: K, the most elites a cell's front keeps
+    # pareto: a hypervolume reference point per objective, in the task's units (None: from the run)
+    reference: Optional[list[float]] = number(None)
+
+
+def cells_kind(a: Any) -> str:
+    """The cells an ``archive`` config section builds: its kind, or for ``pareto`` the cells its
+    fronts sit in (``over``), whose fields (bins, centroids) it shares with that kind."""
+    return a.over if a.kind == "pareto" else a.kind
 
 
 @dataclasses.dataclass

@@ -24,10 +24,11 @@ from qd.search.strategy import Selection
 
 
 class EliteTable:
-    """The genome of each archive elite, by (island, cell).
+    """The genome of each archive elite, by (island, slot): a cell, or a place in a cell's
+    Pareto front (``qd.archive.slots``).
 
     Args:
-        shape: (islands, cells).
+        shape: (islands, slots).
         genome_dim: the vector length for numeric genomes; None for text (Candidates).
     """
 
@@ -36,39 +37,44 @@ class EliteTable:
         self.table = (
             np.zeros((*shape, genome_dim), np.float32) if genome_dim is not None else np.empty(shape, object)
         )
+        self.ids = np.full(shape, -1, np.int64)  # the store id each row holds the genome of
 
     @classmethod
-    def from_store(cls, state: archive.ArchiveState, store: Any, genome_dim: int | None) -> EliteTable:
+    def from_store(cls, state: Any, store: Any, genome_dim: int | None) -> EliteTable:
         """The table of ``state``'s elites, read from the store in one query."""
-        out = cls(state.fitness.shape, genome_dim)
-        ids = np.asarray(state.genome_id)
-        island, cell = np.nonzero(ids >= 0)
+        ids = np.asarray(archive.slots_of(state).elites.genome_id)
+        out = cls(ids.shape, genome_dim)
+        island, slot = np.nonzero(ids >= 0)
         if len(island):
-            out.put(island, cell, store.get(ids[island, cell]))
+            out.put(island, slot, store.get(ids[island, slot]))
         return out
 
-    def put(self, island: np.ndarray, cell: np.ndarray, candidates: list[Candidate]) -> None:
-        for i, c, cand in zip(island, cell, candidates):
+    def put(self, island: np.ndarray, slot: np.ndarray, candidates: list[Candidate]) -> None:
+        for i, c, cand in zip(island, slot, candidates):
             self.table[i, c] = cand.vector if self.genome_dim is not None else cand
+            self.ids[i, c] = -1 if cand.id is None else cand.id
 
-    def enter(self, island: np.ndarray, result: archive.InsertResult, candidates: list[Candidate]) -> None:
-        """Records the candidates of an insert that became elites."""
-        won = np.flatnonzero(np.asarray(result.is_elite))
-        cells = np.asarray(result.cell)
-        self.put(island[won], cells[won], [candidates[j] for j in won])
+    def enter(self, state: Any, candidates: list[Candidate] = ()) -> None:
+        """Takes in the archive ``state`` after an insert, a migration or a reset: each slot
+        whose elite changed gets its genome from ``candidates`` (the insert's, with their
+        store ids) or, for a copy, from the row that held it; an emptied slot is cleared."""
+        ids = np.array(archive.slots_of(state).elites.genome_id, np.int64)
+        island, slot = np.nonzero(ids != self.ids)
+        if not len(island):
+            return
+        new = {c.id: (c.vector if self.genome_dim is not None else c) for c in candidates}
+        empty = 0 if self.genome_dim is not None else None
+        genomes = [
+            empty if g < 0 else new[g] if g in new else self._held(g) for g in ids[island, slot].tolist()
+        ]
+        for i, c, genome in zip(island, slot, genomes):
+            self.table[i, c] = genome
+        self.ids = ids
 
-    def copy(self, m: archive.Migrants, result: archive.InsertResult) -> np.ndarray:
-        """Copies migrated elites to the cells they entered; returns bool[B] of those that did."""
-        genomes = self.table[np.asarray(m.source_island), np.asarray(m.source_cell)]
-        target, cells = np.asarray(m.island), np.asarray(result.cell)
-        entered = np.asarray(result.is_elite) & np.asarray(m.valid)
-        for j in np.flatnonzero(entered):
-            self.table[target[j], cells[j]] = genomes[j]
-        return entered
-
-    def clear(self, islands: np.ndarray) -> None:
-        """Empties the rows of the islands in the bool[I] mask (after a reset)."""
-        self.table[islands] = 0 if self.genome_dim is not None else None
+    def _held(self, genome_id: int) -> Any:
+        """The genome of an elite the table holds (a copy for vectors: its row may change)."""
+        row = self.table[tuple(np.argwhere(self.ids == genome_id)[0])]
+        return row.copy() if self.genome_dim is not None else row
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +91,11 @@ class ArchiveView:
     curiosity: select.Curiosity
     elites: EliteTable
     selection: Selection
+
+    def __post_init__(self) -> None:
+        # Rules draw (island, slot)s: the archive's slots (``qd.archive.slots_of``), a cell
+        # each for one elite per cell, the C*K members' places for Pareto fronts.
+        object.__setattr__(self, "state", archive.slots_of(self.state).elites)
 
     def picks(
         self,

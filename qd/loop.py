@@ -205,7 +205,7 @@ class Engine:
         ids = np.asarray(await asyncio.to_thread(self.store.add, candidates, calls.rows()))
         self.spending.commit(len(ids), reserved, calls, trials)
         a, result = archive.insert(spec, self.state.archive, *offers.columns(ids))
-        self.elites.enter(offers.island, result, candidates)
+        self.elites.enter(a, candidates)
         self.proposer.committed(candidates, result)
         c, watch = self.state.counters, watched(self.state.watch, candidates, offers.fitness, len(proposals))
         self.state = self.state._replace(archive=a, watch=watch).count(
@@ -227,15 +227,15 @@ class Engine:
 
     def _record_moves(self, moves: list[Move]) -> None:
         """Migrations and resets into the store's history and the elite table."""
+        if moves:
+            self.elites.enter(self.state.archive)
         for m in moves:
             last, valid = self.state.counters.last_id, np.asarray(m.migrants.valid)
             if m.reset is not None:
                 self.store.add_reset(last, np.flatnonzero(m.reset))
-                self.elites.clear(m.reset)
             self.store.add_migrations(
                 last, np.asarray(m.migrants.genome_id)[valid], np.asarray(m.migrants.island)[valid]
             )
-            self.elites.copy(m.migrants, m.result)
             if m.reset is not None:
                 self.events.write(
                     "reset",

@@ -24,14 +24,19 @@ from qd.contract import Candidate, Item
 from qd.search import islands as island_ops
 from qd.search import select
 from qd.state import RunState
+from qd.task import objective_matrix
 
 
 class Offers:
-    """One insert's arrays: island i32[B], descriptor f32[B, D], fitness f32[B], valid bool[B]."""
+    """One insert's arrays: island i32[B], descriptor f32[B, D], fitness f32[B], valid bool[B],
+    and ``values``, what the archive ranks: the fitness, or with ``objectives`` (a Pareto
+    archive's) the maximised objectives f32[B, M] (``qd.task.objective_matrix``)."""
 
-    def __init__(self, candidates: list[Candidate], dim: int):
+    def __init__(self, candidates: list[Candidate], dim: int, objectives: tuple = ()):
         self.island = np.asarray([c.island for c in candidates], np.int32)
         self.fitness = np.asarray([c.fitness for c in candidates], np.float32)
+        # One elite per cell: the fitness array itself, so a tie judge's raise reaches the insert.
+        self.values = values_of(candidates, objectives) if objectives else self.fitness
         self.valid = np.asarray([c.valid for c in candidates])
         self.descriptor = np.stack(
             [
@@ -42,7 +47,14 @@ class Offers:
 
     def columns(self, ids: np.ndarray) -> tuple[np.ndarray, ...]:
         """What ``qd.archive.insert`` takes after the spec and the state, for store ids ``ids``."""
-        return self.island, self.descriptor, self.fitness, ids, self.valid
+        return self.island, self.descriptor, self.values, ids, self.valid
+
+
+def values_of(candidates: list[Candidate], objectives: tuple) -> np.ndarray:
+    """What the archive ranks candidates by: fitness f32[B], or their maximised ``objectives``."""
+    if objectives:
+        return objective_matrix(objectives, [c.metrics for c in candidates])
+    return np.asarray([c.fitness for c in candidates], np.float32)
 
 
 class Placement:
@@ -58,6 +70,8 @@ class Placement:
         describer: a ``descriptors.base.Descriptor`` or None (the task's descriptors).
         cycle: a ``qd.search.cycle.CyclicObjective`` or None.
         kind: the task's candidate kind (``vector``/``text``): what a rebuild re-places.
+        objectives: the task's (``qd.task.objectives_of``); kept only when ``spec``'s
+            archive takes them (Pareto fronts), else ().
     """
 
     def __init__(
@@ -68,8 +82,10 @@ class Placement:
         kind: str,
         islands: int,
         seed: int,
+        objectives: tuple = (),
     ):
         self.describer, self.cycle, self.kind = describer, cycle, kind
+        self.objectives = objectives if archive.kinds.takes_objectives(spec) else ()
         self.islands, self.seed = islands, seed
         self.fitted = describer is not None and is_fitted_kind(describer)
         self.calls_per_child = describer.calls_per_item if describer is not None else 0
@@ -134,7 +150,7 @@ class Placement:
                 if error is not None:
                     c.valid, c.error = False, error
         state = state.count(valid=state.counters.valid + sum(c.valid for c in candidates))
-        return state, Offers(candidates, self.spec(state).descriptor_dim)
+        return state, Offers(candidates, self.spec(state).descriptor_dim, self.objectives)
 
     async def refit(self, store: Any, state: RunState) -> tuple[RunState, dict[str, Any]]:
         """Fits the describer on every valid stored candidate, then rebuilds the archive."""
@@ -144,7 +160,7 @@ class Placement:
         fits = state.counters.fits + 1
         await self.describer.fit(items, np.random.default_rng([self.seed, fits - 1]))
         out = await self.describer.describe(items)
-        fitness = np.asarray([c.fitness for c in stored], np.float32)
+        fitness = values_of(stored, self.objectives)
         state = state.count(fits=fits)  # the fitted state is checkpointed with it (the driver's upkeep)
         state, placed = self.rebuild(store, state, [c.id for c in stored], fitness, out.values, out.valid)
         return state, {
@@ -182,14 +198,15 @@ class Placement:
         Returns the state and how many placements were valid."""
         spec = self.spec(state)
         row = {int(i): j for j, i in enumerate(ids)}
-        offers = store.placements(-1, spec.descriptor_dim)
+        offers = store.placements(-1, spec.descriptor_dim, self.objectives)
         dim, n = spec.descriptor_dim, len(ids)
         # Row n is a placeholder for offers of candidates not among ``ids``: never placed.
         take = np.asarray([row.get(int(i), n) for i in offers["id"]], np.int64)
         offered = np.vstack([np.asarray(descriptor, np.float32).reshape(n, dim), np.full((1, dim), np.nan)])[
             take
         ]
-        score = np.append(np.asarray(fitness, np.float32).reshape(-1), np.nan)[take].astype(np.float32)
+        values = np.asarray(fitness, np.float32)  # f32[n], or f32[n, M] of a Pareto archive
+        score = np.concatenate([values, np.full((1, *values.shape[1:]), np.nan, np.float32)])[take]
         ok = offers["valid"] & np.append(np.asarray(valid, bool).reshape(-1), False)[take]
         rebuilt = archive.rebuild(
             spec,
@@ -201,21 +218,24 @@ class Placement:
             ok,
         )
         shape = (self.islands, spec.num_cells)
+        migrant = _migrant_cells(rebuilt, offers, spec.num_cells)
         state = state._replace(
             archive=rebuilt,
-            islands=island_ops.init(*shape)._replace(migrant=jnp.asarray(_migrant_cells(rebuilt, offers))),
+            islands=island_ops.init(*shape)._replace(migrant=jnp.asarray(migrant)),
             curiosity=select.curiosity_init(*shape),  # cells mean something else now
         )
         return state, int(np.sum(np.isfinite(offered).all(1) & ok))
 
 
-def _migrant_cells(state: archive.ArchiveState, offers: dict[str, np.ndarray]) -> np.ndarray:
-    """bool[I, C]: elites that reached their island only as copies (migration,
-    reseed), read off the placement history ``Store.placements`` returned."""
+def _migrant_cells(state: Any, offers: dict[str, np.ndarray], num_cells: int) -> np.ndarray:
+    """bool[I, C]: cells holding an elite that reached its island only as a copy
+    (migration, reseed), read off the placement history ``Store.placements`` returned."""
     own = ~offers["migrated"]
     native = set(zip(offers["island"][own].tolist(), offers["id"][own].tolist()))
-    ids = np.asarray(state.genome_id)
-    island, cell = np.nonzero(ids >= 0)
-    out = np.zeros(ids.shape, bool)
-    out[island, cell] = [(i, g) not in native for i, g in zip(island.tolist(), ids[island, cell].tolist())]
+    view = archive.slots_of(state)
+    ids, cells = np.asarray(view.elites.genome_id), np.asarray(view.cell)
+    island, slot = np.nonzero(ids >= 0)
+    out = np.zeros((ids.shape[0], num_cells), bool)
+    copied = [(i, g) not in native for i, g in zip(island.tolist(), ids[island, slot].tolist())]
+    np.logical_or.at(out, (island, cells[slot]), np.asarray(copied, bool))
     return out

@@ -37,18 +37,18 @@ from omegaconf import DictConfig, OmegaConf
 
 from qd import archive, extras
 from qd.budget import Budget
-from qd.config import check_ranges, register
+from qd.config import cells_kind, check_ranges, register
 from qd.contract import ConfigError
 from qd.llm.plan import LLMPlan, LocalServer, plan_llm
 from qd.memory import MemorySettings, plan_memory
 from qd.paths import conf_dir
 from qd.search.build import StrategyPlan, plan_cycle, plan_strategy
 from qd.stop_rules import StopRules
-from qd.task import load_task, task_params, task_ref
+from qd.task import load_task, objectives_of, task_params, task_ref
 
 register()
 
-ARCHIVE_KINDS = ("grid", "cvt", "novelty")
+ARCHIVE_KINDS = ("grid", "cvt", "novelty", "pareto")
 RUNNERS = ("local", "ray")
 EVALUATORS = ("auto", "inprocess", "pool", "sandbox", "host")
 LOOPS = ("auto", "host", "device")
@@ -174,7 +174,7 @@ def plan(cfg: DictConfig) -> Plan:
     describer = _describer(cfg, task)
     cycle = plan_cycle(cfg)
     geometry = _geometry(cfg, task, describer, cycle)
-    _check_archive(cfg, geometry)
+    _check_archive(cfg, geometry, task)
     if cfg.islands.topology not in archive.TOPOLOGIES:
         raise ConfigError(
             "islands.topology",
@@ -411,7 +411,7 @@ def _describer(cfg: DictConfig, task: Any) -> Any:
         )
     from descriptors import Combined, make_descriptor
 
-    cvt_cells = cfg.archive.cells if cfg.archive.kind == "cvt" else 0
+    cvt_cells = cfg.archive.cells if cells_kind(cfg.archive) == "cvt" else 0
     built = []
     for i, part in enumerate(parts):
         try:
@@ -444,36 +444,39 @@ def _geometry(cfg: DictConfig, task: Any, describer: Any, cycle: Any) -> Descrip
         bins,
         list(describer.lower),
         list(describer.upper),
-        own_cells=own and a.kind == "cvt",
+        own_cells=own and cells_kind(a) == "cvt",
         source="descriptor.parts",
     )
 
 
-def _check_archive(cfg: DictConfig, g: DescriptorSpace) -> None:
+def _check_archive(cfg: DictConfig, g: DescriptorSpace, task: Any) -> None:
     a = cfg.archive
     if a.kind not in ARCHIVE_KINDS:
         raise ConfigError("archive.kind", f"unknown kind {a.kind!r}", f"use one of {list(ARCHIVE_KINDS)}")
-    if a.kind == "grid" and g.dim > 8:
+    if a.kind == "pareto":
+        _check_fronts(cfg, task)
+    kind = cells_kind(a)
+    if kind == "grid" and g.dim > 8:
         raise ConfigError(
             "archive.kind",
             f"a grid over {g.dim} descriptor axes has too many cells",
             "use archive=cvt or archive=novelty for raw embeddings",
         )
-    for name in ("lower", "upper") + (("bins",) if a.kind == "grid" else ()):
+    for name in ("lower", "upper") + (("bins",) if kind == "grid" else ()):
         if len(getattr(g, name)) != g.dim:  # a describer's axes always match
             raise ConfigError(
                 f"archive.{name}",
                 f"has {len(getattr(g, name))} entries but the task has {g.dim} descriptors",
                 f"give {g.dim} values",
             )
-    if a.kind == "grid":
+    if kind == "grid":
         try:
             archive.GridSpec(
                 tuple(g.bins), tuple(g.lower), tuple(g.upper)
             )  # a value: its checks are the spec's own
         except ConfigError as e:
             raise e.under(g.source) from None
-    if a.kind == "cvt" and not g.own_cells:  # centroids by k-means over uniform samples of the bounds
+    if kind == "cvt" and not g.own_cells:  # centroids by k-means over uniform samples of the bounds
         if any(not lo < hi for lo, hi in zip(g.lower, g.upper)):
             raise ConfigError(
                 f"{g.source}.upper",
@@ -485,6 +488,21 @@ def _check_archive(cfg: DictConfig, g: DescriptorSpace) -> None:
                 f"is {a.cvt_samples}, fewer than archive.cells={a.cells}",
                 "sample at least one point per cell",
             )
+
+
+def _check_fronts(cfg: DictConfig, task: Any) -> None:
+    """A Pareto archive: fronts in grid or CVT cells, over the objectives the task declares; the
+    rules that read one elite per cell (curiosity, the tie judge) are refused."""
+    a, m = cfg.archive, len(objectives_of(task))
+    for bad, field, problem, fix in (
+        (a.over not in ("grid", "cvt"), "archive.over", f"unknown cells {a.over!r}", "use grid or cvt"),
+        (not m, "archive.kind", "a Pareto archive needs objectives; the task declares none", "use grid"),
+        (a.reference is not None and len(a.reference) != m, "archive.reference", f"needs {m} values", ""),
+        (cfg.select.parents == "curiosity", "select.parents", "curiosity scores cells, not fronts", ""),
+        (cfg.tiebreak.enabled, "tiebreak.enabled", "the tie judge settles one elite per cell", ""),
+    ):
+        if bad:
+            raise ConfigError(field, problem, fix)
 
 
 def _evaluator_kind(cfg: DictConfig, task: Any, genome: Any) -> str:

@@ -59,7 +59,9 @@ class Report:
         self.start_session(0)
 
     def refresh(self, state: archive.ArchiveState) -> None:
-        """Reads the whole archive: the host copy and every sum from scratch."""
+        """Reads the whole archive: the host copy and every sum from scratch (of a Pareto
+        archive, its best member per cell: ``qd.archive.best_per_cell``)."""
+        state = archive.best_per_cell(state)
         fitness, ids = jax.device_get((state.fitness, state.genome_id))
         self._fitness = np.where(ids >= 0, fitness, -np.inf).astype(np.float64)  # -inf: empty
         filled = np.isfinite(self._fitness)

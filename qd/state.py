@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from qd import archive
+from qd.archive import kinds
 from qd.errors import CheckpointError
 from qd.rundir import checkpoint
 from qd.search import islands as island_ops
@@ -29,7 +29,7 @@ def init(spec: Any, num_islands: int, bandits: tuple[Any, ...], num_arms: int, s
     the key of ``seed``."""
     shape = (num_islands, spec.num_cells)
     return RunState(
-        archive=archive.init(spec, num_islands),
+        archive=kinds.init(spec, num_islands),
         islands=island_ops.init(*shape),
         curiosity=select.curiosity_init(*shape),
         bandits=tuple(b.init(num_arms) for b in bandits),
@@ -68,7 +68,7 @@ def load(directory: Path, fresh: RunState) -> RunState | None:
         )
     saved = checkpoint.load_arrays(directory)
     counters = Counters(**{k: saved_counters[k] for k in Counters._fields if k in saved_counters})
-    shape = state.fitness.shape
+    shape = state.genome_id.shape[:2]  # (islands, cells) of every archive kind
     isl, cur = checkpoint.part(saved, "islands."), checkpoint.part(saved, "curiosity.")
     num_arms = fresh.bandits[0].num_arms
     return RunState(

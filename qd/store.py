@@ -236,7 +236,9 @@ class Store:
             yield from map(_candidate, rows)
             after_id = rows[-1][0]
 
-    def placements(self, after_id: int = -1, descriptor_dim: int | None = None) -> dict[str, np.ndarray]:
+    def placements(
+        self, after_id: int = -1, descriptor_dim: int | None = None, objectives: tuple = ()
+    ) -> dict[str, np.ndarray]:
         """Every archive offer in history order: stored candidates and recorded migrations.
 
         History order: candidate ``id`` sits at ``2 * id``; the migrations and resets
@@ -247,17 +249,21 @@ class Store:
         ``descriptor`` f32[N, D], ``valid`` bool — what ``qd.archive.rebuild`` takes —
         and ``migrated`` bool (the offer is a migration or reseed, not a new
         candidate); plus ``reset`` i32[K], the sorted islands reset in the range.
+        With ``objectives`` (a Pareto archive's, ``qd.task.objectives_of``) ``fitness`` is
+        f32[N, M] instead, each offer's maximised objectives read from its metrics
+        (``qd.task.objective_matrix``): what a Pareto archive's insert takes.
         Only candidates with ``id > after_id`` (and migrations and resets after them)
         are included. To resume from a state checkpointed at ``after_id``, empty the
         ``reset`` islands first (``qd.archive.reset``), then insert the offers
         (``qd.search.islands.replay`` does both).
         """
+        score = "metrics" if objectives else "fitness"
         rows = self._db.rows(
-            "SELECT id, island, fitness, descriptor, valid FROM candidates WHERE id > ? ORDER BY id",
+            f"SELECT id, island, {score}, descriptor, valid FROM candidates WHERE id > ? ORDER BY id",
             (after_id,),
         )
         migrants = self._db.rows(
-            "SELECT m.seq, m.after_id, m.genome_id, m.island, c.fitness, c.descriptor, c.valid "
+            f"SELECT m.seq, m.after_id, m.genome_id, m.island, c.{score}, c.descriptor, c.valid "
             "FROM migrations m JOIN candidates c ON c.id = m.genome_id "
             "WHERE m.after_id > ? ORDER BY m.seq",
             (after_id,),
@@ -290,7 +296,9 @@ class Store:
         return {
             "id": np.array([r[1] for r in order], np.int64),
             "island": np.array([r[2] for r in order], np.int32),
-            "fitness": np.array([np.nan if r[3] is None else r[3] for r in order], np.float32),
+            "fitness": _objectives([r[3] for r in order], objectives)
+            if objectives
+            else np.array([np.nan if r[3] is None else r[3] for r in order], np.float32),
             "descriptor": desc.astype(np.float32),
             "valid": np.array([bool(r[5]) for r in order], bool),
             "migrated": np.array([r[6] for r in order], bool),
@@ -377,3 +385,10 @@ def _candidate(row: tuple) -> Candidate:
         genome=genome or _LEGACY_GENOME.get(kind, kind),
         instruction=instruction,
     )
+
+
+def _objectives(metrics: list[str | None], objectives: tuple) -> np.ndarray:
+    """f32[N, M]: the maximised objectives in stored metrics (JSON text, or None)."""
+    from qd.task import objective_matrix
+
+    return objective_matrix(objectives, [None if m is None else json.loads(m) for m in metrics])

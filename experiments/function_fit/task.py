@@ -50,6 +50,9 @@ class FunctionFitTask:
     language: str = "python"
     descriptor_dim: int = 2
     descriptor_names: ClassVar[tuple[str, ...]] = (AXIS_NAMES["nodes"], AXIS_NAMES["constants"])
+    # For archive=pareto (``qd.task.objectives_of``): the error the fitness is minus of (held out
+    # for every program past the cascade), and the program's size in AST nodes.
+    objectives: ClassVar[tuple[tuple[str, str], ...]] = (("error", "min"), ("size", "min"))
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -104,6 +107,7 @@ class FunctionFitTask:
         shown = ", ".join(
             f"f({x:g}) = {y:.3g} (want {t:.3g})" for x, y, t in zip(self.train_x, outputs[0], self.train_y)
         )
+        metrics.update(error=-fitness, size=m["nodes"])
         return Scored(fitness, [m["nodes"], m["constants"]], True, metrics, artifacts={"values": shown})
 
 

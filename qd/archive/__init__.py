@@ -45,6 +45,7 @@ from qd.archive.novelty import (
 )
 from qd.archive.pareto import ParetoSpec, ParetoState
 from qd.archive.select import Elites, elites, sample
+from qd.archive.slots import Slots, best_per_cell, slots_of
 from qd.archive.state import CMA_MAE, ArchiveState, init, reset, thresholds, with_thresholds
 from qd.archive.stats import ArchiveStats, stats, union_stats
 
@@ -66,8 +67,10 @@ __all__ = [
     "NoveltyState",
     "ParetoSpec",
     "ParetoState",
+    "Slots",
     "TOPOLOGIES",
     "archive_novelty",
+    "best_per_cell",
     "cvt_centroids",
     "elites",
     "has_cells",
@@ -89,6 +92,7 @@ __all__ = [
     "reset",
     "sample",
     "select_migrants",
+    "slots_of",
     "stats",
     "union_stats",
     "with_thresholds",

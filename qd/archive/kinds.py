@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import jax
 
 from qd.archive import cells, novelty, pareto
+from qd.archive import state as cell_state
 from qd.archive.cells import InsertResult
 from qd.archive.cvt import CVTSpec
 from qd.archive.grid import GridSpec
@@ -40,12 +41,19 @@ class ArchiveKind(NamedTuple):
         has_cells: a cell index names the same niche on every island (grid, CVT), so
             islands can be merged cell by cell (:func:`qd.archive.union_stats`) and a
             cell can be drawn; False for slots of an unstructured archive (novelty).
+        init: ``(spec, islands)`` -> an empty state.
+        reset: ``(state, island_mask)`` -> ``state`` with the masked islands emptied (jitted).
+        objectives: the inserts take each candidate's maximised objectives f32[B, M]
+            (``qd.task.objective_matrix``) in place of its fitness.
     """
 
     insert: Insert
     insert_batch: Insert
     rebuild: Callable[..., ArchiveState]
     has_cells: bool
+    init: Callable[..., Any] = cell_state.init
+    reset: Callable[..., Any] = cell_state.reset
+    objectives: bool = False
 
 
 CELLS = ArchiveKind(cells.insert, cells.insert_batch, cells.rebuild, has_cells=True)
@@ -63,7 +71,9 @@ def _novelty_insert_batch(*args: Any) -> tuple[ArchiveState, InsertResult]:
 
 NOVELTY = ArchiveKind(_novelty_insert, _novelty_insert_batch, novelty.novelty_rebuild, has_cells=False)
 
-PARETO = ArchiveKind(pareto.insert, pareto.insert_batch, pareto.rebuild, has_cells=True)
+PARETO = ArchiveKind(
+    pareto.insert, pareto.insert_batch, pareto.rebuild, True, pareto.init, pareto.reset, objectives=True
+)
 
 # The kind of each spec type; a spec's kind is found by its type (or a base class's).
 KINDS: dict[type, ArchiveKind] = {GridSpec: CELLS, CVTSpec: CELLS, NoveltySpec: NOVELTY, ParetoSpec: PARETO}
@@ -80,6 +90,21 @@ def kind_of(spec: Any) -> ArchiveKind:
 def has_cells(spec: Any) -> bool:
     """Whether ``spec``'s cells are niches shared by all islands (see :class:`ArchiveKind`)."""
     return kind_of(spec).has_cells
+
+
+def init(spec: Any, islands: int) -> Any:
+    """An empty archive of ``spec``'s kind for ``islands`` islands."""
+    return kind_of(spec).init(spec, islands)
+
+
+def reset(spec: Any, state: Any, island_mask: Any) -> Any:
+    """``state`` with the islands where ``island_mask`` (bool[I]) is True emptied."""
+    return kind_of(spec).reset(state, island_mask)
+
+
+def takes_objectives(spec: Any) -> bool:
+    """Whether ``spec``'s inserts take objective vectors, not a fitness (see :class:`ArchiveKind`)."""
+    return kind_of(spec).objectives
 
 
 def insert(

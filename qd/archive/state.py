@@ -40,7 +40,13 @@ def thresholds(spec: CellSpec) -> dict[str, float]:
 
 def with_thresholds(spec: CellSpec, source: CellSpec) -> CellSpec:
     """``spec`` with ``source``'s CMA-MAE settings: for cells a run adopts mid-run (a
-    CycleQD phase's grid, a describer's fitted CVT), which keep the run's settings."""
+    CycleQD phase's grid, a describer's fitted CVT), which keep the run's settings. A
+    Pareto ``source`` (no thresholds: fronts) puts its fronts on the adopted cells; a
+    Pareto ``spec`` has no thresholds to take and stays as it is."""
+    if spec.kind == "pareto":
+        return spec
+    if source.kind == "pareto":
+        return dataclasses.replace(source, cells=spec)
     return dataclasses.replace(spec, learning_rate=source.learning_rate, threshold_min=source.threshold_min)
 
 

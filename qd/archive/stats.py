@@ -1,4 +1,8 @@
-"""Archive statistics, one convention (pyribs's), per island and over all islands."""
+"""Archive statistics, one convention (pyribs's), per island and over all islands.
+
+A Pareto archive counts as its best member per cell (:func:`qd.archive.slots.best_per_cell`):
+coverage is the share of cells with at least one member, the QD score sums each cell's best.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from qd.archive.pareto import ParetoState
+from qd.archive.slots import best_per_cell
 from qd.archive.state import ArchiveState
 
 
@@ -34,8 +40,9 @@ class ArchiveStats(NamedTuple):
 
 
 @jax.jit
-def stats(state: ArchiveState, offset: float | jax.Array = 0.0) -> ArchiveStats:
+def stats(state: ArchiveState | ParetoState, offset: float | jax.Array = 0.0) -> ArchiveStats:
     """Statistics of ``state``; ``offset`` is subtracted from each elite's fitness."""
+    state = best_per_cell(state)
     filled = state.genome_id >= 0
     cells = jnp.float32(state.num_cells)
     fitness_sum = jnp.sum(jnp.where(filled, state.fitness, 0.0), axis=1)
@@ -61,15 +68,16 @@ def stats(state: ArchiveState, offset: float | jax.Array = 0.0) -> ArchiveStats:
 
 
 @jax.jit
-def union_stats(state: ArchiveState, offset: float | jax.Array = 0.0) -> ArchiveStats:
+def union_stats(state: ArchiveState | ParetoState, offset: float | jax.Array = 0.0) -> ArchiveStats:
     """Statistics of the islands merged cell by cell (each cell keeps its best elite
     over all islands): what the whole run found. Each field is f32[1].
 
     The global entry of :func:`stats` counts a cell once per island that holds it,
     so it grows with copies (migrants) and with the island count; this does not.
-    Meaningful for cell archives (grid, CVT), where a cell index is the same niche
-    on every island.
+    Meaningful for cell archives (grid, CVT, Pareto), where a cell index is the same
+    niche on every island.
     """
+    state = best_per_cell(state)
     filled = state.genome_id >= 0
     best = jnp.max(jnp.where(filled, state.fitness, -jnp.inf), axis=0)
     merged = ArchiveState(

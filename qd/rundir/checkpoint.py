@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from qd.archive import ArchiveState
+from qd.archive import ArchiveState, ParetoState
 from qd.errors import CheckpointError
 from qd.rundir.layout import CHECKPOINT as FILE
 
@@ -62,17 +62,22 @@ def _corrupt(path: Path, e: BaseException) -> CheckpointError:
     )
 
 
-def load(directory: Path) -> tuple[ArchiveState, jax.Array, dict[str, Any]] | None:
+# The archive states a checkpoint may hold, told apart by their saved fields.
+STATES = (ArchiveState, ParetoState)
+
+
+def load(directory: Path) -> tuple[ArchiveState | ParetoState, jax.Array, dict[str, Any]] | None:
     """The last checkpoint in ``directory``, or None if there is none."""
     path = directory / FILE
     if not path.exists():
         return None
     try:
         with np.load(path) as data:
-            state = ArchiveState(**{k: jax.numpy.asarray(data[f"archive.{k}"]) for k in ArchiveState._fields})
+            kind = next(s for s in STATES if all(f"archive.{k}" in data.files for k in s._fields))
+            state = kind(**{k: jax.numpy.asarray(data[f"archive.{k}"]) for k in kind._fields})
             key = jax.random.wrap_key_data(data["key"])
             counters = json.loads(data["counters"].tobytes().decode())
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile, json.JSONDecodeError) as e:
+    except (OSError, KeyError, StopIteration, ValueError, zipfile.BadZipFile, json.JSONDecodeError) as e:
         raise _corrupt(path, e) from None
     return state, key, counters
 

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 from omegaconf import OmegaConf
 
-from qd.rundir.layout import CENTROIDS, CONFIG, Geometry, spec_of
-from qd.task import descriptor_names
+from qd.config import cells_kind
+from qd.rundir.layout import CENTROIDS, CONFIG, Geometry, fronts, spec_of
+from qd.task import descriptor_names, objectives_of
 
 
 def create(p: Any, run_dir: Path) -> Any:
@@ -30,7 +31,7 @@ def create(p: Any, run_dir: Path) -> Any:
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(p.cfg, run_dir / CONFIG, resolve=True)
-    centroids = _centroids(p, run_dir) if p.cfg.archive.kind == "cvt" else None
+    centroids = _centroids(p, run_dir) if cells_kind(p.cfg.archive) == "cvt" else None
     g = geometry_of(p, centroids)
     g.save(run_dir)
     return spec_of(g, centroids)
@@ -54,9 +55,10 @@ def create_of_spec(spec: Any, islands: int, genome: str | None, run_dir: Path, t
     ``task``)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     axes = descriptor_names(task, int(spec.descriptor_dim))
-    Geometry.of_spec(spec, islands, genome, axes).save(run_dir)
-    if spec.kind == "cvt":
-        np.save(run_dir / CENTROIDS, np.asarray(spec.centroids, np.float32))
+    Geometry.of_spec(spec, islands, genome, axes, objectives_of(task)).save(run_dir)
+    cells = getattr(spec, "cells", spec)  # a Pareto archive's fronts sit in cells
+    if cells.kind == "cvt":
+        np.save(run_dir / CENTROIDS, np.asarray(cells.centroids, np.float32))
 
 
 def _centroids(p: Any, run_dir: Path) -> np.ndarray:
@@ -82,7 +84,7 @@ def geometry_of(p: Any, centroids: np.ndarray | None) -> Geometry:
     cells = (
         len(centroids)
         if centroids is not None
-        else {"grid": math.prod(d.bins), "novelty": a.capacity}[a.kind]
+        else {"grid": math.prod(d.bins), "novelty": a.capacity}[cells_kind(a)]
     )
     novelty = (
         {
@@ -93,8 +95,9 @@ def geometry_of(p: Any, centroids: np.ndarray | None) -> Geometry:
         if a.kind == "novelty"
         else None
     )
+    pareto = fronts(a.front_size, objectives_of(p.task), a.reference) if a.kind == "pareto" else None
     return Geometry(
-        kind=a.kind,
+        kind=cells_kind(a),
         islands=int(p.cfg.islands.count),
         cells=int(cells),
         dim=int(d.dim),
@@ -107,6 +110,7 @@ def geometry_of(p: Any, centroids: np.ndarray | None) -> Geometry:
         novelty=novelty,
         genome=p.genome.name if p.genome is not None else None,
         loop=p.loop,
+        pareto=pareto,
     )
 
 

@@ -41,7 +41,7 @@ class Geometry:
     """The archive's shape, saved with the run so a reader needs neither the task nor the plan.
 
     Attributes:
-        kind: ``grid``, ``cvt`` or ``novelty``.
+        kind: ``grid``, ``cvt`` or ``novelty``: the cells (of a Pareto archive's fronts too).
         islands: the island count (the archive's leading axis).
         cells: cells per island (a novelty archive's capacity).
         dim: descriptor dimensions.
@@ -53,6 +53,10 @@ class Geometry:
         novelty: a novelty archive's ``k``, ``threshold`` and ``local_competition``.
         genome: the text genome kind (``program``, ``agent``, ...), or None for vectors.
         loop: ``host`` or ``device``.
+        pareto: a Pareto archive's ``front_size``, its task's ``objectives`` ([name,
+            direction] pairs: a reader turns stored metrics into the archive's values
+            without the task) and the hypervolume ``reference`` (None: derived); None
+            for one elite per cell.
     """
 
     kind: str
@@ -68,14 +72,32 @@ class Geometry:
     novelty: dict[str, Any] | None = None
     genome: str | None = None
     loop: str = "host"
+    pareto: dict[str, Any] | None = None
+
+    @property
+    def objectives(self) -> tuple[tuple[str, str], ...]:
+        """The task's objectives a Pareto archive holds (``qd.task.objectives_of``); () for a
+        single-objective archive."""
+        return tuple(tuple(o) for o in self.pareto["objectives"]) if self.pareto else ()
 
     @classmethod
-    def of_spec(cls, spec: Any, islands: int, genome: str | None, axes: tuple[str, ...]) -> Geometry:
+    def of_spec(
+        cls,
+        spec: Any,
+        islands: int,
+        genome: str | None,
+        axes: tuple[str, ...],
+        objectives: tuple[tuple[str, str], ...] = (),
+    ) -> Geometry:
         """The geometry of a run built from Python objects (``qd.build`` with parts): all of it but
-        the ``axes``' names is in the spec (a CVT's centroids are saved beside it, as
-        ``centroids.npy``)."""
+        the ``axes``' names and a Pareto archive's ``objectives`` is in the spec (a CVT's
+        centroids are saved beside it, as ``centroids.npy``)."""
         from qd import archive
 
+        pareto = None
+        if spec.kind == "pareto":
+            pareto = fronts(spec.front_size, objectives, None)
+            spec = spec.cells
         dim, kind = int(spec.descriptor_dim), spec.kind
         bins, lower, upper, novelty = (), (0.0,) * dim, (1.0,) * dim, None
         if kind == "grid":
@@ -97,6 +119,7 @@ class Geometry:
             thresholds=archive.thresholds(spec),
             novelty=novelty,
             genome=genome,
+            pareto=pareto,
         )
 
     def save(self, run_dir: Path) -> None:
@@ -125,9 +148,27 @@ class Geometry:
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
 
 
+def fronts(front_size: int, objectives: Any, reference: Any) -> dict[str, Any]:
+    """:attr:`Geometry.pareto` of a Pareto archive."""
+    return {
+        "front_size": int(front_size),
+        "objectives": [[str(name), str(direction)] for name, direction in objectives],
+        "reference": None if reference is None else [float(r) for r in reference],
+    }
+
+
 def spec_of(g: Geometry, centroids: np.ndarray | None) -> Any:
     """The archive spec of ``g``; a CVT's cells are ``centroids`` (None: no spec yet, a
     describer's own CVT that has not fitted)."""
+    from qd import archive
+
+    cells = _cells_of(g, centroids)
+    if g.pareto is None or cells is None:
+        return cells
+    return archive.ParetoSpec(cells, g.pareto["front_size"], len(g.objectives))
+
+
+def _cells_of(g: Geometry, centroids: np.ndarray | None) -> Any:
     from qd import archive
 
     cma_mae = g.thresholds

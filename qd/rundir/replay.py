@@ -20,7 +20,9 @@ from qd.rundir.layout import CHECKPOINTS, Geometry
 class PlacementLog(Protocol):
     """What a replay reads from the store: the archive offers after a row, and the newest row."""
 
-    def placements(self, after_id: int = -1, descriptor_dim: int | None = None) -> dict[str, np.ndarray]: ...
+    def placements(
+        self, after_id: int = -1, descriptor_dim: int | None = None, objectives: tuple = ()
+    ) -> dict[str, np.ndarray]: ...
 
     def last_id(self) -> int: ...
 
@@ -41,13 +43,16 @@ class Replayed(NamedTuple):
     last_id: int
 
 
-def replay(log: PlacementLog, spec: Any, archive: Any, islands: Any, after_id: int) -> Replayed | None:
+def replay(
+    log: PlacementLog, spec: Any, archive: Any, islands: Any, after_id: int, objectives: tuple = ()
+) -> Replayed | None:
     """Inserts every store row (and migration) newer than ``after_id`` into ``archive``; islands
     reset after it restart empty, then one batched insert (``archive`` is donated). None: the
-    store holds nothing newer."""
+    store holds nothing newer. ``objectives``: a Pareto archive's (``Geometry.objectives``),
+    whose values are read from the rows' metrics."""
     from qd.search import islands as island_ops
 
-    offers = log.placements(after_id, spec.descriptor_dim)
+    offers = log.placements(after_id, spec.descriptor_dim, objectives)
     if not len(offers["id"]) and not len(offers["reset"]):
         return None
     archive, islands, _ = island_ops.replay(spec, archive, islands, offers)
@@ -64,6 +69,8 @@ class Snapshot(NamedTuple):
         last_id: the newest store row reflected.
         checkpoint_id: the newest row the checkpoint held (-1: no checkpoint yet).
         evaluations: candidates in the store.
+        fronts: a Pareto archive's whole state on the host (``qd.archive.ParetoState``: every
+            front), whose best member per cell the arrays above hold; None for the other kinds.
     """
 
     fitness: np.ndarray
@@ -72,6 +79,7 @@ class Snapshot(NamedTuple):
     last_id: int
     checkpoint_id: int
     evaluations: int
+    fronts: Any = None
 
     def filled(self, island: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(island, cell) index arrays of the filled cells (of one island when given)."""
@@ -99,8 +107,8 @@ def snapshot(run_dir: Path, store: Any, g: Geometry, spec: Any) -> Snapshot:
     last_id = checkpoint_id
     if spec is not None and counters.get("loop") != "device":
         if state is None:
-            state = archive.init(spec, g.islands, g.dim)
-        done = replay(store, spec, state, island_ops.init(g.islands, g.cells), checkpoint_id)
+            state = archive.kinds.init(spec, g.islands)
+        done = replay(store, spec, state, island_ops.init(g.islands, g.cells), checkpoint_id, g.objectives)
         if done is not None:
             state, last_id = done.archive, done.last_id
     if state is None:  # nothing placed yet
@@ -112,6 +120,8 @@ def snapshot(run_dir: Path, store: Any, g: Geometry, spec: Any) -> Snapshot:
             -1,
             evaluations,
         )
+    fronts = jax.device_get(state) if g.pareto else None
+    state = archive.best_per_cell(state)  # a front shows its best member (``qd.archive.slots``)
     fitness, descriptor, ids = (
         np.asarray(x) for x in jax.device_get((state.fitness, state.descriptor, state.genome_id))
     )
@@ -123,4 +133,5 @@ def snapshot(run_dir: Path, store: Any, g: Geometry, spec: Any) -> Snapshot:
         last_id,
         checkpoint_id,
         evaluations,
+        fronts,
     )

@@ -12,8 +12,11 @@ Islands keep several lineages apart. Two rules keep them apart:
 
 :class:`IslandState` is the bookkeeping kept next to the archive's
 :class:`~qd.archive.ArchiveState` (checkpoint both). Every function is pure and
-jitted over the island axis and works for any archive kind (grid, CVT, novelty):
-inserts go through :func:`qd.archive.kinds.insert_batch`.
+jitted over the island axis and works for any archive kind (grid, CVT, novelty,
+Pareto): inserts and resets go through :mod:`qd.archive.kinds`, and elites are read
+through :mod:`qd.archive.slots` (a front's members are its cell's slots; an island's
+best is its best member's scalar). A migrant marks its whole cell, as it marks a
+grid's: no member of a front that a migrant entered is sent on.
 
 History in the store: record migrations and reseeds with ``Store.add_migrations``
 and resets with ``Store.add_reset`` (before their reseeds); :func:`replay` applies
@@ -32,8 +35,8 @@ import numpy as np
 from qd.archive import kinds
 from qd.archive.cells import InsertResult
 from qd.archive.migration import Migrants, select_migrants
+from qd.archive.slots import best_per_cell, slots_of
 from qd.archive.state import ArchiveState
-from qd.archive.state import reset as reset_islands
 
 
 class IslandState(NamedTuple):
@@ -76,7 +79,7 @@ def _mark(
 
 def _island_best(state: ArchiveState) -> jax.Array:
     """f32[I]: the best elite's fitness per island (-inf when empty)."""
-    return jnp.max(state.fitness, axis=1)
+    return jnp.max(best_per_cell(state).fitness, axis=1)
 
 
 @jax.jit
@@ -139,10 +142,13 @@ def migrate(
         the store); and their InsertResult (where ``is_elite``, the elite of
         ``(source_island, source_cell)`` now also sits in ``(island, cell)``).
     """
-    sending = (istate.since_migration >= every) & (state.num_islands >= 2)
-    eligible = (state.genome_id >= 0) & ~istate.migrant
-    m = select_migrants(state, key, topology, k, eligible, sending)
-    state, result = kinds.insert_batch(spec, state, m.island, m.descriptor, m.fitness, m.genome_id, m.valid)
+    view = slots_of(state)
+    sending = (istate.since_migration >= every) & (view.elites.num_islands >= 2)
+    eligible = (view.elites.genome_id >= 0) & ~istate.migrant[:, view.cell]
+    m = select_migrants(view.elites, key, topology, k, eligible, sending)
+    values = view.values[m.source_island, m.source_cell]
+    state, result = kinds.insert_batch(spec, state, m.island, m.descriptor, values, m.genome_id, m.valid)
+    m = m._replace(source_cell=view.cell[m.source_cell])
     return (
         state,
         IslandState(
@@ -178,7 +184,9 @@ def reset_stagnant(
         elite); and their InsertResult. Record ``Store.add_reset(after_id,
         flatnonzero(reset))`` and then the valid reseeds with ``add_migrations``.
     """
-    num_islands = state.num_islands
+    view = slots_of(state)
+    elites = view.elites
+    num_islands = elites.num_islands
     num_weak = num_islands // 2
     trigger = (istate.stale >= patience) & (num_islands >= 2)
     ranked = jnp.argsort(istate.best, stable=True)  # weakest first
@@ -186,14 +194,14 @@ def reset_stagnant(
     reset = trigger & (rank < num_weak)
     pick = jax.random.randint(key, (num_islands,), 0, num_islands - num_weak)
     source = ranked[num_weak + pick].astype(jnp.int32)
-    cell = jnp.argmax(state.fitness[source], axis=1).astype(jnp.int32)
-    genome_id = state.genome_id[source, cell]
+    slot = jnp.argmax(elites.fitness[source], axis=1).astype(jnp.int32)
+    genome_id = elites.genome_id[source, slot]
     m = Migrants(
         source_island=source,
-        source_cell=cell,
+        source_cell=view.cell[slot],
         island=jnp.arange(num_islands, dtype=jnp.int32),
-        descriptor=state.descriptor[source, cell],
-        fitness=state.fitness[source, cell],
+        descriptor=elites.descriptor[source, slot],
+        fitness=elites.fitness[source, slot],
         genome_id=genome_id,
         valid=reset & (genome_id >= 0),
     )
@@ -201,10 +209,10 @@ def reset_stagnant(
     def reseed(state: ArchiveState) -> tuple[ArchiveState, InsertResult]:
         return kinds.insert_batch(
             spec,
-            reset_islands(state, reset),
+            kinds.reset(spec, state, reset),
             m.island,
             m.descriptor,
-            m.fitness,
+            view.values[source, slot],
             m.genome_id,
             m.valid,
         )
@@ -243,9 +251,9 @@ def replay(
     ``stale`` and ``since_migration`` count the replayed candidates as new offers).
     ``state`` is donated.
     """
-    mask = np.zeros(state.num_islands, bool)
+    mask = np.zeros(istate.best.shape[0], bool)
     mask[offers["reset"]] = True
-    state = reset_islands(state, mask)
+    state = kinds.reset(spec, state, mask)
     istate = istate._replace(
         migrant=jnp.where(mask[:, None], False, istate.migrant),
         best=jnp.where(mask, -jnp.inf, istate.best),

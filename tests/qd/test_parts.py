@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from qd import archive, events
 from qd import state as run_state
+from qd.archive import pareto
 from qd.budget import Budget, Spending
+from qd.contract import Candidate
 from qd.elite_table import ArchiveView, EliteTable
 from qd.llm import Ledger
 from qd.search import scheduler
@@ -162,6 +164,22 @@ def test_a_proposal_reads_the_archive_when_it_starts_not_when_it_runs():
     proposal = asyncio.run(work)
     assert [list(c.parent_ids) for c in proposal.candidates] == [[5]] * 4
     np.testing.assert_array_equal([c.vector for c in proposal.candidates], [[3.0, 4.0]] * 4)
+
+
+def test_the_elite_table_follows_a_front_through_inserts_copies_and_resets():
+    spec = archive.ParetoSpec(archive.GridSpec((2,), (0.0,), (1.0,)), front_size=2, num_objectives=2)
+    made = [Candidate("text", 0, 0.0, None, True, text=f"p{i}", id=i) for i in range(3)]
+    state, _ = pareto.insert(
+        spec, pareto.init(spec, 2), 0, [[0.2], [0.3], [0.9]], [[2, 0], [0, 2], [1, 1]], [0, 1, 2]
+    )
+    elites = EliteTable((2, 4), genome_dim=None)
+    elites.enter(state, made)
+    assert [c.text if c else None for c in elites.table[0]] == ["p0", "p1", "p2", None]
+    moved = pareto.insert(spec, state, 1, [[0.9]], [[1, 1]], [2])[0]  # a copy of id 2 on island 1
+    elites.enter(moved)  # found in the row that holds it
+    assert elites.table[1, 2] is made[2] and elites.ids[1].tolist() == [-1, -1, 2, -1]
+    elites.enter(pareto.reset(moved, np.asarray([True, False])))
+    assert list(elites.table[0]) == [None] * 4 and elites.table[1, 2] is made[2]
 
 
 def test_events_are_versioned_and_old_lines_read_as_commits(tmp_path):

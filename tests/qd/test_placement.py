@@ -10,7 +10,7 @@ import numpy as np
 from qd import archive
 from qd import state as run_state
 from qd.contract import Candidate, Described, Descriptor
-from qd.placement import Placement
+from qd.placement import Placement, values_of
 from qd.search.scheduler import make_bandit
 
 GRID = archive.GridSpec((4,), (0.0,), (1.0,))
@@ -38,12 +38,12 @@ class History:
     def iter(self):
         return iter(self.candidates)
 
-    def placements(self, after_id: int, dim: int) -> dict[str, np.ndarray]:
+    def placements(self, after_id: int, dim: int, objectives: tuple = ()) -> dict[str, np.ndarray]:
         rows = [c for c in self.candidates if c.id > after_id]
         return {
             "id": np.asarray([c.id for c in rows], np.int64),
             "island": np.zeros(len(rows), np.int32),
-            "fitness": np.asarray([c.fitness for c in rows], np.float32),
+            "fitness": values_of(rows, objectives),
             "descriptor": np.stack([c.descriptor for c in rows]).astype(np.float32),
             "valid": np.ones(len(rows), bool),
             "migrated": np.zeros(len(rows), bool),
@@ -156,3 +156,19 @@ def test_a_refit_is_due_from_the_counted_valid_candidates_and_refitting_replaces
     placed = sorted(int(i) for i in np.asarray(refitted.archive.genome_id[0]) if i >= 0)
     assert placed == [0, 1, 2, 3]  # fitness 0, .3, .6, .9 -> one cell each of the 4-cell grid
     assert not placement.refit_due(refitted)
+
+
+def test_a_pareto_refit_rebuilds_the_fronts_from_each_candidates_objectives():
+    objectives = (("error", "min"), ("size", "min"))
+    fronts = archive.ParetoSpec(GRID, front_size=2, num_objectives=2)
+    placement = Placement(fronts, Fitted(), None, "text", 1, 0, objectives)
+    assert Placement(GRID, None, None, "text", 1, 0, objectives).objectives == ()  # one elite per cell
+    scored = [(0.1, 1.0, 5), (0.15, 2.0, 3), (0.12, 3.0, 6), (0.9, 0.5, 9)]  # (fitness, error, size)
+    history = History([candidate(i, f, 0.0, {"error": e, "size": n}) for i, (f, e, n) in enumerate(scored)])
+    state, offers = placement.offers(history.candidates, fresh(fronts))
+    np.testing.assert_array_equal(offers.values[1], [-2.0, -3.0])  # maximised: both negated
+    assert offers.fitness.tolist() == np.float32([0.1, 0.15, 0.12, 0.9]).tolist()
+    state, event = asyncio.run(placement.refit(history, state))
+    ids = np.asarray(state.archive.genome_id)[0]  # the describer places by fitness: cells 0 and 3
+    assert ids[0].tolist() == [0, 1] and ids[3].tolist() == [3, -1]  # 2 is dominated by 0
+    assert event["placed"] == 4 and np.asarray(state.islands.migrant).shape == (1, 4)

@@ -251,6 +251,13 @@ def no_run(monkeypatch):
             "archive.cvt_samples: is 10, fewer than archive.cells=64 (sample at least one point per cell)",
         ),
         (
+            ["experiment=sphere", "archive=pareto"],
+            "archive.kind: a Pareto archive needs objectives; the task declares none (use grid)",
+        ),
+        ([*TEXT, "archive=pareto", "archive.front_size=0"], "archive.front_size: must be >= 1, got 0"),
+        ([*TEXT, "archive=pareto", "archive.reference=[1.0]"], "archive.reference: needs 2 values"),
+        ([*TEXT, "archive=pareto", "select=curiosity"], "select.parents: curiosity scores cells, not fronts"),
+        (
             ["experiment=sphere", "runner=ray"],
             "runner: runner=ray runs sandboxed evaluations; this run's evaluator is inprocess "
             "(use runner=local: its evaluations are cheap, or trusted host code)",

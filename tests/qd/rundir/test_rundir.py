@@ -4,14 +4,16 @@ after the end; what the end of a run writes and prints; and the history behind t
 import json
 import sqlite3
 
+import jax
 import numpy as np
 import pytest
 from helpers import small_config, stored
 
-from qd import history, rundir
+from qd import archive, history, rundir
+from qd.archive import pareto
 from qd.plan import plan
 from qd.run import build_engine, print_best
-from qd.rundir import Geometry, RunDir, RunDirError, written_best
+from qd.rundir import Geometry, RunDir, RunDirError, checkpoint, written_best
 from qd.rundir.layout import CENTROIDS, CONFIG, GEOMETRY, spec_of
 
 
@@ -249,3 +251,18 @@ def test_a_setting_the_run_settles_at_its_start_is_what_its_resume_reads(tmp_pat
     assert (
         saved.runner.in_flight == 7 and saved.runner.name == "ray" and "runner.in_flight" in founding.SETTLED
     )
+
+
+def test_a_pareto_geometry_and_checkpoint_read_back_as_its_spec_and_fronts(tmp_path):
+    spec = archive.ParetoSpec(archive.GridSpec((3,), (0.0,), (1.0,)), front_size=2, num_objectives=2)
+    objectives = (("error", "min"), ("size", "min"))
+    Geometry.of_spec(spec, 2, "program", ("x",), objectives).save(tmp_path)
+    g = Geometry.load(tmp_path)
+    assert (g.kind, g.objectives, g.pareto["front_size"]) == ("grid", objectives, 2)
+    assert spec_of(g, None) == spec
+    state, _ = pareto.insert(spec, pareto.init(spec, 2), 1, [[0.5]], [[-1.0, -4.0]], [7])
+    checkpoint.save(tmp_path / "checkpoints", state, jax.random.key(0), {"last_id": 7})
+    loaded, _, counters = checkpoint.load(tmp_path / "checkpoints")
+    assert type(loaded) is archive.ParetoState and counters["last_id"] == 7
+    for got, want in zip(loaded, state):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -307,6 +307,51 @@ def test_migration_and_reset_work_on_a_novelty_archive():
     assert _holdings(state) == [{0, 3}, {3}, {3}, {3, 2}]
 
 
+def test_migration_reset_and_replay_work_on_pareto_fronts():
+    """Front members migrate and reseed through the same functions (the one with the largest
+    first objective goes), a migrant marks its cell, and a replay of that history rebuilds it."""
+    spec = qa.ParetoSpec(SPEC, front_size=2, num_objectives=2)
+    values = np.asarray([[4.0, 0.0], [1.0, 2.0], [2.0, 0.0], [3.0, 0.0], [1.0, 0.0]], np.float32)
+    island, cells = np.asarray([0, 0, 1, 2, 3], np.int32), [3, 3, 5, 7, 9]
+    state, result = qa.insert(
+        spec, qa.kinds.init(spec, ISLANDS), island, CENTRES[cells], values, np.arange(5)
+    )
+    pad = jax.tree_util.tree_map(_pad, result)
+    istate = islands.record(islands.init(ISLANDS, CELLS), state, _pad(island), pad, _pad(np.ones(5, bool)))
+    np.testing.assert_array_equal(istate.best, [4.0, 2.0, 3.0, 1.0])  # each island's best first objective
+    istate = istate._replace(since_migration=jnp.asarray([1, 0, 0, 0], jnp.int32))
+    state, istate, m, _ = islands.migrate(spec, state, istate, KEY, "ring", 1, 1)
+    sent = np.asarray(m.valid)
+    assert np.asarray(m.genome_id)[sent].tolist() == [0] and np.asarray(m.source_cell)[sent].tolist() == [3]
+    target = int(np.asarray(m.island)[sent][0])
+    assert np.asarray(state.genome_id)[target, 3].tolist() == [0, -1]
+    assert np.argwhere(np.asarray(istate.migrant)).tolist() == [[target, 3]]
+    state, istate, reset, m, _ = islands.reset_stagnant(
+        spec, state, istate._replace(stale=jnp.int32(9)), KEY, 9
+    )
+    weak = np.flatnonzero(np.asarray(reset)).tolist()
+    assert len(weak) == 2 and target not in weak and 0 not in weak
+    for i in weak:  # each reseeded with the survivors' best member: id 0, scalar 4
+        assert set(np.asarray(state.genome_id)[i].ravel().tolist()) == {-1, 0}
+    copies = [target, *weak]
+    offers = {
+        "island": np.asarray([0, 0, 1, 2, 3, *copies], np.int32),
+        "descriptor": CENTRES[[3, 3, 5, 7, 9, 3, 3, 3]],
+        "fitness": values[[0, 1, 2, 3, 4, 0, 0, 0]],
+        "id": np.asarray([0, 1, 2, 3, 4, 0, 0, 0]),
+        "valid": np.ones(8, bool),
+        "migrated": np.asarray([False] * 5 + [True] * 3),
+        "reset": np.zeros(0, np.int64),
+    }
+    keep = ~np.isin(offers["island"], weak) | offers["migrated"]  # offers to a reset island are dropped
+    offers = {k: v if k == "reset" else v[keep] for k, v in offers.items()}
+    replayed, ireplayed, _ = islands.replay(
+        spec, qa.kinds.init(spec, ISLANDS), islands.init(ISLANDS, CELLS), offers
+    )
+    _assert_trees_equal(replayed, state)
+    np.testing.assert_array_equal(ireplayed.migrant, istate.migrant)
+
+
 def test_migration_and_replay_insert_with_the_spec_cma_mae_settings():
     """Migrants and replayed offers go in under the spec's learning rate and threshold_min
     (soft thresholds), as live inserts do: no setting travels beside the spec."""

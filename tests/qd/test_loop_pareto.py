@@ -1,0 +1,97 @@
+"""``archive=pareto`` through the host engine: function_fit's fronts of (held-out error, program
+size) on the scripted server, and a run killed with ``kill -9`` and resumed that ends with the
+fronts of the same run left alone."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from helpers import on_server, qd_run, varied_program
+from scripted_llm import Rule
+
+from qd.rundir import RunDir, checkpoint
+from qd.rundir.layout import Geometry, spec_of
+from qd.store import Store
+
+
+def _args(base_url: str, run_dir) -> list[str]:
+    """A small function_fit run on fronts of two: one proposal in flight and a checkpoint after
+    every commit, so where it stands at a checkpoint is all a resume needs."""
+    return [
+        "experiment=function_fit",
+        "archive=pareto",
+        "archive.front_size=2",
+        *on_server(base_url),
+        "llm.timeout_s=5",
+        "runner.in_flight=1",
+        "runner.workers=1",
+        "runner.checkpoint_every=1",
+        "runner.initial_population=2",
+        "runner.max_llm_calls=10",
+        "islands.count=2",
+        "islands.migrate_every=4",
+        "operators.mix=[{name: rewrite}]",
+        "seed=2",
+        f"hydra.run.dir={run_dir}",
+    ]
+
+
+def _fronts(run_dir) -> dict[str, np.ndarray]:
+    state, _, counters = checkpoint.load(run_dir / "checkpoints")
+    return {"last_id": counters["last_id"], **{k: np.asarray(v) for k, v in state._asdict().items()}}
+
+
+@pytest.mark.slow
+def test_a_pareto_run_killed_and_resumed_ends_with_the_fronts_of_one_left_alone(scripted_llm, tmp_path):
+    server = scripted_llm([Rule("", varied_program)])
+    alone, killed = tmp_path / "alone", tmp_path / "killed"
+    end = json.loads(qd_run("--json", *_args(server.base_url, alone), cwd=tmp_path).stdout.splitlines()[-1])
+    fronts = _fronts(alone)
+    g = Geometry.load(alone)
+    assert g.kind == "grid" and g.objectives == (("error", "min"), ("size", "min"))
+    assert spec_of(g, None).front_size == 2 and fronts["objectives"].shape == (2, 60, 2, 2)
+    members = fronts["genome_id"] >= 0
+    assert members.all(axis=2).any()  # some cell keeps a trade-off of two programs
+    with Store(alone / "store.sqlite", readonly=True) as store:
+        metrics = {c.id: c.metrics for c in store.iter()}
+    for gid, values in zip(fronts["genome_id"][members], fronts["objectives"][members]):
+        want = np.float32([-metrics[gid]["error"], -metrics[gid]["size"]])  # maximised
+        np.testing.assert_array_equal(values, want)
+    filled = members.any(axis=2).sum()
+    assert end["global"]["num_elites"] == filled  # coverage counts cells with a member
+    with RunDir(alone) as run:  # a reader replays the same fronts and shows each cell's best
+        snap = run.snapshot()
+    np.testing.assert_array_equal(snap.fronts.genome_id, fronts["genome_id"])
+    assert ((snap.genome_id >= 0) == members.any(axis=2)).all()
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qd.run", *_args(server.base_url, killed)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # past the 4 founders, mid-way through the model's children
+        if _last_id(killed) >= 8:
+            break
+        time.sleep(0.005)
+    assert proc.poll() is None, proc.stderr.read()[-2000:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert _last_id(killed) < fronts["last_id"]
+    qd_run(f"resume={killed}", cwd=tmp_path)
+    resumed = _fronts(killed)
+    for name, array in fronts.items():
+        np.testing.assert_array_equal(resumed[name], array, err_msg=name)
+
+
+def _last_id(run_dir) -> int:
+    """The newest store row the checkpoint holds (written atomically: read whole or not at all)."""
+    loaded = checkpoint.load(run_dir / "checkpoints")
+    return -1 if loaded is None else loaded[2]["last_id"]
