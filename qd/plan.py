@@ -327,11 +327,24 @@ def device_blockers(cfg: DictConfig, task: Any) -> list[ConfigError]:
         "use runner.evaluator=auto",
     )
     needs(
-        c.archive.kind in ("grid", "cvt"),
+        c.archive.kind in ("grid", "cvt", "pareto"),
         "archive.kind",
         "the device loop fills cell archives",
-        "use archive=grid or archive=cvt",
+        "use archive=grid, archive=cvt or archive=pareto",
     )
+    if c.archive.kind == "pareto":  # qd.device.fronts
+        needs(
+            callable(getattr(task, "objectives_jax", None)),
+            "archive.kind",
+            f"experiment {c.experiment.task!r} has no JAX objectives (objectives_jax)",
+            "use runner.loop=host",
+        )
+        needs(
+            c.islands.count == 1 or c.islands.migrate_every == 0,
+            "islands.migrate_every",
+            "the device loop does not migrate between Pareto fronts",
+            "use islands.migrate_every=0",
+        )
     needs(
         c.select.parents == "uniform",
         "select.parents",

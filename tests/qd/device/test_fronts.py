@@ -71,3 +71,38 @@ def test_a_drawn_parent_is_a_member_of_its_cell_and_every_member_is_drawn():
     assert (drawn >= 0).all()
     counts = {i: int((drawn == i).sum()) for i in (4, 7, 9, 1, 2, 3)}
     assert counts[9] == 400 and min(counts.values()) > 100, counts
+
+
+@pytest.mark.slow
+def test_qd_run_puts_a_pareto_run_on_the_device_and_stores_its_fronts(tmp_path):
+    import qd
+    from qd.plan import compose
+    from qd.rundir import checkpoint
+    from qd.store import Store
+
+    cfg = compose(
+        [
+            "experiment=mo_rastrigin",
+            "archive=pareto",
+            "runner.loop=device",
+            "experiment.params.dim=6",
+            "runner.batch_size=32",
+            "runner.max_evaluations=640",
+            "runner.progress=false",
+        ]
+    )
+    engine = qd.build(cfg, tmp_path)
+    try:
+        summary = engine.run()
+    finally:
+        engine.close()
+    assert summary["loop"] == "device" and summary["evaluations"] == 640
+    state, _, _ = checkpoint.load(tmp_path / "checkpoints")
+    ids = np.asarray(state.genome_id)
+    assert isinstance(state, pareto.ParetoState) and (ids >= 0).sum() > 64  # fronts, not one per cell
+    with Store(tmp_path / "store.sqlite", readonly=True) as store:
+        rows = {c.id: c for c in store.iter()}
+    for island, cell, slot in zip(*np.nonzero(ids >= 0)):
+        row = rows[int(ids[island, cell, slot])]
+        got = [-row.metrics["rastrigin"], -row.metrics["rastrigin_lag"]]
+        np.testing.assert_allclose(got, np.asarray(state.objectives)[island, cell, slot], rtol=1e-6)
