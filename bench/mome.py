@@ -18,8 +18,9 @@ centroids (``qd.archive.centroids.cvt_centroids``), so the archives have equal s
    emitter (polynomial crossover then mutation). Both start from 100 uniform genomes
    and run ``--generations`` batches more; the hypervolume (every cell's front's,
    summed: QDax's MOQD score) is computed by ``qd.archive.hypervolume`` for both, from
-   the reference point the notebook's, in maximised units, -150 per objective, unless
-   ``--reference`` is given; medians of ``--repeats`` seeds.
+   one reference point for all runs, derived from all final fronts
+   (``qd.archive.hypervolume.derived_reference``) unless ``--reference`` is given (the
+   notebook's is -150 per objective, for 100,000 evaluations); medians of ``--repeats`` seeds.
 
 QDax stays out of qd's environment: this script calls itself in ``--qdax-python``
 (a venv with ``qdax==0.5.0``; its jax is qd's, 0.10.2) with ``--_qdax`` and reads one
@@ -278,7 +279,11 @@ def main() -> None:
     ap.add_argument("--warm", type=int, default=10, help="inserts before timing (not timed)")
     ap.add_argument("--generations", type=int, default=300, help="batches after the first, per loop")
     ap.add_argument("--repeats", type=int, default=3, help="seeds of the loops, repeats of the inserts")
-    ap.add_argument("--reference", type=float, default=-150.0, help="per objective, maximised units")
+    ap.add_argument(
+        "--reference",
+        type=float,
+        help="per objective, maximised units (the notebook's: -150); default: derived from all final fronts",
+    )
     ap.add_argument("--write", action="store_true", help="write the section into bench/RESULTS.md")
     args = ap.parse_args()
 
@@ -286,7 +291,7 @@ def main() -> None:
 
     centroids = cvt_centroids(args.cells, [LOWER] * 2, [UPPER] * 2, samples=20_000, seed=0).astype(np.float32)
     data = batches(args.calls, args.batch, seed=0)
-    reference = np.full(2, args.reference)
+    reference = None if args.reference is None else np.full(2, args.reference)
     rows: dict[str, dict[str, list]] = {"qd": {}, "QDax": {}}
     with tempfile.TemporaryDirectory() as tmp:
         files = {"centroids": f"{tmp}/centroids.npy", "batches": f"{tmp}/batches.npz"}
@@ -304,12 +309,18 @@ def main() -> None:
                 row.setdefault("insert_s", []).extend(got["insert_s"])
                 for loop in got["loops"]:
                     row.setdefault("loop_s", []).append(loop["seconds"])
-                    row.setdefault("hypervolume", []).append(
-                        hypervolume_sum(np.asarray(loop["objectives"]), reference)
-                    )
+                    row.setdefault("fronts", []).append(np.asarray(loop["objectives"], np.float64))
                     members = np.all(np.isfinite(np.asarray(loop["objectives"], np.float64)), axis=-1)
                     row.setdefault("members", []).append(float(members.sum()))
-                print(name, seed, {k: v[-1] for k, v in row.items()}, flush=True)
+                print(name, seed, {k: v[-1] for k, v in row.items() if k != "fronts"}, flush=True)
+    if reference is None:  # one reference for every run of both: the worst of all final fronts
+        from qd.archive.hypervolume import derived_reference
+
+        reference = derived_reference(
+            np.concatenate([f.reshape(-1, 2) for r in rows.values() for f in r["fronts"]])
+        )
+    for row in rows.values():
+        row["hypervolume"] = [hypervolume_sum(f, reference) for f in row.pop("fronts")]
     evaluations = args.batch * (args.generations + 1)
     speedup = np.median(rows["QDax"]["insert_s"]) / np.median(rows["qd"]["insert_s"])
     table = [
@@ -327,10 +338,10 @@ def main() -> None:
     )
     print("\n".join(table))
     if args.write:
-        write(args, "\n".join(table))
+        write(args, "\n".join(table), reference)
 
 
-def write(args: argparse.Namespace, table: str) -> None:
+def write(args: argparse.Namespace, table: str, reference: np.ndarray) -> None:
     from _results import commit, versions, write_section
 
     command = " ".join(["python bench/mome.py", *sys.argv[1:]])
@@ -344,7 +355,7 @@ def write(args: argparse.Namespace, table: str) -> None:
 - Setup (the script's docstring has it in full): QDax's `examples/mome.ipynb` task, {args.cells} CVT cells
   (the same centroids for both), fronts of {args.front}, batches of {args.batch}; insert: medians over
   {args.calls - args.warm} calls after {args.warm} per repeat, {args.repeats} repeats; loop: {args.repeats}
-  seeds, hypervolume summed over cells from the reference {args.reference:g} per objective (maximised units),
+  seeds, hypervolume summed over cells from the reference {np.round(reference, 1).tolist()} (maximised units),
   computed by `qd.archive.hypervolume` for both. Who goes first alternates per repeat.
 
 {table}
