@@ -306,6 +306,7 @@ def device_blockers(cfg: DictConfig, task: Any) -> list[ConfigError]:
     """Why this config cannot run on the device loop: one error per setting it lacks
     (empty: it can). The device loop fuses uniform selection, the numeric
     operators, the task's JAX evaluation and the insert; everything else needs the host."""
+    from qd.device.fronts import fronts_on_device
     from qd.task import has_device_evaluation
 
     c, out = cfg, []
@@ -327,24 +328,11 @@ def device_blockers(cfg: DictConfig, task: Any) -> list[ConfigError]:
         "use runner.evaluator=auto",
     )
     needs(
-        c.archive.kind in ("grid", "cvt", "pareto"),
+        c.archive.kind in ("grid", "cvt") or (c.archive.kind == "pareto" and fronts_on_device(c, task)),
         "archive.kind",
-        "the device loop fills cell archives",
-        "use archive=grid, archive=cvt or archive=pareto",
+        "the device loop fills cell archives (Pareto fronts: with the task's objectives_jax, no migration)",
+        "use archive=grid or archive=cvt, or runner.loop=host",
     )
-    if c.archive.kind == "pareto":  # qd.device.fronts
-        needs(
-            callable(getattr(task, "objectives_jax", None)),
-            "archive.kind",
-            f"experiment {c.experiment.task!r} has no JAX objectives (objectives_jax)",
-            "use runner.loop=host",
-        )
-        needs(
-            c.islands.count == 1 or c.islands.migrate_every == 0,
-            "islands.migrate_every",
-            "the device loop does not migrate between Pareto fronts",
-            "use islands.migrate_every=0",
-        )
     needs(
         c.select.parents == "uniform",
         "select.parents",

@@ -9,7 +9,7 @@ for a newcomer), so the step's list of filled cells serves unchanged.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -89,6 +89,14 @@ def place(
     first = jnp.full(out, size, jnp.int32).at[flat].min(jnp.arange(size, dtype=jnp.int32), mode="drop")
     opened = opening & (first[jnp.minimum(flat, out - 1)] == jnp.arange(size))
     return Placed(new_archive, genomes, lineage, migrant, opened, result)
+
+
+def fronts_on_device(cfg: Any, task: Any) -> bool:
+    """Whether a Pareto run (``archive=pareto``) can use the device loop: its task gives the
+    maximised objectives in JAX (``objectives_jax``), and its islands do not migrate (the
+    device loop sends no member between fronts)."""
+    migrates = cfg.islands.count > 1 and cfg.islands.migrate_every > 0
+    return callable(getattr(task, "objectives_jax", None)) and not migrates
 
 
 def empty_state(spec: ParetoSpec, islands: int, genome_dim: int, num_parents: int) -> dict[str, np.ndarray]:
