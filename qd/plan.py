@@ -311,6 +311,7 @@ def device_blockers(cfg: DictConfig, task: Any) -> list[ConfigError]:
     """Why this config cannot run on the device loop: one error per setting it lacks
     (empty: it can). The device loop fuses uniform selection, the numeric
     operators, the task's JAX evaluation and the insert; everything else needs the host."""
+    from qd.device.fronts import fronts_on_device
     from qd.task import has_device_evaluation
 
     c, out = cfg, []
@@ -332,10 +333,10 @@ def device_blockers(cfg: DictConfig, task: Any) -> list[ConfigError]:
         "use runner.evaluator=auto",
     )
     needs(
-        c.archive.kind in ("grid", "cvt"),
+        c.archive.kind in ("grid", "cvt") or (c.archive.kind == "pareto" and fronts_on_device(c, task)),
         "archive.kind",
-        "the device loop fills cell archives",
-        "use archive=grid or archive=cvt",
+        "the device loop fills cell archives (Pareto fronts: with the task's objectives_jax, no migration)",
+        "use archive=grid or archive=cvt, or runner.loop=host",
     )
     needs(
         c.select.parents == "uniform",

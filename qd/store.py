@@ -322,7 +322,7 @@ class Store:
 
 _EXPLICIT_IDS = "store: explicit ids must be unique, ascending and above the last id"
 _VECTOR_COLUMNS = ("id", "created", "kind", "genome", "operator", "island", "vector", "parent_ids")
-_VECTOR_COLUMNS += ("fitness", "descriptor", "valid")
+_VECTOR_COLUMNS += ("fitness", "descriptor", "valid", "metrics")
 _VECTOR_INSERT = (
     f"INSERT INTO candidates ({', '.join(_VECTOR_COLUMNS)}) VALUES ({', '.join('?' * len(_VECTOR_COLUMNS))})"
 )
@@ -332,14 +332,16 @@ def _vector_rows(rows: Mapping[str, np.ndarray], next_id: int, operator: str | N
     """``Store.add_vectors``'s columns as the values of ``_VECTOR_COLUMNS``, the blobs and the
     parents' JSON as :func:`_row` makes them: ``rows`` maps ``id`` (ascending, from ``next_id``
     on), ``island``, ``genome`` f[N, G], ``fitness``, ``descriptor`` f[N, D], ``valid`` and
-    ``parents`` i[N, P] (-1: none) to N rows each."""
+    ``parents`` i[N, P] (-1: none) to N rows each, and optionally ``metrics`` (a dict or None
+    per row: a Pareto front member's objectives)."""
     ids = np.asarray(rows["id"], np.int64)
     if len(ids) and (np.any(np.diff(ids) <= 0) or ids[0] < next_id):
         raise ValueError(_EXPLICIT_IDS)
     genome, descriptor = (np.ascontiguousarray(rows[k], np.float32) for k in ("genome", "descriptor"))
     parents = (_ids_json([p for p in row if p >= 0]) for row in np.asarray(rows["parents"]).tolist())
     constant = (time.time(), "vector", "vector", operator)
-    for i, island, vector, parent_ids, fitness, desc, valid in zip(
+    metrics = (None if m is None else json.dumps(m) for m in rows.get("metrics", [None] * len(ids)))
+    for i, island, vector, parent_ids, fitness, desc, valid, metric in zip(
         ids.tolist(),
         np.asarray(rows["island"]).tolist(),
         map(bytes, genome),
@@ -347,8 +349,9 @@ def _vector_rows(rows: Mapping[str, np.ndarray], next_id: int, operator: str | N
         np.asarray(rows["fitness"], np.float32).tolist(),
         map(bytes, descriptor),
         np.asarray(rows["valid"], bool).tolist(),
+        metrics,
     ):
-        yield (i, *constant, island, vector, parent_ids, fitness, desc, valid)
+        yield (i, *constant, island, vector, parent_ids, fitness, desc, valid, metric)
 
 
 def _row(c: Candidate, now: float) -> tuple:

@@ -25,12 +25,14 @@ together with the batch's valid candidates of that cell, in one jitted call:
 
 With K = 1 and one objective this is the grid insert at ``learning_rate`` 1 whenever
 ids grow with batch position (a run's store ids do): the best stays, ties keep the
-earlier. Cost: the pool of a batch of B holds E = B * (K + 1) entries (each candidate's
-copy of its cell's front, then the batch), each compared with its own cell's front and
-the batch: an [E, K + B, objectives] temporary. Batches are padded to
-:data:`qd.archive.cells.PAD_SIZES`. Measured on 2 shared CPU cores, 4 islands x 1,024
-cells: 0.8 ms per insert at B = 64, K = 4, two objectives (the grid insert: 0.2 ms);
-9 ms at B = 256.
+earlier. Cost: the batch is sorted by cell, and each candidate's cell's front and its
+cell's segment of the sorted batch (a window of :data:`WINDOWS` width; the whole batch
+only when one cell takes more) are all it is compared with: a member with the segment
+([B, K, W] pairs: members never dominate one another), a candidate with the front and
+the segment ([B, K + W]); crowding distances ([B * (K + 1), K + W]) only when a front
+outgrows K. Each touched cell's slots are rebuilt whole and written back as rows.
+Batches are padded to :data:`qd.archive.cells.PAD_SIZES`. ``bench/mome.py`` times it
+beside QDax's MOME (``bench/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -198,6 +200,48 @@ def _crowding(
     return crowding
 
 
+class _Sorted(NamedTuple):
+    """A batch sorted by flat cell (island * cells + cell; invalid candidates last, batch
+    order within a cell) beside its cells' fronts before the batch.
+
+    Attributes:
+        flat: i32[B] the flat cell (0 for an invalid candidate); valid: bool[B];
+        objectives: f32[B, M]; genome_id: i32[B];
+        start: i32[B] where the candidate's cell's segment of the sorted batch starts;
+        old_values: f32[B, K, M], old_id: i32[B, K] (-1 if empty or the candidate is
+        invalid): the candidate's cell's front.
+    """
+
+    flat: jax.Array
+    valid: jax.Array
+    objectives: jax.Array
+    genome_id: jax.Array
+    start: jax.Array
+    old_values: jax.Array
+    old_id: jax.Array
+
+
+class Payload(NamedTuple):
+    """Per-slot data a front's members carry with them, as the descriptor is (a device
+    run's genomes and parents): members move between slots on every insert.
+
+    Attributes:
+        slots: [I, C, K, ...] the members' values.
+        batch: [B, ...] the candidates'.
+        empty: the value of an empty slot.
+    """
+
+    slots: jax.Array
+    batch: jax.Array
+    empty: float | int | bool
+
+
+# The widths of the window of the sorted batch an entry is compared with, narrowest first;
+# a batch runs at the narrowest that holds its largest cell segment (the batch size when
+# none does). The branches compile together; one runs.
+WINDOWS = (16,)
+
+
 def insert_batch(
     spec: ParetoSpec,
     state: ParetoState,
@@ -208,6 +252,23 @@ def insert_batch(
     valid: jax.Array,
 ) -> tuple[ParetoState, InsertResult]:
     """Inserts B candidates (traceable: no padding, no donation); the rule is the module's.
+    Args and results as :func:`insert_carrying`, without payloads."""
+    new_state, _, result = insert_carrying(spec, state, island, descriptor, objectives, genome_id, valid, ())
+    return new_state, result
+
+
+def insert_carrying(
+    spec: ParetoSpec,
+    state: ParetoState,
+    island: jax.Array,
+    descriptor: jax.Array,
+    objectives: jax.Array,
+    genome_id: jax.Array,
+    valid: jax.Array,
+    payloads: tuple[Payload, ...],
+) -> tuple[ParetoState, tuple[jax.Array, ...], InsertResult]:
+    """:func:`insert_batch` whose members carry ``payloads`` into their new slots
+    (returned in order, each [I, C, K, ...]).
 
     Args:
         island: i32[B]; descriptor: f32[B, D]; objectives: f32[B, M] maximised (f32[B]
@@ -215,7 +276,7 @@ def insert_batch(
             non-finite values, negative ids, islands out of range) never enter.
 
     Returns:
-        The new state and an :class:`InsertResult`: ``status`` 2 (the cell was empty)
+        The new state, the payloads' new slots and an :class:`InsertResult`: ``status`` 2 (the cell was empty)
         or 1 when no member of the front before the batch is at least as good in every
         objective, else 0; ``improvement`` the first objective minus the best first
         objective of that front (0 for an empty cell); ``is_elite`` the candidate is
@@ -223,7 +284,6 @@ def insert_batch(
         it dominates that left the front (-1 if none or not on the front).
     """
     num_islands, num_cells, k, m = state.objectives.shape
-    dim = state.descriptor.shape[-1]
     size = genome_id.shape[0]
     objectives = objectives.reshape(size, m).astype(jnp.float32)
     cell = spec.index(descriptor)
@@ -235,79 +295,47 @@ def insert_batch(
         & (island >= 0)
         & (island < num_islands)
     )
-    flat = jnp.where(valid, island * num_cells + cell, 0)
-    old_values = state.objectives.reshape(-1, k, m)[flat]  # [B, K, M]
-    old_id = jnp.where(valid[:, None], state.genome_id.reshape(-1, k)[flat], EMPTY_ID)
-    old_descriptor = state.descriptor.reshape(-1, k, dim)[flat]
-
-    # The pool's entries: every candidate's copy of its cell's front, then the
-    # candidates. An entry is compared only with its own cell's front (its owner's
-    # copy) and the batch: E x (K + B) pairs, not E x E.
-    size_range = jnp.arange(size)
-    owner = jnp.concatenate([jnp.repeat(size_range, k), size_range])
-    old_member = old_id >= 0
-
-    def others(old: jax.Array, new: jax.Array) -> jax.Array:
-        """[E, K + B, ...]: a per-entry quantity, given as its [B, K, ...] front part
-        and [B, ...] batch part, as seen by each entry."""
-        batch = jnp.broadcast_to(new[None], (owner.shape[0], *new.shape))
-        return jnp.concatenate([old[owner], batch], axis=1)
-
-    def entries(old: jax.Array, new: jax.Array) -> jax.Array:
-        return jnp.concatenate([old.reshape(-1, *old.shape[2:]), new])
-
-    same_cell = (flat[:, None] == flat[None, :]) & valid[:, None] & valid[None, :]
-    earlier = size_range[None, :] < size_range[:, None]
-    # An id already in the pool (the front, or an earlier candidate) enters once.
-    repeated = jnp.any(old_member & (old_id == genome_id[:, None]), axis=1) | jnp.any(
-        same_cell & earlier & (genome_id[None, :] == genome_id[:, None]), axis=1
-    )
-    fresh = valid & ~repeated
-    values = entries(old_values, objectives)
-    ids = entries(old_id, genome_id)
-    active = entries(old_member, fresh)
-    group = entries(jnp.broadcast_to(flat[:, None], (size, k)), flat)
-    other = others(old_values, objectives)  # [E, K + B, M]
-    other_id = others(old_id, genome_id)
-    same = active[:, None] & jnp.concatenate(
-        [old_member[owner], fresh[None, :] & (flat[None, :] == group[:, None])], axis=1
-    )
-    at_least = jnp.all(other >= values[:, None, :], axis=-1)
-    beats = jnp.any(other > values[:, None, :], axis=-1)
-    front = active & ~jnp.any(same & at_least & beats, axis=1)
-    peer = same & others(*_split(front, size, k)) & front[:, None]
-    crowding = _crowding(values, ids, other, other_id, peer)
-    other_crowding = others(*_split(crowding, size, k))
-    better = peer & (
-        (other_crowding > crowding[:, None])
-        | ((other_crowding == crowding[:, None]) & (other_id < ids[:, None]))
-    )
-    keep = front & (jnp.sum(better, axis=1) < k)
-    slot = jnp.sum(peer & others(*_split(keep, size, k)) & (other_id < ids[:, None]), axis=1)
-
+    order = jnp.argsort(jnp.where(valid, island * num_cells + cell, num_islands * num_cells), stable=True)
+    ok = valid[order]
+    flat = jnp.where(ok, (island * num_cells + cell)[order], 0)
+    position = jnp.arange(size)
+    first = jnp.concatenate([jnp.ones(1, bool), (flat[1:] != flat[:-1]) | (ok[1:] != ok[:-1])])
+    start = jax.lax.cummax(jnp.where(first, position, 0))
+    old_values = state.objectives.reshape(-1, k, m)[flat]
+    old_id = jnp.where(ok[:, None], state.genome_id.reshape(-1, k)[flat], EMPTY_ID)
+    payloads = (Payload(state.descriptor, descriptor.astype(jnp.float32), 0.0), *payloads)
+    carried = tuple((p.slots.reshape(-1, k, *p.slots.shape[3:])[flat], p.batch[order]) for p in payloads)
+    batch = _Sorted(flat, ok, objectives[order], genome_id[order], start, old_values, old_id)
+    widths = [w for w in WINDOWS if w < size] + [size]
+    longest = jnp.max(jnp.where(ok, position - start + 1, 0))
+    branch = sum((longest > w).astype(jnp.int32) for w in widths[:-1])
+    # Only the batch's arrays go through the switch: the state's are rewritten after it.
     out = num_islands * num_cells
-    touched = jnp.where(valid, flat, out)
-    # Every copy of a cell's front keeps the same members in the same slots, so the
-    # copies' writes agree.
-    target = jnp.where(keep, group, out)
-    descriptors = entries(old_descriptor, descriptor.astype(jnp.float32))
+    keep, target, slot = jax.lax.switch(branch, [functools.partial(_fronts, w, out) for w in widths], batch)
+    # Each touched cell's K slots are rebuilt whole, by its first candidate: the entry
+    # each slot now holds (index E: none, the empty value) is gathered, and the rows are
+    # written back at once (a scatter per slot element was most of an insert's time).
+    count = target.shape[0]
+    holder = jnp.full((out, k), count, jnp.int32).at[target, slot].set(jnp.arange(count), **_DROP)
+    source = holder[flat]  # [B, K]
+    written = jnp.where(ok & (start == position), flat, out)
 
-    def rewrite(current: jax.Array, empty: float | int, new: jax.Array) -> jax.Array:
-        rows = current.reshape(out, k, *current.shape[3:]).at[touched].set(empty, **_DROP)
-        return rows.at[target, slot].set(new, **_DROP).reshape(current.shape)
+    def rewrite(current: jax.Array, empty: float | int | bool, new: jax.Array) -> jax.Array:
+        table = jnp.concatenate([new, jnp.full((1, *new.shape[1:]), empty, new.dtype)])
+        rows = current.reshape(out, k, *current.shape[3:])
+        return rows.at[written].set(table[source], **_DROP).reshape(current.shape)
 
-    new_state = ParetoState(
-        objectives=rewrite(state.objectives, -jnp.inf, values),
-        descriptor=rewrite(state.descriptor, 0.0, descriptors),
-        genome_id=rewrite(state.genome_id, EMPTY_ID, ids),
-    )
+    slots = [rewrite(p.slots, p.empty, _entries(*parts)) for p, parts in zip(payloads, carried)]
+    values = rewrite(state.objectives, -jnp.inf, _entries(old_values, batch.objectives))
+    ids = rewrite(state.genome_id, EMPTY_ID, _entries(old_id, batch.genome_id))
 
+    objectives = batch.objectives
     member = old_id >= 0  # [B, K]
     occupied = jnp.any(member, axis=1)
     covered = jnp.any(member & jnp.all(old_values >= objectives[:, None, :], axis=-1), axis=1)
-    status = jnp.where(valid & ~covered, jnp.where(occupied, 1, 2), 0).astype(jnp.int32)
+    status = jnp.where(ok & ~covered, jnp.where(occupied, 1, 2), 0).astype(jnp.int32)
     baseline = jnp.where(occupied, jnp.max(jnp.where(member, old_values[..., 0], -jnp.inf), axis=1), 0.0)
-    improvement = jnp.where(valid, objectives[:, 0] - baseline, 0.0)
+    improvement = jnp.where(ok, objectives[:, 0] - baseline, 0.0)
     is_elite = keep[k * size :]
     left = member & ~keep[: k * size].reshape(size, k)
     dominated = jnp.all(objectives[:, None, :] >= old_values, axis=-1) & jnp.any(
@@ -315,7 +343,117 @@ def insert_batch(
     )
     gone = jnp.min(jnp.where(left & dominated, old_id, jnp.iinfo(jnp.int32).max), axis=1)
     displaced = jnp.where(is_elite & (gone < jnp.iinfo(jnp.int32).max), gone, EMPTY_ID)
-    return new_state, InsertResult(status, improvement, cell, displaced, is_elite)
+
+    def unsorted(x: jax.Array) -> jax.Array:
+        return jnp.zeros_like(x).at[order].set(x)
+
+    result = InsertResult(
+        unsorted(status), unsorted(improvement), cell, unsorted(displaced), unsorted(is_elite)
+    )
+    return ParetoState(values, slots[0], ids), tuple(slots[1:]), result
+
+
+def _fronts(width: int, out: int, batch: _Sorted) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The module's rule over a sorted batch, per entry (E = B * (K + 1): every
+    candidate's copy of its cell's front, then the candidates): whether it stays
+    (bool[E]), and the flat cell and slot it is written to (``out``: not written).
+
+    Each entry is compared with its cell's front (its owner's copy) and the ``width``
+    candidates from its cell's segment start, those of its cell among them: an
+    [E, K + width, M] temporary, where comparing with the whole batch took
+    [E, K + B, M]. ``width`` must hold the batch's largest segment."""
+    size, k = batch.old_id.shape
+    position = jnp.arange(size)
+    reach = batch.start[:, None] + jnp.arange(width)[None, :]
+    window = jnp.minimum(reach, size - 1)  # [B, W]: the candidates a candidate's entries see
+    neighbour = (
+        (reach < size)
+        & (batch.flat[window] == batch.flat[:, None])
+        & batch.valid[window]
+        & batch.valid[:, None]
+    )
+    owner = jnp.concatenate([jnp.repeat(position, k), position])
+    old_id, old_member = batch.old_id, batch.old_id >= 0
+
+    def others(old: jax.Array, new: jax.Array) -> jax.Array:
+        """[E, K + W, ...]: a per-entry quantity, given as its [B, K, ...] front part
+        and [B, ...] batch part, as seen by each entry."""
+        return jnp.concatenate([old[owner], new[window[owner]]], axis=1)
+
+    genome_id = batch.genome_id
+    # An id already in the pool (the front, or an earlier candidate) enters once.
+    repeated = jnp.any(old_member & (old_id == genome_id[:, None]), axis=1) | jnp.any(
+        neighbour & (window < position[:, None]) & (genome_id[window] == genome_id[:, None]), axis=1
+    )
+    fresh = batch.valid & ~repeated
+    values = _entries(batch.old_values, batch.objectives)
+    ids = _entries(old_id, genome_id)
+    active = _entries(old_member, fresh)
+    group = _entries(jnp.broadcast_to(batch.flat[:, None], (size, k)), batch.flat)
+    # Dominance: a front's members never dominate one another, so a member is compared
+    # with its cell's candidates only, a candidate with its cell's front and candidates.
+    rivals = fresh[window] & neighbour  # [B, W]
+    rival_values = batch.objectives[window]  # [B, W, M]
+    member_out = _dominated(batch.old_values, rival_values, rivals)  # [B, K]
+    mine = batch.objectives[:, None]
+    candidate_out = (_dominated(mine, batch.old_values, old_member) | _dominated(mine, rival_values, rivals))[
+        :, 0
+    ]
+    front = active & ~_entries(member_out, candidate_out)
+    old_front, new_front = _split(front, size, k)
+    members = jnp.sum(old_front, axis=1) + jnp.sum(new_front[window] & neighbour, axis=1)
+
+    def crowded_out() -> jax.Array:
+        """``front`` less the members crowded out of fronts over K: [E, K + W] pairs."""
+        other = others(batch.old_values, batch.objectives)  # [E, K + W, M]
+        other_id = others(old_id, genome_id)
+        peer = (
+            front[:, None]
+            & jnp.concatenate([old_member[owner], rivals[owner]], axis=1)
+            & others(old_front, new_front)
+        )
+        crowding = _crowding(values, ids, other, other_id, peer)
+        other_crowding = others(*_split(crowding, size, k))
+        better = peer & (
+            (other_crowding > crowding[:, None])
+            | ((other_crowding == crowding[:, None]) & (other_id < ids[:, None]))
+        )
+        return front & (jnp.sum(better, axis=1) < k)
+
+    # Crowding distances only where a front outgrows K (most batches leave every front
+    # within K, the more so the larger K is).
+    keep = jax.lax.cond(jnp.any(members > k), crowded_out, lambda: front)
+
+    # Each cell's survivors are written once (the members by the first candidate's copy of
+    # the front), to their rank by id among the cell's survivors.
+    first_copy = jnp.broadcast_to((batch.start == position)[:, None], (size, k))
+    target = jnp.where(keep & _entries(first_copy, jnp.ones(size, bool)), group, out)
+    return keep, target, _rank_in_group(target, ids)
+
+
+def _entries(old: jax.Array, new: jax.Array) -> jax.Array:
+    """[E, ...]: a per-entry quantity from its [B, K, ...] front part and [B, ...] batch part."""
+    return jnp.concatenate([old.reshape(-1, *old.shape[2:]), new])
+
+
+def _dominated(mine: jax.Array, theirs: jax.Array, live: jax.Array) -> jax.Array:
+    """bool[B, X]: each of ``mine`` f32[B, X, M] is dominated by one of the ``live``
+    (bool[B, Y]) of ``theirs`` f32[B, Y, M] (equal vectors do not dominate)."""
+    at_least = jnp.all(theirs[:, None] >= mine[:, :, None], axis=-1)
+    beats = jnp.any(theirs[:, None] > mine[:, :, None], axis=-1)
+    return jnp.any(live[:, None, :] & at_least & beats, axis=-1)
+
+
+def _rank_in_group(group: jax.Array, ids: jax.Array) -> jax.Array:
+    """i32[E]: each entry's rank by id among the entries of its group (ids unique within
+    a group), by sorting on (group, id)."""
+    by_id = jnp.argsort(ids, stable=True)
+    order = by_id[jnp.argsort(group[by_id], stable=True)]
+    sorted_group = group[order]
+    rank = jnp.arange(group.shape[0])
+    first = jnp.concatenate([jnp.ones(1, bool), sorted_group[1:] != sorted_group[:-1]])
+    start = jax.lax.cummax(jnp.where(first, rank, 0))
+    return jnp.zeros_like(rank).at[order].set(rank - start)
 
 
 def _split(per_entry: jax.Array, size: int, k: int) -> tuple[jax.Array, jax.Array]:

@@ -30,12 +30,14 @@ from typing import Any
 import jax
 import numpy as np
 
+from qd.archive.pareto import ParetoSpec
 from qd.device.record import LOOP, DeviceRecord, HostState
 from qd.device.step import Candidates, DeviceLoop, DeviceOperator, DeviceState, Migration, device_loop
 from qd.events import EventLog
 from qd.progress import RunProgress, Status
 from qd.report import Report
 from qd.rundir import layout
+from qd.task import objectives_of
 
 NO_LIMIT = 2**31 - 1  # evaluation numbers are int32
 
@@ -248,9 +250,10 @@ def build(
     islands, per_island = cfg.islands.count, r.batch_size // cfg.islands.count
     migrate = migration_every(cfg.islands.migrate_every, per_island)
     initial = np.asarray(p.task.initial(np.random.default_rng(cfg.seed), r.initial_population), np.float32)
+    fronts = isinstance(spec, ParetoSpec)
     loop = device_loop(
         spec,
-        p.task.evaluate_jax,
+        p.task.objectives_jax if fronts else p.task.evaluate_jax,
         [DeviceOperator(op.draw, op.apply, op.num_parents, op.params, float(w)) for op, w in operators],
         islands,
         per_island,
@@ -258,7 +261,12 @@ def build(
         initial,
         Migration(migrate, cfg.islands.topology, cfg.islands.migrants) if migrate and islands > 1 else None,
     )
-    record = DeviceRecord(run_dir, p.store, operators[0][0].name if len(operators) == 1 else None)
+    record = DeviceRecord(
+        run_dir,
+        p.store,
+        operators[0][0].name if len(operators) == 1 else None,
+        objectives_of(p.task) if fronts else None,
+    )
     return DeviceEngine(
         loop=loop,
         founders=min(len(initial), per_island),

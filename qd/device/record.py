@@ -49,11 +49,20 @@ class DeviceRecord:
         run_dir: the run directory (``store.sqlite`` and ``checkpoints/`` in it).
         store: ``elites`` (the archive's elites at each checkpoint) or ``all`` (every candidate).
         operator: the name stored with each row (None for a mix).
+        objectives: a Pareto run's named objectives with directions (``qd.task.objectives_of``):
+            each row keeps them in its metrics, in the task's own units (what a replay reads),
+            and its first (maximised) objective as its fitness; None for a cell archive.
     """
 
-    def __init__(self, run_dir: Path, store: str, operator: str | None):
+    def __init__(
+        self,
+        run_dir: Path,
+        store: str,
+        operator: str | None,
+        objectives: tuple[tuple[str, str], ...] | None = None,
+    ):
         self.ckpt_dir = Path(run_dir) / layout.CHECKPOINTS
-        self.keep_all, self.operator = store == "all", operator
+        self.keep_all, self.operator, self.objectives = store == "all", operator, objectives
         self.store = Store(Path(run_dir) / layout.STORE)
         self.store.meta.set("loop", LOOP)
         self.store.meta.set("store", store)
@@ -130,20 +139,33 @@ class DeviceRecord:
             pick = np.nonzero(c["id"] > last)[0]  # masked generations' candidates have id -1
             rows = {k: c[k][pick] for k in _ROW_FIELDS}
         else:
-            ids = snap.archive.genome_id
-            island, cell = np.nonzero(ids > last)
-            _, first = np.unique(ids[island, cell], return_index=True)  # ascending ids, each once
-            island, cell = island[first], cell[first]
+            ids = snap.archive.genome_id  # [I, C] or a Pareto archive's [I, C, K]
+            where = np.nonzero(ids > last)
+            _, first = np.unique(ids[where], return_index=True)  # ascending ids, each once
+            where = tuple(axis[first] for axis in where)
+            archive = snap.archive
             rows = {
-                "id": ids[island, cell],
-                "island": island,
-                "genome": snap.genomes[island, cell],
-                "fitness": snap.archive.fitness[island, cell],
-                "descriptor": snap.archive.descriptor[island, cell],
-                "valid": np.ones(len(island), bool),
-                "parents": snap.parents[island, cell],
+                "id": ids[where],
+                "island": where[0],
+                "genome": snap.genomes[where],
+                "fitness": (archive.objectives if self.objectives else archive.fitness)[where],
+                "descriptor": archive.descriptor[where],
+                "valid": np.ones(len(where[0]), bool),
+                "parents": snap.parents[where],
             }
+        if self.objectives:  # a front member: its first objective as the fitness, all in metrics
+            rows["metrics"] = [self._metrics(values) for values in rows["fitness"]]
+            rows["fitness"] = np.asarray(rows["fitness"])[:, 0]
         self.store.add_vectors(rows, self.operator)
+
+    def _metrics(self, values: np.ndarray) -> dict[str, float] | None:
+        """A Pareto row's objectives by name in the task's units (min objectives negated back)."""
+        if not self.objectives:
+            return None
+        return {
+            name: float(v if direction == "max" else -v)
+            for (name, direction), v in zip(self.objectives, values)
+        }
 
     def close(self) -> None:
         self.store.close()

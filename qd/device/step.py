@@ -32,7 +32,10 @@ import numpy as np
 
 from qd.archive import NEW_CELL, ArchiveState, insert_batch
 from qd.archive.migration import select_migrants
+from qd.archive.pareto import ParetoSpec
 from qd.archive.state import EMPTY_ID, CellSpec
+from qd.contract import ConfigError
+from qd.device import fronts
 
 Evaluate = Callable[[jax.Array], tuple[jax.Array, jax.Array, jax.Array]]
 
@@ -41,7 +44,9 @@ class DeviceState(NamedTuple):
     """Everything a device run carries from generation to generation.
 
     Attributes:
-        archive: the cells (fitness, descriptor, genome_id = evaluation number, thresholds).
+        archive: the cells (fitness, descriptor, genome_id = evaluation number, thresholds),
+            or a Pareto archive's fronts (``qd.archive.pareto``: K slots per cell, so the
+            three arrays below have a slot axis after the cells, [I, C, K, ...]).
         genomes: f32[I, C, G]; each elite's genome (0 where the cell is empty).
         parents: i32[I, C, P]; each elite's parents' evaluation numbers (-1: none or unused).
         migrant: bool[I, C]; the elite came from another island (migrants are never sent on).
@@ -170,7 +175,7 @@ def select_uniform(key: jax.Array, state: DeviceState, count: int) -> tuple[jax.
 
 
 def device_loop(
-    spec: CellSpec,
+    spec: CellSpec | ParetoSpec,
     evaluate: Evaluate,
     operators: Sequence[DeviceOperator],
     islands: int,
@@ -183,8 +188,18 @@ def device_loop(
 
     ``initial``: f32[N, G] the task's starting genomes; every island evaluates
     them (the first ``per_island`` of them) as its first generation.
-    The archive's CMA-MAE settings are the spec's.
+    The archive's CMA-MAE settings are the spec's. With a :class:`ParetoSpec`,
+    ``evaluate`` returns the maximised objectives f32[B, M] where a grid's returns
+    fitness f32[B], and a parent is a member of a drawn cell's front
+    (``qd.device.fronts``); such a run does not migrate.
     """
+    has_fronts = isinstance(spec, ParetoSpec)
+    if has_fronts and migration is not None:
+        raise ConfigError(
+            "islands.migrate_every",
+            "the device loop does not migrate between Pareto fronts",
+            "use islands.migrate_every=0",
+        )
     num_parents = max(op.num_parents for op in operators)
     batch = islands * per_island
     # Host constants (numpy): building them with jnp would compile a small XLA program each.
@@ -193,23 +208,53 @@ def device_loop(
 
     def place(state: DeviceState, island, genome, fitness, descriptor, valid, ids, parents, migrants=False):
         """Inserts the candidates; winners' genomes and parents go to their cells."""
+        if has_fronts:
+            placed = fronts.place(
+                spec,
+                state.archive,
+                (state.genomes, state.parents, state.migrant),
+                island,
+                genome,
+                fitness,
+                descriptor,
+                valid,
+                ids,
+                parents,
+                migrants,
+            )
+            archive, genomes, lineage, migrant = placed[:4]
+            return join(state, archive, genomes, lineage, migrant, island, placed.opened, placed.result)
         archive, result = insert_batch(spec, state.archive, island, descriptor, fitness, ids, valid)
         cells = state.archive.num_cells
         target = jnp.where(result.is_elite, island * cells + result.cell, islands * cells)
         genomes = state.genomes.reshape(islands * cells, genome_dim).at[target].set(genome, mode="drop")
         lineage = state.parents.reshape(islands * cells, num_parents).at[target].set(parents, mode="drop")
         migrant = state.migrant.reshape(-1).at[target].set(migrants, mode="drop")
-        # Cells filled now join their island's list, after the cells it has.
         new = result.is_elite & (result.status == NEW_CELL)
+        return join(
+            state,
+            archive,
+            genomes.reshape(state.genomes.shape),
+            lineage.reshape(state.parents.shape),
+            migrant.reshape(state.migrant.shape),
+            island,
+            new,
+            result,
+        )
+
+    def join(state: DeviceState, archive, genomes, lineage, migrant, island, new, result):
+        """The placed state; cells filled now (``new``: once each) join their island's list,
+        after the cells it has."""
+        cells = state.archive.num_cells
         one_hot = new[:, None] & (island[:, None] == jnp.arange(islands)[None])
         rank = jnp.sum(jnp.cumsum(one_hot, axis=0, dtype=jnp.int32) * one_hot, axis=1) - 1
         slot = jnp.where(new, island * cells + state.num_occupied[island] + rank, islands * cells)
         occupied = state.occupied.reshape(-1).at[slot].set(result.cell, mode="drop")
         return state._replace(
             archive=archive,
-            genomes=genomes.reshape(state.genomes.shape),
-            parents=lineage.reshape(state.parents.shape),
-            migrant=migrant.reshape(state.migrant.shape),
+            genomes=genomes,
+            parents=lineage,
+            migrant=migrant,
             occupied=occupied.reshape(state.occupied.shape),
             num_occupied=state.num_occupied + jnp.sum(one_hot, axis=0, dtype=jnp.int32),
         ), result
@@ -249,8 +294,12 @@ def device_loop(
         cell, has_elites = select_uniform(k_select, state, per_island * num_parents)
         cell = cell.reshape(islands, per_island, num_parents)
         source = jnp.arange(islands)[:, None, None]
-        parents = state.genomes[source, cell].reshape(batch, num_parents, genome_dim)
-        parent_ids = state.archive.genome_id[source, cell].reshape(batch, num_parents)
+        index = (source, cell)
+        if has_fronts:  # its own key, so that a grid run draws what it always drew
+            slot = fronts.pick_slots(jax.random.fold_in(k_select, 1), state.archive.genome_id, source, cell)
+            index = (source, cell, slot)
+        parents = state.genomes[index].reshape(batch, num_parents, genome_dim)
+        parent_ids = state.archive.genome_id[index].reshape(batch, num_parents)
         first = state.generations == 0  # the founders: the task's initial genomes, as they are
         genome = jnp.where(first, founders.genome, vary(k_vary, parents, noise))
         parent_ids = jnp.where(first, -1, parent_ids)
@@ -298,20 +347,13 @@ def device_loop(
 
     def init(seed: int) -> DeviceState:
         """An empty run whose key is ``jax.random.key(seed)``, built on the host (nothing to compile)."""
-        cells = spec.num_cells
-        shape = (islands, cells)
-        dim = spec.descriptor_dim
+        shape = (islands, spec.num_cells)
         host = DeviceState(
-            archive=ArchiveState(
-                fitness=np.full(shape, -np.inf, np.float32),
-                descriptor=np.zeros((*shape, dim), np.float32),
-                genome_id=np.full(shape, EMPTY_ID, np.int32),
-                threshold=np.full(shape, spec.threshold_min, np.float32),
-                threshold_min=np.float32(spec.threshold_min),
+            **(
+                fronts.empty_state(spec, islands, genome_dim, num_parents)
+                if has_fronts
+                else _empty_cells(spec, islands, genome_dim, num_parents)
             ),
-            genomes=np.zeros((*shape, genome_dim), np.float32),
-            parents=np.full((*shape, num_parents), -1, np.int32),
-            migrant=np.zeros(shape, bool),
             occupied=np.zeros(shape, np.int32),
             num_occupied=np.zeros((islands,), np.int32),
             key=None,
@@ -323,3 +365,20 @@ def device_loop(
         return jax.device_put(host)._replace(key=key)
 
     return DeviceLoop(init, run)
+
+
+def _empty_cells(spec: CellSpec, islands: int, genome_dim: int, num_parents: int) -> dict[str, np.ndarray]:
+    """A new grid or CVT run's archive and per-cell arrays on the host."""
+    shape = (islands, spec.num_cells)
+    return {
+        "archive": ArchiveState(
+            fitness=np.full(shape, -np.inf, np.float32),
+            descriptor=np.zeros((*shape, spec.descriptor_dim), np.float32),
+            genome_id=np.full(shape, EMPTY_ID, np.int32),
+            threshold=np.full(shape, spec.threshold_min, np.float32),
+            threshold_min=np.float32(spec.threshold_min),
+        ),
+        "genomes": np.zeros((*shape, genome_dim), np.float32),
+        "parents": np.full((*shape, num_parents), -1, np.int32),
+        "migrant": np.zeros(shape, bool),
+    }

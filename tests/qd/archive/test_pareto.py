@@ -232,6 +232,21 @@ def test_crowding_ties_go_to_the_earlier_id() -> None:
     assert list(result.is_elite) == [False, True, True, True]
 
 
+def test_a_cell_wider_than_the_window_matches_the_reference() -> None:
+    # One cell takes more candidates than the narrow window holds: the insert runs at
+    # the whole batch's width, with the same rule (ids again, dominated, crowded out).
+    width = pareto.WINDOWS[0] + 9
+    batch = [(0, 0.5, (float(i % 7), float(6 - i % 7)), 100 - i, True) for i in range(width)]
+    batch += [(0, 0.5, (0.0, 0.0), 3, True), (1, 1.5, (1.0, 1.0), 4, True), batch[2]]
+    fronts: dict = {}
+    truncated, expected = reference_insert(fronts, batch, FRONTS.front_size)
+    state, result = kinds.insert(FRONTS, pareto.init(FRONTS, ISLANDS), *arrays(batch))
+    assert truncated
+    assert_same(state, fronts, FRONTS)
+    for name, values in expected.items():
+        np.testing.assert_array_equal(getattr(result, name), values, err_msg=name)
+
+
 def test_the_kind_table_routes_a_pareto_spec() -> None:
     assert kinds.kind_of(FRONTS) is kinds.PARETO and kinds.has_cells(FRONTS)
     with pytest.raises(ConfigError, match="front_size"):
