@@ -211,7 +211,7 @@ def _fates(run: RunDir) -> dict[str, np.ndarray]:
 
 
 @dataclasses.dataclass
-class Tally:
+class FateTally:
     """Sums over a group of candidates, merged group into group: what a row of
     :func:`operator_stats` reports, kept per (operator, model, instruction) so that a scan
     holds one per combination seen, not one per candidate."""
@@ -224,7 +224,7 @@ class Tally:
     tokens: int = 0
     cost: float = 0.0
 
-    def merge(self, other: Tally) -> None:
+    def merge(self, other: FateTally) -> None:
         for field in dataclasses.fields(self):
             setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
 
@@ -241,14 +241,14 @@ class Tally:
         }
 
 
-def tallies(run: RunDir) -> dict[tuple[str, str, int], Tally]:
-    """A :class:`Tally` per (operator, model, instruction) seen, from one scan of the store
+def tallies(run: RunDir) -> dict[tuple[str, str, int], FateTally]:
+    """A :class:`FateTally` per (operator, model, instruction) seen, from one scan of the store
     that keeps a page at a time (memoized until the run changes)."""
     return run.memo("tallies", lambda: _tallies(run))
 
 
-def _tallies(run: RunDir) -> dict[tuple[str, str, int], Tally]:
-    out: dict[tuple[str, str, int], Tally] = defaultdict(Tally)
+def _tallies(run: RunDir) -> dict[tuple[str, str, int], FateTally]:
+    out: dict[tuple[str, str, int], FateTally] = defaultdict(FateTally)
     for f in fate_pages(run):
         groups: dict[tuple, list[int]] = defaultdict(list)
         for k, key in enumerate(zip(*(f[b].tolist() for b in GROUPS))):
@@ -258,7 +258,7 @@ def _tallies(run: RunDir) -> dict[tuple[str, str, int], Tally]:
             gains = f["improvement"][m]
             gains = gains[np.isfinite(gains)]
             out[key].merge(
-                Tally(
+                FateTally(
                     candidates=len(m),
                     valid=int(f["valid"][m].sum()),
                     entered=int(f["entered"][m].sum()),
@@ -283,7 +283,7 @@ def operator_stats(run: RunDir, by: tuple[str, ...] = ("operator", "model")) -> 
     if unknown:
         raise ValueError(f"by: unknown grouping {unknown[0]!r}; use some of {list(GROUPS)}")
     texts = _instruction_texts(run) if "instruction" in by else {}
-    groups: dict[tuple, Tally] = defaultdict(Tally)
+    groups: dict[tuple, FateTally] = defaultdict(FateTally)
     for key, tally in tallies(run).items():
         groups[tuple(key[GROUPS.index(b)] for b in by)].merge(tally)
     out = []

@@ -77,12 +77,14 @@ def due_turns(parts: Parts, batches: int) -> list[tuple[str, int, Callable[[], A
 
 
 def record_moves(
-    moves: list[Move], last_id: int, archive: Any, store: Any, elites: EliteTable, events: Any
+    moves: list[Move], state: run_state.RunState, store: Any, elites: EliteTable, events: Any
 ) -> bool:
-    """Migrations and resets into the store's history, the elite table (which reads the
-    ``archive`` after them) and the events; True if an island was reset."""
+    """Migrations and resets (after ``state``'s last candidate) into the store's history, the
+    elite table (which reads ``state``'s archive after them) and the events; True if an island
+    was reset."""
+    last_id = state.counters.last_id
     if moves:
-        elites.enter(archive)
+        elites.enter(state.archive)
     for m in moves:
         valid = np.asarray(m.migrants.valid)
         if m.reset is not None:
@@ -256,8 +258,7 @@ class Engine:
         self.state, credits, moves = self.search.after_insert(
             self.state, spec, proposals, offers.island, result, offers.fitness
         )
-        c = self.state.counters
-        if record_moves(moves, c.last_id, self.state.archive, self.store, self.elites, self.events):
+        if record_moves(moves, self.state, self.store, self.elites, self.events):
             self._checkpoint()  # a reset is checkpointed at once
         self.report.inserted(self.state.archive, offers.island, offers.fitness, result, moved=bool(moves))
         lines = commit_lines(proposals, result, credits, batches, self.evaluations)
