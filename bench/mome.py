@@ -13,9 +13,14 @@ centroids (``qd.archive.centroids.cvt_centroids``), so the archives have equal s
    on the same prepared batches (a trade-off between the two optima, so fronts fill).
    Median of ``--calls`` calls after ``--warm`` calls, per repeat; medians of repeats.
 2. Loop: hypervolume at equal evaluations, and the loop's seconds after compilation:
-   qd's device loop (``qd.device.step`` over a ``ParetoSpec``, Iso+LineDD, parents
-   drawn uniformly over the fronts' members) vs QDax's ``MOME`` with the notebook's
-   emitter (polynomial crossover then mutation). Both start from 100 uniform genomes
+   qd's device loop (``qd.device.step`` over a ``ParetoSpec``, parents drawn uniformly
+   over the fronts' members) vs QDax's ``MOME``, with the same variation: the notebook's
+   ``MixingEmitter``, ``--crossover`` of each batch by polynomial crossover (a gene
+   exchange, ``proportion_var_to_change`` 0.5) and the rest by polynomial mutation
+   (``eta`` 1, ``proportion_to_mutate`` 0.6); qd has both as ``operators.polynomial``
+   and draws each child's operator by those weights where QDax splits each batch. The
+   notebook's ``crossover_percentage`` is 1.0 (the default here): crossover only.
+   Both start from 100 uniform genomes
    and run ``--generations`` batches more; the hypervolume (every cell's front's,
    summed: QDax's MOQD score) is computed by ``qd.archive.hypervolume`` for both, from
    one reference point for all runs, derived from all final fronts
@@ -45,6 +50,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 LOWER, UPPER, LAG, DIM = -2.0, 4.0, 2.2, 100
+ETA, MUTATE, EXCHANGE = 1.0, 0.6, 0.5  # the notebook's eta, proportion_to_mutate, proportion_var_to_change
 TITLE = "## Pareto fronts per cell: qd beside QDax's MOME (bench/mome.py, issue 31)"
 
 
@@ -120,7 +126,9 @@ def qd_insert(data: dict, centroids: np.ndarray, front: int, warm: int) -> float
     return timed_calls(call, len(data["genomes"]), warm)
 
 
-def qd_loop(centroids: np.ndarray, front: int, size: int, generations: int, seed: int) -> dict:
+def qd_loop(
+    centroids: np.ndarray, front: int, size: int, generations: int, seed: int, crossover: float
+) -> dict:
     import jax
 
     from operators import make_numeric_operator
@@ -131,11 +139,17 @@ def qd_loop(centroids: np.ndarray, front: int, size: int, generations: int, seed
 
     task = load_task("mo_rastrigin", {"dim": DIM, "lag": LAG})
     spec = pareto.ParetoSpec(CVTSpec(centroids), front_size=front, num_objectives=2)
-    op = make_numeric_operator("isoline", LOWER, UPPER, iso_sigma=0.01, line_sigma=0.2)
+    ops = [
+        (make_numeric_operator("polynomial_crossover", LOWER, UPPER, proportion=EXCHANGE), crossover),
+        (
+            make_numeric_operator("polynomial_mutation", LOWER, UPPER, eta=ETA, proportion=MUTATE),
+            1 - crossover,
+        ),
+    ]
     loop = device_loop(
         spec,
         task.objectives_jax,
-        [DeviceOperator(op.draw, op.apply, op.num_parents, op.params, 1.0)],
+        [DeviceOperator(op.draw, op.apply, op.num_parents, op.params, w) for op, w in ops if w > 0],
         1,
         size,
         DIM,
@@ -194,10 +208,10 @@ def qdax_child(params: dict) -> dict:
     size, loops = params["size"], []
     emitter = MixingEmitter(
         mutation_fn=functools.partial(
-            polynomial_mutation, eta=1.0, minval=LOWER, maxval=UPPER, proportion_to_mutate=0.6
+            polynomial_mutation, eta=ETA, minval=LOWER, maxval=UPPER, proportion_to_mutate=MUTATE
         ),
-        variation_fn=functools.partial(polynomial_crossover, proportion_var_to_change=0.5),
-        variation_percentage=1.0,
+        variation_fn=functools.partial(polynomial_crossover, proportion_var_to_change=EXCHANGE),
+        variation_percentage=params["crossover"],
         batch_size=size,
     )
     mome = MOME(
@@ -254,6 +268,7 @@ def qdax_side(args: argparse.Namespace, files: dict, seed: int) -> dict:
         "warm": args.warm,
         "repeats": 1,
         "generations": args.generations,
+        "crossover": args.crossover,
         "seeds": [seed],
     }
     command = [args.qdax_python, __file__, "--_qdax", json.dumps(params)]
@@ -280,6 +295,9 @@ def main() -> None:
     ap.add_argument("--generations", type=int, default=300, help="batches after the first, per loop")
     ap.add_argument("--repeats", type=int, default=3, help="seeds of the loops, repeats of the inserts")
     ap.add_argument(
+        "--crossover", type=float, default=1.0, help="share of children by crossover (the notebook's: 1.0)"
+    )
+    ap.add_argument(
         "--reference",
         type=float,
         help="per objective, maximised units (the notebook's: -150); default: derived from all final fronts",
@@ -301,7 +319,7 @@ def main() -> None:
             sides = [("qd", None), ("QDax", None)]
             for name, _ in sides if seed % 2 == 0 else sides[::-1]:
                 if name == "qd":
-                    loop = qd_loop(centroids, args.front, args.batch, args.generations, seed)
+                    loop = qd_loop(centroids, args.front, args.batch, args.generations, seed, args.crossover)
                     got = {"insert_s": [qd_insert(data, centroids, args.front, args.warm)], "loops": [loop]}
                 else:
                     got = qdax_side(args, files, seed)
@@ -357,6 +375,8 @@ def write(args: argparse.Namespace, table: str, reference: np.ndarray) -> None:
   {args.calls - args.warm} calls after {args.warm} per repeat, {args.repeats} repeats; loop: {args.repeats}
   seeds, hypervolume summed over cells from the reference {np.round(reference, 1).tolist()} (maximised units),
   computed by `qd.archive.hypervolume` for both. Who goes first alternates per repeat.
+  Variation on both sides: {args.crossover:.0%} polynomial crossover (exchange {EXCHANGE}), the rest
+  polynomial mutation (eta {ETA}, proportion {MUTATE}), the notebook's parameters.
 
 {table}
 """

@@ -12,6 +12,7 @@ from operators.base import NumericOperator, check_numeric_operator, make_numeric
 from operators.gaussian import gaussian
 from operators.isoline import isoline
 from operators.llm import Child, LLMOperator, Parent, PromptContext, check_llm_operator, make_llm_operator
+from operators.polynomial import polynomial_crossover, polynomial_mutation
 from qd.contract import ChatClient, ConfigError, TextOperator
 
 _AGENT_ONLY = ("max_steps", "max_trials", "max_conversation_tokens")
@@ -61,4 +62,6 @@ __all__ = [
     "make_llm_operator",
     "make_numeric_operator",
     "make_text_operator",
+    "polynomial_crossover",
+    "polynomial_mutation",
 ]

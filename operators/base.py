@@ -16,6 +16,13 @@ import numpy as np
 
 from operators.gaussian import gaussian, gaussian_apply, gaussian_noise
 from operators.isoline import isoline, isoline_apply, isoline_noise
+from operators.polynomial import (
+    polynomial_crossover,
+    polynomial_crossover_apply,
+    polynomial_mutation,
+    polynomial_mutation_apply,
+    polynomial_noise,
+)
 from qd.contract import ConfigError, Operator
 
 
@@ -40,7 +47,19 @@ class NumericOperator(Operator):
 _NUMERIC = {
     "gaussian": ((gaussian, gaussian_noise, gaussian_apply), 1, ("sigma",)),
     "isoline": ((isoline, isoline_noise, isoline_apply), 2, ("iso_sigma", "line_sigma")),
+    "polynomial_mutation": (
+        (polynomial_mutation, polynomial_noise, polynomial_mutation_apply),
+        1,
+        ("eta", "proportion"),
+    ),
+    "polynomial_crossover": (
+        (polynomial_crossover, polynomial_noise, polynomial_crossover_apply),
+        2,
+        ("proportion",),
+    ),
 }
+# Operators whose steps are fractions of the genome's range: they need finite bounds.
+_BOUNDED = ("polynomial_mutation",)
 
 
 def check_numeric_operator(name: str, **params: float | None) -> dict[str, float]:
@@ -61,8 +80,13 @@ def check_numeric_operator(name: str, **params: float | None) -> dict[str, float
 def make_numeric_operator(
     name: str, lower: Any = -np.inf, upper: Any = np.inf, **params: float
 ) -> NumericOperator:
-    """Builds a numeric operator by name; unknown names or missing params raise ConfigError."""
+    """Builds a numeric operator by name; unknown names, missing params, or infinite bounds
+    for an operator that needs them (``polynomial_mutation``) raise ConfigError."""
     kept = check_numeric_operator(name, **params)
+    if name in _BOUNDED and not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper))):
+        raise ConfigError(
+            "name", f"the {name} operator needs a task with finite genome bounds", "use another operator"
+        )
     (fn, draw, apply), num_parents, _ = _NUMERIC[name]
     bounds = {"lower": np.asarray(lower, np.float32), "upper": np.asarray(upper, np.float32)}
     return NumericOperator(name, num_parents, fn, {**kept, **bounds}, draw, apply)

@@ -343,7 +343,8 @@ class CycleConf:
 
 @dataclasses.dataclass
 class OperatorConf:
-    # numeric: gaussian | isoline; LLM: rewrite | diff | crossover | inspiration | meta_agent | agent
+    # numeric: gaussian | isoline | polynomial_mutation | polynomial_crossover;
+    # LLM: rewrite | diff | crossover | inspiration | meta_agent | agent
     name: str = MISSING
     label: Optional[str] = None  # names the arm (two entries may share an operator with other templates)
     weight: float = number(1.0, ge=0)  # the mix's weights need a positive sum (checked with the operators)
@@ -351,6 +352,8 @@ class OperatorConf:
     # isoline steps: 0 turns one part off (line_sigma=0: plain Gaussian, as in pyribs)
     iso_sigma: Optional[float] = number(None, ge=0)  # isoline isotropic step
     line_sigma: Optional[float] = number(None, ge=0)  # isoline step along the line
+    eta: Optional[float] = number(None, ge=0)  # polynomial_mutation's index: larger, smaller steps
+    proportion: Optional[float] = number(None, ge=0, le=1)  # polynomial_*: share of genes changed
     temperature: Optional[float] = number(
         None, ge=0, le=2
     )  # LLM: overrides llm.temperature for this operator

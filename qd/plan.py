@@ -53,7 +53,7 @@ RUNNERS = ("local", "ray")
 EVALUATORS = ("auto", "inprocess", "pool", "sandbox", "host")
 LOOPS = ("auto", "host", "device")
 STORES = ("auto", "all", "elites")
-_NUMERIC_PARAMS = ("sigma", "iso_sigma", "line_sigma")
+_NUMERIC_PARAMS = ("sigma", "iso_sigma", "line_sigma", "eta", "proportion")
 _LLM_PARAMS = (
     "temperature",
     "max_tokens",

@@ -8,7 +8,7 @@ GROUPS = {
     "experiment": ["sphere", "arm"],
     "archive": ["grid", "cvt"],
     "islands": ["single", "ring4"],
-    "operators": ["gaussian", "isoline", "mixed"],
+    "operators": ["gaussian", "isoline", "mixed", "polynomial"],
 }
 
 
