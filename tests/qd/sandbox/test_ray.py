@@ -352,15 +352,15 @@ def test_a_sweep_sends_each_job_to_the_cluster(cluster, scripted_llm, tmp_path):
     )
     jobs = sorted((tmp_path / "sweep").glob("*/store.sqlite"))
     assert len(jobs) == 2 and all(
-        len(stored(job.parent)) == 18 for job in jobs
-    )  # 6 founders + 12 children each
+        len(stored(job.parent)) == 8 + 12 for job in jobs
+    )  # runner.initial_population=8 founders (formed at once: in flight and the wave ahead) + 12 children
     assert comparable(jobs[0].parent) != comparable(jobs[1].parent)  # two seeds, two runs
     workers = set(cluster.live())
     for job in jobs:
         [session] = sessions(job.parent)
         ran = session["ran"]
         assert set(ran) == workers and session["cpus"] == 4  # every node that ran one is a worker
-        assert sum(ran.values()) >= 18  # every stored candidate's evaluation (stages: one run each)
+        assert sum(ran.values()) >= 20  # every stored candidate's evaluation (stages: one run each)
 
 
 def test_a_node_lost_mid_run_costs_a_retry_and_the_store_is_the_same(cluster, scripted_llm, tmp_path, capfd):
