@@ -185,11 +185,13 @@ def compose_values():
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    base, parser = compose(BASE), OverridesParser.create()
+    parser, bases = OverridesParser.create(), {}
 
-    def quick(overrides: list[str], config_dirs: tuple = ()):
+    def quick(overrides: list[str], config_dirs: tuple = (), hydra_node: bool = False):
         assert overrides[: len(BASE)] == BASE and not config_dirs, overrides
-        cfg = copy.deepcopy(base)
+        if hydra_node not in bases:  # qd-run composes a single run with hydra's section
+            bases[hydra_node] = compose(BASE, hydra_node=hydra_node)
+        cfg = copy.deepcopy(bases[hydra_node])
         ConfigLoaderImpl._apply_overrides_to_config(parser.parse_overrides(overrides[len(BASE) :]), cfg)
         return cfg
 
@@ -204,7 +206,8 @@ def no_run(monkeypatch, compose_values):
     def main(**_):
         return lambda task: lambda: pytest.fail("the config passed the checks and a run would start")
 
-    monkeypatch.setattr(hydra, "main", main)
+    monkeypatch.setattr(hydra, "main", main)  # a sweep's jobs
+    monkeypatch.setattr(qd.run, "_run_single", lambda *_: main()(None)())  # a single run
     monkeypatch.setattr(qd.run, "compose", compose_values)  # what qd-run composes with
 
 
