@@ -17,6 +17,8 @@ from qd import archive
 from qd.rundir import checkpoint
 from qd.store import Store
 
+EXPERIMENT_CONFIGS = Path(__file__).parents[2] / "conf" / "experiment"
+
 SMALL = [
     "experiment=sphere",
     "experiment.params.dim=10",
@@ -63,8 +65,9 @@ def test_bad_llm_config_fails_before_any_server_starts(tmp_path, override, messa
         ),
         (
             "experiment=nope",
-            "experiment: no config 'nope' (available: agent_design, agent_team, arm, circle_packing, "
-            "creative_writing, function_fit, openevolve, prompt_evolution, red_team, skills, sphere)",
+            "experiment: no config 'nope' (available: "
+            + ", ".join(sorted(p.stem for p in EXPERIMENT_CONFIGS.glob("*.yaml")))
+            + ")",
         ),
         ("archive.bins=[10]", "archive.bins: has 1 entries but the task has 2 descriptors"),
         ("islands.topology=star", "islands.topology: unknown topology 'star'"),
