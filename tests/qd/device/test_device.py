@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 import qd
-from qd import archive, cli
+from qd import archive, cli, compile_cache
 from qd.contract import ConfigError
 from qd.device import step
 from qd.device.driver import NO_LIMIT
@@ -332,14 +333,101 @@ def test_a_host_checkpoint_is_not_resumed_on_the_device(tmp_path):
         qd.build(compose([*SMALL, "runner.max_evaluations=64"]), tmp_path)
 
 
-def test_bench_device_quick_runs_and_reports():
-    proc = subprocess.run(
-        [sys.executable, "bench/device.py", "--quick"],
+GPU_SECTION = "## Device (GPU) run: bench/device.py --gpu"
+
+
+def bench_device(*args: str) -> subprocess.CompletedProcess:
+    """``bench/device.py`` with this tree's qd; its programs go to the suite's JAX compilation
+    cache (every one, however quickly it compiled), so a rerun compiles nothing."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cache = compile_cache.folder()
+    if cache is not None:
+        env |= {
+            "JAX_COMPILATION_CACHE_DIR": str(cache),
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+        }
+    return subprocess.run(
+        [sys.executable, "bench/device.py", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=env,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def table_rows(section: list[str]) -> dict[str, list[str]]:
+    """A Markdown table's rows by their first cell, the header and the rule left out."""
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section if line[:2] == "| "]
+    return {row[0]: row[1:] for row in rows[1:]}
+
+
+@pytest.mark.slow
+def test_bench_device_gpu_run_on_cpu_reports_and_records_its_section(tmp_path):
+    """The GPU run's code at tiny sizes (``--gpu --allow-cpu --quick``): a line and a row per case,
+    the issue's goals judged from the figures in ``--json``, and a rerun replaces its section in
+    RESULTS.md, leaving the others as they were."""
+    results, numbers = tmp_path / "RESULTS.md", tmp_path / "out.json"
+    other = "# Benchmark results\n\n## Another benchmark\n\nits figures\n"
+    results.write_text(other)
+    for _ in range(2):
+        proc = bench_device(
+            "--gpu",
+            "--allow-cpu",
+            "--quick",
+            "--repeats",
+            "1",
+            "--results",
+            str(results),
+            "--json",
+            str(numbers),
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout.splitlines()
+    assert out[0].startswith(f"backend={jax.default_backend()} devices=")
     assert "inserts/s" in proc.stdout and "evaluations/s" in proc.stdout
+    assert re.fullmatch(r"elapsed \d+ s in all", out[-1])
+    text = results.read_text()
+    assert text.startswith(other + "\n" + GPU_SECTION + "\n") and text.count("\n## ") == 2
+    section = text.split(GPU_SECTION + "\n\n", 1)[1].splitlines()
+    assert section[0] == f"`{out[0]}`" and "backend=gpu" not in text  # the README's test keys on it
+    assert "- Command: `PYTHONPATH=. python bench/device.py --gpu --allow-cpu --quick" in text
+    rows, figures = table_rows(section), json.loads(numbers.read_text())
+    cases = [*figures["insert"], *figures["loop"]]
+    assert (
+        list(rows)
+        == [c["case"] for c in cases]
+        == [
+            "insert 10,000 cells, batch 256",
+            "insert 40,000 cells, batch 512",
+            "device loop sphere 10-D, batch 64",
+        ]
+    )
+    small, large = figures["insert"]
+    assert not small["goal"] and rows[small["case"]][3:] == ["none set", "", ""]
+    rate = large["qd"]["inserts_per_s"]
+    assert rows[large["case"]][:1] + rows[large["case"]][3:] == [
+        f"{rate:.3g} inserts/s",
+        ">= 1,000,000,000 inserts/s",
+        f"{rate / 1e9:.3g}x",
+        "met" if rate >= 1e9 else "missed",
+    ]
+    (loop,) = figures["loop"]
+    goal = rows[loop["case"]][3:]
+    if "QDax" in loop:
+        ratio = loop["qd"]["evaluations_per_s"] / loop["QDax"]["evaluations_per_s"]
+        assert goal == ["qd/QDax >= 10x", f"{ratio / 10:.3g}x", "met" if ratio >= 10 else "missed"]
+    else:
+        assert goal == ["qd/QDax >= 10x", "", "not measured (QDax not installed)"]
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="JAX sees a GPU: --gpu runs")
+def test_bench_device_gpu_refuses_another_backend_with_a_one_line_error():
+    proc = bench_device("--gpu", "--quick")
+    assert proc.returncode == 1 and proc.stdout == ""
+    error = proc.stderr.splitlines()[-1]  # any line before it is JAX's own
+    assert error.startswith(
+        f"bench/device.py --gpu: JAX's default backend is {jax.default_backend()}, not gpu;"
+    )
+    assert "--allow-cpu" in error and "jax[cuda12]" in error
