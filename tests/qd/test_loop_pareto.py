@@ -1,10 +1,13 @@
 """``archive=pareto`` through the host engine: function_fit's fronts of (held-out error, program
 size) on the scripted server, and a run killed with ``kill -9`` and resumed that ends with the
-fronts of the same run left alone."""
+fronts of the same run left alone.
+
+The run left alone runs in this process (a run's result does not depend on the process it runs
+in); the killed run is a real ``qd-run`` process, killed with SIGKILL, and resumed by ``qd-run
+resume=``."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -12,15 +15,16 @@ import time
 
 import numpy as np
 import pytest
-from helpers import on_server, qd_run, varied_program
+from helpers import on_server, qd_run, run_config, varied_program
 from scripted_llm import Rule
 
+from qd.plan import compose
 from qd.rundir import RunDir, checkpoint
 from qd.rundir.layout import Geometry, spec_of
 from qd.store import Store
 
 
-def _args(base_url: str, run_dir) -> list[str]:
+def _args(base_url: str) -> list[str]:
     """A small function_fit run on fronts of two: one proposal in flight and a checkpoint after
     every commit, so where it stands at a checkpoint is all a resume needs."""
     return [
@@ -38,7 +42,6 @@ def _args(base_url: str, run_dir) -> list[str]:
         "islands.migrate_every=4",
         "operators.mix=[{name: rewrite}]",
         "seed=2",
-        f"hydra.run.dir={run_dir}",
     ]
 
 
@@ -51,7 +54,7 @@ def _fronts(run_dir) -> dict[str, np.ndarray]:
 def test_a_pareto_run_killed_and_resumed_ends_with_the_fronts_of_one_left_alone(scripted_llm, tmp_path):
     server = scripted_llm([Rule("", varied_program)])
     alone, killed = tmp_path / "alone", tmp_path / "killed"
-    end = json.loads(qd_run("--json", *_args(server.base_url, alone), cwd=tmp_path).stdout.splitlines()[-1])
+    end = run_config(compose(_args(server.base_url)), alone)
     fronts = _fronts(alone)
     g = Geometry.load(alone)
     assert g.kind == "grid" and g.objectives == (("error", "min"), ("size", "min"))
@@ -71,7 +74,7 @@ def test_a_pareto_run_killed_and_resumed_ends_with_the_fronts_of_one_left_alone(
     assert ((snap.genome_id >= 0) == members.any(axis=2)).all()
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "qd.run", *_args(server.base_url, killed)],
+        [sys.executable, "-m", "qd.run", *_args(server.base_url), f"hydra.run.dir={killed}"],
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
