@@ -25,12 +25,13 @@ from qd.store import Store
 
 
 def _args(base_url: str) -> list[str]:
-    """A small function_fit run on fronts of two: one proposal in flight and a checkpoint after
-    every commit, so where it stands at a checkpoint is all a resume needs."""
+    """A small function_fit run on fronts of three (the shape of the readers' ``pareto_run``: one
+    compilation of its insert serves both): one proposal in flight and a checkpoint after every
+    commit, so where it stands at a checkpoint is all a resume needs."""
     return [
         "experiment=function_fit",
         "archive=pareto",
-        "archive.front_size=2",
+        "archive.front_size=3",
         *on_server(base_url),
         "llm.timeout_s=5",
         "runner.in_flight=1",
@@ -58,9 +59,9 @@ def test_a_pareto_run_killed_and_resumed_ends_with_the_fronts_of_one_left_alone(
     fronts = _fronts(alone)
     g = Geometry.load(alone)
     assert g.kind == "grid" and g.objectives == (("error", "min"), ("size", "min"))
-    assert spec_of(g, None).front_size == 2 and fronts["objectives"].shape == (2, 60, 2, 2)
+    assert spec_of(g, None).front_size == 3 and fronts["objectives"].shape == (2, 60, 3, 2)
     members = fronts["genome_id"] >= 0
-    assert members.all(axis=2).any()  # some cell keeps a trade-off of two programs
+    assert (members.sum(axis=2) >= 2).any()  # some cell keeps a trade-off of two programs
     with Store(alone / "store.sqlite", readonly=True) as store:
         metrics = {c.id: c.metrics for c in store.iter()}
     for gid, values in zip(fronts["genome_id"][members], fronts["objectives"][members]):
