@@ -179,6 +179,7 @@ def histories(draw, objectives: int, increasing_ids: bool = False) -> list[list[
 # ------------------------------------------------------------------ properties
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(histories(objectives=2))
 def test_insert_matches_the_brute_force_reference(history: list[list[tuple]]) -> None:
@@ -198,6 +199,7 @@ def test_insert_matches_the_brute_force_reference(history: list[list[tuple]]) ->
         assert_same(rebuilt, fronts, FRONTS)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(histories(objectives=1, increasing_ids=True))
 def test_one_elite_on_one_objective_is_the_grid_insert(history: list[list[tuple]]) -> None:
@@ -267,6 +269,7 @@ def test_reset_empties_only_the_masked_islands() -> None:
     assert_same(state, fronts, FRONTS)
 
 
+@pytest.mark.slow
 def test_migration_sends_the_best_first_objectives_through_the_insert() -> None:
     batch = [
         (0, 0.5, (3.0, 0.0), 1, True),
@@ -287,6 +290,7 @@ def test_migration_sends_the_best_first_objectives_through_the_insert() -> None:
     assert list(np.asarray(result.is_elite)) == [True, True, True, False]
 
 
+@pytest.mark.slow
 def test_cvt_cells_hold_fronts() -> None:
     spec = pareto.ParetoSpec(CVTSpec(np.asarray([[0.0], [1.0]], np.float32)), front_size=2)
     state, result = kinds.insert(
