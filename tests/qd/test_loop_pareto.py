@@ -3,19 +3,17 @@ size) on the scripted server, and a run killed with ``kill -9`` and resumed that
 fronts of the same run left alone.
 
 The run left alone runs in this process (a run's result does not depend on the process it runs
-in); the killed run is a real ``qd-run`` process, killed with SIGKILL, and resumed by ``qd-run
-resume=``."""
+in), while ``qd-run resume=`` continues the killed one: a real ``qd-run`` process killed with
+SIGKILL mid-way."""
 
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
-from helpers import on_server, qd_run, run_config, varied_program
+from helpers import on_server, run_config, start_qd_run, varied_program
 from scripted_llm import Rule
 
 from qd.plan import compose
@@ -55,6 +53,18 @@ def _fronts(run_dir) -> dict[str, np.ndarray]:
 def test_a_pareto_run_killed_and_resumed_ends_with_the_fronts_of_one_left_alone(scripted_llm, tmp_path):
     server = scripted_llm([Rule("", varied_program)])
     alone, killed = tmp_path / "alone", tmp_path / "killed"
+    proc = start_qd_run(*_args(server.base_url), f"hydra.run.dir={killed}", cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # past the 4 founders, mid-way through the model's children
+        if _last_id(killed) >= 8:
+            break
+        time.sleep(0.005)
+    assert proc.poll() is None, proc.stderr.read()[-2000:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = _last_id(killed)
+    # The resume starts in its own process while the run left alone runs in this one.
+    resume = start_qd_run(f"resume={killed}", cwd=tmp_path)
     end = run_config(compose(_args(server.base_url)), alone)
     fronts = _fronts(alone)
     g = Geometry.load(alone)
@@ -74,23 +84,10 @@ def test_a_pareto_run_killed_and_resumed_ends_with_the_fronts_of_one_left_alone(
     np.testing.assert_array_equal(snap.fronts.genome_id, fronts["genome_id"])
     assert ((snap.genome_id >= 0) == members.any(axis=2)).all()
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "qd.run", *_args(server.base_url), f"hydra.run.dir={killed}"],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # past the 4 founders, mid-way through the model's children
-        if _last_id(killed) >= 8:
-            break
-        time.sleep(0.005)
-    assert proc.poll() is None, proc.stderr.read()[-2000:]
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert _last_id(killed) < fronts["last_id"]
-    qd_run(f"resume={killed}", cwd=tmp_path)
+    _, stderr = resume.communicate(timeout=300)
+    assert resume.returncode == 0, stderr[-3000:]
     resumed = _fronts(killed)
+    assert killed_at < fronts["last_id"]
     for name, array in fronts.items():
         np.testing.assert_array_equal(resumed[name], array, err_msg=name)
 
