@@ -27,6 +27,17 @@ def pytest_configure(config):
     anyio.open_file  # noqa: B018 (the attribute access is the import)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compile_cache():
+    """The suite's compilation cache serves this process from its first test on, not only from
+    the first run built here (``build_engine`` enables it): the archive, selection and device
+    tests that call jitted code directly compile each program once per machine, whatever order
+    the tests run in."""
+    from qd import compile_cache
+
+    return compile_cache.enable()
+
+
 @pytest.fixture
 def scripted_llm():
     """Factory: ``scripted_llm(rules, latency_s=..., in_process=...)`` -> a started ScriptedLLM,

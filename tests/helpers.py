@@ -254,15 +254,13 @@ def run_python(
 ):
     """``python ARGS`` (this interpreter, or ``python``: another environment's) from ``cwd``, with
     this checkout's qd first on its path; asserts it succeeded unless ``check`` is False."""
-    import os
     import subprocess
     import sys
 
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run(
         [str(python or sys.executable), *args],
         cwd=cwd,
-        env=env,
+        env=checkout_env(),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -270,6 +268,29 @@ def run_python(
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
+
+
+def start_qd_run(*args: str, cwd: Path):
+    """``qd-run ARGS`` from ``cwd`` in a process of its own (this checkout's qd), not waited for:
+    its stderr is a text pipe, its stdout dropped."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "qd.run", *args],
+        cwd=cwd,
+        env=checkout_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def checkout_env() -> dict[str, str]:
+    """This process's environment with this checkout first on ``PYTHONPATH``."""
+    import os
+
+    return {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
 
 
 def on_server(base_url: str, model: str = "scripted") -> list[str]:

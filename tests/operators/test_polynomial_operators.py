@@ -21,6 +21,12 @@ def _parents(seed: int, count: int) -> np.ndarray:
     return rng.uniform(LOWER, UPPER, (BATCH, count, DIM)).astype(np.float32)
 
 
+def _count(proportion: float) -> int:
+    """``int(proportion * DIM)`` as the operators take it: the proportion as a float32 (a device
+    operator's parameter), so 0.9999999999999999 is 1.0 and moves every gene."""
+    return int(np.float32(proportion) * np.float32(DIM))
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     seed=st.integers(0, 2**31 - 1),
@@ -35,8 +41,8 @@ def test_mutation_stays_in_bounds_and_moves_exactly_its_share_of_genes(seed, eta
     moved = (children != parents[:, 0]).sum(axis=1)
     # int(proportion * n) genes are drawn without replacement; a drawn gene keeps its value
     # only if its step rounds to 0 (a draw near u = 0.5, or a bound it is clipped back to).
-    assert (moved <= int(proportion * DIM)).all()
-    assert moved.sum() >= 0.9 * BATCH * int(proportion * DIM)
+    assert (moved <= _count(proportion)).all()
+    assert moved.sum() >= 0.9 * BATCH * _count(proportion)
 
 
 @settings(max_examples=25, deadline=None)
@@ -47,7 +53,7 @@ def test_crossover_takes_at_most_its_share_of_genes_from_the_second_parent(seed,
     from_first, from_second = children == parents[:, 0], children == parents[:, 1]
     assert (from_first | from_second).all()  # an exchange of genes: nothing blended
     taken = from_second.sum(axis=1)
-    count = int(proportion * DIM)
+    count = _count(proportion)
     assert (taken <= count).all()  # indices drawn with replacement: repeats take fewer
     assert (taken >= min(count, 1)).all()
 

@@ -179,6 +179,7 @@ def histories(draw, objectives: int, increasing_ids: bool = False) -> list[list[
 # ------------------------------------------------------------------ properties
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(histories(objectives=2))
 def test_insert_matches_the_brute_force_reference(history: list[list[tuple]]) -> None:
@@ -191,13 +192,18 @@ def test_insert_matches_the_brute_force_reference(history: list[list[tuple]]) ->
         for name, values in expected.items():
             np.testing.assert_array_equal(getattr(result, name), values, err_msg=name)
     event(f"crowding decided: {truncated}")
-    if not truncated:
+    rows: dict[int, tuple] = {}
+    one_row_per_id = all(rows.setdefault(c[3], c) == c for batch in history for c in batch)
+    if not truncated and one_row_per_id:
         # Without crowding, a front is the union's non-dominated set: rebuilding the
-        # run from its store in one batch gives the same fronts as its history.
+        # run from its store in one batch gives the same fronts as its history. A store
+        # holds one row per id: a history giving an id other values has no store to
+        # rebuild from (a batch keeps an id's first row, its history the later one).
         rebuilt = kinds.rebuild(FRONTS, ISLANDS, *arrays([c for batch in history for c in batch]))
         assert_same(rebuilt, fronts, FRONTS)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(histories(objectives=1, increasing_ids=True))
 def test_one_elite_on_one_objective_is_the_grid_insert(history: list[list[tuple]]) -> None:
@@ -267,6 +273,7 @@ def test_reset_empties_only_the_masked_islands() -> None:
     assert_same(state, fronts, FRONTS)
 
 
+@pytest.mark.slow
 def test_migration_sends_the_best_first_objectives_through_the_insert() -> None:
     batch = [
         (0, 0.5, (3.0, 0.0), 1, True),
@@ -287,6 +294,7 @@ def test_migration_sends_the_best_first_objectives_through_the_insert() -> None:
     assert list(np.asarray(result.is_elite)) == [True, True, True, False]
 
 
+@pytest.mark.slow
 def test_cvt_cells_hold_fronts() -> None:
     spec = pareto.ParetoSpec(CVTSpec(np.asarray([[0.0], [1.0]], np.float32)), front_size=2)
     state, result = kinds.insert(

@@ -63,6 +63,7 @@ def test_a_numeric_pareto_run_keeps_the_fronts_of_every_candidate_with_their_gen
         assert sorted(listed) == list(np.nonzero(member[island].any(axis=1))[0])
 
 
+@pytest.mark.slow
 def test_a_drawn_parent_is_a_member_of_its_cell_and_every_member_is_drawn():
     genome_id = jnp.asarray([[[4, 7, -1], [9, -1, -1], [1, 2, 3]]], jnp.int32)
     cell = jnp.asarray([[0, 1, 2] * 400], jnp.int32)

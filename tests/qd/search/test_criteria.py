@@ -256,7 +256,9 @@ def test_function_fit_on_fronts_draws_by_hypervolume_and_complement_through_the_
     scripted_llm, tmp_path
 ):
     """The rules read a Pareto archive's slots: parents from its fronts by contribution,
-    partners on the objective where the parent is worst (function_fit: error and size)."""
+    partners on the objective where the parent is worst (function_fit: error and size). Two
+    islands of fronts of three: the archive of the readers' ``pareto_run``, whose compiled
+    insert this run reuses."""
     from helpers import on_server, run_config, stored, varied_program
     from scripted_llm import Rule
 
@@ -265,7 +267,8 @@ def test_function_fit_on_fronts_draws_by_hypervolume_and_complement_through_the_
     server = scripted_llm([Rule("", varied_program)])
     overrides = [
         "archive=pareto",
-        "archive.front_size=2",
+        "archive.front_size=3",
+        "islands.count=2",
         "select=hypervolume",
         "select.inspirations=complement",
     ]
