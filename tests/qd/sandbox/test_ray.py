@@ -24,6 +24,8 @@ import numpy as np
 import pytest
 from helpers import stored, text_run, varied_program
 
+from qd.search.gate import REUSED
+
 if importlib.util.find_spec("ray") is None:
     if os.environ.get("CI"):
         pytest.fail(
@@ -137,14 +139,19 @@ def cluster(tmp_path_factory):
 
 
 def comparable(path: Path) -> list[dict]:
-    """Every stored candidate's fields but its creation time and evaluation seconds."""
+    """Every stored candidate's fields but its creation time, evaluation seconds and the
+    ``reused`` mark: whether a twin copies an earlier twin's evaluation (the same values) or
+    is evaluated again depends on whether that evaluation had finished when the twin was
+    formed, which is timing, not placement."""
 
     def plain(c):
-        return {
+        row = {
             k: v.tolist() if isinstance(v, np.ndarray) else v
             for k, v in dataclasses.asdict(c).items()
             if k not in ("created", "eval_seconds")
         }
+        row["artifacts"] = {k: v for k, v in (row["artifacts"] or {}).items() if k != REUSED}
+        return row
 
     return [plain(c) for c in stored(path)]
 
