@@ -502,5 +502,37 @@ def main(argv: list[str] | None = None) -> None:
     hydra.main(config_path=str(conf_dir()), config_name="config", version_base=None)(job)()
 
 
+def cli() -> None:
+    """``qd-run`` and ``python -m qd.run``: ``main``, then the process ends without tearing the
+    interpreter down.
+
+    Tearing down a process that imported jax, hydra and torch frees every module and XLA's
+    objects one by one: 0.4-0.5 s after the last line of a sphere run on a quiet 2-core machine
+    (a tenth of the run). What a normal exit does that matters still happens, in its order:
+    the program's threads end (a run's own are joined before ``main`` returns; one left running
+    means an ordinary exit, which waits for it), ``atexit`` handlers run (logging's flush,
+    multiprocessing's children), stdout and stderr are flushed, then ``os._exit`` with the code.
+    """
+    import atexit
+    import os
+    import threading
+
+    code: int | str | None = 0
+    try:
+        main()
+    except SystemExit as e:
+        code = e.code
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        raise SystemExit(code)
+    atexit._run_exitfuncs()
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code or 0)
+
+
 if __name__ == "__main__":
-    main()
+    cli()

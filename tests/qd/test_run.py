@@ -196,3 +196,55 @@ def test_a_single_run_composes_its_config_once_and_keeps_hydras_files(tmp_path):
     hydra = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra
     assert (hydra.job.name, hydra.mode, hydra.runtime.output_dir) == ("run", "RUN", str(run_dir))
     assert (run_dir / "run.log").exists() and (run_dir / "store.sqlite").exists()
+
+
+class _Exited(Exception):
+    """``os._exit`` stood in by the tests of ``cli``: it would end pytest's own process."""
+
+
+def _cli_exit(monkeypatch, run_main) -> tuple[int | None, list[str]]:
+    import atexit
+    import os
+
+    import qd.run
+
+    events: list[str] = []
+    monkeypatch.setattr(qd.run, "main", run_main)
+    monkeypatch.setattr(atexit, "_run_exitfuncs", lambda: events.append("atexit"))
+
+    def exit_now(code):
+        events.append(f"exit {code}")
+        raise _Exited
+
+    monkeypatch.setattr(os, "_exit", exit_now)
+    with pytest.raises(_Exited):
+        qd.run.cli()
+    return events
+
+
+def test_cli_runs_the_exit_handlers_then_ends_with_mains_code(monkeypatch, capsys):
+    def fails_with_2():
+        print('{"evaluations": 1}')
+        raise SystemExit(2)
+
+    assert _cli_exit(monkeypatch, fails_with_2) == ["atexit", "exit 2"]
+    assert capsys.readouterr().out == '{"evaluations": 1}\n'  # flushed before the exit
+    assert _cli_exit(monkeypatch, lambda: None) == ["atexit", "exit 0"]
+
+
+def test_cli_exits_the_ordinary_way_while_a_thread_of_the_program_runs(monkeypatch):
+    import threading
+
+    import qd.run
+
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait)
+    worker.start()
+    monkeypatch.setattr(qd.run, "main", lambda: None)
+    try:
+        with pytest.raises(SystemExit) as e:
+            qd.run.cli()  # an ordinary exit waits for the thread; os._exit would cut it off
+        assert e.value.code == 0
+    finally:
+        release.set()
+        worker.join()
