@@ -4,8 +4,9 @@
 What runs: the engine ``qd-run`` builds (``qd.run.build_engine`` on the composed config
 ``experiment=function_fit llm=openai llm.base_url=<scripted> runner.in_flight=C
 llm.concurrency=C runner.max_llm_calls=N``): the function_fit task with its two-stage cascade
-(train points, then held-out points) in the sandbox (``runner.workers`` pre-forked workers),
-``LLMClient`` over real HTTP on loopback to ``tests/scripted_llm.py`` in its own process (keep-alive,
+(train points, then held-out points, both in one sandbox process: ``Stage.same_visit``) in the
+sandbox (``runner.workers`` pre-forked workers), ``LLMClient`` over real HTTP on loopback to
+``tests/scripted_llm.py`` in its own process (keep-alive,
 a fixed latency before every answer; the answers are ``bench/llm_loop.py``'s fresh lines
 ``def f(x): return A * x + B  # k``). SQLite store, events.jsonl and checkpoints included. The first
 run at each C (a short warm-up, not reported) pays JAX's compilation.

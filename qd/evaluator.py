@@ -234,7 +234,9 @@ class StagedEvaluator(Evaluator):
         outputs: list[Any] = []
         trace: list[dict] = []
         scored, seconds, spent = None, 0.0, (0, 0)  # model calls and tokens of the stages so far
-        for i, stage in enumerate(self.task.stages[:stages]):
+        ahead: list[Any] = []  # the results of later stages that ran in an earlier stage's visit
+        cascade = self.task.stages[:stages]
+        for i, stage in enumerate(cascade):
             if i and (
                 not scored.valid
                 or (stage.threshold is not None and scored.fitness < stage.threshold)
@@ -242,8 +244,15 @@ class StagedEvaluator(Evaluator):
             ):
                 break
             gateway = self._gateway(text, stage.name, *spent)
+            together = [] if ahead or gateway is not None else self._same_visit(cascade[i + 1 :])
             try:
-                result = await self.runner.run(text, stage.args, calls=gateway)
+                if ahead:
+                    result = ahead.pop(0)
+                elif together:
+                    result = await self.runner.run(text, stage.args, then=[s.args for s in together])
+                    ahead = _later_results(result)
+                else:
+                    result = await self.runner.run(text, stage.args, calls=gateway)
             except ValueError as e:  # the runner cannot run at all (its entry fails to import)
                 return Scored(np.nan, None, False, None, f"{HARNESS}{stage.name}: {e}"), seconds, trace
             seconds += result.seconds
@@ -274,6 +283,18 @@ class StagedEvaluator(Evaluator):
                 scored.artifacts = {**tails, **(scored.artifacts or {})}
         return scored, seconds, trace
 
+    def _same_visit(self, later: list[Any]) -> list[Any]:
+        """The stages right after this one that run in its visit (``Stage.same_visit``), where
+        the runner can (``runs_stages_together``) and no stage's evaluation calls the model."""
+        if self.client is not None or not getattr(self.runner, "runs_stages_together", False):
+            return []
+        together = []
+        for stage in later:
+            if not stage.same_visit:
+                break
+            together.append(stage)
+        return together
+
     def _gateway(self, text: str, stage: str, calls: int, tokens: int) -> Any:
         """The stage's access to the model: what the evaluation's budget leaves after the
         ``calls`` and ``tokens`` of its earlier stages."""
@@ -285,6 +306,18 @@ class StagedEvaluator(Evaluator):
             self.budget, calls=max(0, self.budget.calls - calls), tokens=max(0, self.budget.tokens - tokens)
         )
         return ModelGateway(self.client, left, candidate_key(text, stage))
+
+
+def _later_results(visit: Any) -> list[Any]:
+    """A visit's later calls as the results of their own stages: each value, then the failed
+    one's reason; each with the visit's output (one process printed it all), the visit's time
+    with its first stage."""
+    if not visit.ok:
+        return []
+    later = [dataclasses.replace(visit, value=v, seconds=0.0) for v in visit.then or []]
+    if visit.then_error is not None:
+        later.append(dataclasses.replace(visit, ok=False, value=None, error=visit.then_error, seconds=0.0))
+    return later
 
 
 def _staged(stage: str, error: str) -> str:

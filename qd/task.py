@@ -150,12 +150,21 @@ class Stage:
     a ``threshold``, its fitness is at least that (cheap checks first); with ``runs_if``,
     only if ``runs_if(text, scored_so_far)`` holds too: a cascade that depends on the
     candidate, e.g. on its parents' scores (:func:`parents_of`).
+
+    ``same_visit``: this stage runs in the sandbox process of the stage before it, right
+    after it and before that stage is scored (one fork, one process and one set of limits
+    for both; ``Sandbox.run``'s ``then``). Its output is still used only if the gate above
+    lets it, so a candidate the gate stops has run it anyway: for a cheap stage after a cheap
+    one, where a second process costs more than the stage (function_fit's held-out points).
+    A task whose evaluation calls the model, or a runner without the feature (Ray), runs
+    each stage in its own visit.
     """
 
     args: dict[str, Any] = dataclasses.field(default_factory=dict)
     threshold: float | None = None
     name: str = "main"
     runs_if: Callable[[str, Scored], bool] | None = None
+    same_visit: bool = False
 
 
 _PARENTS: contextvars.ContextVar[dict[str, list[Any]]] = contextvars.ContextVar("qd_parents", default={})

@@ -78,10 +78,12 @@ class FunctionFitTask:
             "Use only arithmetic and the math module."
         )
         self.sandbox_entry = f"{_HERE / 'entry.py'}:run"
-        # Cascade: the training points first (cheap); held-out points only if it ran.
+        # Cascade: the training points first (cheap); held-out points only if it ran. Both are
+        # a few calls of f: the held-out stage runs in the train stage's process (one fork per
+        # candidate, not two), and counts only when the train stage ran.
         self.stages = [
             Stage({"xs": self.train_x}, name="train"),
-            Stage({"xs": self.held_out_x}, threshold=-WORST + 1e-9, name="held_out"),
+            Stage({"xs": self.held_out_x}, threshold=-WORST + 1e-9, name="held_out", same_visit=True),
         ]
 
     def initial(self, rng: np.random.Generator, n: int) -> list[str]:

@@ -181,11 +181,9 @@ class ChildSide:
             self._drop_privileges()
         except BaseException as e:
             self._finish({"error": f"{HARNESS}sandbox setup failed: {exception_line(e)}"}, result_fd)
+        extra = {} if llm is None else {"llm": llm}
         try:
-            if llm is None:
-                value = self.fn(request["text"], **request["args"])
-            else:
-                value = self.fn(request["text"], llm=llm, **request["args"])
+            value = self.fn(request["text"], **extra, **request["args"])
         except SystemExit as e:
             code = e.code
             if code is not None and not isinstance(code, int):
@@ -202,7 +200,27 @@ class ChildSide:
             envelope = {"error": blame + exception_line(e)}
         else:
             envelope = {"value": value}
+            if "then" in request:
+                envelope = self._then(request, extra, value)
         self._finish(envelope, self.result_fd)
+
+    def _then(self, request: dict, extra: dict, value) -> dict:
+        """The calls of the later stages of one visit (``Sandbox.run``'s ``then``), in order, up
+        to the first that fails, whose reason ends the envelope: the values before it stay."""
+        values = [value]
+        for args in request["then"]:
+            try:
+                values.append(self.fn(request["text"], **extra, **args))
+            except SystemExit as e:
+                return {"values": values, "error": f"exited with code {e.code} (sys.exit)"}
+            except MemoryError as e:
+                _print_traceback(e)
+                return {"values": values, "error": f"memory limit ({self.limits['memory_mb']} MB)"}
+            except BaseException as e:
+                _print_traceback(e)
+                blame = "" if raised_by_candidate(e, self.cwd) else HARNESS
+                return {"values": values, "error": blame + exception_line(e)}
+        return {"values": values}
 
     def _finish(self, envelope: dict, fd: int) -> None:
         try:

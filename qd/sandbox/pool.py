@@ -82,6 +82,8 @@ class SandboxResult:
     stdout: str
     stderr: str
     seconds: float
+    then: list | None = None  # the values of ``run(..., then=...)``'s later calls, up to a failed one
+    then_error: str | None = None  # that failed call's one-line reason (None: all ran)
 
 
 def _failed(error: str, seconds: float = 0.0) -> SandboxResult:
@@ -412,17 +414,34 @@ class Sandbox:
         self._closed = False
         self._ids = itertools.count()
 
-    async def run(self, text: str, args: dict | None = None, *, calls: Calls | None = None) -> SandboxResult:
+    runs_stages_together = True  # ``run`` takes ``then`` (``qd.evaluator.StagedEvaluator`` asks)
+
+    async def run(
+        self,
+        text: str,
+        args: dict | None = None,
+        *,
+        calls: Calls | None = None,
+        then: list[dict] | None = None,
+    ) -> SandboxResult:
         """Call the entry on ``text`` in a fresh sandboxed process and report what happened.
 
         ``calls``: the entry is called as ``function(text, llm=llm, **args)``, and each
         ``llm(messages, **sampling)`` in the child is answered on the host by ``await
         calls({"n", "messages", "sampling"})`` (``{"text": ...}`` or ``{"error": ...}``),
         in a task of its own that sees the caller's context variables; the tasks still
-        running when the run ends are cancelled."""
+        running when the run ends are cancelled.
+
+        ``then`` (no ``calls``): after a call that returned, the same process calls the entry
+        again on each of these args, in order, until one fails: one fork, one process and one
+        set of limits for a cascade's cheap stages (``Stage.same_visit``). Their values are
+        the result's ``then``; a failed one's reason, ``then_error``."""
         run_id = next(self._ids)
+        if then is not None and calls is not None:
+            raise ValueError("then: later calls in one visit take no model calls (pass calls= or then=)")
         if calls is None:
-            request = encode(RUN, run_id, {"text": text, "args": args or {}})  # TypeError: the caller's
+            body = {"text": text, "args": args or {}, **({"then": then} if then is not None else {})}
+            request = encode(RUN, run_id, body)  # TypeError: the caller's
         else:
             if not callable(calls):
                 raise TypeError(f"calls: {calls!r} is not callable (pass an async calls(request) -> dict)")

@@ -129,6 +129,10 @@ def _verdict(status: int, cpu: float, result: bytes, lim: dict) -> dict:
         envelope = json.loads(result)
     except ValueError as e:
         return {"error": f"result is not JSON: {exception_line(e)}"}
+    if isinstance(envelope, dict) and isinstance(envelope.get("values"), list) and envelope["values"]:
+        values, error = envelope["values"], envelope.get("error")  # one visit, several stages' calls
+        later = {"then": values[1:], "then_error": None if error is None else one_line(str(error))}
+        return {"ok": True, "value": values[0], **later}
     if not isinstance(envelope, dict) or len(envelope) != 1 or not {"value", "error"} & envelope.keys():
         return {"error": "result is not JSON: not a result envelope (was the result pipe written to?)"}
     if "error" in envelope:

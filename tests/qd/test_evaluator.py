@@ -61,3 +61,54 @@ def test_failures_become_invalid_candidates_with_one_line_reasons(tmp_path):
     assert ev.error[1].startswith("harness: score: descriptor has shape (2,)")  # the task's bugs
     assert ev.error[2] == "harness: score: RuntimeError: task bug"
     assert math.isnan(ev.fitness[0]) and np.isnan(ev.descriptor[0]).all()
+
+
+PID_ENTRY = """
+import os
+
+def run(text, scale):
+    if scale > 1 and text in ("4", "8"):
+        raise ValueError("late boom")
+    return {"value": float(text) * scale, "pid": os.getpid()}
+"""
+
+
+class SameVisitTask:
+    """TwoStageTask's cascade whose second stage runs in the first stage's process, or not."""
+
+    kind, language, descriptor_dim, description = "text", "python", 1, "numbers"
+
+    def __init__(self, entry: str, same_visit: bool):
+        self.sandbox_entry = entry
+        self.stages = [
+            Stage({"scale": 1.0}, name="cheap"),
+            Stage({"scale": 10.0}, threshold=5.0, name="full", same_visit=same_visit),
+        ]
+
+    def score(self, text, outputs):
+        pids = [o["pid"] for o in outputs]
+        return Scored(outputs[-1]["value"], [len(outputs)], metrics={"one_process": len(set(pids)) == 1})
+
+
+def test_a_same_visit_stage_runs_in_its_stage_before_ones_process_and_scores_alike(tmp_path):
+    entry = tmp_path / "entry.py"
+    entry.write_text(PID_ENTRY)
+    runs = {}
+    for same_visit in (True, False):
+        runs[same_visit] = evaluate_in_sandbox(SameVisitTask(f"{entry}:run", same_visit), ["2", "7", "9"])
+    together, apart = runs[True], runs[False]
+    assert together.fitness.tolist() == apart.fitness.tolist() == [2.0, 70.0, 90.0]
+    assert [m["stages"] for m in together.metrics] == [m["stages"] for m in apart.metrics] == [1, 2, 2]
+    assert [m["one_process"] for m in together.metrics[1:]] == [True, True]  # one fork per candidate
+    assert [m["one_process"] for m in apart.metrics[1:]] == [False, False]
+
+
+def test_a_same_visit_stages_failure_counts_only_past_its_gate(tmp_path):
+    entry = tmp_path / "entry.py"
+    entry.write_text(PID_ENTRY)
+    ev = evaluate_in_sandbox(SameVisitTask(f"{entry}:run", True), ["4", "8"])
+    # "4" scores 4 at the cheap stage: the gate (5) stops it, so its failed second call does not count.
+    assert ev.valid.tolist() == [True, False]
+    assert ev.fitness[0] == 4.0 and ev.metrics[0]["stages"] == 1
+    assert ev.error[1] == "full: ValueError: late boom"  # named by the stage that failed
+    assert "Traceback" in ev.artifacts[1]["stderr"]

@@ -123,6 +123,34 @@ def test_exception_gives_type_message_and_traceback(sandbox):
     assert "Traceback" in result.stderr and 'File "candidate", line 2, in main' in result.stderr
 
 
+THEN_CODE = """
+import os, sys
+def main(k):
+    if k == 3:
+        raise ValueError("three")
+    if k == 4:
+        sys.exit(5)
+    return [k, os.getpid()]
+"""
+
+
+def test_then_calls_the_entry_again_in_the_same_process_until_one_fails(sandbox):
+    text = textwrap.dedent(THEN_CODE)
+    result = asyncio.run(sandbox.run(text, {"k": 0}, then=[{"k": 1}, {"k": 2}]))
+    assert result.ok and result.then_error is None
+    assert [result.value[0], *(v[0] for v in result.then)] == [0, 1, 2]
+    assert len({result.value[1], *(v[1] for v in result.then)}) == 1  # one process
+    failed = asyncio.run(sandbox.run(text, {"k": 0}, then=[{"k": 1}, {"k": 3}, {"k": 2}]))
+    assert failed.ok and [v[0] for v in failed.then] == [1]  # the calls up to the failure
+    assert failed.then_error == "ValueError: three" and "Traceback" in failed.stderr
+    exited = asyncio.run(sandbox.run(text, {"k": 0}, then=[{"k": 4}]))
+    assert exited.ok and exited.then == [] and exited.then_error == "exited with code 5 (sys.exit)"
+    first = asyncio.run(sandbox.run(text, {"k": 3}, then=[{"k": 1}]))  # the first call failed: a failed run
+    assert not first.ok and first.error == "ValueError: three" and first.then is None
+    plain = run(sandbox, THEN_CODE, k=1)
+    assert plain.ok and plain.then is None and plain.then_error is None
+
+
 def test_module_entry():
     with_module = Sandbox("json:dumps", workers=1, limits=LIMITS)
     try:
