@@ -71,7 +71,11 @@ def test_trials_are_stored_and_counted_never_placed_and_a_rerun_replays_them(tmp
 )
 def test_a_model_that_keeps_calling_tools_never_exceeds_the_budget(tmp_path, scripted_llm, answer, budget):
     server = scripted_llm([Rule("", answer)])
-    cfg = scripted_text_config(server.base_url, AGENT, "runner.max_llm_calls=40", budget)
+    # One child at a time: each child's trial reserves its evaluation before the next child
+    # reserves its own (with several at once, faster evaluations let the children take the whole
+    # budget first, and no trial would test it).
+    one_at_a_time = ("runner.in_flight=1", "runner.batch_size=1")
+    cfg = scripted_text_config(server.base_url, AGENT, "runner.max_llm_calls=40", *one_at_a_time, budget)
     summary, _, rows = finished(cfg, tmp_path)
     limit = int(budget.split("=")[1])
     if "llm_calls" in budget:
