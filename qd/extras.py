@@ -28,8 +28,9 @@ PACKAGES = {
     "ray": ("ray",),
 }
 # What pip needs in front of the install command for an extra that compiles code (llama-cpp-python:
-# a native build crashes on CPUs other than the one it was built on).
-_BUILD_ENV = {"local": 'CMAKE_ARGS="-DGGML_NATIVE=OFF" '}
+# a native build crashes on CPUs other than the one it was built on; the multimodal library is never
+# loaded by the server: not built. The README's command trims more with a file of the checkout.)
+_BUILD_ENV = {"local": 'CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" '}
 
 
 class MissingExtra(ConfigError):

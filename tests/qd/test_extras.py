@@ -55,7 +55,8 @@ def test_the_message_names_what_needs_the_extra_and_the_pip_command():
     local = str(extras.MissingExtra("llm=local", "local"))
     assert (
         local
-        == 'llm=local needs the local extra: CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install "qd-engine[local]"'
+        == 'llm=local needs the local extra: CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" '
+        'pip install "qd-engine[local]"'
     )
 
 
