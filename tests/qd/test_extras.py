@@ -54,8 +54,7 @@ def test_the_message_names_what_needs_the_extra_and_the_pip_command():
     assert error.under("descriptor.parts[0]") is error  # the option, not a field under a prefix
     local = str(extras.MissingExtra("llm=local", "local"))
     assert (
-        local
-        == 'llm=local needs the local extra: CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" '
+        local == 'llm=local needs the local extra: CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" '
         'pip install "qd-engine[local]"'
     )
 
