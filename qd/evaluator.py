@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import importlib
 import importlib.util
+import itertools
 import multiprocessing
 import os
 import time
@@ -244,7 +245,7 @@ class StagedEvaluator(Evaluator):
             ):
                 break
             gateway = self._gateway(text, stage.name, *spent)
-            together = [] if ahead or gateway is not None else self._same_visit(cascade[i + 1 :])
+            together = [] if ahead else self._same_visit(cascade[i + 1 :])
             try:
                 if ahead:
                     result = ahead.pop(0)
@@ -288,12 +289,7 @@ class StagedEvaluator(Evaluator):
         the runner can (``runs_stages_together``) and no stage's evaluation calls the model."""
         if self.client is not None or not getattr(self.runner, "runs_stages_together", False):
             return []
-        together = []
-        for stage in later:
-            if not stage.same_visit:
-                break
-            together.append(stage)
-        return together
+        return list(itertools.takewhile(lambda stage: stage.same_visit, later))
 
     def _gateway(self, text: str, stage: str, calls: int, tokens: int) -> Any:
         """The stage's access to the model: what the evaluation's budget leaves after the

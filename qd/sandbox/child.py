@@ -191,13 +191,8 @@ class ChildSide:
                 code = 1
             self._flush()
             os._exit((code or 0) & 0xFF)
-        except MemoryError as e:
-            _print_traceback(e)
-            envelope = {"error": f"memory limit ({self.limits['memory_mb']} MB)"}
         except BaseException as e:
-            _print_traceback(e)
-            blame = "" if raised_by_candidate(e, self.cwd) else HARNESS
-            envelope = {"error": blame + exception_line(e)}
+            envelope = {"error": self._reason(e)}
         else:
             envelope = {"value": value}
             if "then" in request:
@@ -213,14 +208,17 @@ class ChildSide:
                 values.append(self.fn(request["text"], **extra, **args))
             except SystemExit as e:
                 return {"values": values, "error": f"exited with code {e.code} (sys.exit)"}
-            except MemoryError as e:
-                _print_traceback(e)
-                return {"values": values, "error": f"memory limit ({self.limits['memory_mb']} MB)"}
             except BaseException as e:
-                _print_traceback(e)
-                blame = "" if raised_by_candidate(e, self.cwd) else HARNESS
-                return {"values": values, "error": blame + exception_line(e)}
+                return {"values": values, "error": self._reason(e)}
         return {"values": values}
+
+    def _reason(self, e: BaseException) -> str:
+        """The one-line reason of an exception the entry let out (its traceback to stderr),
+        blamed on the candidate or the harness."""
+        _print_traceback(e)
+        if isinstance(e, MemoryError):
+            return f"memory limit ({self.limits['memory_mb']} MB)"
+        return ("" if raised_by_candidate(e, self.cwd) else HARNESS) + exception_line(e)
 
     def _finish(self, envelope: dict, fd: int) -> None:
         try:
