@@ -92,27 +92,38 @@ AXIS_NAMES = {
 }
 
 
-def code_metrics(source: str) -> dict[str, int] | None:
-    """The metrics named in ``METRICS`` for ``source``, or None if it does not parse.
+def code_metrics(source: str, names: Sequence[str] = METRICS) -> dict[str, int] | None:
+    """The metrics ``names`` (default: all of ``METRICS``) for ``source``, or None if it does not parse.
 
     cyclomatic is McCabe's: 1 + branches + extra boolean operands; nesting is the
-    deepest chain of blocks (def, class, if, loops, with, try, match).
+    deepest chain of blocks (def, class, if, loops, with, try, match). ``tokens`` is
+    the one metric that needs a tokenization as well as the parse: a caller that does
+    not ask for it does not pay for it (a third of the cost).
     """
-    metrics = _metrics(source)
-    return None if metrics is None else dict(zip(METRICS, metrics))
+    tree = _tree_metrics(source)
+    if tree is None:
+        return None
+    metrics = dict(zip(_TREE_METRICS, tree))
+    if "tokens" in names:
+        if (tokens := _token_count(source)) is None:
+            return None
+        metrics["tokens"] = tokens
+    return {name: metrics[name] for name in names}
+
+
+_TREE_METRICS = tuple(name for name in METRICS if name != "tokens")
 
 
 # A cascade scores one text once per stage, and a task may read it for its descriptor and its
 # size: each parse after the first is a lookup (a fresh dict each time, so callers may change it).
+
+
 @functools.lru_cache(maxsize=1024)
-def _metrics(source: str) -> tuple[int, ...] | None:
-    """``METRICS``' values in order; one parse, one tokenization, one walk of the tree."""
+def _tree_metrics(source: str) -> tuple[int, ...] | None:
+    """``_TREE_METRICS``' values in order; one parse, one walk of the tree."""
     try:
         tree = ast.parse(source)
-        tokens = sum(
-            1 for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type not in _NOT_TOKENS
-        )
-    except (SyntaxError, ValueError, tokenize.TokenError, RecursionError, MemoryError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     counts = dict.fromkeys(_COUNTED, 0)
     nodes = extra = deepest = 0
@@ -129,9 +140,21 @@ def _metrics(source: str) -> tuple[int, ...] | None:
         for child in ast.iter_child_nodes(node):
             stack.append((child, depth + (type(child) in _NESTING)))
     lines = sum(1 for line in source.splitlines() if line.strip() and not line.strip().startswith("#"))
-    values = {"lines": lines, "tokens": tokens, "nodes": nodes, "nesting": deepest, **counts}
+    values = {"lines": lines, "nodes": nodes, "nesting": deepest, **counts}
     values["cyclomatic"] = 1 + counts.pop("branches") + extra
-    return tuple(values[name] for name in METRICS)
+    return tuple(values[name] for name in _TREE_METRICS)
+
+
+@functools.lru_cache(maxsize=1024)
+def _token_count(source: str) -> int | None:
+    """The tokens of ``source`` that carry code (no layout, comments or end marker); None if it
+    does not tokenize."""
+    try:
+        return sum(
+            1 for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type not in _NOT_TOKENS
+        )
+    except (SyntaxError, ValueError, tokenize.TokenError, RecursionError, MemoryError):
+        return None
 
 
 class CodeMetricsDescriptor(Descriptor):
@@ -165,7 +188,7 @@ class CodeMetricsDescriptor(Descriptor):
         valid = np.ones(len(items), bool)
         error: list[str | None] = [None] * len(items)
         for j, item in enumerate(items):
-            m = code_metrics(item.text or "")
+            m = code_metrics(item.text or "", self.metrics)
             if m is None:
                 valid[j], error[j] = False, "code_metrics: the program does not parse"
             else:

@@ -66,7 +66,7 @@ class AgentDesignTask(ReasoningTask):
         correct = self.answers_of(items, answers)
         if correct is None:
             return Scored(math.nan, None, False, error="the entry returned no answer list")
-        size = code_metrics(text)
+        size = code_metrics(text, ("nodes",))
         if size is None:
             return Scored(math.nan, None, False, error="syntax error")
         failures = [a["error"] for a in answers if isinstance(a.get("error"), str)]

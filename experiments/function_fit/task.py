@@ -24,6 +24,7 @@ from qd.task import Scored, Stage
 
 _HERE = Path(__file__).resolve().parent
 WORST = 100.0
+NUMBERS = {int, float}  # what f(x) may return
 
 TARGETS = {
     "quadratic": lambda x: x * x + 0.5 * x + 2.0,
@@ -93,15 +94,12 @@ class FunctionFitTask:
         stage = len(outputs) - 1
         xs_y = [np.asarray(self.train_y), self._held_out_y][stage]
         values = outputs[-1]
-        if (
-            not isinstance(values, list)
-            or len(values) != len(xs_y)
-            or any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in values)
-        ):
+        # (values come from the child's JSON: exact types, and bool is a type of its own)
+        if not isinstance(values, list) or len(values) != len(xs_y) or not set(map(type, values)) <= NUMBERS:
             return Scored(math.nan, None, False, error="f(x) returned a non-finite or non-numeric value")
         rmse = float(np.sqrt(np.mean((np.asarray(values, np.float64) - xs_y) ** 2)))
         fitness = -min(rmse, WORST) if math.isfinite(rmse) else -WORST
-        m = code_metrics(text)
+        m = code_metrics(text, ("nodes", "constants"))
         metrics = {f"rmse_{('train', 'held_out')[stage]}": round(rmse, 6)}
         if m is None:
             return Scored(math.nan, None, False, metrics, "syntax error")

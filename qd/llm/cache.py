@@ -8,6 +8,7 @@ folder; a missing or unreadable file is a miss, written again after the call.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -22,8 +23,8 @@ class ResponseCache:
     """Answers under ``root``, one file per key (``root/ab/ab....json``)."""
 
     def __init__(self, root: str | Path):
-        self.root = Path(root)
-        self._folders: set[Path] = set()  # fan-out folders made (or found) by this process
+        self.root = os.fspath(root)
+        self._folders: set[str] = set()  # fan-out folders made (or found) by this process
         self._temps = itertools.count()
 
     @staticmethod
@@ -37,28 +38,35 @@ class ResponseCache:
     def get(self, key: str) -> Completion | None:
         """The answer kept under ``key``, marked ``cached``; None when there is none."""
         try:
-            return Completion(**{**json.loads(self._path(key).read_text()), "cached": True})
+            with open(self._path(key), "rb") as f:
+                return Completion(**{**json.loads(f.read()), "cached": True})
         except (OSError, ValueError, TypeError):  # missing or unreadable entry: a miss, rewritten later
             return None
 
     def put(self, key: str, c: Completion) -> None:
         """Write atomically (temp file in the same folder, then rename) so readers never see half a file.
 
-        One write per answer, on the loop's thread: the temp name is unique without a random draw
-        (this process's id and a counter), and each folder is made once."""
-        path = self._path(key)
-        if path.parent not in self._folders:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._folders.add(path.parent)
+        One write per answer, on the loop's thread, so it is made of the fewest system calls
+        (a file opened, written, closed and renamed; strings for paths, no ``pathlib`` objects):
+        the temp name is unique without a random draw (this process's id and a counter), and
+        each folder is made once."""
+        folder = f"{self.root}/{key[:2]}"
+        if folder not in self._folders:
+            os.makedirs(folder, exist_ok=True)
+            self._folders.add(folder)
         body = json.dumps({f.name: getattr(c, f.name) for f in dataclasses.fields(c)}).encode()
-        tmp = path.parent / f".tmp-{os.getpid()}-{next(self._temps)}.json"
+        tmp = f"{folder}/.tmp-{os.getpid()}-{next(self._temps)}.json"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            with open(tmp, "xb") as f:
-                f.write(body)
-            os.replace(tmp, path)
+            try:
+                os.write(fd, body)  # (a regular file takes the whole body in one write)
+            finally:
+                os.close(fd)
+            os.replace(tmp, f"{folder}/{key}.json")
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
             raise
 
-    def _path(self, key: str) -> Path:
-        return self.root / key[:2] / f"{key}.json"
+    def _path(self, key: str) -> str:
+        return f"{self.root}/{key[:2]}/{key}.json"

@@ -84,3 +84,18 @@ def test_every_node_kind_is_counted_once(source):
         isinstance(n, ast.Constant) and type(n.value) in (int, float, complex) for n in nodes
     )
     assert m["cyclomatic"] > 1 and m["nesting"] >= 1 and m["imports"] == source.count("import ")
+
+
+def test_asked_metrics_only_and_no_tokenization_unless_tokens_are_asked(monkeypatch):
+    """A caller naming its metrics gets those, the same values as the full set; the tokenizer
+    (a third of the cost) runs only when ``tokens`` is among them."""
+    import descriptors.code_metrics as cm
+
+    full = code_metrics(PROGRAM)
+    source = PROGRAM + "\nh = 1\n"  # a text not in the caches
+    monkeypatch.setattr(cm, "_token_count", lambda s: pytest.fail("tokenized although tokens not asked"))
+    some = code_metrics(source, ("nodes", "constants"))
+    assert some == {"nodes": full["nodes"] + 4, "constants": full["constants"] + 1}
+    monkeypatch.setattr(cm, "_token_count", lambda s: 7)
+    assert code_metrics(source, ("tokens", "loops")) == {"tokens": 7, "loops": 1}
+    assert code_metrics("def f(:\n", ("nodes",)) is None
