@@ -17,10 +17,13 @@ peers in ``--peer-python``'s: ``bench/quality_peers.py``). LLM calls are counted
 (its access log), alike for all. The budget (``--calls``, 40) is what each system's own limit
 counts: model calls for the code tasks (qd's ``runner.max_llm_calls``, OpenEvolve's
 iterations, ShinkaEvolve's LLM client, which answers no more once they are made, the controls'
-samples); for the prompt task (``--prompt-calls``, 400) every call,
+samples); for the prompt task (``--prompt-calls``, 80) every call,
 the proposer's and the evaluation's on the dataset rows (qd's ``llm_calls`` budget counts both;
-GEPA is stopped when its reflection and task calls reach it). The held-out scoring's calls
-come after the run and are not counted.
+GEPA is stopped when its reflection and task calls reach it, checked between its iterations, so
+it may overshoot by one iteration's calls: its row shows the calls it made). 80, twice the code
+tasks' budget because a prompt's evaluation is itself calls (a proposal and its evaluation cost
+about 7), keeps the prompt runs at ~5 minutes each on 2 cores; 400 (the first runs) took 24.
+The held-out scoring's calls come after the run and are not counted.
 
 Measured per run: the held-out best (function_fit: -RMSE on the 64 held-out points of the best
 program; function_minimization: the best ``combined_score``; prompt: the test split's accuracy
@@ -352,12 +355,92 @@ def summarize(lines: list[dict[str, Any]], args: argparse.Namespace) -> list[dic
                     "calls": _spread([r["calls"] for r in runs], 0),
                     "budget_calls_max": max(r["budget_calls"] or 0 for r in runs),
                     "wall_s": _spread([r["wall_s"] for r in runs], 0),
+                    "beat_seeds": beat_seeds(runs, getattr(tasks[t], "seeds", tasks[t])),
                 }
             )
         else:
             row["why_not"] = why_not(s, t, tasks, args.peer_python) or "not run yet"
         rows.append(row)
     return rows
+
+
+def beat_seeds(runs: list[dict[str, Any]], seeds: Any) -> str:
+    """How many runs' best is a new program (not one of the task's ``seeds``, whitespace aside)
+    that beats their best seed program on the held-out measure (``k of n``); "-" for the prompt
+    task, whose held-out best (test accuracy) and seed score (the grid's fitness) are not on one
+    scale. A seed scored twice by a noisy scorer does not count: a task where no run's best is a
+    new, better program does not rank the systems, their spread is the scorer's."""
+    if isinstance(seeds, str) or not runs or runs[0]["task"] == "prompt":
+        return "-"  # (``seeds`` a string: the task is not available here, so its seeds are unknown)
+    known = {" ".join(text.split()) for text in seeds}
+    new = [
+        r["heldout_best"] > r["best_seed"] and " ".join((r["best_text"] or "").split()) not in known
+        for r in runs
+        if r["heldout_best"] is not None and r["best_seed"] is not None
+    ]
+    return f"{sum(new)} of {len(new)}" if new else "-"
+
+
+VARIANTS = {"qd+memory": "memory (`memory=on`)", "qd+agent": "the agent operator"}
+
+
+def effects(lines: list[dict[str, Any]]) -> list[str]:
+    """What each qd variant changed against qd, task by task (medians over the seeds both ran),
+    and whether it paid everywhere: the evidence the defaults follow (a switch is on by default
+    only where its median held-out best and QD score are >= qd's on every task, one of them above)."""
+    median = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
+    out = []
+    for variant, what in VARIANTS.items():
+        verdicts = []
+        for task in TASKS:
+            base = {r["seed"]: r for r in lines if r["system"] == "qd" and r["task"] == task}
+            mine = {r["seed"]: r for r in lines if r["system"] == variant and r["task"] == task}
+            seeds = sorted(base.keys() & mine.keys())
+            if not seeds:
+                continue
+            pick = lambda runs, key: median([runs[s][key] for s in seeds if runs[s][key] is not None])  # noqa: E731
+            held, qd_held = pick(mine, "heldout_best"), pick(base, "heldout_best")
+            score, qd_score = pick(mine, "qd_score"), pick(base, "qd_score")
+            if None in (held, qd_held, score, qd_score):
+                continue
+            at_least = held >= qd_held and score >= qd_score
+            verdicts.append((at_least, held > qd_held or score > qd_score))
+            out.append(
+                f"- {what}, {task} ({len(seeds)} seeds both ran): held-out best {held:.3f} vs qd's "
+                f"{qd_held:.3f}, QD score {score:.2f} vs {qd_score:.2f}"
+            )
+        if verdicts:
+            pays = all(a for a, _ in verdicts) and any(b for _, b in verdicts)
+            verdict = "pays" if pays else "does not pay"
+            measured = f"({len(verdicts)} of {len(TASKS)} tasks)"
+            out.append(f"- so {what} {verdict} on every task measured {measured}")
+    return out
+
+
+def defaults_line(lines: list[dict[str, Any]]) -> str:
+    """qd's defaults for the two switches (``conf/config.yaml`` as composed) and whether they
+    follow the verdicts of :func:`effects`."""
+    import inspect
+
+    from qd.optimizer import optimize
+    from qd.plan import compose
+
+    cfg, call = compose([]), inspect.signature(optimize).parameters
+    memory_on = bool(cfg.memory.children or cfg.memory.lessons_every or call["memory"].default)
+    agent_on = "agent" in call["operators"].default or any(
+        op.name == "agent" for ops in cfg.operators.values() for op in ops
+    )
+    verdicts = "\n".join(effects(lines))
+    follows = [
+        on == (f"{what} pays on every task" in verdicts)
+        for on, what in ((memory_on, VARIANTS["qd+memory"]), (agent_on, VARIANTS["qd+agent"]))
+    ]
+    state = lambda on: "on" if on else "off"  # noqa: E731
+    return (
+        f"Defaults chosen from it (`qd-run` with no overrides, `conf/config.yaml`, and `qd.optimize`'s "
+        f"arguments): memory {state(memory_on)}, the agent operator {state(agent_on)}: "
+        + ("each follows its verdict above." if all(follows) else "**a verdict above disagrees with them.**")
+    )
 
 
 def report(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -368,18 +451,20 @@ def report(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = summarize(lines, args)
     table = [
         "| task | system | runs (seeds) | held-out best: median [min, max] | its best seed program "
-        "| QD score | valid / model-written | server calls | budget calls (max) | wall s |",
-        "|---|---|---|---|---|---|---|---|---:|---|",
+        "| runs beating their seeds | QD score | valid / model-written | server calls | budget calls (max) "
+        "| wall s |",
+        "|---|---|---|---|---|---|---|---|---|---:|---|",
     ]
     for r in rows:
         if r["runs"]:
             table.append(
                 f"| {r['task']} | {r['system']} | {r['runs']} ({' '.join(map(str, r['seeds']))}) | "
-                f"{r['heldout_best']} | {r['best_seed']} | {r['qd_score']} | {r['valid_frac']} | "
+                f"{r['heldout_best']} | {r['best_seed']} | {r['beat_seeds']} | {r['qd_score']} | "
+                f"{r['valid_frac']} | "
                 f"{r['calls']} | {r['budget_calls_max']} | {r['wall_s']} |"
             )
         else:
-            table.append(f"| {r['task']} | {r['system']} | 0 | {r['why_not']} | | | | | | |")
+            table.append(f"| {r['task']} | {r['system']} | 0 | {r['why_not']} | | | | | | | |")
     print("\n".join(table))
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "runs": lines}, indent=1, default=float))
@@ -420,12 +505,21 @@ def _write_results(args: argparse.Namespace, lines: list[dict[str, Any]], table:
         "`function_minimization` is OpenEvolve's example from its repository (`--oe-example`; the wheel "
         "ships no examples), run unchanged, its one import of `openevolve.evaluation_result` served in "
         "qd's interpreter by `bench/quality_shim`. Prompt task: the budget counts the proposer's calls "
-        "and its evaluations on the rows alike (`--prompt-calls`).",
+        f"and its evaluations on the rows alike: {args.prompt_calls} calls per run (`--prompt-calls`).",
         f"- {'Partial: ' if len(lines) < planned else ''}{len(lines)} of {planned} runs "
         f"({len(args.seeds)} seeds of every runnable system x task) finished; a row with 0 runs was not "
-        "reached yet or says why it cannot run.",
+        'reached yet or says why it cannot run. "Runs beating their seeds": runs whose best is a new '
+        "program (not a seed) that beats the best seed program on the held-out measure; where it is 0 "
+        "for every system, the task did not rank the systems at this budget (the spread between them "
+        "is the scorer's: OpenEvolve's function_minimization evaluator draws unseeded random numbers, "
+        "so one program scores differently run to run).",
         "",
         *table,
+        "",
+        "Effect of memory and of the agent operator (medians over the seeds both ran, variant vs qd):",
+        "",
+        *effects(lines),
+        f"- {defaults_line(lines)}",
     ]
     write_section(args.results, TITLE, "\n".join(section))
     print(f"wrote {TITLE!r} to {args.results}")
@@ -440,7 +534,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument(
         "--prompt-calls",
         type=int,
-        default=400,
+        default=80,
         help="the budget of a prompt run: proposer and evaluation calls",
     )
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])

@@ -68,3 +68,52 @@ def test_quick_bench_reports_every_run_within_budget_and_resumes(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "0 runs to do" in again.stdout
     assert (tmp_path / "runs.jsonl").read_text().splitlines() == lines
+
+
+def _quality():
+    sys.path.insert(0, str(ROOT / "bench"))
+    import quality
+
+    return quality
+
+
+def _run(system, task, seed, heldout, qd_score, best_text="def f(x): return x", best_seed=0.0):
+    return {
+        "system": system,
+        "task": task,
+        "seed": seed,
+        "heldout_best": heldout,
+        "best_seed": best_seed,
+        "qd_score": qd_score,
+        "best_text": best_text,
+    }
+
+
+def test_a_seed_rescored_higher_is_no_improvement_and_a_new_better_program_is():
+    quality = _quality()
+    seed = "def f(x):\n    return x\n"
+    runs = [
+        _run("qd", "function_fit", 0, 1.0, 5.0, best_text="def f(x):  return x"),  # the seed, noise
+        _run("qd", "function_fit", 1, 1.0, 5.0, best_text="def f(x): return 2 * x"),  # new and better
+        _run("qd", "function_fit", 2, -1.0, 5.0, best_text="def f(x): return 3 * x"),  # new, worse
+    ]
+    assert quality.beat_seeds(runs, (seed,)) == "1 of 3"
+    assert quality.beat_seeds([_run("qd", "prompt", 0, 0.5, 1.0)], ("a prompt",)) == "-"
+
+
+def test_a_switch_pays_only_where_it_is_at_least_qd_on_every_task_and_the_defaults_follow():
+    quality = _quality()
+    lines = [_run("qd", "function_fit", s, -2.0, 100.0) for s in range(3)] + [
+        _run("qd", "function_minimization", s, 1.4, 1.4) for s in range(3)
+    ]
+    lines += [_run("qd+memory", "function_fit", s, -1.0, 120.0) for s in range(3)]
+    lines += [_run("qd+memory", "function_minimization", s, 1.4, 1.5) for s in range(3)]
+    lines += [_run("qd+agent", "function_fit", s, -1.0, 90.0) for s in range(3)]  # better best, lower QD
+    text = "\n".join(quality.effects(lines))
+    assert "memory (`memory=on`) pays on every task measured (2 of 3 tasks)" in text
+    assert "the agent operator does not pay on every task measured (1 of 3 tasks)" in text
+    assert "held-out best -1.000 vs qd's -2.000, QD score 120.00 vs 100.00" in text
+    # memory is off by default: against a verdict that it pays, the report says so
+    assert "disagrees" in quality.defaults_line(lines)
+    lines = [ln for ln in lines if ln["system"] != "qd+memory"]
+    assert quality.defaults_line(lines).endswith("each follows its verdict above.")
