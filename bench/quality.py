@@ -381,6 +381,11 @@ def beat_seeds(runs: list[dict[str, Any]], seeds: Any) -> str:
     return f"{sum(new)} of {len(new)}" if new else "-"
 
 
+def _median_of(runs: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in runs if r[key] is not None]
+    return statistics.median(values) if values else None
+
+
 VARIANTS = {"qd+memory": "memory (`memory=on`)", "qd+agent": "the agent operator"}
 
 
@@ -388,7 +393,6 @@ def effects(lines: list[dict[str, Any]]) -> list[str]:
     """What each qd variant changed against qd, task by task (medians over the seeds both ran),
     and whether it paid everywhere: the evidence the defaults follow (a switch is on by default
     only where its median held-out best and QD score are >= qd's on every task, one of them above)."""
-    median = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
     out = []
     for variant, what in VARIANTS.items():
         verdicts = []
@@ -398,7 +402,7 @@ def effects(lines: list[dict[str, Any]]) -> list[str]:
             seeds = sorted(base.keys() & mine.keys())
             if not seeds:
                 continue
-            pick = lambda runs, key: median([runs[s][key] for s in seeds if runs[s][key] is not None])  # noqa: E731
+            pick = lambda runs, key: _median_of([runs[s] for s in seeds], key)  # noqa: E731
             held, qd_held = pick(mine, "heldout_best"), pick(base, "heldout_best")
             score, qd_score = pick(mine, "qd_score"), pick(base, "qd_score")
             if None in (held, qd_held, score, qd_score):
@@ -414,6 +418,32 @@ def effects(lines: list[dict[str, Any]]) -> list[str]:
             verdict = "pays" if pays else "does not pay"
             measured = f"({len(verdicts)} of {len(TASKS)} tasks)"
             out.append(f"- so {what} {verdict} on every task measured {measured}")
+    return out
+
+
+def ahead_of_qd(lines: list[dict[str, Any]]) -> list[str]:
+    """Per task, the systems whose median held-out best or QD score is above qd's, with both
+    valid fractions: where the goal (qd first on both) is missed, and the first thing to read."""
+    out = []
+    for task in TASKS:
+        runs = {s: [r for r in lines if r["task"] == task and r["system"] == s] for s in SYSTEMS}
+        if not runs["qd"]:
+            continue
+        qd = {k: _median_of(runs["qd"], k) for k in ("heldout_best", "qd_score", "valid_frac")}
+        ahead = []
+        for system, mine in runs.items():
+            m = {k: _median_of(mine, k) for k in qd} if mine and system != "qd" else None
+            if m is None or None in (m["heldout_best"], m["qd_score"], qd["heldout_best"], qd["qd_score"]):
+                continue
+            above = [k for k in ("heldout_best", "qd_score") if m[k] > qd[k]]
+            if above:
+                valid = "-" if m["valid_frac"] is None else f"{m['valid_frac']:.2f}"
+                ahead.append(f"{system} ({', '.join(above)}; valid {valid})")
+        qd_valid = "-" if qd["valid_frac"] is None else f"{qd['valid_frac']:.2f}"
+        out.append(
+            f"- {task}: "
+            + (f"ahead of qd (valid {qd_valid}): {'; '.join(ahead)}" if ahead else "no system ahead of qd")
+        )
     return out
 
 
@@ -525,6 +555,11 @@ def _write_results(args: argparse.Namespace, lines: list[dict[str, Any]], table:
         "so one program scores differently run to run).",
         "",
         *table,
+        "",
+        "Where qd is not first (medians; the goal is qd's median best and QD score at least every "
+        "other system's):",
+        "",
+        *ahead_of_qd(lines),
         "",
         "Effect of memory and of the agent operator (medians over the seeds both ran, variant vs qd):",
         "",

@@ -86,6 +86,7 @@ def _run(system, task, seed, heldout, qd_score, best_text="def f(x): return x", 
         "best_seed": best_seed,
         "qd_score": qd_score,
         "best_text": best_text,
+        "valid_frac": 0.5,
     }
 
 
@@ -113,6 +114,11 @@ def test_a_switch_pays_only_where_it_is_at_least_qd_on_every_task_and_the_defaul
     assert "memory (`memory=on`) pays on every task measured (2 of 3 tasks)" in text
     assert "the agent operator does not pay on every task measured (1 of 3 tasks)" in text
     assert "held-out best -1.000 vs qd's -2.000, QD score 120.00 vs 100.00" in text
+    ahead = quality.ahead_of_qd(lines)
+    assert (
+        ahead[0].startswith("- function_fit: ahead of qd") and "qd+memory (heldout_best, qd_score" in ahead[0]
+    )
+    assert "qd+agent (heldout_best; valid" in ahead[0]  # its QD score is below qd's: not named for it
     # memory is off by default: against a verdict that it pays, the report says so
     assert "disagrees" in quality.defaults_line(lines)
     lines = [ln for ln in lines if ln["system"] != "qd+memory"]
