@@ -140,10 +140,12 @@ def qd_command(base_url: str, minutes: float, run_dir: Path, overrides: list[str
 class NodeKiller:
     """The ray phase's faults: every ``every`` seconds after the first evaluation, kill the oldest
     node the run uses and start a fresh one in its place (in a thread: sampling keeps its pace),
-    while the run keeps one of its own."""
+    while the run keeps one of its own. The first kill comes no later than halfway from the first
+    evaluation to the phase's end (``end_s`` after qd-run's start): a short phase whose start-up
+    was slow still loses a node while the run dispatches, with time left to notice it."""
 
-    def __init__(self, cluster, every: float, kills: int):
-        self.cluster, self.every, self.kills = cluster, every, kills
+    def __init__(self, cluster, every: float, kills: int, end_s: float):
+        self.cluster, self.every, self.kills, self.end_s = cluster, every, kills, end_s
         self.targets = list(cluster.workers)  # the nodes the run starts with
         self.first_eval: float | None = None
         self.log: list[dict] = []
@@ -153,7 +155,10 @@ class NodeKiller:
         if self.first_eval is None:
             self.first_eval = s["t"] if s["evals"] else None
             return
-        if len(self.log) < self.kills and s["t"] >= self.first_eval + self.every * (len(self.log) + 1):
+        due = self.first_eval + self.every * (len(self.log) + 1)
+        if not self.log:
+            due = min(due, (self.first_eval + self.end_s) / 2)
+        if len(self.log) < self.kills and s["t"] >= due:
             self.join()  # one node starting at a time
             node = self.targets.pop(0)
             processes = self.cluster.kill_worker(node)
@@ -261,7 +266,7 @@ def run_phase(name: str, minutes: float, interval: float, args, work: Path) -> d
             cluster = SoakCluster(Path(tempfile.mkdtemp(prefix="qdsk", dir="/tmp")))
             for _ in range(kills + 1):
                 cluster.add_worker()
-            killer = NodeKiller(cluster, args.kill_every, kills)
+            killer = NodeKiller(cluster, args.kill_every, kills, minutes * 60)
         cmd = qd_command(
             server.base_url,
             minutes,

@@ -16,7 +16,7 @@ def test_a_short_soak_samples_and_judges_each_phase_and_loses_nothing(tmp_path):
     out = tmp_path / "soak.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "bench/soak.py", "--minutes", "0.8", "--interval", "2", "--kill-every", "4"]
+        [sys.executable, "bench/soak.py", "--minutes", "1.2", "--interval", "2", "--kill-every", "8"]
         + ["--fault-every", "5", "--out", str(out)],
         cwd=ROOT,
         env=env,
