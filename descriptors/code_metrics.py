@@ -92,6 +92,9 @@ AXIS_NAMES = {
 }
 
 
+_TREE_METRICS = tuple(name for name in METRICS if name != "tokens")  # one walk of the tree gives these
+
+
 def code_metrics(source: str, names: Sequence[str] = METRICS) -> dict[str, int] | None:
     """The metrics ``names`` (default: all of ``METRICS``) for ``source``, or None if it does not parse.
 
@@ -111,13 +114,8 @@ def code_metrics(source: str, names: Sequence[str] = METRICS) -> dict[str, int] 
     return {name: metrics[name] for name in names}
 
 
-_TREE_METRICS = tuple(name for name in METRICS if name != "tokens")
-
-
 # A cascade scores one text once per stage, and a task may read it for its descriptor and its
 # size: each parse after the first is a lookup (a fresh dict each time, so callers may change it).
-
-
 @functools.lru_cache(maxsize=1024)
 def _tree_metrics(source: str) -> tuple[int, ...] | None:
     """``_TREE_METRICS``' values in order; one parse, one walk of the tree."""
