@@ -59,7 +59,8 @@ class ResponseCache:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             try:
-                os.write(fd, body)  # (a regular file takes the whole body in one write)
+                if os.write(fd, body) != len(body):  # (a full disk: no half answer is kept)
+                    raise OSError(f"short write of a cache entry under {folder}")
             finally:
                 os.close(fd)
             os.replace(tmp, f"{folder}/{key}.json")
