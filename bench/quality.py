@@ -18,7 +18,8 @@ peers in ``--peer-python``'s: ``bench/quality_peers.py``). LLM calls are counted
 counts: model calls for the code tasks (qd's ``runner.max_llm_calls``, OpenEvolve's
 iterations, ShinkaEvolve's LLM client, which answers no more once they are made, the controls'
 samples); for the prompt task (``--prompt-calls``, 80) every call,
-the proposer's and the evaluation's on the dataset rows (qd's ``llm_calls`` budget counts both;
+the proposer's and the evaluation's on the dataset rows (qd's ``llm_calls`` budget counts both,
+and so does best-of-N, which asks for a child only while it and its evaluation fit;
 GEPA is stopped when its reflection and task calls reach it, checked between its iterations, so
 it may overshoot by one iteration's calls: its row shows the calls it made). 80, twice the code
 tasks' budget because a prompt's evaluation is itself calls (a proposal and its evaluation cost
@@ -72,9 +73,12 @@ from quality_tasks import TASKS, BenchTask, bench_task, prompt_descriptor, score
 TITLE = "## Search quality per model call: qd, its variants, peers and controls (bench/quality.py)"
 JSONL = HERE / "quality_runs.jsonl"
 # --quick: the runs it makes (task -> systems), each cheap on the scripted server: qd and both
-# controls on function_fit, ShinkaEvolve there too (given --peer-python), and the qd.optimize
-# switches of the two variants on the prompt task
-QUICK_RUNS = {"function_fit": ("qd", "best-of-N", "restarts", "shinka"), "prompt": ("qd+memory", "qd+agent")}
+# controls on function_fit, ShinkaEvolve there too (given --peer-python), the qd.optimize
+# switches of the two variants and best-of-N on the prompt task
+QUICK_RUNS = {
+    "function_fit": ("qd", "best-of-N", "restarts", "shinka"),
+    "prompt": ("qd+memory", "qd+agent", "best-of-N"),
+}
 QUICK_PROMPT_CALLS = 60
 
 
@@ -91,7 +95,10 @@ class System:
     optimize: tuple[tuple[str, Any], ...] = ()  # qd.optimize's keyword arguments of the variant
 
 
-_CODE_ONLY = "the controls mutate programs with qd's program operators; a prompt's score needs the model"
+_ONE_SAMPLE = (
+    "with one seed prompt and qd.optimize's one operator (rewrite), a restart is a best-of-N sample: "
+    "see best-of-N's row"
+)
 _OE_PROMPT = (
     "OpenEvolve evolves code files scored by a Python evaluator; a prompt's evaluation calls the model "
     "outside its LLM config and its call count"
@@ -117,8 +124,8 @@ SYSTEMS = {
     "openevolve": System("peer", {**dict.fromkeys(TASKS), "prompt": _OE_PROMPT}),
     "gepa": System("peer", {"function_fit": _GEPA_CODE, "function_minimization": _GEPA_CODE, "prompt": None}),
     "shinka": System("peer", {**dict.fromkeys(TASKS), "prompt": _SHINKA_PROMPT}),
-    "best-of-N": System("control", {**dict.fromkeys(TASKS), "prompt": _CODE_ONLY}),
-    "restarts": System("control", {**dict.fromkeys(TASKS), "prompt": _CODE_ONLY}),
+    "best-of-N": System("control", dict.fromkeys(TASKS)),
+    "restarts": System("control", {**dict.fromkeys(TASKS), "prompt": _ONE_SAMPLE}),
 }
 
 
@@ -618,14 +625,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
 
 def _child(name: str, task_name: str, oe_example: str, params_json: str) -> None:
-    from quality_systems import control, heldout_prompt, qd_prompt, qd_run
+    from quality_systems import control, heldout_prompt, prompt_control, qd_prompt, qd_run
 
     p = json.loads(params_json)
     task = bench_task(task_name, None if oe_example == "None" else Path(oe_example))
     if name == "heldout":
         out = {"heldout": heldout_prompt(p), "programs": [], "wall_s": 0.0}
     elif SYSTEMS[name].runs == "control":
-        out = control(p, task)
+        out = prompt_control(p) if task_name == "prompt" else control(p, task)
     else:
         out = qd_prompt(p) if task_name == "prompt" else qd_run(p, task)
     Path(p["work"], "result.json").write_text(json.dumps(out, default=float))

@@ -11,6 +11,14 @@ overrides, its operators built on a ``qd.llm.LLMClient``), scored by the task's 
 * ``restarts``: each call applies an operator drawn from qd's mix (its weights) to seed
   programs drawn at random, the seeds as its inspirations: a mutation of the start, never of a
   child. No archive, no selection.
+
+On the prompt task, ``best-of-N`` asks ``qd.optimize``'s ``rewrite`` operator of the prompt genome
+(built as ``qd.optimize`` builds it, on a client set up as it sets its up) for children of the
+seed prompt and scores each, and the seed, on the validation split: its accuracy, what qd's
+validation stage computes (``DatasetTask.heldout`` on a copy of the task whose test rows are the
+validation rows). Every call counts, the proposer's and the evaluation's; a child is asked for only
+while its call and its evaluation fit in what the budget leaves. With one seed and one operator a
+restart would be the same sample, so ``restarts`` has no prompt row of its own.
 """
 
 from __future__ import annotations
@@ -133,6 +141,66 @@ async def _control(p: dict[str, Any], task: BenchTask) -> dict[str, Any]:
                 scored = task.score(child.text) if child.text else {"valid": False, "error": child.error}
                 rows.append(_row(child.text, scored, llm=True))
     return {"programs": rows, "wall_s": time.perf_counter() - t0}
+
+
+def prompt_control(p: dict[str, Any]) -> dict[str, Any]:
+    """``best-of-N`` on the prompt task; see the module doc."""
+    return asyncio.run(_prompt_control(p))
+
+
+async def _prompt_control(p: dict[str, Any]) -> dict[str, Any]:
+    import copy
+    import dataclasses
+
+    import numpy as np
+
+    import genomes
+    from operators import make_text_operator
+    from qd.contract import LLMError, Parent, PromptContext
+    from qd.data.task import dataset_task
+    from qd.optimize_parts import ModelArgs, start_client
+
+    task = dataset_task(p["seeds"][0], str(DATASET), "numeric", seed=p["seed"])
+    on_validation = copy.copy(task)  # scored as heldout scores the test rows: these are the validation rows
+    on_validation.splits = dataclasses.replace(task.splits, test=task.splits.validation)
+    cost = 1 + len(task.splits.validation) * task.calls_per_row  # a child's call and its evaluation
+    rng, rows, t0 = np.random.default_rng(p["seed"]), [], time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        client = start_client(
+            ModelArgs(p["model"], p["base_url"], None, None), p["seed"], Path(p["work"]), stack
+        )
+        genome = genomes.of_task(task)
+        rewrite = make_text_operator("rewrite", client, genome=genome)
+
+        async def accuracy(text: str) -> float:
+            return (await asyncio.to_thread(on_validation.heldout, text, client))[0]
+
+        seed = Parent(0, task.seeds[0], await accuracy(task.seeds[0]), None, None)
+        rows.append(_row(seed.text, {"valid": True, "fitness": seed.fitness}, llm=False))
+        i = 0
+        while client.ledger.calls + cost <= p["calls"]:
+            context = PromptContext(task=task.description, language=genome.language, sample_index=i, rng=rng)
+            i += 1
+            try:
+                children = await rewrite([seed], [], context)
+            except LLMError as e:
+                rows.append({"text": None, "fitness": math.nan, "valid": False, "llm": True, "error": str(e)})
+                continue
+            for child in children:
+                scored = (
+                    {"valid": True, "fitness": await accuracy(child.text)}
+                    if child.text
+                    else {"valid": False, "error": child.error}
+                )
+                rows.append(_row(child.text, scored, llm=True))
+        spent = client.ledger.calls
+    best = max((r for r in rows if r["valid"]), key=lambda r: r["fitness"])
+    return {
+        "programs": rows,
+        "wall_s": time.perf_counter() - t0,
+        "best_prompt": best["text"],
+        "budget_calls": spent,
+    }
 
 
 def _row(text: str | None, scored: dict[str, Any], llm: bool) -> dict[str, Any]:

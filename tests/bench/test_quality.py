@@ -1,6 +1,6 @@
 """``bench/quality.py --quick``: every run of the quick bench gets its row, within budget, and a
 rerun resumes from the JSON-lines file instead of running again. Its runs: qd and both controls
-on function_fit, the two qd variants' ``qd.optimize`` switches on the prompt task, and
+on function_fit, the two qd variants' ``qd.optimize`` switches and best-of-N on the prompt task, and
 ShinkaEvolve on function_fit when ``QD_PEER_PYTHON`` names the peers' interpreter (a venv with
 ``shinka-evolve``; without it the row says why it did not run)."""
 
@@ -20,6 +20,7 @@ QUICK = {
     ("shinka", "function_fit"): 6,
     ("qd+memory", "prompt"): 60,
     ("qd+agent", "prompt"): 60,
+    ("best-of-N", "prompt"): 60,
 }
 PEER_PYTHON = os.environ.get("QD_PEER_PYTHON")
 
