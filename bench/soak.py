@@ -19,11 +19,14 @@ as long as needed to judge growth after a 5-minute warm-up):
    ``tests/capable_llm.py`` does, so evaluations with model calls really happen (their count by
    role is reported); the experiment's own loop shape (generations of 6, in_flight 1), sandbox
    wall limit 20 s.
-3. ``ray``: phase 1's run with ``runner=ray`` on a local cluster (``bench/soak_ray.py``: a head
-   and 1-CPU worker nodes on this machine); every ``--kill-every`` seconds after the first
-   evaluation one of the nodes the run uses is killed (``kill -9`` of its raylet and workers) and
-   a fresh node started in its place. The run keeps the nodes alive at its start (a node joining
-   later is not adopted), so the cluster starts with one node more than the kills.
+3. ``ray``: phase 1's run with ``runner=ray`` on a local cluster (``tests/ray_nodes.py``, as the
+   Ray tests use it: a head and 1-CPU worker nodes on this machine); every ``--kill-every``
+   seconds after the first evaluation (the first kill no later than halfway to the phase's end)
+   one of the nodes the run uses is lost as a machine going down loses it (``kill -9`` of its
+   raylet and workers) and a fresh node started in its place, as the machine coming back. The
+   run keeps the nodes alive at its start (``RaySandbox`` adopts no node joining later), so the
+   replacement keeps the cluster's size for whatever joins next, and the cluster starts with one
+   node more than the kills: the run keeps a node to the end.
 
 Setup common to the phases: the model is ``tests/scripted_llm.py`` in its own process, one per
 phase (``record=False``: it keeps no bodies, so its own memory stays flat); answers come from
@@ -252,7 +255,7 @@ def _start_server(reply, fault_every: int):
 
 def run_phase(name: str, minutes: float, interval: float, args, work: Path) -> dict:
     """One phase: its server (and cluster), its qd-run sampled, its verdict and its accounting."""
-    from soak_ray import SoakCluster
+    from ray_nodes import LocalCluster
 
     run_dir, log_path = work / name / "run", work / name / "qd-run.log"
     log_path.parent.mkdir(parents=True)
@@ -263,7 +266,7 @@ def run_phase(name: str, minutes: float, interval: float, args, work: Path) -> d
     try:
         if name == "ray":
             kills = max(1, math.ceil(minutes * 60 / args.kill_every) - 1)  # the last within the run
-            cluster = SoakCluster(Path(tempfile.mkdtemp(prefix="qdsk", dir="/tmp")))
+            cluster = LocalCluster(Path(tempfile.mkdtemp(prefix="qdsk", dir="/tmp")))
             for _ in range(kills + 1):
                 cluster.add_worker()
             killer = NodeKiller(cluster, args.kill_every, kills, minutes * 60)

@@ -12,8 +12,6 @@ import dataclasses
 import importlib.util
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import stored, text_run, varied_program
+from ray_nodes import LocalCluster
 
 from qd.search.gate import REUSED
 
@@ -33,65 +32,19 @@ if importlib.util.find_spec("ray") is None:
         )
     pytest.skip("Ray is not installed", allow_module_level=True)
 
-FAST_HEALTH = {
-    "RAY_health_check_initial_delay_ms": "0",
-    "RAY_health_check_period_ms": "500",
-    "RAY_health_check_timeout_ms": "500",
-    "RAY_health_check_failure_threshold": "3",
-}
-ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", **FAST_HEALTH}
-
 
 class Cluster:
-    """Nodes started with ``ray start --block``, all in the head's process group (killed together)."""
+    """The module's ``LocalCluster`` (``tests/ray_nodes.py``), its worker nodes known by Ray node id."""
 
     def __init__(self, root: Path):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.root, self.address, self.nodes = root, f"127.0.0.1:{self.port}", []
+        self.nodes = LocalCluster(root)
+        self.root, self.address = root, self.nodes.address
         self.workers: dict[str, str] = {}  # name -> node id of each worker node started
         self.lost: set[str] = set()  # node ids killed
-        self.start(
-            "head",
-            [
-                "--head",
-                f"--port={self.port}",
-                "--num-cpus=0",
-                "--include-dashboard=false",
-                f"--temp-dir={root / 'ray'}",
-            ],
-        )
-
-    def start(self, name: str, args: list[str]) -> subprocess.Popen:
-        log = self.root / f"{name}.log"
-        group = {"process_group": 0} if not self.nodes else {"process_group": self.nodes[0].pid}
-        node = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "ray.scripts.scripts",
-                "start",
-                "--block",
-                "--disable-usage-stats",
-                "--object-store-memory=80000000",
-                *args,
-            ],
-            stdout=open(log, "w"),
-            stderr=subprocess.STDOUT,
-            env=ENV,
-            **group,
-        )
-        self.nodes.append(node)
-        deadline = time.monotonic() + 120
-        while "Ray runtime started" not in log.read_text():
-            assert node.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
-            time.sleep(0.2)
-        return node
 
     def add_worker(self, name: str, cpus: int = 1) -> str:
-        """Starts a worker node; returns its node id."""
-        self.start(name, [f"--address={self.address}", f"--num-cpus={cpus}", f'--resources={{"{name}": 1}}'])
+        """Starts a worker node (with a custom resource of its name); returns its node id."""
+        self.nodes.add_worker(name, cpus, resources={name: 1})
         import ray
 
         ray.init(address=self.address, log_to_driver=False)
@@ -107,20 +60,13 @@ class Cluster:
         return sorted(set(self.workers.values()) - self.lost)
 
     def kill_node(self, node_id: str) -> None:
-        """kill -9 of the node's raylet and of the workers it started: the node is lost, as if its
-        machine went down (a worker outliving its raylet a moment could still finish a run)."""
-        listed = subprocess.run(["pgrep", "-f", f"raylet.*{node_id}"], capture_output=True, text=True)
-        for raylet in map(int, listed.stdout.split()):
-            os.kill(raylet, signal.SIGSTOP)  # it starts no worker while its workers are listed
-            workers = subprocess.run(["pgrep", "-P", str(raylet)], capture_output=True, text=True)
-            for pid in [raylet, *map(int, workers.stdout.split())]:
-                os.kill(pid, signal.SIGKILL)
+        """The node lost as if its machine went down (a worker outliving its raylet a moment could
+        still finish a run)."""
+        self.nodes.kill_worker(next(name for name, node in self.workers.items() if node == node_id))
         self.lost.add(node_id)
 
     def stop(self) -> None:
-        os.killpg(self.nodes[0].pid, signal.SIGKILL)
-        for node in self.nodes:
-            node.wait()
+        self.nodes.stop()
 
 
 @pytest.fixture(scope="module")

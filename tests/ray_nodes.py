@@ -1,16 +1,11 @@
-"""bench/soak.py's Ray cluster: a head and worker nodes on this machine, one killed at a time.
+"""A local Ray cluster on this machine, for the Ray tests and bench/soak.py's ray phase.
 
-The ``runner=ray`` phase runs qd-run against this cluster (``runner.address``) and, every
-``--kill-every`` seconds, loses one of the worker nodes the run is using as a machine going down
-loses it (``kill -9`` of its raylet and of the workers it started, as tests/qd/sandbox/test_ray.py
-does), then starts a fresh node in its place, as the machine coming back. ``RaySandbox`` takes the
-nodes alive when the run starts and never adopts one that joins later (qd/sandbox/cluster.py), so
-the replacement keeps the cluster's size for whatever joins next, not for the running driver: the
-phase starts with one node more than the kills it will make, so the run keeps a node to the end.
-
-Each node is a ``ray start --block`` process (1 CPU, small object store, usage stats and dashboard
-off, health checks every 0.5 s so a lost node is noticed in seconds), all in the head's process
-group, which ``stop`` kills.
+A head without CPUs and worker nodes added by name, each its own ``ray start --block`` process
+(usage stats and dashboard off, a small object store, health checks every 0.5 s so a lost node is
+noticed in seconds), all in the head's process group, which ``stop`` kills. A node is lost as a
+machine going down loses it: ``kill -9`` of its raylet and of the workers the raylet started
+(stopped first, so it starts none while they are listed). ``root`` must be a short path: Ray's
+socket paths must stay under 108 bytes.
 """
 
 from __future__ import annotations
@@ -35,9 +30,8 @@ ENV = {
 START_S = 180.0  # a node's start on a loaded 2-core machine
 
 
-class SoakCluster:
-    """A head without CPUs and worker nodes of 1 CPU, started in ``root`` (a short path: Ray's
-    socket paths must stay under 108 bytes)."""
+class LocalCluster:
+    """The head, started here; worker nodes by name (``workers``: name -> its ``ray start``)."""
 
     def __init__(self, root: Path):
         with socket.socket() as s:
@@ -45,8 +39,7 @@ class SoakCluster:
             port = s.getsockname()[1]
         self.root, self.address = root, f"127.0.0.1:{port}"
         self.procs: list[subprocess.Popen] = []
-        self.workers: dict[str, subprocess.Popen] = {}  # each worker node's ``ray start`` process
-        self.killed: list[str] = []
+        self.workers: dict[str, subprocess.Popen] = {}
         self._start("head", ["--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false"])
 
     def _start(self, name: str, args: list[str]) -> subprocess.Popen:
@@ -66,20 +59,24 @@ class SoakCluster:
         deadline = time.monotonic() + START_S
         while "Ray runtime started" not in log.read_text(errors="replace"):
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"soak: ray node {name} did not start: {log.read_text()[-1000:]}")
+                tail = log.read_text(errors="replace")[-1000:]
+                raise RuntimeError(f"ray node {name} did not start: {tail}")
             time.sleep(0.2)
         return proc
 
-    def add_worker(self) -> str:
-        """Starts a worker node of 1 CPU; returns its name."""
-        name = f"w{len(self.workers) + 1}"
-        self.workers[name] = self._start(name, [f"--address={self.address}", "--num-cpus=1"])
+    def add_worker(self, name: str | None = None, cpus: int = 1, resources: dict | None = None) -> str:
+        """Starts a worker node of ``cpus`` CPUs (and custom ``resources``); returns its name
+        (default: ``w1``, ``w2``, ... in the order started)."""
+        name = name or f"w{len(self.workers) + 1}"
+        args = [f"--address={self.address}", f"--num-cpus={cpus}"]
+        if resources:
+            args.append("--resources=" + "{" + ", ".join(f'"{k}": {v}' for k, v in resources.items()) + "}")
+        self.workers[name] = self._start(name, args)
         return name
 
     def kill_worker(self, name: str) -> int:
         """``kill -9`` of the node's raylet (a child of its ``ray start``) and of the workers it
-        started (stopped first, so it starts none while they are listed); returns how many
-        processes were killed."""
+        started; returns how many processes were killed."""
         listed = subprocess.run(
             ["pgrep", "-P", str(self.workers[name].pid), "raylet"], capture_output=True, text=True
         )
@@ -93,7 +90,6 @@ class SoakCluster:
                     killed += 1
                 except OSError:
                     pass
-        self.killed.append(name)
         return killed
 
     def stop(self) -> None:
