@@ -45,7 +45,7 @@ def test_score(task: Any, source: Any, llm: Any) -> tuple[float, tuple[float, fl
 
 def _genome(source: Any) -> str:
     run_dir = getattr(source, "run_dir", source)
-    if isinstance(run_dir, Path) or (isinstance(run_dir, str) and Path(run_dir).is_dir()):
+    if isinstance(run_dir, Path) or (isinstance(run_dir, str) and _is_folder(run_dir)):
         from qd.api import elites
 
         best = elites(run_dir)
@@ -55,6 +55,14 @@ def _genome(source: Any) -> str:
     if not isinstance(source, str):
         raise TypeError(f"heldout: a {type(source).__name__} is not a genome, a run directory or a result")
     return source
+
+
+def _is_folder(text: str) -> bool:
+    """Whether ``text`` names a folder; a genome's text too long to be a path is none (not an error)."""
+    try:
+        return Path(text).is_dir()
+    except OSError:  # e.g. ENAMETOOLONG: a line of the text is longer than a file name may be
+        return False
 
 
 async def _scores(task: Any, text: str, run_client: Any) -> list[float]:

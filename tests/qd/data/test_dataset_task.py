@@ -120,6 +120,16 @@ def test_heldout_scores_the_test_split_under_its_own_role(task, scripted_llm, tm
     }
 
 
+def test_heldout_scores_a_text_too_long_to_be_a_path(task, scripted_llm):
+    """A genome with a line longer than a file name may be (a model's long answer) is a text, not
+    a failed folder lookup (ENAMETOOLONG)."""
+    server = scripted_llm([Rule("", solver)])
+    client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("scripted"),), timeout_s=10))
+    long_text = "Answer well. " + "x" * 400 + "\nThen stop."
+    score, _ = task.heldout(long_text, client)
+    assert score == 0.0 and asked(server) == [r.input for r in task.splits.test]
+
+
 def test_heldout_works_inside_a_running_event_loop(task, scripted_llm):
     server = scripted_llm([Rule("", solver)])
     client = LLMClient(LLMSettings(base_url=server.base_url, models=(ModelSpec("scripted"),), timeout_s=10))
