@@ -31,7 +31,8 @@ def _args(base_url: str) -> list[str]:
         "archive=pareto",
         "archive.front_size=3",
         *on_server(base_url),
-        "llm.timeout_s=5",
+        "llm.timeout_s=60",  # a call or a run that times out under load would part the two runs' histories
+        "sandbox.wall_s=60",
         "runner.in_flight=1",
         "runner.workers=1",
         "runner.checkpoint_every=1",
