@@ -362,7 +362,9 @@ def summarize(lines: list[dict[str, Any]], args: argparse.Namespace) -> list[dic
                     "calls": _spread([r["calls"] for r in runs], 0),
                     "budget_calls_max": max(r["budget_calls"] or 0 for r in runs),
                     "wall_s": _spread([r["wall_s"] for r in runs], 0),
-                    "beat_seeds": beat_seeds(runs, getattr(tasks[t], "seeds", tasks[t])),
+                    "beat_seeds": beat_seeds(
+                        runs, tasks[t].seeds if isinstance(tasks[t], BenchTask) else None
+                    ),
                 }
             )
         else:
@@ -371,14 +373,14 @@ def summarize(lines: list[dict[str, Any]], args: argparse.Namespace) -> list[dic
     return rows
 
 
-def beat_seeds(runs: list[dict[str, Any]], seeds: Any) -> str:
+def beat_seeds(runs: list[dict[str, Any]], seeds: tuple[str, ...] | None) -> str:
     """How many runs' best is a new program (not one of the task's ``seeds``, whitespace aside)
     that beats their best seed program on the held-out measure (``k of n``); "-" for the prompt
     task, whose held-out best (test accuracy) and seed score (the grid's fitness) are not on one
     scale. A seed scored twice by a noisy scorer does not count: a task where no run's best is a
     new, better program does not rank the systems, their spread is the scorer's."""
-    if isinstance(seeds, str) or not runs or runs[0]["task"] == "prompt":
-        return "-"  # (``seeds`` a string: the task is not available here, so its seeds are unknown)
+    if seeds is None or not runs or runs[0]["task"] == "prompt":
+        return "-"  # (``seeds`` None: the task is not available here, so its seeds are unknown)
     known = {" ".join(text.split()) for text in seeds}
     new = [
         r["heldout_best"] > r["best_seed"] and " ".join((r["best_text"] or "").split()) not in known
@@ -396,34 +398,46 @@ def _median_of(runs: list[dict[str, Any]], key: str) -> float | None:
 VARIANTS = {"qd+memory": "memory (`memory=on`)", "qd+agent": "the agent operator"}
 
 
-def effects(lines: list[dict[str, Any]]) -> list[str]:
-    """What each qd variant changed against qd, task by task (medians over the seeds both ran),
-    and whether it paid everywhere: the evidence the defaults follow (a switch is on by default
-    only where its median held-out best and QD score are >= qd's on every task, one of them above)."""
-    out = []
-    for variant, what in VARIANTS.items():
-        verdicts = []
+def switch_effects(lines: list[dict[str, Any]]) -> dict[str, tuple[list[tuple], bool | None]]:
+    """Per qd variant: (task, seeds both ran, its median held-out best, qd's, its median QD score,
+    qd's) for each task both ran, and whether it pays (None: nothing compared). A switch pays where
+    its medians are >= qd's on every task measured, one of them above: the rule the defaults follow."""
+    out = {}
+    for variant in VARIANTS:
+        compared = []
         for task in TASKS:
             base = {r["seed"]: r for r in lines if r["system"] == "qd" and r["task"] == task}
             mine = {r["seed"]: r for r in lines if r["system"] == variant and r["task"] == task}
             seeds = sorted(base.keys() & mine.keys())
-            if not seeds:
-                continue
-            pick = lambda runs, key: _median_of([runs[s] for s in seeds], key)  # noqa: E731
-            held, qd_held = pick(mine, "heldout_best"), pick(base, "heldout_best")
-            score, qd_score = pick(mine, "qd_score"), pick(base, "qd_score")
-            if None in (held, qd_held, score, qd_score):
-                continue
-            at_least = held >= qd_held and score >= qd_score
-            verdicts.append((at_least, held > qd_held or score > qd_score))
+            medians = [
+                _median_of([runs[s] for s in seeds], key)
+                for key in ("heldout_best", "qd_score")
+                for runs in (mine, base)
+            ]
+            if seeds and None not in medians:
+                compared.append((task, len(seeds), *medians))
+        pays = None
+        if compared:
+            at_least = all(h >= qh and q >= qq for _, _, h, qh, q, qq in compared)
+            pays = at_least and any(h > qh or q > qq for _, _, h, qh, q, qq in compared)
+        out[variant] = (compared, pays)
+    return out
+
+
+def effects(lines: list[dict[str, Any]]) -> list[str]:
+    """What each qd variant changed against qd, task by task (medians over the seeds both ran),
+    and whether it paid everywhere (:func:`switch_effects`): the evidence the defaults follow."""
+    out = []
+    for variant, (compared, pays) in switch_effects(lines).items():
+        what = VARIANTS[variant]
+        for task, n, held, qd_held, score, qd_score in compared:
             out.append(
-                f"- {what}, {task} ({len(seeds)} seeds both ran): held-out best {held:.3f} vs qd's "
+                f"- {what}, {task} ({n} seeds both ran): held-out best {held:.3f} vs qd's "
                 f"{qd_held:.3f}, QD score {score:.2f} vs {qd_score:.2f}"
             )
-        if verdicts:
-            pays = all(a for a, _ in verdicts) and any(b for _, b in verdicts)
+        if pays is not None:
             verdict = "pays" if pays else "does not pay"
-            measured = f"({len(verdicts)} of {len(TASKS)} tasks)"
+            measured = f"({len(compared)} of {len(TASKS)} tasks)"
             out.append(f"- so {what} {verdict} on every task measured {measured}")
     return out
 
@@ -456,7 +470,7 @@ def ahead_of_qd(lines: list[dict[str, Any]]) -> list[str]:
 
 def defaults_line(lines: list[dict[str, Any]]) -> str:
     """qd's defaults for the two switches (``conf/config.yaml`` as composed) and whether they
-    follow the verdicts of :func:`effects`."""
+    follow the verdicts of :func:`switch_effects`."""
     import inspect
 
     from qd.optimizer import optimize
@@ -467,11 +481,8 @@ def defaults_line(lines: list[dict[str, Any]]) -> str:
     agent_on = "agent" in call["operators"].default or any(
         op.name == "agent" for ops in cfg.operators.values() for op in ops
     )
-    verdicts = "\n".join(effects(lines))
-    follows = [
-        on == (f"{what} pays on every task" in verdicts)
-        for on, what in ((memory_on, VARIANTS["qd+memory"]), (agent_on, VARIANTS["qd+agent"]))
-    ]
+    pays = {variant: bool(paid) for variant, (_, paid) in switch_effects(lines).items()}
+    follows = [memory_on == pays["qd+memory"], agent_on == pays["qd+agent"]]
     state = lambda on: "on" if on else "off"  # noqa: E731
     return (
         f"Defaults chosen from it (`qd-run` with no overrides, `conf/config.yaml`, and `qd.optimize`'s "
