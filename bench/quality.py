@@ -16,12 +16,14 @@ run at a time, each in a fresh child process (qd and the controls in this interp
 peers in ``--peer-python``'s: ``bench/quality_peers.py``). LLM calls are counted by the server
 (its access log), alike for all. The budget (``--calls``, 40) is what each system's own limit
 counts: model calls for the code tasks (qd's ``runner.max_llm_calls``, OpenEvolve's
-iterations, ShinkaEvolve's LLM client, which answers no more once they are made, the controls'
-samples); for the prompt task (``--prompt-calls``, 80) every call,
+iterations, ShinkaEvolve's LLM client, which answers no more once they are made, GEPA's
+proposals, the controls' samples); for the prompt task (``--prompt-calls``, 80) every call,
 the proposer's and the evaluation's on the dataset rows (qd's ``llm_calls`` budget counts both,
 and so does best-of-N, which asks for a child only while it and its evaluation fit;
 GEPA is stopped when its reflection and task calls reach it, checked between its iterations, so
-it may overshoot by one iteration's calls: its row shows the calls it made). 80, twice the code
+it may overshoot by one iteration's calls: its row shows the calls it made; OpenEvolve and
+ShinkaEvolve score each prompt on the validation rows, ``bench/quality_tasks.py::score_prompt``,
+and propose only what fits with its scoring: ``bench/quality_peers.py``). 80, twice the code
 tasks' budget because a prompt's evaluation is itself calls (a proposal and its evaluation cost
 about 7), keeps the prompt runs at ~5 minutes each on 2 cores; 400 (the first runs) took 24.
 The held-out scoring's calls come after the run and are not counted.
@@ -68,16 +70,17 @@ for _p in (HERE, ROOT):  # ROOT first: bench/descriptors.py must not shadow the 
     sys.path.insert(0, str(_p))
 
 from _search_runs import calls_in_log, code_descriptor, grid_quality, run_child  # noqa: E402
-from quality_tasks import TASKS, BenchTask, bench_task, prompt_descriptor, scorer  # noqa: E402
+from quality_tasks import TASKS, BenchTask, bench_task, best_seed, prompt_descriptor, prompt_task, scorer  # noqa: E402
 
 TITLE = "## Search quality per model call: qd, its variants, peers and controls (bench/quality.py)"
 JSONL = HERE / "quality_runs.jsonl"
 # --quick: the runs it makes (task -> systems), each cheap on the scripted server: qd and both
-# controls on function_fit, ShinkaEvolve there too (given --peer-python), the qd.optimize
-# switches of the two variants and best-of-N on the prompt task
+# controls on function_fit, ShinkaEvolve and GEPA there too, the qd.optimize switches of the two
+# variants, best-of-N, OpenEvolve and ShinkaEvolve on the prompt task (the peers given
+# --peer-python)
 QUICK_RUNS = {
-    "function_fit": ("qd", "best-of-N", "restarts", "shinka"),
-    "prompt": ("qd+memory", "qd+agent", "best-of-N"),
+    "function_fit": ("qd", "best-of-N", "restarts", "shinka", "gepa"),
+    "prompt": ("qd+memory", "qd+agent", "best-of-N", "openevolve", "shinka"),
 }
 QUICK_PROMPT_CALLS = 60
 
@@ -99,18 +102,6 @@ _ONE_SAMPLE = (
     "with one seed prompt and qd.optimize's one operator (rewrite), a restart is a best-of-N sample: "
     "see best-of-N's row"
 )
-_OE_PROMPT = (
-    "OpenEvolve evolves code files scored by a Python evaluator; a prompt's evaluation calls the model "
-    "outside its LLM config and its call count"
-)
-_SHINKA_PROMPT = (
-    "ShinkaEvolve evolves programs scored by an evaluate.py job; a prompt's evaluation calls the model "
-    "outside its LLM client and its call count"
-)
-_GEPA_CODE = (
-    "GEPA 0.1.4 optimizes text components through an adapter; it ships none that runs programs in a "
-    "sandbox, and one written here would be a new system, not GEPA"
-)
 SYSTEMS = {
     "qd": System("qd", dict.fromkeys(TASKS)),
     "qd+memory": System("qd", dict.fromkeys(TASKS), ("memory=on",), "memory/on.yaml", (("memory", True),)),
@@ -121,9 +112,9 @@ SYSTEMS = {
         "operators/llm_agent.yaml",
         (("operators", ("rewrite", "agent")),),
     ),
-    "openevolve": System("peer", {**dict.fromkeys(TASKS), "prompt": _OE_PROMPT}),
-    "gepa": System("peer", {"function_fit": _GEPA_CODE, "function_minimization": _GEPA_CODE, "prompt": None}),
-    "shinka": System("peer", {**dict.fromkeys(TASKS), "prompt": _SHINKA_PROMPT}),
+    "openevolve": System("peer", dict.fromkeys(TASKS)),
+    "gepa": System("peer", dict.fromkeys(TASKS)),
+    "shinka": System("peer", dict.fromkeys(TASKS)),
     "best-of-N": System("control", dict.fromkeys(TASKS)),
     "restarts": System("control", {**dict.fromkeys(TASKS), "prompt": _ONE_SAMPLE}),
 }
@@ -182,15 +173,23 @@ def _sampling() -> dict[str, Any]:
     }
 
 
-def _prompt_splits(seed: int) -> dict[str, list[dict[str, Any]]]:
-    """qd.optimize's train / validation / test rows of arith60 for this run seed."""
-    from quality_tasks import DATASET, PROMPT_SEED
-
-    from qd.data.task import dataset_task
-
-    t = dataset_task(PROMPT_SEED, str(DATASET), "numeric", seed=seed)
+def _prompt_params(seed: int, budget: int) -> dict[str, Any]:
+    """What a peer is given of the prompt task for this run seed: qd.optimize's train and
+    validation rows of arith60 (GEPA's trainset and valset), its description (OpenEvolve's and
+    ShinkaEvolve's system message), the grid's axes, and how many proposals fit in the budget when
+    each is scored on the validation rows (the seed's scoring first): OpenEvolve's iterations and
+    ShinkaEvolve's LLM calls."""
+    t = prompt_task(seed)
     as_dicts = lambda rows: [{"input": r.input, "answer": r.answer} for r in rows]  # noqa: E731
-    return {"train": as_dicts(t.splits.train), "validation": as_dicts(t.splits.validation)}
+    scoring = len(t.splits.validation) * t.calls_per_row
+    return {
+        "train": as_dicts(t.splits.train),
+        "validation": as_dicts(t.splits.validation),
+        "description": t.description,
+        "features": ["words", "lines"],
+        "proposals": max(0, (budget - scoring) // (1 + scoring)),
+        "scoring": scoring,
+    }
 
 
 def one_run(
@@ -207,17 +206,25 @@ def one_run(
         "base_url": server.base_url,
         "model": server.model,
         "seeds": list(task.seeds),
+        "start": best_seed(task) if system.runs == "peer" else None,
         "variant": list(system.variant),
         "optimize": dict(system.optimize),
         "description": task.description,
         "bins": task.grid["bins"],
         "worst": -100.0 if task.name == "function_fit" else 0.0,
         **_sampling(),
+        "features": ["nodes", "constants"],
+        "proposals": budget,
+        "scoring": 0,
         "score": [sys.executable, __file__, "--_score", task.name, str(args.oe_example)],
         "score_timeout_s": 90,
     }
-    if name == "gepa":
-        params.update(_prompt_splits(seed))
+    if task.name == "prompt":
+        params.update(_prompt_params(seed, budget))
+        server_of = {k: params[k] for k in ("seed", "model", "base_url")}
+        params.update(
+            score=[sys.executable, __file__, "--_score_prompt", json.dumps(server_of)], score_timeout_s=600
+        )
     command = (
         [args.peer_python, str(HERE / "quality_peers.py"), name]
         if system.runs == "peer"
@@ -230,11 +237,11 @@ def one_run(
     llm = [p for p in r["programs"] if p["llm"]]
     heldout = grid["best"]
     if task.name == "prompt":
-        heldout = r.get("heldout")
-        if heldout is None and r.get("best_prompt"):
+        heldout, best_prompt = r.get("heldout"), r.get("best_prompt") or grid["best_text"]
+        if heldout is None and best_prompt:
             held = run_child(
                 "heldout",
-                {**params, "best_prompt": r["best_prompt"]},
+                {**params, "best_prompt": best_prompt},
                 count,
                 timeout,
                 [sys.executable, __file__, "--_child", "heldout", task.name, str(args.oe_example)],
@@ -287,8 +294,12 @@ def model_server(quick: bool) -> Iterator[tuple[Any, Callable[[], tuple[int, int
 
 def scripted_program(body: dict) -> str:
     """A valid function_fit program whose constant follows the prompt's length (so they differ),
-    submitted with the agent's tool line when the agent operator asks."""
+    submitted with the agent's tool line when the agent operator asks; asked for a markdown file
+    (ShinkaEvolve's prompt task), a prompt between its markers."""
     k = sum(len(m.get("content") or "") for m in body["messages"]) % 7
+    if any("```markdown" in (m.get("content") or "") for m in body["messages"]):
+        prompt = f"Solve it; answer with the number only ({k})."
+        return f"```markdown\n<!-- EVOLVE-BLOCK-START -->\n{prompt}\n<!-- EVOLVE-BLOCK-END -->\n```"
     program = f"```python\ndef f(x):\n    return x * x + 0.5 * x + {k}\n```"
     agent = any("TOOL: submit" in (m.get("content") or "") for m in body["messages"])
     return f"TOOL: submit\n{program}" if agent else program
@@ -649,6 +660,14 @@ def _child(name: str, task_name: str, oe_example: str, params_json: str) -> None
     Path(p["work"], "result.json").write_text(json.dumps(out, default=float))
 
 
+def _score_prompt(server_json: str, path: str) -> None:
+    """One prompt scored for a peer (its validation accuracy): its JSON on the last line of stdout."""
+    from quality_peers import prompt_text
+    from quality_tasks import score_prompt
+
+    print(json.dumps(score_prompt(json.loads(server_json), prompt_text(Path(path).read_text()))))
+
+
 def _score(task_name: str, oe_example: str, path: str) -> None:
     """One program scored for a peer: its JSON on the last line of stdout."""
     text = Path(path).read_text()
@@ -662,5 +681,7 @@ if __name__ == "__main__":
         _child(*sys.argv[2:6])
     elif sys.argv[1:2] == ["--_score"]:
         _score(*sys.argv[2:5])
+    elif sys.argv[1:2] == ["--_score_prompt"]:
+        _score_prompt(*sys.argv[2:4])
     else:
         main()

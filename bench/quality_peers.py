@@ -8,27 +8,36 @@ same code.
 * OpenEvolve: the seed programs as the initial program and island seeds (5 islands, its
   default), the task description as its system message, qd's temperature, max_tokens, timeout
   and concurrency, ``max_iterations`` = the budget, full rewrites (SmolLM2 does not follow its
-  SEARCH/REPLACE diffs), its MAP-Elites over the same code metrics (the task grid's bins),
-  ``random_seed`` = the seed; defaults otherwise.
-* GEPA: ``gepa.optimize`` with its default adapter, the system prompt as the one component;
-  the task model and the reflection model are the bench's server (qd's temperature and
-  max_tokens); the answer judged as qd's ``numeric`` metric judges it (the last number of the
-  answer equals the row's); the budget counts every model call, reflection and task calls, as
-  qd's counts its operator and evaluation calls (a stop callback ends the run once it is
-  reached); train and validation rows are qd's.
+  SEARCH/REPLACE diffs), its MAP-Elites over the task grid's axes (code metrics; a prompt's words
+  and lines), ``random_seed`` = the seed; defaults otherwise. On the prompt task it evolves a text
+  file (``language = "text"``, as its own prompt-optimization example does) and ``max_iterations``
+  is the proposals that fit in the budget when each is scored on the validation rows
+  (``params["proposals"]``; it scores every answer, so the count is exact).
+* GEPA: on the prompt task ``gepa.optimize`` with its default adapter, the system prompt as the
+  one component; the task model and the reflection model are the bench's server (qd's
+  temperature and max_tokens); the answer judged as qd's ``numeric`` metric judges it (the last
+  number of the answer equals the row's); the budget counts every model call, reflection and task
+  calls, as qd's counts its operator and evaluation calls (a stop callback ends the run once it is
+  reached); train and validation rows are qd's. On a code task ``optimize_anything`` in its
+  single-task mode (``gepa_code_run``): the best seed program (``params["start"]``) as its seed
+  candidate, the task description as its objective, the bench's score as its evaluator.
 * ShinkaEvolve 0.0.7: its own ``ShinkaEvolveRunner`` loop on the bench's server, reached through
   its model-name convention for a local OpenAI-compatible server
-  (``local/MODEL@BASE_URL``, ``shinka.local_openai_config``); the first seed program as its
-  initial program (it takes one), the task description as its task system message, qd's
-  temperature and max_tokens, ``concurrency`` proposals and evaluations at a time, numpy's global
-  seed = the seed (its samplers draw from it); full rewrites and crossovers in its default ratio
-  (3:1; SmolLM2 does not follow its diff edits); no embedding model (the server serves chat only:
-  its novelty check is then skipped, as ShinkaEvolve does without embeddings); defaults otherwise
-  (no meta or novelty LLM: off by default). Its evaluation job is an ``evaluate.py`` that writes
-  ``metrics.json`` / ``correct.json`` from the bench's score. The budget: its LLM client answers
-  None (its own "no response" path: the proposal fails without a call) once the budget's calls
-  are made, and it runs budget + 1 generations (generation 0 is the initial program), so its
-  resamples spend out of the same budget.
+  (``local/MODEL@BASE_URL``, ``shinka.local_openai_config``); the best seed program
+  (``params["start"]``: it takes one; a user hands it their best) as its initial program, the task
+  description as its task system message, qd's temperature and max_tokens, ``concurrency``
+  proposals and evaluations at a time, numpy's global seed = the seed (its samplers draw from it);
+  full rewrites and crossovers in its default ratio (3:1; SmolLM2 does not follow its diff edits);
+  no embedding model (the server serves chat only: its novelty check is then skipped, as
+  ShinkaEvolve does without embeddings); defaults otherwise (no meta or novelty LLM: off by
+  default). Its evaluation job is an ``evaluate.py`` that writes ``metrics.json`` /
+  ``correct.json`` from the bench's score. The budget: its LLM client answers None (its own "no
+  response" path: the proposal fails without a call) once a call and the scoring of what it
+  proposes no longer fit (the scoring of every program it has written counted, ``params["scoring"]``
+  calls each: 0 on a code task), and no later generation starts; it runs at most budget + 1
+  generations (generation 0 is the initial program), so its resamples spend out of the same budget.
+  On the prompt task the prompt is a markdown file between comment markers, and one proposal runs at
+  a time, so every program it writes is counted before its next call.
 
 Usage (by the bench): ``PEER_PYTHON bench/quality_peers.py SYSTEM PARAMS_JSON``.
 """
@@ -40,10 +49,19 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+_MARKER = re.compile(r"^\s*(?:#|<!--)?\s*EVOLVE-BLOCK-(?:START|END)\s*(?:-->)?\s*$", re.MULTILINE)
+
+
+def prompt_text(text: str) -> str:
+    """A prompt as it is scored: a peer's file without its EVOLVE-BLOCK marker lines."""
+    return _MARKER.sub("", text).strip()
 
 
 def marked(code: str) -> str:
@@ -82,19 +100,19 @@ def openevolve_run(p: dict[str, Any]) -> dict[str, Any]:
     from openevolve.controller import OpenEvolve
 
     work = Path(p["work"])
-
-    seeds = [marked(s) for s in p["seeds"][:5]]
+    prompt = p["task"] == "prompt"  # a text file, as OpenEvolve's prompt-optimization example evolves
+    seeds = p["seeds"][:5] if prompt else [marked(s) for s in p["seeds"][:5]]
     paths = []
     for i, code in enumerate(seeds):
-        paths.append(work / f"seed_{i}.py")
+        paths.append(work / f"seed_{i}.{'txt' if prompt else 'py'}")
         paths[-1].write_text(code)
     evaluator = _evaluator_file(
         p, "oe_evaluate", "def evaluate(program_path):\n    return oe_evaluate(P, program_path)\n"
     )
     config = Config()
-    config.language = "python"
+    config.language = "text" if prompt else "python"
     config.random_seed = p["seed"]
-    config.max_iterations = p["calls"]
+    config.max_iterations = p["proposals"]
     config.checkpoint_interval = 10**6
     config.diff_based_evolution = False
     config.llm = LLMConfig(
@@ -109,8 +127,8 @@ def openevolve_run(p: dict[str, Any]) -> dict[str, Any]:
     config.evaluator.parallel_evaluations = p["concurrency"]
     config.evaluator.cascade_evaluation = False
     config.evaluator.timeout = p["score_timeout_s"] + 30
-    config.database.feature_dimensions = ["nodes", "constants"]
-    config.database.feature_bins = {"nodes": p["bins"][0], "constants": p["bins"][1]}
+    config.database.feature_dimensions = list(p["features"])
+    config.database.feature_bins = dict(zip(p["features"], p["bins"]))
     config.database.island_initial_programs = [None, *map(str, paths[1:])]
     controller = OpenEvolve(str(paths[0]), str(evaluator), config, output_dir=str(work / "oe"))
     added: dict[str, dict[str, Any]] = {}
@@ -123,7 +141,7 @@ def openevolve_run(p: dict[str, Any]) -> dict[str, Any]:
             m = dict(program.metrics)
             valid = m.get("valid") == 1.0
             added[program.id] = {
-                "text": program.code,
+                "text": prompt_text(program.code) if prompt else program.code,
                 "fitness": m.get("combined_score") if valid else None,
                 "valid": valid,
                 "llm": iteration is not None and iteration > 0,
@@ -133,7 +151,7 @@ def openevolve_run(p: dict[str, Any]) -> dict[str, Any]:
 
     controller.database.add = recording_add
     t0 = time.perf_counter()
-    asyncio.run(controller.run(iterations=p["calls"]))
+    asyncio.run(controller.run(iterations=p["proposals"]))
     return {"programs": list(added.values()), "wall_s": time.perf_counter() - t0}
 
 
@@ -147,8 +165,7 @@ def oe_evaluate(p: dict[str, Any], program_path: str):
     metrics = {
         "combined_score": float(s["fitness"]) if valid else p["worst"],
         "valid": 1.0 if valid else 0.0,
-        "nodes": float(d[0]),
-        "constants": float(d[1]),
+        **{name: float(x) for name, x in zip(p["features"], d)},
     }
     artifacts = {"feedback": s.get("feedback") or ""}
     if s.get("error"):
@@ -177,6 +194,7 @@ def shinka_run(p: dict[str, Any]) -> dict[str, Any]:
     from shinka.launch import LocalJobConfig
 
     work = Path(p["work"])
+    prompt = p["task"] == "prompt"  # a markdown file: the prompt between comment markers
     evaluator = _evaluator_file(p, "shinka_evaluate", _SHINKA_MAIN)
     random.seed(p["seed"])
     np.random.seed(p["seed"])
@@ -186,6 +204,7 @@ def shinka_run(p: dict[str, Any]) -> dict[str, Any]:
         patch_types=["full", "cross"],
         patch_type_probs=[0.75, 0.25],
         num_generations=p["calls"] + 1,
+        language="markdown" if prompt else "python",
         llm_models=[f"local/{p['model']}@{p['base_url']}"],
         llm_dynamic_selection=None,
         llm_kwargs={"temperatures": [p["temperature"]], "max_tokens": p["max_tokens"]},
@@ -200,16 +219,27 @@ def shinka_run(p: dict[str, Any]) -> dict[str, Any]:
         banner_style="minimal",
         verbose=False,
         max_evaluation_jobs=p["concurrency"],
-        max_proposal_jobs=p["concurrency"],
-        init_program_str=marked(p["seeds"][0]),
+        max_proposal_jobs=1 if p["scoring"] else p["concurrency"],
+        init_program_str=(
+            f"<!-- EVOLVE-BLOCK-START -->\n{p['start']}\n<!-- EVOLVE-BLOCK-END -->\n"
+            if prompt
+            else marked(p["start"])
+        ),
     )
     calls = 0
     query = runner.llm.query
 
+    def committed() -> int:
+        # its proposal calls and the scoring calls of every program it has written (gen_0 too)
+        return calls + p["scoring"] * sum(1 for _ in results.glob("gen_*/main.*"))
+
     async def within_budget(*args: Any, **kwargs: Any) -> Any:
         nonlocal calls
-        if calls >= p["calls"]:
-            return None  # its "no response": the proposal fails, no call made
+        if committed() + 1 + p["scoring"] > p["calls"]:
+            # its "no response": the proposal fails, no call made; and no generation after this
+            # one is started (each would only try and fail its attempts)
+            evo.num_generations = min(evo.num_generations, runner.next_generation_to_submit)
+            return None
         calls += 1
         return await query(*args, **kwargs)
 
@@ -219,7 +249,7 @@ def shinka_run(p: dict[str, Any]) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     # every generation's program once (its best/ folder is a copy of one of them)
     programs = [json.loads(path.read_text()) for path in results.glob(f"gen_*/**/{_SHINKA_ROW}")]
-    return {"programs": programs, "wall_s": wall, "budget_calls": calls}
+    return {"programs": programs, "wall_s": wall, "budget_calls": committed()}
 
 
 def shinka_evaluate(p: dict[str, Any], program_path: str, results_dir: str) -> None:
@@ -233,15 +263,16 @@ def shinka_evaluate(p: dict[str, Any], program_path: str, results_dir: str) -> N
     out.mkdir(parents=True, exist_ok=True)
     metrics = {
         "combined_score": float(s["fitness"]) if valid else p["worst"],
-        "public": {"nodes": float(d[0]), "constants": float(d[1])},
+        "public": {name: float(x) for name, x in zip(p["features"], d)},
         "private": {},
         "text_feedback": s.get("feedback") or s.get("error") or "",
     }
     (out / "metrics.json").write_text(json.dumps(metrics))
     (out / "correct.json").write_text(json.dumps({"correct": valid, "error": s.get("error")}))
     generation = re.search(r"gen_(\d+)", str(Path(program_path).resolve()))
+    text = Path(program_path).read_text()
     row = {
-        "text": Path(program_path).read_text(),
+        "text": prompt_text(text) if p["task"] == "prompt" else text,
         "fitness": float(s["fitness"]) if valid else None,
         "valid": valid,
         "llm": bool(generation and int(generation[1]) > 0),
@@ -258,15 +289,15 @@ def _last_number(text: str) -> float | None:
         return None
 
 
-def gepa_run(p: dict[str, Any]) -> dict[str, Any]:
-    import gepa
-    from gepa.adapters.default_adapter.default_adapter import EvaluationResult
+def _budgeted_chat(p: dict[str, Any]) -> tuple[Callable[[list[dict[str, Any]]], str], Callable[[], int]]:
+    """GEPA's model: a chat call on the bench's server with qd's sampling settings, and the count
+    of calls made (its budget)."""
     from openai import OpenAI
 
     client = OpenAI(base_url=p["base_url"], api_key="sk-none", timeout=p["timeout_s"])
     calls = 0
 
-    def chat(messages: list[dict[str, str]]) -> str:
+    def chat(messages: list[dict[str, Any]]) -> str:
         nonlocal calls
         calls += 1
         answer = client.chat.completions.create(
@@ -278,8 +309,17 @@ def gepa_run(p: dict[str, Any]) -> dict[str, Any]:
         )
         return answer.choices[0].message.content or ""
 
+    return chat, lambda: calls
+
+
+def gepa_run(p: dict[str, Any]) -> dict[str, Any]:
+    import gepa
+    from gepa.adapters.default_adapter.default_adapter import EvaluationResult
+
+    chat, calls = _budgeted_chat(p)
+
     def reflect(prompt: str) -> str:
-        return chat([{"role": "user", "content": prompt}])
+        return chat(_messages(prompt))
 
     def judge(row: dict[str, Any], response: str) -> EvaluationResult:
         got, want = _last_number(response), _last_number(str(row["answer"]))
@@ -288,7 +328,7 @@ def gepa_run(p: dict[str, Any]) -> dict[str, Any]:
 
     class Budget:
         def __call__(self, state: Any) -> bool:
-            return calls >= p["calls"]
+            return calls() >= p["calls"]
 
     def rows(split: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{"input": r["input"], "answer": str(r["answer"]), "additional_context": {}} for r in split]
@@ -313,10 +353,68 @@ def gepa_run(p: dict[str, Any]) -> dict[str, Any]:
         for i, (c, s) in enumerate(zip(result.candidates, result.val_aggregate_scores))
     ]
     best = result.candidates[result.best_idx]["system_prompt"]
-    return {"programs": programs, "wall_s": wall, "best_prompt": best, "budget_calls": calls}
+    return {"programs": programs, "wall_s": wall, "best_prompt": best, "budget_calls": calls()}
 
 
-PEERS = {"openevolve": openevolve_run, "gepa": gepa_run, "shinka": shinka_run}
+def gepa_code_run(p: dict[str, Any]) -> dict[str, Any]:
+    """GEPA on a code task: ``optimize_anything`` in its single-task mode (the candidate is the
+    program), the first seed program as its seed candidate, the task description as its objective,
+    the bench's score as its evaluator (the feedback and any error as its side information), the
+    bench's server as its reflection model; at most ``calls`` proposals (``max_candidate_proposals``,
+    one reflection call each) and a stop callback once the calls are made."""
+    import tempfile
+
+    from gepa.optimize_anything import EngineConfig, GEPAConfig, ReflectionConfig, optimize_anything
+
+    chat, calls = _budgeted_chat(p)
+    seen: dict[str, dict[str, Any]] = {}
+    seed = p["start"]
+
+    def evaluate(candidate: str) -> tuple[float, dict[str, Any]]:
+        if candidate not in seen:  # GEPA may score a candidate again (minibatch, then validation)
+            with tempfile.NamedTemporaryFile("w", suffix=".py", dir=p["work"], delete=False) as f:
+                f.write(candidate)
+            s = _score(p, f.name)
+            valid = bool(s["valid"])
+            seen[candidate] = {
+                "text": candidate,
+                "fitness": float(s["fitness"]) if valid else None,
+                "valid": valid,
+                "llm": candidate != seed,
+                "error": s.get("error"),
+                "feedback": s.get("feedback") or "",
+            }
+        row = seen[candidate]
+        side = {"feedback": row["feedback"], **({"error": row["error"]} if row["error"] else {})}
+        return (row["fitness"] if row["valid"] else p["worst"]), side
+
+    config = GEPAConfig(
+        engine=EngineConfig(
+            run_dir=str(Path(p["work"]) / "gepa"),
+            seed=p["seed"],
+            raise_on_exception=False,
+            max_candidate_proposals=p["calls"],
+            parallel=False,
+        ),
+        reflection=ReflectionConfig(reflection_lm=lambda prompt: chat(_messages(prompt))),
+        stop_callbacks=[lambda state: calls() >= p["calls"]],
+    )
+    t0 = time.perf_counter()
+    optimize_anything(seed, evaluator=evaluate, objective=p["description"], config=config)
+    wall = time.perf_counter() - t0
+    programs = [{k: v for k, v in row.items() if k != "feedback"} for row in seen.values()]
+    return {"programs": programs, "wall_s": wall, "budget_calls": calls()}
+
+
+def _messages(prompt: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+
+
+PEERS = {
+    "openevolve": openevolve_run,
+    "gepa": lambda p: gepa_run(p) if p["task"] == "prompt" else gepa_code_run(p),
+    "shinka": shinka_run,
+}
 
 if __name__ == "__main__":
     params = json.loads(sys.argv[2])

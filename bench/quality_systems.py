@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from _search_runs import run_qd
-from quality_tasks import DATASET, SHIM, BenchTask, prompt_descriptor
+from quality_tasks import DATASET, SHIM, BenchTask, on_validation, prompt_descriptor, prompt_task
 
 
 def llm_overrides(p: dict[str, Any]) -> list[str]:
@@ -149,20 +149,15 @@ def prompt_control(p: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _prompt_control(p: dict[str, Any]) -> dict[str, Any]:
-    import copy
-    import dataclasses
-
     import numpy as np
 
     import genomes
     from operators import make_text_operator
     from qd.contract import LLMError, Parent, PromptContext
-    from qd.data.task import dataset_task
     from qd.optimize_parts import ModelArgs, start_client
 
-    task = dataset_task(p["seeds"][0], str(DATASET), "numeric", seed=p["seed"])
-    on_validation = copy.copy(task)  # scored as heldout scores the test rows: these are the validation rows
-    on_validation.splits = dataclasses.replace(task.splits, test=task.splits.validation)
+    task = prompt_task(p["seed"])
+    validation = on_validation(task)
     cost = 1 + len(task.splits.validation) * task.calls_per_row  # a child's call and its evaluation
     rng, rows, t0 = np.random.default_rng(p["seed"]), [], time.perf_counter()
     with contextlib.ExitStack() as stack:
@@ -173,7 +168,7 @@ async def _prompt_control(p: dict[str, Any]) -> dict[str, Any]:
         rewrite = make_text_operator("rewrite", client, genome=genome)
 
         async def accuracy(text: str) -> float:
-            return (await asyncio.to_thread(on_validation.heldout, text, client))[0]
+            return (await asyncio.to_thread(validation.heldout, text, client))[0]
 
         seed = Parent(0, task.seeds[0], await accuracy(task.seeds[0]), None, None)
         rows.append(_row(seed.text, {"valid": True, "fitness": seed.fitness}, llm=False))
@@ -216,12 +211,9 @@ def _row(text: str | None, scored: dict[str, Any], llm: bool) -> dict[str, Any]:
 def heldout_prompt(p: dict[str, Any]) -> float:
     """A peer's best prompt (``p["best_prompt"]``) on the test split of the run seed's split, as
     ``qd.optimize`` scores qd's best: ``DatasetTask.heldout`` on the bench's server."""
-    from quality_tasks import PROMPT_SEED
-
-    from qd.data.task import dataset_task
     from qd.optimize_parts import ModelArgs, start_client
 
-    task = dataset_task(PROMPT_SEED, str(DATASET), "numeric", seed=p["seed"])
+    task = prompt_task(p["seed"])
     with contextlib.ExitStack() as stack:
         client = start_client(
             ModelArgs(p["model"], p["base_url"], None, None), p["seed"], Path(p["work"]), stack

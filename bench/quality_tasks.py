@@ -14,6 +14,9 @@ system's programs get their QD score.
   it from ``bench/quality_shim`` (a stand-in of that one class), so it runs unchanged.
 * ``prompt``: the instruction for SmolLM2 on the shipped ``qd/data/samples/arith60.jsonl``
   (numeric metric), through ``qd.optimize``; the held-out best is its test split's accuracy.
+  A prompt's fitness, for every system but qd (whose validation stage computes it), is its
+  accuracy on the run seed's validation split (``score_prompt``: ``DatasetTask.heldout`` on a copy
+  of the task whose test rows are the validation rows), on the bench's server, uncached.
 
 Grids: the code-metrics grids of ``conf/experiment/function_fit.yaml`` and
 ``conf/experiment/openevolve.yaml`` (AST nodes x numeric constants); for prompts, words x lines
@@ -22,6 +25,8 @@ Grids: the code-metrics grids of ``conf/experiment/function_fit.yaml`` and
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
 import json
 import math
@@ -67,9 +72,55 @@ class BenchTask:
     score: Callable[[str], dict[str, Any]] | None
 
 
+def best_seed(task: BenchTask) -> str:
+    """The seed a peer that takes one starts from (ShinkaEvolve, GEPA): the best by the task's
+    scorer, as a user would hand it; the prompt task has one."""
+    if task.score is None or len(task.seeds) == 1:
+        return task.seeds[0]
+    fitness = [task.score(s)["fitness"] for s in task.seeds]
+    return task.seeds[
+        max(range(len(fitness)), key=lambda i: -math.inf if math.isnan(fitness[i]) else fitness[i])
+    ]
+
+
 def prompt_descriptor(text: str) -> list[float]:
     """(words, lines) of a prompt: the prompt task's grid axes."""
     return [float(len(text.split())), float(len(text.strip().splitlines()))]
+
+
+def prompt_task(seed: int) -> Any:
+    """The prompt task's ``DatasetTask`` for a run seed (its splits, its description), as
+    ``qd.optimize`` builds it for the bench's qd runs."""
+    from qd.data.task import dataset_task
+
+    return dataset_task(PROMPT_SEED, str(DATASET), "numeric", seed=seed)
+
+
+def on_validation(task: Any) -> Any:
+    """A copy of a dataset task whose test rows are its validation rows: its ``heldout(text,
+    client)`` is then a prompt's validation accuracy, what qd's validation stage computes."""
+    copied = copy.copy(task)
+    copied.splits = dataclasses.replace(task.splits, test=task.splits.validation)
+    return copied
+
+
+def score_prompt(p: dict[str, Any], text: str) -> dict[str, Any]:
+    """A prompt scored for a peer: its validation accuracy on the run seed's split (``p``: the
+    run's ``seed``, ``model``, ``base_url``), on a client of the bench's server."""
+    from qd.optimize_parts import ModelArgs, start_client
+
+    task = prompt_task(p["seed"])
+    with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="qd_bench_prompt_") as work:
+        client = start_client(ModelArgs(p["model"], p["base_url"], None, None), p["seed"], Path(work), stack)
+        accuracy = on_validation(task).heldout(text, client)[0]
+    right = round(accuracy * len(task.splits.validation))
+    return {
+        "fitness": float(accuracy),
+        "valid": True,
+        "error": None,
+        "feedback": f"{right} of {len(task.splits.validation)} validation answers accepted",
+        "descriptor": prompt_descriptor(text),
+    }
 
 
 def _grid(experiment: str) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """``bench/quality.py --quick``: every run of the quick bench gets its row, within budget, and a
 rerun resumes from the JSON-lines file instead of running again. Its runs: qd and both controls
 on function_fit, the two qd variants' ``qd.optimize`` switches and best-of-N on the prompt task, and
-ShinkaEvolve on function_fit when ``QD_PEER_PYTHON`` names the peers' interpreter (a venv with
-``shinka-evolve``; without it the row says why it did not run)."""
+the peers when ``QD_PEER_PYTHON`` names their interpreter (a venv with ``openevolve``, ``gepa`` and
+``shinka-evolve``): ShinkaEvolve and GEPA on function_fit, OpenEvolve and ShinkaEvolve on the prompt
+task (without it each peer's row says why it did not run)."""
 
 import json
 import os
@@ -18,10 +19,14 @@ QUICK = {
     ("best-of-N", "function_fit"): 6,
     ("restarts", "function_fit"): 6,
     ("shinka", "function_fit"): 6,
+    ("gepa", "function_fit"): 6,
     ("qd+memory", "prompt"): 60,
     ("qd+agent", "prompt"): 60,
     ("best-of-N", "prompt"): 60,
+    ("openevolve", "prompt"): 60,
+    ("shinka", "prompt"): 60,
 }
+PEERS = {"shinka", "gepa", "openevolve"}
 PEER_PYTHON = os.environ.get("QD_PEER_PYTHON")
 
 
@@ -52,11 +57,11 @@ def test_quick_bench_reports_every_run_within_budget_and_resumes(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     rows = {(r["system"], r["task"]): r for r in summary["rows"]}
     assert set(rows) == set(QUICK)
-    ran = {key for key in QUICK if PEER_PYTHON or key[0] != "shinka"}
+    ran = {key for key in QUICK if PEER_PYTHON or key[0] not in PEERS}
     for key in ran:
         assert rows[key]["runs"] == 1, rows[key]
-    if not PEER_PYTHON:
-        assert "--peer-python" in rows[("shinka", "function_fit")]["why_not"]
+    for key in set(QUICK) - ran:
+        assert "--peer-python" in rows[key]["why_not"]
     for run in summary["runs"]:
         budget = QUICK[(run["system"], run["task"])]
         # counted by the server, alike for all: calls spent, none beyond the budget
