@@ -18,6 +18,7 @@ import pytest
 from qd.sandbox import Limits, Sandbox
 
 REPO = Path(__file__).resolve().parents[3]
+STARTUP_S = 60  # how long a test waits for a run to start (see until_started)
 LIMITS = Limits(wall_s=1.5, cpu_s=5, memory_mb=512, file_mb=4, nproc=16, output_kb=4, output_cap_mb=1)
 ENTRY = """
 def run(text, **args):
@@ -606,23 +607,29 @@ def test_parallel_runs_share_the_workers(sandbox):
     assert most <= 2  # never more runs at once than workers
 
 
+async def until_started(mark: str | None = None) -> None:
+    """Waits for a run's processes to appear. A worker's first run can take tens of seconds to
+    start on a loaded machine (a CI run beside other jobs): the runs waited for sleep longer."""
+    deadline = time.monotonic() + STARTUP_S
+    while not leftovers(mark) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert leftovers(mark), "the run never started"
+
+
 def test_cancelled_run_kills_its_process_tree(entry):
-    sb = Sandbox(entry, workers=1, limits=Limits(wall_s=60))
+    sb = Sandbox(entry, workers=1, limits=Limits(wall_s=3 * STARTUP_S))
     mark = marker()
     code = f"""
 import os, time
 def main():
     if os.fork() == 0:
         os.execv("/bin/sleep", ["sleep", "{mark}"])
-    time.sleep(60)
+    time.sleep({2 * STARTUP_S})
 """
 
     async def start_then_cancel():
         task = asyncio.create_task(sb.run(code))
-        deadline = time.monotonic() + 10
-        while not leftovers(mark) and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        assert leftovers(mark), "the run never started"
+        await until_started(mark)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -638,13 +645,11 @@ def main():
 
 def test_dead_worker_gives_an_error_and_is_replaced(entry):
     before = worker_pids()
-    sb = Sandbox(entry, workers=1, limits=Limits(wall_s=30))
+    sb = Sandbox(entry, workers=1, limits=Limits(wall_s=3 * STARTUP_S))
 
     async def kill_worker_mid_run():
-        task = asyncio.create_task(sb.run("import time\ndef main():\n    time.sleep(30)"))
-        deadline = time.monotonic() + 10
-        while not leftovers() and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        task = asyncio.create_task(sb.run(f"import time\ndef main():\n    time.sleep({2 * STARTUP_S})"))
+        await until_started()
         (pid,) = worker_pids() - before
         os.kill(pid, 9)
         return await task
