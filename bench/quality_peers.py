@@ -289,15 +289,18 @@ def _last_number(text: str) -> float | None:
         return None
 
 
-def _budgeted_chat(p: dict[str, Any]) -> tuple[Callable[[list[dict[str, Any]]], str], Callable[[], int]]:
+def _budgeted_chat(p: dict[str, Any]) -> tuple[Callable[..., str], Callable[[], int]]:
     """GEPA's model: a chat call on the bench's server with qd's sampling settings, and the count
-    of calls made (its budget)."""
+    of calls made (its budget). A task call samples with the run seed (a row's answer is
+    reproducible, as qd's evaluation calls are); a reflection call (``propose=True``) with a seed of
+    its own, as qd's operators sample each child with its own: with one seed GEPA's same reflection
+    prompt got SmolLM2's same answer every time (an empty block, 40 times over)."""
     from openai import OpenAI
 
     client = OpenAI(base_url=p["base_url"], api_key="sk-none", timeout=p["timeout_s"])
     calls = 0
 
-    def chat(messages: list[dict[str, Any]]) -> str:
+    def chat(messages: list[dict[str, Any]], propose: bool = False) -> str:
         nonlocal calls
         calls += 1
         answer = client.chat.completions.create(
@@ -305,7 +308,7 @@ def _budgeted_chat(p: dict[str, Any]) -> tuple[Callable[[list[dict[str, Any]]], 
             messages=messages,
             temperature=p["temperature"],
             max_tokens=p["max_tokens"],
-            seed=p["seed"],
+            seed=p["seed"] * 100_003 + calls if propose else p["seed"],
         )
         return answer.choices[0].message.content or ""
 
@@ -319,7 +322,7 @@ def gepa_run(p: dict[str, Any]) -> dict[str, Any]:
     chat, calls = _budgeted_chat(p)
 
     def reflect(prompt: str) -> str:
-        return chat(_messages(prompt))
+        return chat(_messages(prompt), propose=True)
 
     def judge(row: dict[str, Any], response: str) -> EvaluationResult:
         got, want = _last_number(response), _last_number(str(row["answer"]))
@@ -396,7 +399,7 @@ def gepa_code_run(p: dict[str, Any]) -> dict[str, Any]:
             max_candidate_proposals=p["calls"],
             parallel=False,
         ),
-        reflection=ReflectionConfig(reflection_lm=lambda prompt: chat(_messages(prompt))),
+        reflection=ReflectionConfig(reflection_lm=lambda prompt: chat(_messages(prompt), propose=True)),
         stop_callbacks=[lambda state: calls() >= p["calls"]],
     )
     t0 = time.perf_counter()
