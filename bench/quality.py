@@ -176,9 +176,9 @@ def _sampling() -> dict[str, Any]:
 def _prompt_params(seed: int, budget: int) -> dict[str, Any]:
     """What a peer is given of the prompt task for this run seed: qd.optimize's train and
     validation rows of arith60 (GEPA's trainset and valset), its description (OpenEvolve's and
-    ShinkaEvolve's system message), the grid's axes, and how many proposals fit in the budget when
-    each is scored on the validation rows (the seed's scoring first): OpenEvolve's iterations and
-    ShinkaEvolve's LLM calls."""
+    ShinkaEvolve's system message), the grid's axes, the calls a prompt's scoring takes
+    (ShinkaEvolve's LLM gate counts them) and how many proposals fit in the budget when each is
+    scored (the seed's scoring first): OpenEvolve's iterations."""
     t = prompt_task(seed)
     as_dicts = lambda rows: [{"input": r.input, "answer": r.answer} for r in rows]  # noqa: E731
     scoring = len(t.splits.validation) * t.calls_per_row

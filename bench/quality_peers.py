@@ -64,11 +64,13 @@ def prompt_text(text: str) -> str:
     return _MARKER.sub("", text).strip()
 
 
-def marked(code: str) -> str:
-    """A program with its whole text between EVOLVE-BLOCK markers (the region the peers evolve)."""
+def marked(code: str, comment: tuple[str, str] = ("# ", "")) -> str:
+    """A program with its whole text between EVOLVE-BLOCK markers (the region the peers evolve),
+    written as ``comment`` (opening, closing) comments: Python's by default."""
     if "EVOLVE-BLOCK-START" in code:
         return code
-    return f"# EVOLVE-BLOCK-START\n{code.rstrip()}\n# EVOLVE-BLOCK-END\n"
+    start, end = (f"{comment[0]}EVOLVE-BLOCK-{edge}{comment[1]}" for edge in ("START", "END"))
+    return f"{start}\n{code.rstrip()}\n{end}\n"
 
 
 def _evaluator_file(p: dict[str, Any], function: str, body: str) -> Path:
@@ -220,11 +222,7 @@ def shinka_run(p: dict[str, Any]) -> dict[str, Any]:
         verbose=False,
         max_evaluation_jobs=p["concurrency"],
         max_proposal_jobs=1 if p["scoring"] else p["concurrency"],
-        init_program_str=(
-            f"<!-- EVOLVE-BLOCK-START -->\n{p['start']}\n<!-- EVOLVE-BLOCK-END -->\n"
-            if prompt
-            else marked(p["start"])
-        ),
+        init_program_str=marked(p["start"], ("<!-- ", " -->") if prompt else ("# ", "")),
     )
     calls = 0
     query = runner.llm.query
@@ -361,10 +359,10 @@ def gepa_run(p: dict[str, Any]) -> dict[str, Any]:
 
 def gepa_code_run(p: dict[str, Any]) -> dict[str, Any]:
     """GEPA on a code task: ``optimize_anything`` in its single-task mode (the candidate is the
-    program), the first seed program as its seed candidate, the task description as its objective,
-    the bench's score as its evaluator (the feedback and any error as its side information), the
-    bench's server as its reflection model; at most ``calls`` proposals (``max_candidate_proposals``,
-    one reflection call each) and a stop callback once the calls are made."""
+    program), the best seed program (``p["start"]``) as its seed candidate, the task description
+    as its objective, the bench's score as its evaluator (the feedback and any error as its side
+    information), the bench's server as its reflection model; at most ``calls`` proposals
+    (``max_candidate_proposals``, one reflection call each) and a stop callback once they are made."""
     import tempfile
 
     from gepa.optimize_anything import EngineConfig, GEPAConfig, ReflectionConfig, optimize_anything

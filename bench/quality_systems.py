@@ -32,7 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from _search_runs import run_qd
-from quality_tasks import DATASET, SHIM, BenchTask, on_validation, prompt_descriptor, prompt_task
+from quality_tasks import (
+    DATASET,
+    SHIM,
+    BenchTask,
+    on_validation,
+    prompt_accuracy,
+    prompt_descriptor,
+    prompt_task,
+)
 
 
 def llm_overrides(p: dict[str, Any]) -> list[str]:
@@ -211,11 +219,4 @@ def _row(text: str | None, scored: dict[str, Any], llm: bool) -> dict[str, Any]:
 def heldout_prompt(p: dict[str, Any]) -> float:
     """A peer's best prompt (``p["best_prompt"]``) on the test split of the run seed's split, as
     ``qd.optimize`` scores qd's best: ``DatasetTask.heldout`` on the bench's server."""
-    from qd.optimize_parts import ModelArgs, start_client
-
-    task = prompt_task(p["seed"])
-    with contextlib.ExitStack() as stack:
-        client = start_client(
-            ModelArgs(p["model"], p["base_url"], None, None), p["seed"], Path(p["work"]), stack
-        )
-        return float(task.heldout(p["best_prompt"], client)[0])
+    return prompt_accuracy(p, p["best_prompt"], "test")

@@ -74,13 +74,11 @@ class BenchTask:
 
 def best_seed(task: BenchTask) -> str:
     """The seed a peer that takes one starts from (ShinkaEvolve, GEPA): the best by the task's
-    scorer, as a user would hand it; the prompt task has one."""
+    scorer, as a user would hand it (an invalid seed, NaN, last); the prompt task has one."""
     if task.score is None or len(task.seeds) == 1:
         return task.seeds[0]
-    fitness = [task.score(s)["fitness"] for s in task.seeds]
-    return task.seeds[
-        max(range(len(fitness)), key=lambda i: -math.inf if math.isnan(fitness[i]) else fitness[i])
-    ]
+    fitness = {s: task.score(s)["fitness"] for s in task.seeds}
+    return max(task.seeds, key=lambda s: -math.inf if math.isnan(fitness[s]) else fitness[s])
 
 
 def prompt_descriptor(text: str) -> list[float]:
@@ -104,21 +102,28 @@ def on_validation(task: Any) -> Any:
     return copied
 
 
-def score_prompt(p: dict[str, Any], text: str) -> dict[str, Any]:
-    """A prompt scored for a peer: its validation accuracy on the run seed's split (``p``: the
-    run's ``seed``, ``model``, ``base_url``), on a client of the bench's server."""
+def prompt_accuracy(p: dict[str, Any], text: str, split: str) -> float:
+    """A prompt's accuracy on the run seed's ``split`` ("validation" or "test") rows, scored by
+    ``DatasetTask.heldout`` (uncached) on a client of the bench's server (``p``: the run's ``seed``,
+    ``model``, ``base_url``)."""
     from qd.optimize_parts import ModelArgs, start_client
 
     task = prompt_task(p["seed"])
+    scored = on_validation(task) if split == "validation" else task
     with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="qd_bench_prompt_") as work:
         client = start_client(ModelArgs(p["model"], p["base_url"], None, None), p["seed"], Path(work), stack)
-        accuracy = on_validation(task).heldout(text, client)[0]
-    right = round(accuracy * len(task.splits.validation))
+        return float(scored.heldout(text, client)[0])
+
+
+def score_prompt(p: dict[str, Any], text: str) -> dict[str, Any]:
+    """A prompt scored for a peer: its validation accuracy (:func:`prompt_accuracy`)."""
+    accuracy = prompt_accuracy(p, text, "validation")
+    rows = len(prompt_task(p["seed"]).splits.validation)
     return {
-        "fitness": float(accuracy),
+        "fitness": accuracy,
         "valid": True,
         "error": None,
-        "feedback": f"{right} of {len(task.splits.validation)} validation answers accepted",
+        "feedback": f"{round(accuracy * rows)} of {rows} validation answers accepted",
         "descriptor": prompt_descriptor(text),
     }
 
