@@ -279,11 +279,14 @@ def _resumed(
 
 def _replayed(store: Store, spec: Any, state: run_state.RunState, objectives: tuple) -> run_state.RunState:
     """``state`` with every store row newer than its checkpoint inserted (``qd.rundir.replay``):
-    after ``kill -9`` each evaluated candidate counts once."""
+    after ``kill -9`` each evaluated candidate counts once, and the proposal clock stored with
+    the rows moves past theirs (a proposal number drawn again would draw the same parents and
+    seed: a duplicate of a stored child)."""
     c = state.counters
     r = replay(store, spec, state.archive, state.islands, c.last_id, objectives)
     if r is None:
         return state
+    started = max(c.proposals, int(store.meta.get(run_state.PROPOSALS_STARTED, 0)))
     return state._replace(archive=r.archive, islands=r.islands).count(
-        last_id=r.last_id, batches=c.batches + 1, insertions=c.insertions + r.offered
+        last_id=r.last_id, batches=c.batches + 1, insertions=c.insertions + r.offered, proposals=started
     )

@@ -246,7 +246,9 @@ class Engine:
             settled = tiebreak.settle(candidates, offers, spec, self.state.archive.fitness, self.elites)
             await self.spending.counted(settled, self.store)
         # Stored before it counts; SQLite releases the GIL, so proposals in flight run meanwhile.
-        ids = np.asarray(await asyncio.to_thread(self.store.add, candidates, calls.rows()))
+        # With the rows, the proposals started: a resume that replays them draws no number twice.
+        clock = {run_state.PROPOSALS_STARTED: self.state.counters.proposals}
+        ids = np.asarray(await asyncio.to_thread(self.store.add, candidates, calls.rows(), facts=clock))
         self.spending.commit(len(ids), reserved, calls, trials)
         a, result = archive.insert(spec, self.state.archive, *offers.columns(ids))
         self.elites.enter(a, candidates)

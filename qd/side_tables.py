@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -121,4 +121,12 @@ class MetaTable:
 
     def set(self, key: str, value: object) -> None:
         with self._db.transaction() as db:
-            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
+            MetaTable.put(db, {key: value})
+
+    @staticmethod
+    def put(db: sqlite3.Connection, facts: Mapping[str, object]) -> None:
+        """Writes ``facts`` inside the caller's transaction (with the rows they describe)."""
+        db.executemany(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+            [(key, json.dumps(value)) for key, value in facts.items()],
+        )

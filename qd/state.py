@@ -23,6 +23,11 @@ from qd.search import islands as island_ops
 from qd.search import scheduler, select
 from qd.search.state import Counters, RunState, Watch
 
+# The store's ``meta`` key of ``Counters.proposals`` as of the newest rows, written in their
+# transaction: rows stored after the checkpoint (``kill -9`` before it was written) carry the
+# clock their resume continues from.
+PROPOSALS_STARTED = "proposals_started"
+
 
 def init(spec: Any, num_islands: int, bandits: tuple[Any, ...], num_arms: int, seed: int) -> RunState:
     """A new run's state: empty archive (at the spec's ``threshold_min``), fresh bookkeeping,

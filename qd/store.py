@@ -101,7 +101,11 @@ class Store:
         self.close()
 
     def add(
-        self, candidates: Sequence[Candidate], calls: Sequence[tuple] = (), ids: Sequence[int] | None = None
+        self,
+        candidates: Sequence[Candidate],
+        calls: Sequence[tuple] = (),
+        ids: Sequence[int] | None = None,
+        facts: Mapping[str, object] | None = None,
     ) -> list[int]:
         """Commits a batch in one transaction; sets and returns their ids (ascending).
 
@@ -109,7 +113,8 @@ class Store:
         calls become durable with what they produced, never before, never apart.
         ``ids``: the rows' own ids, ascending and above the last (a store that keeps
         some candidates under their evaluation numbers: the device loop's elites);
-        by default the next ones.
+        by default the next ones. ``facts``: ``meta`` keys that must hold exactly when
+        these rows do (the host loop's proposal clock, read by a resume that replays them).
         """
         now = time.time()
         rows = [_row(c, now) for c in candidates]
@@ -132,6 +137,7 @@ class Store:
                     [(at[id(c)], n, json.dumps(call)) for c, n, call in traces],
                 )
             CallTable.insert(db, ids[-1] if ids else self._next_id() - 1, calls)
+            MetaTable.put(db, facts or {})
         ids = [int(i) for i in ids]
         for c, i, row in zip(candidates, ids, rows):
             c.id, c.created = i, row[0]

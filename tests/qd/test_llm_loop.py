@@ -5,9 +5,10 @@ with malformed answers, dead servers, budgets, and cache replay.
 """
 
 import json
+import shutil
 
 import pytest
-from helpers import run_config, stored
+from helpers import run_config, stored, varied_program
 from scripted_llm import Rule
 
 from qd.contract import Completion
@@ -224,6 +225,28 @@ def test_resume_continues_the_ledger_and_the_llm_budget(tmp_path, scripted_llm):
     assert second["llm"]["cost"] == pytest.approx(sum(c.cost for c in rows))
 
 
+def test_rows_stored_after_the_checkpoint_move_the_resumed_proposal_clock_past_theirs(tmp_path, scripted_llm):
+    """``kill -9`` between a commit's rows and its checkpoint (made here by putting back the checkpoint
+    of the proposal before): the resume replays the rows and goes on with the next proposal, as the
+    run left alone does. Drawing the replayed proposal's number again repeats its island, parents and
+    seed: a duplicate child where the run left alone has a new one."""
+    server = scripted_llm([Rule("", varied_program)])
+    runs = {name: tmp_path / name for name in ("before", "killed", "alone")}
+
+    def run(name: str, calls: int) -> None:
+        one_at_a_time = ("runner.in_flight=1", "runner.checkpoint_every=1", "islands.count=2", "seed=2")
+        run_config(config(server.base_url, *one_at_a_time, f"runner.max_llm_calls={calls}"), runs[name])
+
+    run("before", 5)
+    run("killed", 6)
+    shutil.copytree(runs["before"] / "checkpoints", runs["killed"] / "checkpoints", dirs_exist_ok=True)
+    run("killed", 10)
+    run("alone", 10)
+    children = {name: [(c.island, c.parent_ids, c.text) for c in stored(runs[name])] for name in runs}
+    assert len(children["alone"]) == len(children["killed"]) > len(children["before"]) + 1
+    assert children["killed"] == children["alone"]
+
+
 def test_wide_in_flight_seeds_only_the_initial_population(tmp_path, scripted_llm):
     server = scripted_llm([Rule("", by_seed)])
     run_config(
@@ -244,7 +267,9 @@ def test_a_wave_of_proposals_is_one_store_transaction_and_one_insert(tmp_path, s
     adds, inserts = [], []
     add, insert = Store.add, loop.archive.insert
     monkeypatch.setattr(
-        Store, "add", lambda self, cands, calls=(): adds.append(len(cands)) or add(self, cands, calls)
+        Store,
+        "add",
+        lambda self, cands, calls=(), **kw: adds.append(len(cands)) or add(self, cands, calls, **kw),
     )
     monkeypatch.setattr(loop.archive, "insert", lambda *a, **k: inserts.append(1) or insert(*a, **k))
     server = scripted_llm([Rule("", by_seed)])
