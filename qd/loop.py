@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -40,27 +39,16 @@ import numpy as np
 from qd import archive
 from qd import state as run_state
 from qd.assembly import Parts
-from qd.budget import Budget, Spending
+from qd.budget import Budget
 from qd.elite_table import ArchiveView, EliteTable
 from qd.llm import Ledger
 from qd.progress import RunProgress
 from qd.proposers import Proposal, Ticket, Wave
 from qd.report import commit_lines
 from qd.search.step import Move
-from qd.stop_rules import StopRules, applied, watched
+from qd.stop_rules import applied, should_stop, stopped_by_signals, watched
 
 __all__ = ["Budget", "Engine", "should_stop"]
-
-
-def should_stop(
-    state: run_state.RunState, spending: Spending, elapsed: float, llm: Any, rules: StopRules = StopRules()
-) -> bool:
-    """Whether the run stops now: asked to (``state.stop``: a signal), a dead client, a spent budget,
-    or a stop rule met (``qd.stop_rules``: a target, patience, a broken evaluator)."""
-    down = llm is not None and llm.down is not None
-    asked = state.stop is not None or state.done is not None
-    ruled = rules.reached(state) is not None or rules.broken(state) is not None
-    return asked or down or ruled or spending.exhausted(elapsed, llm.ledger if llm is not None else None)
 
 
 def due_turns(parts: Parts, batches: int) -> list[tuple[str, int, Callable[[], Awaitable[dict]]]]:
@@ -141,13 +129,10 @@ class Engine:
         return self.state.stop or None
 
     async def _run(self) -> dict[str, Any]:
-        loop, handled = asyncio.get_running_loop(), []
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, self.request_stop)
-                handled.append(sig)
-            except (RuntimeError, ValueError):
-                pass  # not the main thread: the caller handles signals
+        with stopped_by_signals(self.request_stop):
+            return await self._session()
+
+    async def _session(self) -> dict[str, Any]:
         self._started = time.monotonic() - self.state.counters.elapsed
         self._slots = asyncio.Semaphore(self.settings.in_flight)
         self.report.start_session(self.evaluations)
@@ -173,8 +158,6 @@ class Engine:
             for fut in running:
                 fut.cancel()
             await asyncio.gather(*running, return_exceptions=True)
-            for sig in handled:
-                loop.remove_signal_handler(sig)
             if self.llm is not None:
                 await self.llm.aclose()
             self._checkpoint()

@@ -130,3 +130,31 @@ class MetaTable:
             "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
             [(key, json.dumps(value)) for key, value in facts.items()],
         )
+
+
+class TraceTable:
+    """The model calls each candidate's evaluation made (an agent's), in order, by candidate id."""
+
+    def __init__(self, db: Database):
+        self._db = db
+
+    @staticmethod
+    def insert(db: sqlite3.Connection, candidates: Sequence, ids: Sequence[int]) -> None:
+        """Writes the ``trace`` of each of ``candidates`` (stored under ``ids``) inside the caller's
+        transaction."""
+        rows = [
+            (i, n, json.dumps(call)) for c, i in zip(candidates, ids) for n, call in enumerate(c.trace or ())
+        ]
+        if rows:
+            db.executemany("INSERT INTO trace (candidate, n, call) VALUES (?, ?, ?)", rows)
+
+    def of(self, candidate_id: int) -> list[dict]:
+        """The model calls candidate ``candidate_id``'s evaluation made, in order (each a dict:
+        ``n``, ``messages``, ``sampling``, ``text`` or ``error``, ``model``, tokens, ``cached``)."""
+        try:
+            rows = self._db.rows(
+                "SELECT call FROM trace WHERE candidate = ? ORDER BY n", (int(candidate_id),)
+            )
+        except sqlite3.OperationalError:  # a read-only store from before traces
+            return []
+        return [json.loads(call) for (call,) in rows]

@@ -1,7 +1,8 @@
-"""Stop rules beside the budgets: a target fitness, patience, and the broken-evaluator guard.
+"""Stop rules beside the budgets: a target fitness, patience, and the broken-evaluator guard; and
+what stops a run besides (:func:`should_stop`, SIGINT and SIGTERM: :func:`stopped_by_signals`).
 
 The rules read only ``RunState.watch`` (``qd.search.state.Watch``) and the count of valid
-candidates, so ``qd.loop.should_stop`` stays a pure predicate of the state, and a resumed
+candidates, so :func:`should_stop` stays a pure predicate of the state, and a resumed
 run (the watch is checkpointed) keeps its patience and its guard's counts. :func:`watched`
 is the one place the watch is updated, once per commit.
 
@@ -22,14 +23,20 @@ and names the three most common errors of the failed candidates, with their coun
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
-from typing import Any
+import signal
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from qd.sandbox.protocol import harness_failure
 from qd.search.state import RunState, Watch
+
+if TYPE_CHECKING:
+    from qd.budget import Spending
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,3 +117,31 @@ def guard_line(why: str, errors: Sequence[tuple[str, int]]) -> str:
     """The guard's one line: why it stopped the run and the commonest errors with their counts."""
     common = "; ".join(f"{count} x {error}" for error, count in errors)
     return f"broken evaluator: {why} (runner.guard_after); most common errors: {common}"
+
+
+def should_stop(
+    state: RunState, spending: Spending, elapsed: float, llm: Any, rules: StopRules = StopRules()
+) -> bool:
+    """Whether the run stops now: asked to (``state.stop``: a signal), a dead client, a spent budget,
+    or a stop rule met (a target, patience, a broken evaluator). The driver (``qd.loop``) asks
+    before each proposal it starts."""
+    down = llm is not None and llm.down is not None
+    asked = state.stop is not None or state.done is not None
+    ruled = rules.reached(state) is not None or rules.broken(state) is not None
+    return asked or down or ruled or spending.exhausted(elapsed, llm.ledger if llm is not None else None)
+
+
+@contextlib.contextmanager
+def stopped_by_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM call ``stop`` while the block runs on the main thread's event loop (off
+    it, the caller handles signals): a run asked to stop finishes its proposals in flight."""
+    loop, handled = asyncio.get_running_loop(), []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(RuntimeError, ValueError):  # not the main thread
+            loop.add_signal_handler(sig, stop)
+            handled.append(sig)
+    try:
+        yield
+    finally:
+        for sig in handled:
+            loop.remove_signal_handler(sig)

@@ -13,7 +13,6 @@ what a run keeps beside them lives in side tables over the same connection
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -22,7 +21,7 @@ import numpy as np
 
 from qd.contract import Candidate, Ports
 from qd.database import Database
-from qd.side_tables import CacheTable, CallTable, JudgmentTable, MetaTable
+from qd.side_tables import CacheTable, CallTable, JudgmentTable, MetaTable, TraceTable
 
 RESET_ID = -1  # genome_id of a reset marker in the migrations table
 
@@ -72,7 +71,7 @@ class Store:
     """Append-only candidate store at ``path`` (created if missing), with its side tables.
 
     Implements ``qd.contract.CandidateLog`` (``get``, ``add``); ``cache``,
-    ``judgments``, ``calls`` and ``meta`` are the side tables, each over the store's
+    ``judgments``, ``calls``, ``meta`` and ``traces`` are the side tables, each over the store's
     one connection (``qd.database.Database``).
     """
 
@@ -83,6 +82,7 @@ class Store:
         self.judgments = JudgmentTable(self._db)
         self.calls = CallTable(self._db)
         self.meta = MetaTable(self._db)
+        self.traces = TraceTable(self._db)
         # (read-only on a store from before genome kinds or instructions: select NULL for a missing column)
         have = self._db.columns()
         self._select = ", ".join(c if c in have else "NULL" for c in _COLUMNS)
@@ -118,7 +118,6 @@ class Store:
         """
         now = time.time()
         rows = [_row(c, now) for c in candidates]
-        traces = [(c, n, call) for c in candidates for n, call in enumerate(c.trace or ())]
         with self._db.transaction() as db:
             if ids is None:
                 start = self._next_id()
@@ -130,12 +129,7 @@ class Store:
                 f"VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})",
                 [(i, *row) for i, row in zip(ids, rows)],
             )
-            if traces:
-                at = {id(c): i for c, i in zip(candidates, ids)}
-                db.executemany(
-                    "INSERT INTO trace (candidate, n, call) VALUES (?, ?, ?)",
-                    [(at[id(c)], n, json.dumps(call)) for c, n, call in traces],
-                )
+            TraceTable.insert(db, candidates, ids)
             CallTable.insert(db, ids[-1] if ids else self._next_id() - 1, calls)
             MetaTable.put(db, facts or {})
         ids = [int(i) for i in ids]
@@ -152,17 +146,6 @@ class Store:
     def _next_id(self) -> int:
         ((last,),) = self._db.rows("SELECT COALESCE(MAX(id), -1) FROM candidates")
         return last + 1
-
-    def trace(self, candidate_id: int) -> list[dict]:
-        """The model calls candidate ``candidate_id``'s evaluation made, in order (each a dict:
-        ``n``, ``messages``, ``sampling``, ``text`` or ``error``, ``model``, tokens, ``cached``)."""
-        try:
-            rows = self._db.rows(
-                "SELECT call FROM trace WHERE candidate = ? ORDER BY n", (int(candidate_id),)
-            )
-        except sqlite3.OperationalError:  # a read-only store from before traces
-            return []
-        return [json.loads(call) for (call,) in rows]
 
     def add_migrations(self, after_id: int, genome_id: Iterable[int], island: Iterable[int]) -> None:
         """Records elites copied between islands, so ``rebuild`` can replay them."""

@@ -277,7 +277,7 @@ def candidate(run: RunDir, candidate_id: int) -> dict[str, Any]:
         descriptor=c.descriptor,
         prompt=_messages(c.prompt),
         elite=[[int(i), int(k)] for i, k in zip(isl, cells)],
-        trace=run.store.trace(c.id),
+        trace=run.store.traces.of(c.id),
         diff=diff,
         diff_html=highlight(diff, "diff") if diff else None,
     )

@@ -52,7 +52,7 @@ def rows(run: RunDir, options: dict) -> Iterator[dict]:
         ids = [i for i, genome in page if genome in GENOMES]
         agents += len(ids)
         for c in run.store.get(ids):
-            calls = run.store.trace(c.id)
+            calls = run.store.traces.of(c.id)
             items = dict.fromkeys(call.get("item") for call in calls)  # in the order first called
             for item in sorted(items, key=lambda i: (i is None, str(type(i)), i if i is not None else 0)):
                 yield _row(run, c, item, [call for call in calls if call.get("item") == item])

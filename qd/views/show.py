@@ -140,7 +140,7 @@ def candidate(run: RunDir, candidate_id: int, head: dict[str, Any], as_json: boo
         "text": c.text,
         "vector": None if c.vector is None else c.vector.tolist(),
         "diff": history.parent_diff(run, c),
-        "trace": run.store.trace(c.id),
+        "trace": run.store.traces.of(c.id),
     }
     if as_json:
         return render.dump({"run": head, "candidate": out})

@@ -69,7 +69,7 @@ def test_agents_call_the_model_through_the_host_within_their_budget(tmp_path, sc
     assert 0 < llm["calls"] <= 60  # every call, the agents' included, counted in runner.max_llm_calls
     agent_calls = llm["per_role"]["agent"]["calls"]
     with Store(tmp_path / "a" / "store.sqlite", readonly=True) as store:
-        traces = {c.id: store.trace(c.id) for c in rows}
+        traces = {c.id: store.traces.of(c.id) for c in rows}
     answered = {i: [t for t in trace if "text" in t] for i, trace in traces.items()}
     assert sum(map(len, answered.values())) == agent_calls > 0  # each call stored with its candidate
     for c in rows:
@@ -121,7 +121,7 @@ def test_prompts_are_data_for_a_fixed_solver_on_the_host(tmp_path, scripted_llm)
     assert summary["llm"]["calls"] <= 40 and summary["llm"]["per_role"]["agent"]["calls"] > 0
     with Store(tmp_path / "store.sqlite", readonly=True) as store:
         founder = next(c for c in rows if c.operator == "init")
-        trace = store.trace(founder.id)
+        trace = store.traces.of(founder.id)
     assert [t["messages"][0] for t in trace] == [{"role": "system", "content": founder.text.strip()}] * 2
     assert founder.fitness == 0.5  # the knights problem right, the arithmetic one wrong
     assert "correct_working" in founder.artifacts
@@ -158,4 +158,4 @@ def test_each_experiment_runs_on_the_real_model(tmp_path, llama_server, experime
     assert rows and all(c.error is None for c in rows if c.operator == "init")
     assert summary["llm"]["per_role"]["agent"]["calls"] > 0 and summary["llm"]["calls"] <= 14
     with Store(tmp_path / "store.sqlite", readonly=True) as store:
-        assert any(t.get("text") for c in rows for t in store.trace(c.id))
+        assert any(t.get("text") for c in rows for t in store.traces.of(c.id))

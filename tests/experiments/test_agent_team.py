@@ -214,7 +214,7 @@ def test_a_run_grows_teams_from_one_expert_within_its_budget(tmp_path, scripted_
     assert 0 < summary["llm"]["calls"] <= 70 and summary["llm"]["per_role"]["agent"]["calls"] > 0
     with Store(tmp_path / "store.sqlite", readonly=True) as store:
         for c in teams:
-            assert c.metrics["model_calls"] == len([t for t in store.trace(c.id) if "text" in t])
+            assert c.metrics["model_calls"] == len([t for t in store.traces.of(c.id) if "text" in t])
     held_out = load_task("agent_team", {"search_items": 2}).held_out()
     asked = "\n".join(m["content"] for r in server.requests for m in r["messages"])
     assert not [p.question for p in held_out if p.question in asked]

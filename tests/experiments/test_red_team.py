@@ -139,7 +139,7 @@ def test_a_run_rejects_near_copies_and_lets_the_judge_settle_ties(tmp_path, scri
     rejected = [c for c in rows if c.error and "bleu" in c.error.lower()]
     assert rejected and all(not c.valid and c.fitness is None for c in rejected)
     with Store(tmp_path / "store.sqlite", readonly=True) as store:
-        assert not any(store.trace(c.id) for c in rejected)  # unevaluated: the target was never asked
+        assert not any(store.traces.of(c.id) for c in rejected)  # unevaluated: the target was never asked
     won = [c for c in rows if (c.metrics or {}).get("tiebreak_won")]
     assert won and summary["llm"]["per_role"]["judge"]["calls"] > 0
     operator_prompts = "\n".join(

@@ -96,7 +96,7 @@ def test_red_team_gate_rejects_near_copies_of_the_parent_unevaluated(red_team):
         assert c.text.strip().endswith(", please, right now.")
         assert any(c.text.startswith(parents[p].rstrip(".?!")) for p in c.parent_ids)
     with Store(run / "store.sqlite", readonly=True) as store:
-        assert not any(store.trace(c.id) for c in rejected)  # the target was never asked
+        assert not any(store.traces.of(c.id) for c in rejected)  # the target was never asked
     assert {"attacker", "target", "pairwise"} <= roles(requests)
 
 

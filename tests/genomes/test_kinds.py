@@ -181,7 +181,7 @@ def test_the_kind_is_stored_with_each_candidate_and_old_stores_still_load(tmp_pa
     db.close()
     with Store(path, readonly=True) as store:
         [old] = store.get([0])
-        assert old.genome == "program" and store.trace(0) == []
+        assert old.genome == "program" and store.traces.of(0) == []
     with Store(path) as store:
         call = {"n": 0, "messages": [{"role": "user", "content": "q"}], "text": "a", "tokens_in": 3}
         store.add(
@@ -199,7 +199,7 @@ def test_the_kind_is_stored_with_each_candidate_and_old_stores_still_load(tmp_pa
             ]
         )
         old, new = store.get([0, 1])
-        assert (old.genome, new.genome) == ("program", "agent") and store.trace(1) == [call]
+        assert (old.genome, new.genome) == ("program", "agent") and store.traces.of(1) == [call]
 
 
 HAIKU = GenomeKind(

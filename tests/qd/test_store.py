@@ -195,7 +195,7 @@ def test_a_store_from_before_the_later_columns_opens_for_reading_and_writing(tmp
     db.close()
     with Store(path, readonly=True) as store:
         (old,) = store.get([0])
-        assert (old.genome, old.instruction) == ("program", None) and store.trace(0) == []
+        assert (old.genome, old.instruction) == ("program", None) and store.traces.of(0) == []
     with Store(path) as store:
         assert store.add([make(1)]) == [1] and store.get([0])[0].genome == "program"
         assert store.meta.get("store", "all") == "all" and store.keeps_every_candidate()

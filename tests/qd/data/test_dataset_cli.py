@@ -65,7 +65,8 @@ def test_prompt_evolution_on_a_dataset_from_the_command_line(tmp_path, scripted_
     assert lost and won
     with Store(run / "store.sqlite", readonly=True) as store:
         for c in lost:  # no validation call: read from the calls stored with it
-            assert "validation" not in c.metrics and {t["stage"] for t in store.trace(c.id)} == {"minibatch"}
+            stages = {t["stage"] for t in store.traces.of(c.id)}
+            assert "validation" not in c.metrics and stages == {"minibatch"}
         for c in won:
             assert c.metrics["validation"] == 1.0 == c.fitness
     operator_prompts = "\n".join(c.prompt or "" for c in children)

@@ -246,12 +246,14 @@ def test_trajectories_hold_every_model_call_per_task_item_and_fit_the_shipped_sc
     validator = jsonschema.Draft202012Validator(schema)
     with RunDir(agent_run) as run:
         rows = list(trajectory.rows(run, {}))
-        agents = [c for c in run.store.iter() if c.genome == "agent" and run.store.trace(c.id)]
+        agents = [c for c in run.store.iter() if c.genome == "agent" and run.store.traces.of(c.id)]
         assert (
             len(agents) >= 7
         )  # the six founders and a child (duplicates reuse its evaluation, without calls)
         items = [
-            (c, item) for c in agents for item in sorted({call.get("item") for call in run.store.trace(c.id)})
+            (c, item)
+            for c in agents
+            for item in sorted({call.get("item") for call in run.store.traces.of(c.id)})
         ]
         assert {item for _, item in items} == {
             0,
@@ -261,7 +263,7 @@ def test_trajectories_hold_every_model_call_per_task_item_and_fit_the_shipped_sc
         answered_per_agent: dict[int, int] = {}
         for r, (c, item) in zip(rows, items):
             validator.validate(r)
-            calls = [call for call in run.store.trace(c.id) if call["item"] == item]
+            calls = [call for call in run.store.traces.of(c.id) if call["item"] == item]
             said = [s["content"] for s in r["content"]]
             answered = [call for call in calls if "text" in call]
             assert r["details"]["calls"] == len(answered)

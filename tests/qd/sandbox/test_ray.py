@@ -199,7 +199,7 @@ def test_agents_on_ray_call_the_model_through_the_driver_as_a_local_run_does(clu
     def traces(path: Path) -> list:
         with Store(path / "store.sqlite", readonly=True) as store:
             return [
-                [{k: v for k, v in call.items() if k != "seconds"} for call in store.trace(c.id)]
+                [{k: v for k, v in call.items() if k != "seconds"} for call in store.traces.of(c.id)]
                 for c in store.iter()
             ]
 
