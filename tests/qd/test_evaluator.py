@@ -63,13 +63,18 @@ def test_failures_become_invalid_candidates_with_one_line_reasons(tmp_path):
     assert math.isnan(ev.fitness[0]) and np.isnan(ev.descriptor[0]).all()
 
 
+# A process is told apart by a token it draws at its first call, not by its pid: each sandbox
+# worker is pid 1 of a namespace of its own, so two workers' children can have the same pid.
 PID_ENTRY = """
 import os
+
+_TOKEN = []
 
 def run(text, scale):
     if scale > 1 and text in ("4", "8"):
         raise ValueError("late boom")
-    return {"value": float(text) * scale, "pid": os.getpid()}
+    _TOKEN[:] = _TOKEN or [os.urandom(8).hex()]
+    return {"value": float(text) * scale, "pid": _TOKEN[0]}
 """
 
 
