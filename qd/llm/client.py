@@ -222,6 +222,8 @@ class LLMClient:
 
     async def aclose(self) -> None:
         await self._transport.aclose()
+        if self._cache is not None:
+            self._cache.close()
 
     def _completion(self, spec: ModelSpec, reply: Reply, t0: float) -> Completion:
         return Completion(

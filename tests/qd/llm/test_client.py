@@ -210,8 +210,9 @@ def test_many_concurrent_calls_on_loopback(scripted_llm):
 def test_cache_replays_without_request(scripted_llm, tmp_path):
     server = scripted_llm([Rule("", reply="cached answer")])
     s = settings(server.base_url, cache_dir=str(tmp_path / "cache"), seed=7)
-    first_client, second_client = LLMClient(s), LLMClient(s)
+    first_client = LLMClient(s)
     (first,) = run(first_client, call())
+    second_client = LLMClient(s)  # a rerun: its cache opens after the first run's answers are in
     (again,) = run(second_client, call())
     assert server.stats()["requests"] == 1
     assert again.cached and not first.cached
@@ -222,10 +223,10 @@ def test_cache_replays_without_request(scripted_llm, tmp_path):
         assert b[split]["operator" if split == "per_role" else "m"].pop("cached") == 1
         assert a[split]["operator" if split == "per_role" else "m"].pop("cached") == 0
     assert a == b  # budgets replay identically
-    files = list((tmp_path / "cache").rglob("*"))
-    entries = [f for f in files if f.is_file()]
-    assert len(entries) == 1 and entries[0].parent.name == entries[0].stem[:2] and len(entries[0].stem) == 64
-    assert json.loads(entries[0].read_text())["text"] == "cached answer"
+    (log,) = (tmp_path / "cache").iterdir()  # the first client's log: one line, "<key> <answer>"
+    key, answer = log.read_text().removesuffix("\n").split(" ", 1)
+    assert log.name.startswith("answers-") and len(key) == 64 and "\n" not in answer
+    assert json.loads(answer)["text"] == "cached answer"
 
 
 def test_sample_index_and_seed_make_distinct_requests(scripted_llm, tmp_path):
@@ -234,7 +235,7 @@ def test_sample_index_and_seed_make_distinct_requests(scripted_llm, tmp_path):
     run(client, call(sample_index=0), call(sample_index=1), call(sample_index=0))
     reqs = server.requests
     assert len(reqs) == 2 and reqs[0]["seed"] != reqs[1]["seed"]
-    assert len([f for f in tmp_path.rglob("*.json")]) == 2
+    assert sum(len(log.read_text().splitlines()) for log in tmp_path.glob("answers-*.log")) == 2
 
 
 def test_seed_is_stable_across_clients(scripted_llm):
