@@ -49,6 +49,7 @@ class ResponseCache:
         self._logs: list[str] = []  # log paths, by number; this process's own log joins last
         self._index: dict[bytes, int] = {}  # key digest -> where its line is (``_at``: one int, not three)
         self._own: tuple[int, int] | None = None  # this process's log: (number, fd), opened at a put
+        self._finalizer: weakref.finalize | None = None  # closes the own log's fd (set with ``_own``)
         self._end = 0  # the own log's size
         self._fanned = False  # whether an older cache's folders are there
         try:
@@ -116,9 +117,11 @@ class ResponseCache:
         number, offset, length = where >> 80, (where >> 32) & _MASK48, where & _MASK32
         if self._own is not None and number == self._own[0]:
             return os.pread(self._own[1], length, offset)
-        with open(self._logs[number], "rb") as f:
-            f.seek(offset)
-            return f.read(length)
+        fd = os.open(self._logs[number], os.O_RDONLY)  # another process's log, or ours from before a close
+        try:
+            return os.pread(fd, length, offset)
+        finally:
+            os.close(fd)
 
     def _load(self, path: str) -> None:
         """Indexes every whole line of the log at ``path`` (a later line wins its key)."""
