@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import copy
 import dataclasses
 import fcntl
 import itertools
@@ -389,6 +390,31 @@ class _Worker:
         self.check_hello()
 
 
+class _ArgsJSON:
+    """The JSON of the args a caller passes run after run, encoded once.
+
+    A cascade's stages pass the same points for every candidate (function_fit: 71
+    floats), and encoding them is most of a request's encoding, which the event loop
+    pays per run. A hit is the very object encoded before and still equal to a copy
+    taken then (a caller may change its dict between runs: then it is encoded again).
+    The memo holds what it encoded, so an id it keys on cannot be reused while it is
+    there; it is emptied when full."""
+
+    def __init__(self, size: int = 64):
+        self._size = size
+        self._memo: dict[int, tuple[dict, dict, str]] = {}
+
+    def __call__(self, args: dict) -> str:
+        hit = self._memo.get(id(args))
+        if hit is not None and hit[0] is args and hit[1] == args:
+            return hit[2]
+        encoded = json.dumps(args)  # TypeError: the caller's
+        if len(self._memo) >= self._size:
+            self._memo.clear()
+        self._memo[id(args)] = (args, copy.deepcopy(args), encoded)
+        return encoded
+
+
 class Sandbox:
     """Runs ``function(text, **args)`` from ``entry`` for untrusted ``text``, isolated.
 
@@ -413,6 +439,7 @@ class Sandbox:
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
         self._closed = False
         self._ids = itertools.count()
+        self._args_json = _ArgsJSON()
 
     runs_stages_together = True  # ``run`` takes ``then`` (``qd.evaluator.StagedEvaluator`` asks)
 
@@ -440,8 +467,11 @@ class Sandbox:
         if then is not None and calls is not None:
             raise ValueError("then: later calls in one visit take no model calls (pass calls= or then=)")
         if calls is None:
-            body = {"text": text, "args": args or {}, **({"then": then} if then is not None else {})}
-            request = encode(RUN, run_id, body)  # TypeError: the caller's
+            # The request's JSON, its args from the memo (its text is new every time).
+            body = f'{{"text": {json.dumps(text)}, "args": {self._args_json(args or {})}'
+            if then is not None:
+                body += f', "then": [{", ".join(self._args_json(a) for a in then)}]'
+            request = pack(RUN, run_id, (body + "}").encode())
         else:
             if not callable(calls):
                 raise TypeError(f"calls: {calls!r} is not callable (pass an async calls(request) -> dict)")

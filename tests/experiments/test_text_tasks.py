@@ -41,6 +41,25 @@ def test_function_fit_never_shows_the_target_or_held_out_points():
     assert f"f({shown[0]:g}) =" in task.description
 
 
+FIT = load_task("function_fit", {})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6), min_size=64, max_size=64), st.booleans())
+def test_function_fit_score_is_minus_the_rmse_numpy_computes(values, as_ints):
+    """The score in plain floats (no numpy per candidate) is numpy's RMSE, clipped at 100."""
+    values = [int(v) for v in values] if as_ints else values
+    scored = FIT.score("def f(x):\n    return x\n", [[0.0] * 7, values])
+    want = float(np.sqrt(np.mean((np.asarray(values, np.float64) - FIT._held_out_y) ** 2)))
+    assert scored.metrics["rmse_held_out"] == pytest.approx(round(want, 6), rel=1e-12, abs=1e-12)
+    assert scored.fitness == pytest.approx(-min(want, 100.0), rel=1e-12)
+
+
+def test_function_fit_score_of_values_too_large_to_square_is_the_worst():
+    scored = FIT.score("def f(x):\n    return x\n", [[1e300] * 7])
+    assert scored.fitness == -100.0 and scored.valid
+
+
 def test_circle_packing_seed_is_valid_and_scores_its_sum_of_radii(tmp_path):
     task = load_task("circle_packing", {})
     ev = evaluate(task, task.initial(np.random.default_rng(0), 1))

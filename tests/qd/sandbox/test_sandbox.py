@@ -135,6 +135,22 @@ def main(k):
 """
 
 
+def test_args_passed_again_are_encoded_once_and_again_once_changed(sandbox):
+    """A cascade passes the same args dicts run after run: their JSON is made once; a dict
+    changed in place between runs reaches the child as it is now."""
+    from qd.sandbox.pool import _ArgsJSON
+
+    encode, args = _ArgsJSON(), {"xs": [1.5, 2]}
+    assert encode(args) is encode(args) and json.loads(encode(args)) == args
+    text = "def main(xs):\n    return sum(xs)"
+    first = asyncio.run(sandbox.run(text, args, then=[args]))
+    args["xs"].append(4)
+    second = asyncio.run(sandbox.run(text, args, then=[args]))
+    assert (first.value, first.then, second.value, second.then) == (3.5, [3.5], 7.5, [7.5])
+    with pytest.raises(TypeError):
+        asyncio.run(sandbox.run(text, {"xs": {1, 2}}))
+
+
 def test_then_calls_the_entry_again_in_the_same_process_until_one_fails(sandbox):
     text = textwrap.dedent(THEN_CODE)
     result = asyncio.run(sandbox.run(text, {"k": 0}, then=[{"k": 1}, {"k": 2}]))
