@@ -47,6 +47,7 @@ from qd.sandbox.protocol import (
     encode,
     one_line,
     pack,
+    read_reply,
     take_frame,
 )
 
@@ -344,7 +345,7 @@ class _Worker:
                 del self.waiting[key]
 
     async def reply(self, run_id: int) -> dict:
-        return json.loads(await self._expect(run_id))
+        return read_reply(await self._expect(run_id))
 
     def cancel(self, run_id: int) -> None:
         """Ask the worker to kill run ``run_id``; its late reply finds no one waiting."""

@@ -85,6 +85,41 @@ def write_frame(fd: int, kind: bytes, run_id: int, obj) -> None:
     write_all(fd, encode(kind, run_id, obj))
 
 
+def pack_reply(run_id: int, message: dict, result: bytes = b"") -> bytes:
+    """A run's REPLY frame: ``message`` as JSON, then a newline and the child's result as the
+    child wrote it. The worker forwards a result without reading it (decoding the values and
+    encoding them again was a quarter of the pages it wrote per run, each a copy-on-write
+    fault while the next child lives); the host, which decodes them anyway, judges it:
+    :func:`read_reply`."""
+    return pack(REPLY, run_id, json.dumps(message).encode() + (b"\n" + result if result else b""))
+
+
+def read_reply(body: bytes) -> dict:
+    """The message of a REPLY frame's body, with the verdict on its forwarded result, if any."""
+    head, _, result = body.partition(b"\n")  # (JSON text from json.dumps holds no raw newline)
+    message = json.loads(head)
+    if result:
+        message.update(result_verdict(result))
+    return message
+
+
+def result_verdict(result: bytes) -> dict:
+    """ok/value/error from what a child that exited cleanly wrote on its result pipe."""
+    try:
+        envelope = json.loads(result)
+    except ValueError as e:
+        return {"error": f"result is not JSON: {exception_line(e)}"}
+    if isinstance(envelope, dict) and isinstance(envelope.get("values"), list) and envelope["values"]:
+        values, error = envelope["values"], envelope.get("error")  # one visit, several stages' calls
+        later = {"then": values[1:], "then_error": None if error is None else one_line(str(error))}
+        return {"ok": True, "value": values[0], **later}
+    if not isinstance(envelope, dict) or len(envelope) != 1 or not {"value", "error"} & envelope.keys():
+        return {"error": "result is not JSON: not a result envelope (was the result pipe written to?)"}
+    if "error" in envelope:
+        return {"error": one_line(str(envelope["error"]))}
+    return {"ok": True, "value": envelope["value"]}
+
+
 def one_line(text: str, limit: int = 500) -> str:
     """``text`` on one line, at most ``limit`` characters: errors cross the pipes as one line."""
     return " ".join(text.split())[:limit]

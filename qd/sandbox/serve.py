@@ -34,7 +34,7 @@ from .isolation import (
     succeeds,
     top_entry,
 )
-from .protocol import HELLO, REPLY, RUN, RUN_CALLS, read_frame, write_all, write_frame
+from .protocol import HELLO, RUN, RUN_CALLS, pack_reply, read_frame, write_all, write_frame
 from .supervise import Reaper, RunningChild, Supervisor, run_reply
 
 
@@ -104,7 +104,7 @@ class Worker:
         while (frame := self.supervisor.next_frame()) is not None:
             kind, run_id, body = frame
             if kind in (RUN, RUN_CALLS):  # a cancel or answer for a run that already ended is ignored
-                write_frame(self.wfd, REPLY, run_id, self.run(run_id, body, kind == RUN_CALLS))
+                write_all(self.wfd, pack_reply(run_id, *self.run(run_id, body, kind == RUN_CALLS)))
                 self.child.close()
                 self.child = self._fork()  # while the host reads the reply
         self._leave()
@@ -158,7 +158,7 @@ class Worker:
             self.child = self._fork()
         os.close(self.child.request_w)
 
-    def run(self, run_id: int, request: bytes, calls: bool = False) -> dict:
+    def run(self, run_id: int, request: bytes, calls: bool = False) -> tuple[dict, bytes]:
         start = time.monotonic()
         self._deliver(request)
         watched = self.supervisor.watch(self.child, start, run_id, calls)

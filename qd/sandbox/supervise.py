@@ -2,19 +2,19 @@
 
 ``Supervisor`` polls one run's child (and the host's pipe, for a cancel or an answer)
 until the child exits or breaks a limit, then ``Reaper`` kills and reaps whatever the
-run left behind; ``run_reply`` turns what was seen into the reply the host gets.
+run left behind; ``run_reply`` turns what was seen into the reply the host gets (a clean
+exit's result forwarded unread: ``protocol.pack_reply``).
 
 Standard library only (the worker runs it under ``python -I``; see ``worker.py``).
 """
 
-import json
 import os
 import select
 import signal
 import time
 
 from .model_calls import MAX_PENDING, CallChannel
-from .protocol import ANSWER, CANCEL, CHUNK, FINAL, RUN, RUN_CALLS, exception_line, one_line, read_frame
+from .protocol import ANSWER, CANCEL, CHUNK, FINAL, RUN, RUN_CALLS, read_frame
 
 DRAIN_S = 1.0  # how long to wait for output pipes to close once the child is gone
 
@@ -115,8 +115,9 @@ def _truncate(capture: _Capture) -> str:
     return capture.head.decode(errors="replace") + middle + capture.tail.decode(errors="replace")
 
 
-def _verdict(status: int, cpu: float, result: bytes, lim: dict) -> dict:
-    """ok/value/error from how the child ended and what it wrote on the result pipe."""
+def _exit_verdict(status: int, cpu: float, result: bytes, lim: dict) -> dict | None:
+    """The error of a child that did not end cleanly with a result; None for one that did
+    (its result goes to the host as it is: ``protocol.pack_reply``)."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu >= lim["cpu_s"] - 0.05):
@@ -125,23 +126,12 @@ def _verdict(status: int, cpu: float, result: bytes, lim: dict) -> dict:
     code = os.WEXITSTATUS(status)
     if code or not result:
         return {"error": f"exited with code {code}" + ("" if code else " without a result")}
-    try:
-        envelope = json.loads(result)
-    except ValueError as e:
-        return {"error": f"result is not JSON: {exception_line(e)}"}
-    if isinstance(envelope, dict) and isinstance(envelope.get("values"), list) and envelope["values"]:
-        values, error = envelope["values"], envelope.get("error")  # one visit, several stages' calls
-        later = {"then": values[1:], "then_error": None if error is None else one_line(str(error))}
-        return {"ok": True, "value": values[0], **later}
-    if not isinstance(envelope, dict) or len(envelope) != 1 or not {"value", "error"} & envelope.keys():
-        return {"error": "result is not JSON: not a result envelope (was the result pipe written to?)"}
-    if "error" in envelope:
-        return {"error": one_line(str(envelope["error"]))}
-    return {"ok": True, "value": envelope["value"]}
+    return None
 
 
-def run_reply(watched: tuple, seconds: float, lim: dict) -> dict:
-    """The host's reply for a run: ``watched`` is what ``Supervisor.watch`` returned."""
+def run_reply(watched: tuple, seconds: float, lim: dict) -> tuple[dict, bytes]:
+    """The host's reply for a run (its message, and the child's result to forward unread, or
+    b""): ``watched`` is what ``Supervisor.watch`` returned."""
     reason, status, cpu, (out, err, res) = watched
     message = {
         "ok": False,
@@ -152,8 +142,11 @@ def run_reply(watched: tuple, seconds: float, lim: dict) -> dict:
         "seconds": seconds,
     }
     if reason is None:
-        message.update(_verdict(status, cpu, bytes(res), lim))
-    return message
+        verdict = _exit_verdict(status, cpu, res, lim)
+        if verdict is None:
+            return message, bytes(res)
+        message.update(verdict)
+    return message, b""
 
 
 class Supervisor:
