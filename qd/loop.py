@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import gc
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import numpy as np
@@ -43,6 +41,7 @@ from qd import state as run_state
 from qd.assembly import Parts
 from qd.budget import Budget
 from qd.elite_table import ArchiveView, EliteTable
+from qd.heap import frozen_heap
 from qd.llm import Ledger
 from qd.progress import RunProgress
 from qd.proposers import Proposal, Ticket, Wave
@@ -88,22 +87,6 @@ def record_moves(
     return any(m.reset is not None for m in moves)
 
 
-@contextlib.contextmanager
-def _heap_frozen() -> Iterator[None]:
-    """The objects alive when the run starts (the imports, the built parts: ~200k for
-    function_fit) left out of the garbage collector's passes until it ends.
-
-    Its full passes walk every tracked object; at the run's pace they came once per few
-    thousand candidates and walked mostly objects the run never frees (66 ms each, about
-    half of the garbage collector's cost in a function_fit run at C=64). Refcounting
-    still frees what they drop; only cycles among them wait for the end of the run."""
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
 class Engine:
     """Runs built parts (``qd.assembly.Parts``): proposals in flight, commits in start order, upkeep.
 
@@ -147,7 +130,7 @@ class Engine:
         return self.state.stop or None
 
     async def _run(self) -> dict[str, Any]:
-        with stopped_by_signals(self.request_stop), _heap_frozen():
+        with stopped_by_signals(self.request_stop), frozen_heap():
             return await self._session()
 
     async def _session(self) -> dict[str, Any]:

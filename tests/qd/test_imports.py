@@ -41,6 +41,7 @@ LAYERS = (
         "qd.events",
         "qd.archive",
         "qd.compile_cache",
+        "qd.heap",
     },
     {"genomes", "operators", "descriptors"},
     {
