@@ -398,21 +398,24 @@ class _ArgsJSON:
     floats), and encoding them is most of a request's encoding, which the event loop
     pays per run. A hit is the very object encoded before and still equal to a copy
     taken then (a caller may change its dict between runs: then it is encoded again).
-    The memo holds what it encoded, so an id it keys on cannot be reused while it is
-    there; it is emptied when full."""
+    The copy is taken the second time an object comes, so args made fresh for each run
+    (a Ray node's, unpickled per call) cost no more than their encoding. The memo holds
+    what it encoded, so an id it keys on cannot be reused while it is there; it is
+    emptied when full."""
 
     def __init__(self, size: int = 64):
         self._size = size
-        self._memo: dict[int, tuple[dict, dict, str]] = {}
+        self._memo: dict[int, tuple[dict, dict | None, str]] = {}
 
     def __call__(self, args: dict) -> str:
         hit = self._memo.get(id(args))
-        if hit is not None and hit[0] is args and hit[1] == args:
+        seen = hit is not None and hit[0] is args
+        if seen and hit[1] is not None and hit[1] == args:
             return hit[2]
         encoded = json.dumps(args)  # TypeError: the caller's
         if len(self._memo) >= self._size:
             self._memo.clear()
-        self._memo[id(args)] = (args, copy.deepcopy(args), encoded)
+        self._memo[id(args)] = (args, copy.deepcopy(args) if seen else None, encoded)
         return encoded
 
 

@@ -141,6 +141,7 @@ def test_args_passed_again_are_encoded_once_and_again_once_changed(sandbox):
     from qd.sandbox.pool import _ArgsJSON
 
     encode, args = _ArgsJSON(), {"xs": [1.5, 2]}
+    assert encode(args) is not encode(args)  # copied the second time it comes, a hit from the third
     assert encode(args) is encode(args) and json.loads(encode(args)) == args
     text = "def main(xs):\n    return sum(xs)"
     first = asyncio.run(sandbox.run(text, args, then=[args]))
@@ -149,6 +150,21 @@ def test_args_passed_again_are_encoded_once_and_again_once_changed(sandbox):
     assert (first.value, first.then, second.value, second.then) == (3.5, [3.5], 7.5, [7.5])
     with pytest.raises(TypeError):
         asyncio.run(sandbox.run(text, {"xs": {1, 2}}))
+
+
+def test_args_made_fresh_for_each_run_are_never_copied(monkeypatch):
+    """A caller that builds its args per run (a Ray node unpickles them per call) pays their
+    encoding only: the memo's copy is for an object seen again."""
+    from qd.sandbox import pool
+
+    copies = []
+    real = pool.copy.deepcopy
+    monkeypatch.setattr(pool.copy, "deepcopy", lambda x: copies.append(1) or real(x))
+    encode = pool._ArgsJSON()
+    kept = [{"xs": [float(i)]} for i in range(100)]  # alive together: no id is reused
+    assert [json.loads(encode(a)) for a in kept] == kept and copies == []
+    encode(kept[-1])
+    assert copies == [1]
 
 
 def test_then_calls_the_entry_again_in_the_same_process_until_one_fails(sandbox):
