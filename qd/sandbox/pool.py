@@ -391,6 +391,9 @@ class _Worker:
         self.check_hello()
 
 
+_NO_ARGS: dict = {}  # one object for every run without args: one memo entry, not one per run
+
+
 class _ArgsJSON:
     """The JSON of the args a caller passes run after run, encoded once.
 
@@ -472,7 +475,7 @@ class Sandbox:
             raise ValueError("then: later calls in one visit take no model calls (pass calls= or then=)")
         if calls is None:
             # The request's JSON, its args from the memo (its text is new every time).
-            body = f'{{"text": {json.dumps(text)}, "args": {self._args_json(args or {})}'
+            body = f'{{"text": {json.dumps(text)}, "args": {self._args_json(args or _NO_ARGS)}'
             if then is not None:
                 body += f', "then": [{", ".join(self._args_json(a) for a in then)}]'
             request = pack(RUN, run_id, (body + "}").encode())
